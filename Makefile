@@ -1,0 +1,37 @@
+# ktune: the two commands a new user runs. Everything else is CMake (CMakePresets.json).
+#   make demo   install missing Debian packages, build (release), start ktuned, tune gemm on the CPU
+#   make test   same setup, then the whole Catch2 suite through ctest
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps release dev demo test test-dev clean
+
+all: release
+
+deps:
+	@scripts/install-deps.sh
+
+release: deps
+	@cmake --preset release >/dev/null
+	@cmake --build --preset release -j $(JOBS)
+
+dev: deps
+	@cmake --preset dev >/dev/null
+	@cmake --build --preset dev -j $(JOBS)
+
+demo: release
+	@scripts/demo.sh build/release/bin
+
+test: release
+	@ctest --preset release -j $(JOBS)
+
+# The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-dev: dev
+	@ctest --preset dev -j $(JOBS)
+
+# Performance harnesses: `make bench-<name>` runs benchmarks/<name> against the release build;
+# its last output line is one JSON object.
+bench-%: release
+	@benchmarks/$* build/release/bin
+
+clean:
+	rm -rf build

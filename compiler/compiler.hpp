@@ -1,0 +1,58 @@
+#pragma once
+// Compile backends behind one interface. A CompileJob is self-contained (it travels to a compile
+// worker as JSON); compiling never throws for a bad candidate: a compile error is an outcome.
+#include "core/result.hpp"
+#include "core/shape.hpp"
+#include "core/status.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace ktune {
+
+struct CompileJob {
+  std::string kernel;              // family name, for messages
+  std::string language;            // "cpp" | "cuda"
+  std::string source_path;         // absolute path of the source file
+  std::vector<std::string> include_dirs;
+  NamedValues defines;             // -DNAME=value, the config
+  std::string dtype;               // passed as -DKTUNE_DTYPE=<c type> and -DKTUNE_DTYPE_<dtype>
+  std::vector<std::string> extra_flags;
+  std::string source_hash;         // of source + spec + included headers
+  std::string cache_dir;           // content-addressed artifact store
+  std::string arch;                // CUDA only: "sm_90"
+
+  [[nodiscard]] nlohmann::json to_json() const;
+  [[nodiscard]] static Result<CompileJob> from_json(const nlohmann::json& j);
+};
+
+struct CompileOutcome {
+  CandidateStatus status = CandidateStatus::ok;   // ok | compile_error
+  std::string artifact_path;       // set when ok
+  std::string cache_key;
+  bool cached = false;             // true when the artifact was already in the cache
+  double compile_ms = 0;
+  std::string log;                 // the compiler's output (truncated to its first 8 KiB)
+
+  [[nodiscard]] nlohmann::json to_json() const;
+  [[nodiscard]] static Result<CompileOutcome> from_json(const nlohmann::json& j);
+};
+
+class Compiler {
+public:
+  virtual ~Compiler() = default;
+  // Cache key of the artifact `job` produces: source hash, defines, dtype, flags, compiler
+  // identity + version, arch and the cache format version.
+  [[nodiscard]] virtual std::string cache_key(const CompileJob& job) const = 0;
+  // Returns the cached artifact when present, else compiles into the cache (temp file + rename).
+  [[nodiscard]] virtual CompileOutcome compile(const CompileJob& job) = 0;
+};
+
+// Maps a dtype name to its C type: f32 float, f64 double, i32 int32_t, i64 int64_t.
+[[nodiscard]] Result<std::string> dtype_c_type(std::string_view dtype);
+[[nodiscard]] Result<std::size_t> dtype_size(std::string_view dtype);
+
+} // namespace ktune

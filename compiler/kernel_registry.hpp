@@ -1,0 +1,51 @@
+#pragma once
+// KernelRegistry: the kernel families found in the configured kernel directories.
+// Each family is <dir>/<name>/kernel.toml plus its source. Loading reads the files, parses the
+// spec and computes the source hash over the source, the spec text and every header the source
+// includes with #include "..." (resolved in the family's directory, recursively).
+#include "core/kernel_spec.hpp"
+#include "core/result.hpp"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ktune {
+
+struct LoadedKernel {
+  KernelSpec spec;
+  std::string dir;           // absolute directory of the family
+  std::string spec_path;     // absolute path of kernel.toml
+  std::string source_path;   // absolute path of the source
+  std::string source_hash;
+};
+
+struct BrokenKernel {
+  std::string spec_path;
+  Error error;               // code spec_error, message naming file, key and expression
+};
+
+class KernelRegistry {
+public:
+  // Scans every directory (non-existent ones are skipped). Families whose spec fails to load
+  // are kept as BrokenKernel so that a request for them answers with the reason.
+  void load(const std::vector<std::string>& dirs);
+
+  // Errors: unknown_kernel (names the directories searched), spec_error (the broken spec's
+  // reason). Re-reads the family's files on every call (a few small files), so an edited
+  // kernel never serves a stale source hash; a family added since load() is found too.
+  [[nodiscard]] Result<LoadedKernel> find(const std::string& name);
+
+  [[nodiscard]] std::vector<std::string> names() const;   // loaded and broken, sorted
+  [[nodiscard]] const std::vector<BrokenKernel>& broken() const { return m_broken; }
+
+private:
+  std::vector<std::string> m_dirs;
+  std::map<std::string, LoadedKernel> m_kernels;
+  std::vector<BrokenKernel> m_broken;
+};
+
+// Loads one family from its kernel.toml path.
+[[nodiscard]] Result<LoadedKernel> load_kernel(const std::string& spec_path);
+
+} // namespace ktune

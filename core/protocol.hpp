@@ -1,0 +1,98 @@
+#pragma once
+// The client protocol (docs/protocol.md): newline-delimited JSON over a Unix socket.
+//
+// Request:  {"v":1,"id":<any JSON scalar>,"op":"<op>", ...op fields}
+// Reply:    {"v":1,"id":<same>,"ok":true,"result":{...}}
+//           {"v":1,"id":<same>,"ok":false,"error":{"code":"...","message":"..."}}
+// Event (watch/tune with "wait": true): {"v":1,"id":<same>,"event":"progress","data":{...}}
+//
+// One typed struct per request; from_json validates types and required fields and returns
+// code "bad_request" naming the field.
+#include "core/result.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace ktune::protocol {
+
+inline constexpr int k_version = 1;
+inline constexpr std::size_t k_default_max_message_bytes = 1 << 20;
+
+// Error codes (stable; listed in docs/protocol.md).
+namespace code {
+inline constexpr const char* bad_json = "bad_json";
+inline constexpr const char* bad_request = "bad_request";
+inline constexpr const char* unsupported_version = "unsupported_version";
+inline constexpr const char* unknown_op = "unknown_op";
+inline constexpr const char* unknown_kernel = "unknown_kernel";
+inline constexpr const char* spec_error = "spec_error";
+inline constexpr const char* bad_shape = "bad_shape";
+inline constexpr const char* bad_dtype = "bad_dtype";
+inline constexpr const char* unknown_device = "unknown_device";
+inline constexpr const char* no_device = "no_device";
+inline constexpr const char* unknown_job = "unknown_job";
+inline constexpr const char* empty_space = "empty_space";
+inline constexpr const char* space_too_large = "space_too_large";
+inline constexpr const char* message_too_large = "message_too_large";
+inline constexpr const char* shutting_down = "shutting_down";
+inline constexpr const char* internal = "internal";
+} // namespace code
+
+struct Request {
+  nlohmann::json id;       // echoed; null when absent
+  std::string op;
+  nlohmann::json body;     // the whole request object
+};
+
+// Decodes one line. Errors: bad_json, bad_request (not an object, op missing or not a string,
+// id not a scalar), unsupported_version ("v" present and != 1). The id is recovered whenever the
+// line parsed, so the error reply can echo it: see decode_id().
+[[nodiscard]] Result<Request> decode_request(std::string_view line);
+[[nodiscard]] nlohmann::json decode_id(std::string_view line);
+
+[[nodiscard]] std::string encode_ok(const nlohmann::json& id, const nlohmann::json& result);
+[[nodiscard]] std::string encode_error(const nlohmann::json& id, std::string_view code,
+                                       std::string_view message);
+[[nodiscard]] std::string encode_event(const nlohmann::json& id, std::string_view event,
+                                       const nlohmann::json& data);
+
+// --- typed requests --------------------------------------------------------------------------
+
+struct TuneRequest {
+  std::string kernel;
+  std::string shape;               // "M=256,N=256,K=256"
+  std::string dtype = "f32";
+  std::string device = "cpu";
+  std::string strategy = "exhaustive";
+  std::optional<std::int64_t> budget;
+  bool wait = false;               // stream progress events until the job ends, then reply
+  [[nodiscard]] static Result<TuneRequest> from_json(const nlohmann::json& body);
+  [[nodiscard]] nlohmann::json to_json() const; // includes "op":"tune"
+};
+
+struct LookupRequest {
+  std::string kernel;
+  std::string shape;
+  std::string dtype = "f32";
+  std::string device = "cpu";
+  [[nodiscard]] static Result<LookupRequest> from_json(const nlohmann::json& body);
+  [[nodiscard]] nlohmann::json to_json() const;
+};
+
+struct JobRequest {                // op "job": one job with its candidates
+  std::int64_t job = 0;
+  [[nodiscard]] static Result<JobRequest> from_json(const nlohmann::json& body);
+  [[nodiscard]] nlohmann::json to_json() const;
+};
+
+struct JobsRequest {               // op "jobs": recent jobs
+  std::int64_t limit = 50;
+  [[nodiscard]] static Result<JobsRequest> from_json(const nlohmann::json& body);
+  [[nodiscard]] nlohmann::json to_json() const;
+};
+
+} // namespace ktune::protocol

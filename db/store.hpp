@@ -1,0 +1,112 @@
+#pragma once
+// Store: ktune's SQLite database (DESIGN.md § Store), schema v1.
+//
+// Exactly one read-write connection exists per database: the daemon's. Every other process opens
+// read-only (SQLite 3.40's WAL-reset bug). A read-write open sets WAL (and checks that it took),
+// synchronous=FULL, foreign_keys=ON, busy_timeout, the application id, and runs the migrations in
+// one transaction. Every write is its own BEGIN IMMEDIATE transaction, so each candidate result
+// is durable when insert_result returns.
+//
+// Thread safety: a Store may be used from one thread at a time. Move-only.
+#include "core/device.hpp"
+#include "core/result.hpp"
+#include "core/stats.hpp"
+#include "core/status.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace ktune {
+
+enum class OpenMode { read_write, read_only };
+enum class JobState { queued, running, done, failed, cancelled, interrupted };
+
+[[nodiscard]] std::string_view to_string(JobState state);
+[[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
+
+inline constexpr int k_schema_version = 1;
+inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
+
+struct JobRecord {
+  std::int64_t id = 0;             // assigned by create_job
+  std::string kernel, source_hash, shape, dtype, device, fingerprint;
+  std::string strategy = "exhaustive";
+  std::optional<std::int64_t> budget;
+  JobState state = JobState::queued;
+  std::int64_t total = 0, done = 0, failed = 0;
+  std::string error;               // why the job failed, if it did
+  std::int64_t created_at = 0, started_at = 0, finished_at = 0; // unix ms, 0 = not yet
+};
+
+struct ResultRecord {
+  std::int64_t id = 0;             // assigned by insert_result
+  std::int64_t job_id = 0;
+  std::string kernel, source_hash, shape, dtype, fingerprint;
+  std::string config;              // canonical JSON object {"BM":64,...} in params order
+  std::int64_t config_index = 0;   // position in the job's candidate list
+  CandidateStatus status = CandidateStatus::ok;
+  std::string reason;              // one line
+  std::string log;                 // compiler/worker log excerpt
+  SampleStats stats;
+  double gflops = 0, gbps = 0, compile_ms = 0;
+  std::int64_t created_at = 0;     // unix ms; set by insert_result when 0
+};
+
+struct WinnerRecord {
+  std::string kernel, source_hash, shape, dtype, fingerprint;
+  std::int64_t result_id = 0, job_id = 0;
+  std::string config;              // canonical JSON object
+  double median_ms = 0, gflops = 0;
+  std::int64_t updated_at = 0;     // unix ms; set by upsert_winner when 0
+};
+
+class Store {
+public:
+  // Errors: code "db_error" naming the path and SQLite's message; a file that is not a ktune DB
+  // (other application id) or has a newer schema is refused.
+  [[nodiscard]] static Result<Store> open(const std::string& path, OpenMode mode);
+
+  Store(Store&& other) noexcept;
+  Store& operator=(Store&& other) noexcept;
+  ~Store();
+
+  [[nodiscard]] int schema_version() const;
+  [[nodiscard]] OpenMode mode() const { return m_mode; }
+
+  // Writes (read_write only; on a read-only store they return "db_error").
+  [[nodiscard]] Result<void> upsert_kernel(const std::string& name, const std::string& source_hash,
+                                           const std::string& spec_text);
+  [[nodiscard]] Result<void> upsert_device(const DeviceInfo& device);
+  [[nodiscard]] Result<std::int64_t> create_job(const JobRecord& job);
+  [[nodiscard]] Result<void> update_job_progress(std::int64_t job_id, std::int64_t done,
+                                                 std::int64_t failed);
+  [[nodiscard]] Result<void> set_job_state(std::int64_t job_id, JobState state,
+                                           const std::string& error = {});
+  // (job_id, config) is unique: inserting the same config twice for a job is an error.
+  [[nodiscard]] Result<std::int64_t> insert_result(const ResultRecord& result);
+  [[nodiscard]] Result<void> upsert_winner(const WinnerRecord& winner);
+
+  // Reads. A miss is an empty optional, not an error.
+  [[nodiscard]] Result<std::optional<JobRecord>> get_job(std::int64_t job_id) const;
+  [[nodiscard]] Result<std::vector<JobRecord>> list_jobs(std::int64_t limit) const; // newest first
+  [[nodiscard]] Result<std::vector<JobRecord>> jobs_in_state(JobState state) const;
+  [[nodiscard]] Result<std::vector<ResultRecord>> job_results(std::int64_t job_id) const; // by config_index
+  [[nodiscard]] Result<std::optional<WinnerRecord>> find_winner(const std::string& kernel,
+      const std::string& source_hash, const std::string& shape, const std::string& dtype,
+      const std::string& fingerprint) const;
+  [[nodiscard]] Result<std::vector<WinnerRecord>> all_winners() const;
+
+  // Checkpoints the WAL into the main file (used at shutdown).
+  [[nodiscard]] Result<void> checkpoint();
+
+private:
+  Store(sqlite3* db, OpenMode mode) : m_db(db), m_mode(mode) {}
+  sqlite3* m_db = nullptr;
+  OpenMode m_mode = OpenMode::read_only;
+};
+
+} // namespace ktune
