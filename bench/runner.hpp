@@ -1,6 +1,8 @@
 #pragma once
 // Measurement behind one interface. A BenchJob is self-contained (it travels to the bench worker
 // as JSON): every expression is already evaluated by the daemon.
+#include "core/kernel_spec.hpp"
+#include "core/param_space.hpp"
 #include "core/result.hpp"
 #include "core/stats.hpp"
 #include "core/status.hpp"
@@ -63,6 +65,15 @@ struct BenchOutcome {
   [[nodiscard]] nlohmann::json to_json() const;
   [[nodiscard]] static Result<BenchOutcome> from_json(const nlohmann::json& j);
 };
+
+// Evaluates the spec's arg counts/values and metrics for (shape, config, dtype) into a BenchJob.
+// Scalar args without a dtype are i64; buffer args without one take the job's dtype.
+// Errors: bad_expression / bad_shape naming the arg and expression (e.g. a negative count).
+[[nodiscard]] Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape,
+                                              const Config& config, const std::string& dtype,
+                                              const std::string& artifact_path,
+                                              const std::string& reference_path,
+                                              const MeasureSettings& settings);
 
 class Runner {
 public:

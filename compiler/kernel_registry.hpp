@@ -3,7 +3,9 @@
 // Each family is <dir>/<name>/kernel.toml plus its source. Loading reads the files, parses the
 // spec and computes the source hash over the source, the spec text and every header the source
 // includes with #include "..." (resolved in the family's directory, recursively).
+#include "compiler/compiler.hpp"
 #include "core/kernel_spec.hpp"
+#include "core/param_space.hpp"
 #include "core/result.hpp"
 
 #include <map>
@@ -47,5 +49,11 @@ private:
 
 // Loads one family from its kernel.toml path.
 [[nodiscard]] Result<LoadedKernel> load_kernel(const std::string& spec_path);
+
+// The compile job for one config of a family: defines = the config, dtype, the spec's flags,
+// include dir = the family's directory. Errors: bad_dtype when the family does not declare it.
+[[nodiscard]] Result<CompileJob> make_compile_job(const LoadedKernel& kernel, const Config& config,
+                                                  const std::string& dtype,
+                                                  const std::string& cache_dir);
 
 } // namespace ktune
