@@ -14,8 +14,10 @@
 #include "core/status.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 struct sqlite3;
@@ -68,6 +70,8 @@ class Store {
 public:
   // Errors: code "db_error" naming the path and SQLite's message; a file that is not a ktune DB
   // (other application id) or has a newer schema is refused.
+  // read_write creates the file if missing and migrates it to k_schema_version. read_only needs an
+  // existing ktune DB at exactly k_schema_version (it cannot migrate) and never writes.
   [[nodiscard]] static Result<Store> open(const std::string& path, OpenMode mode);
 
   Store(Store&& other) noexcept;
@@ -76,8 +80,14 @@ public:
 
   [[nodiscard]] int schema_version() const;
   [[nodiscard]] OpenMode mode() const { return m_mode; }
+  [[nodiscard]] const std::string& path() const { return m_path; }
 
   // Writes (read_write only; on a read-only store they return "db_error").
+  // upsert_kernel/upsert_device keep the first created_at/first_seen and replace the rest.
+  // update_job_progress/set_job_state on a job id that does not exist return "unknown_job".
+  // set_job_state records any state the caller decides (it does not police transitions), replaces
+  // `error` with the given text, sets started_at on the first move to running, sets finished_at
+  // on a move to done, failed or cancelled and clears it on a move to queued or running.
   [[nodiscard]] Result<void> upsert_kernel(const std::string& name, const std::string& source_hash,
                                            const std::string& spec_text);
   [[nodiscard]] Result<void> upsert_device(const DeviceInfo& device);
@@ -86,7 +96,8 @@ public:
                                                  std::int64_t failed);
   [[nodiscard]] Result<void> set_job_state(std::int64_t job_id, JobState state,
                                            const std::string& error = {});
-  // (job_id, config) is unique: inserting the same config twice for a job is an error.
+  // (job_id, config) is unique: inserting the same config twice for a job is an error
+  // ("duplicate_result"); a job_id that does not exist is "unknown_job".
   [[nodiscard]] Result<std::int64_t> insert_result(const ResultRecord& result);
   [[nodiscard]] Result<void> upsert_winner(const WinnerRecord& winner);
 
@@ -98,15 +109,41 @@ public:
   [[nodiscard]] Result<std::optional<WinnerRecord>> find_winner(const std::string& kernel,
       const std::string& source_hash, const std::string& shape, const std::string& dtype,
       const std::string& fingerprint) const;
-  [[nodiscard]] Result<std::vector<WinnerRecord>> all_winners() const;
+  [[nodiscard]] Result<std::vector<WinnerRecord>> all_winners() const; // by kernel, shape, dtype, fingerprint
 
-  // Checkpoints the WAL into the main file (used at shutdown).
+  // The spec text stored for (name, source_hash); a miss is an empty optional.
+  [[nodiscard]] Result<std::optional<std::string>> kernel_spec(const std::string& name,
+                                                               const std::string& source_hash) const;
+  // The device stored under `fingerprint`; a miss is an empty optional.
+  [[nodiscard]] Result<std::optional<DeviceInfo>> get_device(const std::string& fingerprint) const;
+  // Every result measured for a winner key, across jobs, oldest first (e.g. to skip configs that
+  // already crashed a worker for this key).
+  [[nodiscard]] Result<std::vector<ResultRecord>> results_for_key(const std::string& kernel,
+      const std::string& source_hash, const std::string& shape, const std::string& dtype,
+      const std::string& fingerprint) const;
+
+  // Checkpoints the WAL into the main file and truncates it (used at shutdown). A reader that
+  // keeps the checkpoint from completing makes it a "db_error"; nothing is lost then.
   [[nodiscard]] Result<void> checkpoint();
 
 private:
   Store(sqlite3* db, OpenMode mode) : m_db(db), m_mode(mode) {}
+
+  // Prepared statements kept for the hot paths (defined in store.cpp).
+  struct Statements;
+  struct StatementsDeleter {
+    void operator()(Statements* statements) const noexcept;
+  };
+
+  // "db_error" for operation `op` when the store is read-only.
+  [[nodiscard]] Result<void> require_writable(std::string_view op) const;
+  void close() noexcept;
+
   sqlite3* m_db = nullptr;
   OpenMode m_mode = OpenMode::read_only;
+  std::string m_path;
+  int m_schema_version = 0;
+  std::unique_ptr<Statements, StatementsDeleter> m_statements;
 };
 
 } // namespace ktune

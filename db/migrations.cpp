@@ -1,0 +1,160 @@
+#include "db/migrations.hpp"
+
+#include "db/store.hpp"
+
+#include <array>
+#include <string>
+
+namespace ktune::db {
+
+namespace {
+
+// Schema v1. Times are unix milliseconds (0 = not yet). Measurements are REAL and NULL only for
+// NaN, which SQLite cannot store. winners.result_id/job_id are 0 for imported winners, so they
+// carry no foreign key.
+constexpr const char* k_schema_v1 = R"sql(
+CREATE TABLE kernels (
+  name        TEXT    NOT NULL,
+  source_hash TEXT    NOT NULL,
+  spec_text   TEXT    NOT NULL,
+  created_at  INTEGER NOT NULL,
+  PRIMARY KEY (name, source_hash)
+);
+
+CREATE TABLE devices (
+  fingerprint TEXT    NOT NULL PRIMARY KEY,
+  name        TEXT    NOT NULL,
+  details     TEXT    NOT NULL CHECK (json_valid(details)),
+  first_seen  INTEGER NOT NULL
+);
+
+CREATE TABLE jobs (
+  id          INTEGER PRIMARY KEY,
+  kernel      TEXT    NOT NULL,
+  source_hash TEXT    NOT NULL,
+  shape       TEXT    NOT NULL,
+  dtype       TEXT    NOT NULL,
+  device      TEXT    NOT NULL,
+  fingerprint TEXT    NOT NULL,
+  strategy    TEXT    NOT NULL,
+  budget      INTEGER,
+  state       TEXT    NOT NULL
+              CHECK (state IN ('queued', 'running', 'done', 'failed', 'cancelled', 'interrupted')),
+  total       INTEGER NOT NULL DEFAULT 0,
+  done        INTEGER NOT NULL DEFAULT 0,
+  failed      INTEGER NOT NULL DEFAULT 0,
+  error       TEXT    NOT NULL DEFAULT '',
+  created_at  INTEGER NOT NULL,
+  started_at  INTEGER NOT NULL DEFAULT 0,
+  finished_at INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX jobs_by_state ON jobs (state);
+
+CREATE TABLE results (
+  id           INTEGER PRIMARY KEY,
+  job_id       INTEGER NOT NULL REFERENCES jobs (id),
+  kernel       TEXT    NOT NULL,
+  source_hash  TEXT    NOT NULL,
+  shape        TEXT    NOT NULL,
+  dtype        TEXT    NOT NULL,
+  fingerprint  TEXT    NOT NULL,
+  config       TEXT    NOT NULL,
+  config_index INTEGER NOT NULL,
+  status       TEXT    NOT NULL
+               CHECK (status IN ('ok', 'invalid_config', 'compile_error', 'compile_timeout',
+                                 'launch_error', 'runtime_error', 'mismatch', 'crash', 'timeout',
+                                 'worker_lost')),
+  reason       TEXT    NOT NULL DEFAULT '',
+  log          TEXT    NOT NULL DEFAULT '',
+  n            INTEGER NOT NULL DEFAULT 0,
+  min_ms       REAL,
+  max_ms       REAL,
+  median_ms    REAL,
+  mean_ms      REAL,
+  stddev_ms    REAL,
+  q1_ms        REAL,
+  q3_ms        REAL,
+  gflops       REAL,
+  gbps         REAL,
+  compile_ms   REAL,
+  created_at   INTEGER NOT NULL,
+  UNIQUE (job_id, config)
+);
+CREATE INDEX results_by_key ON results (kernel, source_hash, shape, dtype, fingerprint);
+
+CREATE TABLE winners (
+  kernel      TEXT    NOT NULL,
+  source_hash TEXT    NOT NULL,
+  shape       TEXT    NOT NULL,
+  dtype       TEXT    NOT NULL,
+  fingerprint TEXT    NOT NULL,
+  result_id   INTEGER NOT NULL,
+  job_id      INTEGER NOT NULL,
+  config      TEXT    NOT NULL,
+  median_ms   REAL,
+  gflops      REAL,
+  updated_at  INTEGER NOT NULL,
+  PRIMARY KEY (kernel, source_hash, shape, dtype, fingerprint)
+);
+)sql";
+
+Result<void> create_schema_v1(DbRef db) { return db.exec("migration to schema v1", k_schema_v1); }
+
+constexpr std::array k_migrations{
+    Migration{"create kernels, devices, jobs, results and winners", &create_schema_v1},
+};
+static_assert(k_migrations.size() == static_cast<std::size_t>(k_schema_version),
+              "k_schema_version must equal the number of migrations");
+
+} // namespace
+
+std::span<const Migration> schema_migrations() { return k_migrations; }
+
+Result<int> run_migrations(DbRef db, std::span<const Migration> migrations) {
+  constexpr std::string_view op = "migrate";
+  const auto target = static_cast<std::int64_t>(migrations.size());
+
+  auto check_version = [&](std::int64_t found) -> Result<void> {
+    if (found <= target) return {};
+    return db.error(op, "schema version " + std::to_string(found) + " is newer than " +
+                            std::to_string(target) + ", the newest this ktune knows; "
+                            "use the ktune that wrote it or another database");
+  };
+
+  auto before = db.query_int(op, "PRAGMA user_version");
+  if (!before) return before.error();
+  if (auto ok = check_version(*before); !ok) return ok.error();
+  if (*before == target) return 0;
+
+  auto tx = Transaction::begin(db, op);
+  if (!tx) return tx.error();
+  // Read again under the write lock: another connection may have migrated in between.
+  auto current = db.query_int(op, "PRAGMA user_version");
+  if (!current) return current.error();
+  if (auto ok = check_version(*current); !ok) return ok.error();
+  if (*current < 0) {
+    return db.error(op, "user_version " + std::to_string(*current) + " is negative; expected 0.." +
+                            std::to_string(target));
+  }
+
+  int applied = 0;
+  for (auto version = *current; version < target; ++version) {
+    const Migration& step = migrations[static_cast<std::size_t>(version)];
+    if (auto done = step.apply(db); !done) {
+      Error error = done.error();
+      error.message = "schema step to v" + std::to_string(version + 1) + " (" +
+                      std::string(step.description) + ") failed, nothing was changed: " +
+                      error.message;
+      return error;
+    }
+    ++applied;
+  }
+
+  const std::string set_versions = "PRAGMA application_id = " + std::to_string(k_application_id) +
+                                   "; PRAGMA user_version = " + std::to_string(target) + ";";
+  if (auto set = db.exec(op, set_versions.c_str()); !set) return set.error();
+  if (auto committed = tx->commit(); !committed) return committed.error();
+  return applied;
+}
+
+} // namespace ktune::db

@@ -1,0 +1,701 @@
+#include "db/store.hpp"
+
+#include "db/migrations.hpp"
+#include "db/sqlite.hpp"
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+namespace ktune {
+
+using db::DbRef;
+using db::Lifetime;
+using db::ResetOnExit;
+using db::Statement;
+using db::Transaction;
+
+namespace {
+
+constexpr std::array k_job_states{JobState::queued, JobState::running,   JobState::done,
+                                  JobState::failed, JobState::cancelled, JobState::interrupted};
+
+constexpr int k_busy_timeout_ms = 5000;
+
+std::int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string hex32(std::int64_t value) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", static_cast<unsigned>(static_cast<std::uint32_t>(value)));
+  return text;
+}
+
+struct ConnectionCloser {
+  void operator()(sqlite3* handle) const noexcept { sqlite3_close_v2(handle); }
+};
+using Connection = std::unique_ptr<sqlite3, ConnectionCloser>;
+
+Error unknown_job(DbRef db, std::string_view op, std::int64_t job_id) {
+  return make_error("unknown_job", std::string(op) + " on " + std::string(db.path) +
+                                       ": no job with id " + std::to_string(job_id));
+}
+
+// ---- row layouts: the SELECT column lists and their readers stay side by side ----
+
+constexpr const char* k_job_columns =
+    "id, kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, state, total, "
+    "done, failed, error, created_at, started_at, finished_at";
+
+Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) {
+  JobRecord job;
+  job.id = row.column_int(0);
+  job.kernel = row.column_text(1);
+  job.source_hash = row.column_text(2);
+  job.shape = row.column_text(3);
+  job.dtype = row.column_text(4);
+  job.device = row.column_text(5);
+  job.fingerprint = row.column_text(6);
+  job.strategy = row.column_text(7);
+  if (!row.column_is_null(8)) job.budget = row.column_int(8);
+  const std::string state = row.column_text(9);
+  const auto parsed = parse_job_state(state);
+  if (!parsed) {
+    return db.error(op, "jobs.state '" + state + "' of job " + std::to_string(job.id) +
+                            " is not a job state");
+  }
+  job.state = *parsed;
+  job.total = row.column_int(10);
+  job.done = row.column_int(11);
+  job.failed = row.column_int(12);
+  job.error = row.column_text(13);
+  job.created_at = row.column_int(14);
+  job.started_at = row.column_int(15);
+  job.finished_at = row.column_int(16);
+  return job;
+}
+
+constexpr const char* k_result_columns =
+    "id, job_id, kernel, source_hash, shape, dtype, fingerprint, config, config_index, status, "
+    "reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, q1_ms, q3_ms, gflops, gbps, "
+    "compile_ms, created_at";
+
+Result<ResultRecord> read_result(DbRef db, std::string_view op, const Statement& row) {
+  ResultRecord result;
+  result.id = row.column_int(0);
+  result.job_id = row.column_int(1);
+  result.kernel = row.column_text(2);
+  result.source_hash = row.column_text(3);
+  result.shape = row.column_text(4);
+  result.dtype = row.column_text(5);
+  result.fingerprint = row.column_text(6);
+  result.config = row.column_text(7);
+  result.config_index = row.column_int(8);
+  const std::string status = row.column_text(9);
+  const auto parsed = parse_candidate_status(status);
+  if (!parsed) {
+    return db.error(op, "results.status '" + status + "' of result " + std::to_string(result.id) +
+                            " is not a candidate status");
+  }
+  result.status = *parsed;
+  result.reason = row.column_text(10);
+  result.log = row.column_text(11);
+  result.stats.n = static_cast<std::size_t>(row.column_int(12));
+  result.stats.min_ms = row.column_double(13);
+  result.stats.max_ms = row.column_double(14);
+  result.stats.median_ms = row.column_double(15);
+  result.stats.mean_ms = row.column_double(16);
+  result.stats.stddev_ms = row.column_double(17);
+  result.stats.q1_ms = row.column_double(18);
+  result.stats.q3_ms = row.column_double(19);
+  result.gflops = row.column_double(20);
+  result.gbps = row.column_double(21);
+  result.compile_ms = row.column_double(22);
+  result.created_at = row.column_int(23);
+  return result;
+}
+
+constexpr const char* k_winner_columns =
+    "kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, config, median_ms, gflops, "
+    "updated_at";
+
+WinnerRecord read_winner(const Statement& row) {
+  WinnerRecord winner;
+  winner.kernel = row.column_text(0);
+  winner.source_hash = row.column_text(1);
+  winner.shape = row.column_text(2);
+  winner.dtype = row.column_text(3);
+  winner.fingerprint = row.column_text(4);
+  winner.result_id = row.column_int(5);
+  winner.job_id = row.column_int(6);
+  winner.config = row.column_text(7);
+  winner.median_ms = row.column_double(8);
+  winner.gflops = row.column_double(9);
+  winner.updated_at = row.column_int(10);
+  return winner;
+}
+
+// Steps `statement` to the end, turning each row into a T with `read` (which returns T or
+// Result<T>).
+template <class T, class Read>
+Result<std::vector<T>> collect(DbRef db, std::string_view op, Statement& statement, Read read) {
+  std::vector<T> rows;
+  int rc = statement.step();
+  for (; rc == SQLITE_ROW; rc = statement.step()) {
+    auto row = read(statement);
+    if constexpr (std::is_same_v<decltype(row), T>) {
+      rows.push_back(std::move(row));
+    } else {
+      if (!row) return row.error();
+      rows.push_back(std::move(row).value());
+    }
+  }
+  if (rc != SQLITE_DONE) return db.error(op);
+  return rows;
+}
+
+// Runs one prepared write in its own BEGIN IMMEDIATE transaction; returns the rows changed.
+Result<int> write_one(DbRef db, std::string_view op, Statement& statement) {
+  auto tx = Transaction::begin(db, op);
+  if (!tx) {
+    statement.reset();
+    return tx.error();
+  }
+  ResetOnExit reset(statement);  // before the transaction ends, on every path
+  if (auto ran = statement.run(db, op); !ran) return ran.error();
+  const int changes = sqlite3_changes(db.handle);
+  statement.reset();
+  if (auto committed = tx->commit(); !committed) return committed.error();
+  return changes;
+}
+
+// A statement from the store's cache, prepared on first use.
+Result<Statement*> cached(DbRef db, std::string_view op, Statement& slot, const char* sql) {
+  if (!slot.valid()) {
+    auto prepared = Statement::prepare(db, op, sql, Lifetime::persistent);
+    if (!prepared) return prepared.error();
+    slot = std::move(prepared).value();
+  }
+  return &slot;
+}
+
+constexpr const char* k_insert_result_sql =
+    "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
+    "config_index, status, reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, q1_ms, "
+    "q3_ms, gflops, gbps, compile_ms, created_at) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
+    "?20, ?21, ?22, ?23)";
+
+constexpr const char* k_find_winner_sql =
+    "SELECT kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, config, median_ms, "
+    "gflops, updated_at FROM winners "
+    "WHERE kernel = ?1 AND source_hash = ?2 AND shape = ?3 AND dtype = ?4 AND fingerprint = ?5";
+
+constexpr const char* k_upsert_winner_sql =
+    "INSERT INTO winners (kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, "
+    "config, median_ms, gflops, updated_at) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
+    "ON CONFLICT (kernel, source_hash, shape, dtype, fingerprint) DO UPDATE SET "
+    "result_id = excluded.result_id, job_id = excluded.job_id, config = excluded.config, "
+    "median_ms = excluded.median_ms, gflops = excluded.gflops, updated_at = excluded.updated_at";
+
+constexpr const char* k_update_job_progress_sql =
+    "UPDATE jobs SET done = ?2, failed = ?3 WHERE id = ?1";
+
+} // namespace
+
+// Statements used once per candidate or per lookup; the rest are prepared per call.
+struct Store::Statements {
+  Statement insert_result;
+  Statement find_winner;
+  Statement upsert_winner;
+  Statement update_job_progress;
+};
+
+void Store::StatementsDeleter::operator()(Statements* statements) const noexcept {
+  delete statements;
+}
+
+std::string_view to_string(JobState state) {
+  switch (state) {
+    case JobState::queued: return "queued";
+    case JobState::running: return "running";
+    case JobState::done: return "done";
+    case JobState::failed: return "failed";
+    case JobState::cancelled: return "cancelled";
+    case JobState::interrupted: return "interrupted";
+  }
+  return "unknown";
+}
+
+std::optional<JobState> parse_job_state(std::string_view text) {
+  for (JobState state : k_job_states) {
+    if (to_string(state) == text) return state;
+  }
+  return std::nullopt;
+}
+
+// ---- open / close ----
+
+Result<Store> Store::open(const std::string& path, OpenMode mode) {
+  const bool read_only = mode == OpenMode::read_only;
+  const std::string_view op = read_only ? "open (read-only)" : "open (read-write)";
+  if (read_only) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      return make_error("db_error", std::string(op) + " on " + path +
+                                        ": no database file there (ktuned creates it)");
+    }
+  }
+
+  sqlite3* handle = nullptr;
+  const int flags = (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+                    SQLITE_OPEN_NOMUTEX;
+  const int rc = sqlite3_open_v2(path.c_str(), &handle, flags, nullptr);
+  Connection connection(handle);
+  const DbRef db{handle, path};
+  if (rc != SQLITE_OK) return db.error(op);
+  sqlite3_extended_result_codes(handle, 1);
+  if (sqlite3_busy_timeout(handle, k_busy_timeout_ms) != SQLITE_OK) return db.error(op);
+
+  // Identify the file before anything is changed in it.
+  auto application_id = db.query_int(op, "PRAGMA application_id");
+  if (!application_id) return application_id.error();
+  auto version = db.query_int(op, "PRAGMA user_version");
+  if (!version) return version.error();
+
+  if (*application_id != 0 && *application_id != k_application_id) {
+    return db.error(op, "application_id " + hex32(*application_id) + " is not ktune's (" +
+                            hex32(k_application_id) + "): the file belongs to another program");
+  }
+  if (*version > k_schema_version) {
+    return db.error(op, "schema version " + std::to_string(*version) + " is newer than " +
+                            std::to_string(k_schema_version) +
+                            ", the newest this ktune knows; use the ktune that wrote it");
+  }
+
+  if (read_only) {
+    if (*application_id != k_application_id) {
+      return db.error(op, "not a ktune database (application_id " + hex32(*application_id) +
+                              ", expected " + hex32(k_application_id) + ")");
+    }
+    if (*version != k_schema_version) {
+      return db.error(op, "schema version " + std::to_string(*version) + ", expected " +
+                              std::to_string(k_schema_version) +
+                              "; a read-only open cannot migrate (ktuned does on its start)");
+    }
+  } else {
+    if (*application_id == 0) {
+      auto tables = db.query_int(op, "SELECT count(*) FROM sqlite_schema");
+      if (!tables) return tables.error();
+      if (*tables != 0) {
+        return db.error(op, "not a ktune database: application_id is 0 and it already holds " +
+                                std::to_string(*tables) + " schema objects");
+      }
+    }
+    auto journal = db.query_text(op, "PRAGMA journal_mode = WAL");
+    if (!journal) return journal.error();
+    if (*journal != "wal") {
+      return db.error(op, "expected journal_mode 'wal', SQLite kept '" + *journal +
+                              "' (WAL needs a local file system with shared memory)");
+    }
+    if (auto set = db.exec(op, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;"); !set) {
+      return set.error();
+    }
+    auto foreign_keys = db.query_int(op, "PRAGMA foreign_keys");
+    if (!foreign_keys) return foreign_keys.error();
+    if (*foreign_keys != 1) return db.error(op, "foreign_keys did not turn on");
+    auto migrated = db::run_migrations(db, db::schema_migrations());
+    if (!migrated) return migrated.error();
+  }
+
+  Store store(connection.release(), mode);
+  store.m_path = path;
+  store.m_schema_version = k_schema_version;
+  store.m_statements.reset(new Statements{});
+  return store;
+}
+
+Store::Store(Store&& other) noexcept
+    : m_db(std::exchange(other.m_db, nullptr)),
+      m_mode(other.m_mode),
+      m_path(std::move(other.m_path)),
+      m_schema_version(other.m_schema_version),
+      m_statements(std::move(other.m_statements)) {}
+
+Store& Store::operator=(Store&& other) noexcept {
+  if (this != &other) {
+    close();
+    m_db = std::exchange(other.m_db, nullptr);
+    m_mode = other.m_mode;
+    m_path = std::move(other.m_path);
+    m_schema_version = other.m_schema_version;
+    m_statements = std::move(other.m_statements);
+  }
+  return *this;
+}
+
+Store::~Store() { close(); }
+
+void Store::close() noexcept {
+  m_statements.reset();  // finalize before the connection closes
+  if (m_db != nullptr) sqlite3_close_v2(std::exchange(m_db, nullptr));
+}
+
+int Store::schema_version() const { return m_schema_version; }
+
+Result<void> Store::require_writable(std::string_view op) const {
+  if (m_mode == OpenMode::read_write) return {};
+  return DbRef{m_db, m_path}.error(op, "the store is open read-only (only ktuned writes)");
+}
+
+// ---- writes ----
+
+Result<void> Store::upsert_kernel(const std::string& name, const std::string& source_hash,
+                                  const std::string& spec_text) {
+  constexpr std::string_view op = "upsert_kernel";
+  if (auto writable = require_writable(op); !writable) return writable;
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "INSERT INTO kernels (name, source_hash, spec_text, created_at) VALUES (?1, ?2, ?3, ?4) "
+      "ON CONFLICT (name, source_hash) DO UPDATE SET spec_text = excluded.spec_text");
+  if (!statement) return statement.error();
+  statement->bind_text(1, name);
+  statement->bind_text(2, source_hash);
+  statement->bind_text(3, spec_text);
+  statement->bind_int(4, now_ms());
+  auto written = write_one(db, op, *statement);
+  if (!written) return written.error();
+  return {};
+}
+
+Result<void> Store::upsert_device(const DeviceInfo& device) {
+  constexpr std::string_view op = "upsert_device";
+  if (auto writable = require_writable(op); !writable) return writable;
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "INSERT INTO devices (fingerprint, name, details, first_seen) VALUES (?1, ?2, ?3, ?4) "
+      "ON CONFLICT (fingerprint) DO UPDATE SET name = excluded.name, details = excluded.details");
+  if (!statement) return statement.error();
+  statement->bind_text(1, device.fingerprint);
+  statement->bind_text(2, device.name);
+  statement->bind_text(3, device.details.is_null() ? std::string("{}") : device.details.dump());
+  statement->bind_int(4, now_ms());
+  auto written = write_one(db, op, *statement);
+  if (!written) return written.error();
+  return {};
+}
+
+Result<std::int64_t> Store::create_job(const JobRecord& job) {
+  constexpr std::string_view op = "create_job";
+  if (auto writable = require_writable(op); !writable) return writable.error();
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, "
+      "state, total, done, failed, error, created_at, started_at, finished_at) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)");
+  if (!statement) return statement.error();
+  statement->bind_text(1, job.kernel);
+  statement->bind_text(2, job.source_hash);
+  statement->bind_text(3, job.shape);
+  statement->bind_text(4, job.dtype);
+  statement->bind_text(5, job.device);
+  statement->bind_text(6, job.fingerprint);
+  statement->bind_text(7, job.strategy);
+  statement->bind_optional_int(8, job.budget);
+  statement->bind_text(9, to_string(job.state));
+  statement->bind_int(10, job.total);
+  statement->bind_int(11, job.done);
+  statement->bind_int(12, job.failed);
+  statement->bind_text(13, job.error);
+  statement->bind_int(14, job.created_at != 0 ? job.created_at : now_ms());
+  statement->bind_int(15, job.started_at);
+  statement->bind_int(16, job.finished_at);
+
+  auto tx = Transaction::begin(db, op);
+  if (!tx) return tx.error();
+  if (auto ran = statement->run(db, op); !ran) return ran.error();
+  const std::int64_t id = sqlite3_last_insert_rowid(m_db);
+  statement->reset();
+  if (auto committed = tx->commit(); !committed) return committed.error();
+  return id;
+}
+
+Result<void> Store::update_job_progress(std::int64_t job_id, std::int64_t done,
+                                        std::int64_t failed) {
+  constexpr std::string_view op = "update_job_progress";
+  if (auto writable = require_writable(op); !writable) return writable;
+  const DbRef db{m_db, m_path};
+  auto statement = cached(db, op, m_statements->update_job_progress, k_update_job_progress_sql);
+  if (!statement) return statement.error();
+  Statement& update = **statement;
+  update.bind_int(1, job_id);
+  update.bind_int(2, done);
+  update.bind_int(3, failed);
+  auto changed = write_one(db, op, update);
+  if (!changed) return changed.error();
+  if (*changed == 0) return unknown_job(db, op, job_id);
+  return {};
+}
+
+Result<void> Store::set_job_state(std::int64_t job_id, JobState state, const std::string& error) {
+  constexpr std::string_view op = "set_job_state";
+  if (auto writable = require_writable(op); !writable) return writable;
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "UPDATE jobs SET state = ?2, error = ?3, "
+      "started_at = CASE WHEN ?4 AND started_at = 0 THEN ?6 ELSE started_at END, "
+      "finished_at = CASE ?5 WHEN 1 THEN ?6 WHEN 0 THEN 0 ELSE finished_at END "
+      "WHERE id = ?1");
+  if (!statement) return statement.error();
+  const bool starts = state == JobState::running;
+  const bool finishes =
+      state == JobState::done || state == JobState::failed || state == JobState::cancelled;
+  const bool active = state == JobState::queued || state == JobState::running;
+  statement->bind_int(1, job_id);
+  statement->bind_text(2, to_string(state));
+  statement->bind_text(3, error);
+  statement->bind_int(4, starts ? 1 : 0);
+  // ?5: 1 = stamp finished_at, 0 = clear it (the job is live again), 2 = keep it.
+  statement->bind_int(5, finishes ? 1 : (active ? 0 : 2));
+  statement->bind_int(6, now_ms());
+  auto changed = write_one(db, op, *statement);
+  if (!changed) return changed.error();
+  if (*changed == 0) return unknown_job(db, op, job_id);
+  return {};
+}
+
+Result<std::int64_t> Store::insert_result(const ResultRecord& result) {
+  constexpr std::string_view op = "insert_result";
+  if (auto writable = require_writable(op); !writable) return writable.error();
+  const DbRef db{m_db, m_path};
+  auto statement = cached(db, op, m_statements->insert_result, k_insert_result_sql);
+  if (!statement) return statement.error();
+  Statement& insert = **statement;
+
+  auto tx = Transaction::begin(db, op);
+  if (!tx) return tx.error();
+  ResetOnExit reset(insert);
+  insert.bind_int(1, result.job_id);
+  insert.bind_text(2, result.kernel);
+  insert.bind_text(3, result.source_hash);
+  insert.bind_text(4, result.shape);
+  insert.bind_text(5, result.dtype);
+  insert.bind_text(6, result.fingerprint);
+  insert.bind_text(7, result.config);
+  insert.bind_int(8, result.config_index);
+  insert.bind_text(9, to_string(result.status));
+  insert.bind_text(10, result.reason);
+  insert.bind_text(11, result.log);
+  insert.bind_int(12, static_cast<std::int64_t>(result.stats.n));
+  insert.bind_double(13, result.stats.min_ms);
+  insert.bind_double(14, result.stats.max_ms);
+  insert.bind_double(15, result.stats.median_ms);
+  insert.bind_double(16, result.stats.mean_ms);
+  insert.bind_double(17, result.stats.stddev_ms);
+  insert.bind_double(18, result.stats.q1_ms);
+  insert.bind_double(19, result.stats.q3_ms);
+  insert.bind_double(20, result.gflops);
+  insert.bind_double(21, result.gbps);
+  insert.bind_double(22, result.compile_ms);
+  insert.bind_int(23, result.created_at != 0 ? result.created_at : now_ms());
+
+  if (auto ran = insert.run(db, op); !ran) {
+    const int code = sqlite3_extended_errcode(m_db);
+    if (code == SQLITE_CONSTRAINT_UNIQUE) {
+      return make_error("duplicate_result",
+                        std::string(op) + " on " + m_path + ": job " +
+                            std::to_string(result.job_id) + " already has a result for config " +
+                            result.config);
+    }
+    if (code == SQLITE_CONSTRAINT_FOREIGNKEY) return unknown_job(db, op, result.job_id);
+    return ran.error();
+  }
+  const std::int64_t id = sqlite3_last_insert_rowid(m_db);
+  insert.reset();
+  if (auto committed = tx->commit(); !committed) return committed.error();
+  return id;
+}
+
+Result<void> Store::upsert_winner(const WinnerRecord& winner) {
+  constexpr std::string_view op = "upsert_winner";
+  if (auto writable = require_writable(op); !writable) return writable;
+  const DbRef db{m_db, m_path};
+  auto statement = cached(db, op, m_statements->upsert_winner, k_upsert_winner_sql);
+  if (!statement) return statement.error();
+  Statement& upsert = **statement;
+  upsert.bind_text(1, winner.kernel);
+  upsert.bind_text(2, winner.source_hash);
+  upsert.bind_text(3, winner.shape);
+  upsert.bind_text(4, winner.dtype);
+  upsert.bind_text(5, winner.fingerprint);
+  upsert.bind_int(6, winner.result_id);
+  upsert.bind_int(7, winner.job_id);
+  upsert.bind_text(8, winner.config);
+  upsert.bind_double(9, winner.median_ms);
+  upsert.bind_double(10, winner.gflops);
+  upsert.bind_int(11, winner.updated_at != 0 ? winner.updated_at : now_ms());
+  auto written = write_one(db, op, upsert);
+  if (!written) return written.error();
+  return {};
+}
+
+Result<void> Store::checkpoint() {
+  constexpr std::string_view op = "checkpoint";
+  if (auto writable = require_writable(op); !writable) return writable;
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op, "PRAGMA wal_checkpoint(TRUNCATE)");
+  if (!statement) return statement.error();
+  const int rc = statement->step();
+  if (rc != SQLITE_ROW) return db.error(op);
+  // Columns: busy (1 when a reader or writer kept it from completing), WAL frames, frames copied.
+  if (statement->column_int(0) != 0) {
+    return db.error(op, "incomplete: another connection is using the WAL (" +
+                            std::to_string(statement->column_int(2)) + " of " +
+                            std::to_string(statement->column_int(1)) + " frames copied)");
+  }
+  return {};
+}
+
+// ---- reads ----
+
+Result<std::optional<JobRecord>> Store::get_job(std::int64_t job_id) const {
+  constexpr std::string_view op = "get_job";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(
+      db, op, std::string("SELECT ") + k_job_columns + " FROM jobs WHERE id = ?1");
+  if (!statement) return statement.error();
+  statement->bind_int(1, job_id);
+  const int rc = statement->step();
+  if (rc == SQLITE_DONE) return std::optional<JobRecord>{};
+  if (rc != SQLITE_ROW) return db.error(op);
+  auto job = read_job(db, op, *statement);
+  if (!job) return job.error();
+  return std::optional<JobRecord>(std::move(job).value());
+}
+
+Result<std::vector<JobRecord>> Store::list_jobs(std::int64_t limit) const {
+  constexpr std::string_view op = "list_jobs";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(
+      db, op, std::string("SELECT ") + k_job_columns + " FROM jobs ORDER BY id DESC LIMIT ?1");
+  if (!statement) return statement.error();
+  statement->bind_int(1, limit > 0 ? limit : -1);  // SQLite: a negative LIMIT means none
+  return collect<JobRecord>(db, op, *statement,
+                            [&](const Statement& row) { return read_job(db, op, row); });
+}
+
+Result<std::vector<JobRecord>> Store::jobs_in_state(JobState state) const {
+  constexpr std::string_view op = "jobs_in_state";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(
+      db, op, std::string("SELECT ") + k_job_columns + " FROM jobs WHERE state = ?1 ORDER BY id");
+  if (!statement) return statement.error();
+  statement->bind_text(1, to_string(state));
+  return collect<JobRecord>(db, op, *statement,
+                            [&](const Statement& row) { return read_job(db, op, row); });
+}
+
+Result<std::vector<ResultRecord>> Store::job_results(std::int64_t job_id) const {
+  constexpr std::string_view op = "job_results";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      std::string("SELECT ") + k_result_columns +
+          " FROM results WHERE job_id = ?1 ORDER BY config_index, id");
+  if (!statement) return statement.error();
+  statement->bind_int(1, job_id);
+  return collect<ResultRecord>(db, op, *statement,
+                               [&](const Statement& row) { return read_result(db, op, row); });
+}
+
+Result<std::vector<ResultRecord>> Store::results_for_key(const std::string& kernel,
+    const std::string& source_hash, const std::string& shape, const std::string& dtype,
+    const std::string& fingerprint) const {
+  constexpr std::string_view op = "results_for_key";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      std::string("SELECT ") + k_result_columns +
+          " FROM results WHERE kernel = ?1 AND source_hash = ?2 AND shape = ?3 AND dtype = ?4 "
+          "AND fingerprint = ?5 ORDER BY id");
+  if (!statement) return statement.error();
+  statement->bind_text(1, kernel);
+  statement->bind_text(2, source_hash);
+  statement->bind_text(3, shape);
+  statement->bind_text(4, dtype);
+  statement->bind_text(5, fingerprint);
+  return collect<ResultRecord>(db, op, *statement,
+                               [&](const Statement& row) { return read_result(db, op, row); });
+}
+
+Result<std::optional<WinnerRecord>> Store::find_winner(const std::string& kernel,
+    const std::string& source_hash, const std::string& shape, const std::string& dtype,
+    const std::string& fingerprint) const {
+  constexpr std::string_view op = "find_winner";
+  const DbRef db{m_db, m_path};
+  auto statement = cached(db, op, m_statements->find_winner, k_find_winner_sql);
+  if (!statement) return statement.error();
+  Statement& find = **statement;
+  ResetOnExit reset(find);
+  find.bind_text(1, kernel);
+  find.bind_text(2, source_hash);
+  find.bind_text(3, shape);
+  find.bind_text(4, dtype);
+  find.bind_text(5, fingerprint);
+  const int rc = find.step();
+  if (rc == SQLITE_DONE) return std::optional<WinnerRecord>{};
+  if (rc != SQLITE_ROW) return db.error(op);
+  return std::optional<WinnerRecord>(read_winner(find));
+}
+
+Result<std::vector<WinnerRecord>> Store::all_winners() const {
+  constexpr std::string_view op = "all_winners";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      std::string("SELECT ") + k_winner_columns +
+          " FROM winners ORDER BY kernel, shape, dtype, fingerprint, source_hash");
+  if (!statement) return statement.error();
+  return collect<WinnerRecord>(db, op, *statement, read_winner);
+}
+
+Result<std::optional<std::string>> Store::kernel_spec(const std::string& name,
+                                                      const std::string& source_hash) const {
+  constexpr std::string_view op = "kernel_spec";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "SELECT spec_text FROM kernels WHERE name = ?1 AND source_hash = ?2");
+  if (!statement) return statement.error();
+  statement->bind_text(1, name);
+  statement->bind_text(2, source_hash);
+  const int rc = statement->step();
+  if (rc == SQLITE_DONE) return std::optional<std::string>{};
+  if (rc != SQLITE_ROW) return db.error(op);
+  return std::optional<std::string>(statement->column_text(0));
+}
+
+Result<std::optional<DeviceInfo>> Store::get_device(const std::string& fingerprint) const {
+  constexpr std::string_view op = "get_device";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "SELECT fingerprint, name, details FROM devices WHERE fingerprint = ?1");
+  if (!statement) return statement.error();
+  statement->bind_text(1, fingerprint);
+  const int rc = statement->step();
+  if (rc == SQLITE_DONE) return std::optional<DeviceInfo>{};
+  if (rc != SQLITE_ROW) return db.error(op);
+  DeviceInfo device;
+  device.fingerprint = statement->column_text(0);
+  device.name = statement->column_text(1);
+  device.details = nlohmann::json::parse(statement->column_text(2), nullptr, false);
+  if (device.details.is_discarded()) {
+    return db.error(op, "devices.details of " + fingerprint + " is not valid JSON");
+  }
+  return std::optional<DeviceInfo>(std::move(device));
+}
+
+} // namespace ktune

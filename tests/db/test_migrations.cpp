@@ -1,0 +1,206 @@
+#include "db/migrations.hpp"
+#include "db/store.hpp"
+
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <string>
+#include <vector>
+
+using namespace ktune;
+using ktune::db::DbRef;
+using ktune::db::Migration;
+
+namespace {
+
+// A read-write connection for driving run_migrations directly.
+class Connection {
+public:
+  explicit Connection(const std::string& path) : m_path(path) {
+    const int rc = sqlite3_open_v2(path.c_str(), &m_db,
+                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    INFO(sqlite3_errmsg(m_db));
+    REQUIRE(rc == SQLITE_OK);
+  }
+  ~Connection() { sqlite3_close_v2(m_db); }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  [[nodiscard]] DbRef ref() const { return DbRef{m_db, m_path}; }
+
+  std::int64_t integer(const char* sql) const {
+    auto value = ref().query_int("test", sql);
+    INFO((value.ok() ? std::string() : value.error().message));
+    REQUIRE(value.ok());
+    return *value;
+  }
+  void exec(const char* sql) const {
+    auto done = ref().exec("test", sql);
+    INFO((done.ok() ? std::string() : done.error().message));
+    REQUIRE(done.ok());
+  }
+  bool accepts(const char* sql) const { return ref().exec("test", sql).ok(); }
+  bool has_table(const std::string& name) const {
+    const std::string sql =
+        "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = '" + name + "'";
+    return integer(sql.c_str()) == 1;
+  }
+  std::vector<std::string> columns(const std::string& table) const {
+    const std::string sql = "SELECT name FROM pragma_table_info('" + table + "') ORDER BY cid";
+    auto statement = db::Statement::prepare(ref(), "test", sql);
+    REQUIRE(statement.ok());
+    std::vector<std::string> names;
+    while (statement->step() == SQLITE_ROW) names.push_back(statement->column_text(0));
+    return names;
+  }
+
+private:
+  std::string m_path;
+  sqlite3* m_db = nullptr;
+};
+
+int run(const Connection& connection, std::span<const Migration> migrations) {
+  auto applied = db::run_migrations(connection.ref(), migrations);
+  INFO((applied.ok() ? std::string() : applied.error().message));
+  REQUIRE(applied.ok());
+  return *applied;
+}
+
+Result<void> create_a(DbRef db) { return db.exec("create a", "CREATE TABLE a (x INTEGER)"); }
+Result<void> create_b(DbRef db) { return db.exec("create b", "CREATE TABLE b (y INTEGER)"); }
+Result<void> broken(DbRef db) { return db.exec("broken", "CREATE TABLE c (z INTEGER"); }
+
+} // namespace
+
+TEST_CASE("the schema list matches the schema version", "[db]") {
+  CHECK(db::schema_migrations().size() == static_cast<std::size_t>(k_schema_version));
+  for (const Migration& step : db::schema_migrations()) {
+    CHECK_FALSE(step.description.empty());
+    CHECK(step.apply != nullptr);
+  }
+}
+
+TEST_CASE("migrating a fresh database creates schema v1 once", "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  CHECK(run(connection, db::schema_migrations()) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 1);
+  CHECK(connection.integer("PRAGMA application_id") == k_application_id);
+  CHECK(run(connection, db::schema_migrations()) == 0);
+  CHECK(connection.integer("PRAGMA user_version") == 1);
+
+  CHECK(connection.columns("kernels") ==
+        std::vector<std::string>{"name", "source_hash", "spec_text", "created_at"});
+  CHECK(connection.columns("devices") ==
+        std::vector<std::string>{"fingerprint", "name", "details", "first_seen"});
+  CHECK(connection.columns("jobs") ==
+        std::vector<std::string>{"id", "kernel", "source_hash", "shape", "dtype", "device",
+                                 "fingerprint", "strategy", "budget", "state", "total", "done",
+                                 "failed", "error", "created_at", "started_at", "finished_at"});
+  CHECK(connection.columns("results") ==
+        std::vector<std::string>{"id", "job_id", "kernel", "source_hash", "shape", "dtype",
+                                 "fingerprint", "config", "config_index", "status", "reason",
+                                 "log", "n", "min_ms", "max_ms", "median_ms", "mean_ms",
+                                 "stddev_ms", "q1_ms", "q3_ms", "gflops", "gbps", "compile_ms",
+                                 "created_at"});
+  CHECK(connection.columns("winners") ==
+        std::vector<std::string>{"kernel", "source_hash", "shape", "dtype", "fingerprint",
+                                 "result_id", "job_id", "config", "median_ms", "gflops",
+                                 "updated_at"});
+}
+
+TEST_CASE("schema v1 constraints hold", "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  REQUIRE(run(connection, db::schema_migrations()) == 1);
+  connection.exec("PRAGMA foreign_keys = ON");
+  connection.exec(
+      "INSERT INTO jobs (id, kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, created_at) VALUES (1, 'gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'exhaustive', "
+      "'queued', 1)");
+
+  SECTION("job state must be one of the six") {
+    CHECK_FALSE(connection.accepts("UPDATE jobs SET state = 'paused' WHERE id = 1"));
+    CHECK(connection.accepts("UPDATE jobs SET state = 'interrupted' WHERE id = 1"));
+  }
+  SECTION("result status must be one of the ten, and (job_id, config) is unique") {
+    const char* insert_ok =
+        "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
+        "config_index, status, created_at) VALUES (1, 'gemm', 'h', 'M=1', 'f32', 'fp', '{}', 0, "
+        "'ok', 1)";
+    CHECK_FALSE(connection.accepts(
+        "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
+        "config_index, status, created_at) VALUES (1, 'gemm', 'h', 'M=1', 'f32', 'fp', '{}', 0, "
+        "'skipped', 1)"));
+    CHECK(connection.accepts(insert_ok));
+    CHECK_FALSE(connection.accepts(insert_ok));
+  }
+  SECTION("a result needs its job") {
+    CHECK_FALSE(connection.accepts(
+        "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
+        "config_index, status, created_at) VALUES (2, 'gemm', 'h', 'M=1', 'f32', 'fp', '{}', 0, "
+        "'ok', 1)"));
+  }
+  SECTION("device details are JSON") {
+    CHECK_FALSE(connection.accepts(
+        "INSERT INTO devices (fingerprint, name, details, first_seen) VALUES ('a', 'cpu', "
+        "'{not json', 1)"));
+    CHECK(connection.accepts(
+        "INSERT INTO devices (fingerprint, name, details, first_seen) VALUES ('a', 'cpu', "
+        "'{\"cores\":2}', 1)"));
+  }
+  SECTION("one winner per key") {
+    const char* insert =
+        "INSERT INTO winners (kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, "
+        "config, median_ms, gflops, updated_at) VALUES ('gemm', 'h', 'M=1', 'f32', 'fp', 0, 0, "
+        "'{}', 1.0, 2.0, 1)";
+    CHECK(connection.accepts(insert));
+    CHECK_FALSE(connection.accepts(insert));
+  }
+}
+
+TEST_CASE("migrations run in order, in one transaction", "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+
+  SECTION("only the missing steps run") {
+    const std::array<Migration, 1> first{Migration{"create a", &create_a}};
+    const std::array<Migration, 2> both{Migration{"create a", &create_a},
+                                        Migration{"create b", &create_b}};
+    CHECK(run(connection, first) == 1);
+    CHECK(connection.has_table("a"));
+    CHECK_FALSE(connection.has_table("b"));
+    CHECK(run(connection, both) == 1);
+    CHECK(connection.has_table("b"));
+    CHECK(connection.integer("PRAGMA user_version") == 2);
+  }
+
+  SECTION("a failing step leaves the database untouched") {
+    const std::array<Migration, 3> steps{Migration{"create a", &create_a},
+                                         Migration{"create b", &create_b},
+                                         Migration{"create c", &broken}};
+    auto applied = db::run_migrations(connection.ref(), steps);
+    REQUIRE_FALSE(applied.ok());
+    CHECK(applied.error().code == "db_error");
+    CHECK(applied.error().message.find("v3") != std::string::npos);
+    CHECK(applied.error().message.find("create c") != std::string::npos);
+    CHECK(applied.error().message.find(dir.str()) != std::string::npos);
+    CHECK_FALSE(connection.has_table("a"));
+    CHECK_FALSE(connection.has_table("b"));
+    CHECK(connection.integer("PRAGMA user_version") == 0);
+    CHECK(connection.integer("PRAGMA application_id") == 0);
+    // The connection is usable afterwards: no transaction was left open.
+    CHECK(sqlite3_get_autocommit(connection.ref().handle) != 0);
+  }
+
+  SECTION("a newer database is refused") {
+    connection.exec("PRAGMA user_version = 5");
+    auto applied = db::run_migrations(connection.ref(), db::schema_migrations());
+    REQUIRE_FALSE(applied.ok());
+    CHECK(applied.error().message.find("5") != std::string::npos);
+    CHECK(applied.error().message.find("newer") != std::string::npos);
+    CHECK(connection.integer("PRAGMA user_version") == 5);
+  }
+}
