@@ -1,0 +1,518 @@
+#include "core/kernel_spec.hpp"
+
+#include "core/expr.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <initializer_list>
+#include <set>
+#include <utility>
+
+namespace ktune {
+
+std::string_view to_string(Language language) {
+  switch (language) {
+  case Language::cpp: return "cpp";
+  case Language::cuda: return "cuda";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(ArgKind kind) {
+  switch (kind) {
+  case ArgKind::in: return "in";
+  case ArgKind::out: return "out";
+  case ArgKind::inout: return "inout";
+  case ArgKind::scalar: return "scalar";
+  }
+  return "unknown";
+}
+
+const ParamSpec* KernelSpec::find_param(std::string_view name) const {
+  for (const auto& p : params) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+namespace {
+
+constexpr std::array<std::string_view, 5> k_dtypes{"f32", "f64", "f16", "i32", "i64"};
+constexpr std::array<std::string_view, 4> k_inits{"uniform", "zero", "ones", "index"};
+
+// Raised inside parse_kernel_spec only and turned into its Error before it returns.
+struct SpecFailure {
+  std::string message;
+};
+
+bool is_identifier(std::string_view name) {
+  if (name.empty()) return false;
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (!alpha(name.front())) return false;
+  return std::all_of(name.begin(), name.end(), [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); });
+}
+
+bool is_kernel_name(std::string_view name) {
+  if (name.empty()) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
+  });
+}
+
+template <std::size_t N>
+bool one_of(std::string_view value, const std::array<std::string_view, N>& choices) {
+  return std::find(choices.begin(), choices.end(), value) != choices.end();
+}
+
+template <std::size_t N>
+std::string list(const std::array<std::string_view, N>& choices) {
+  std::string out;
+  for (auto c : choices) out += (out.empty() ? "" : ", ") + std::string(c);
+  return out;
+}
+
+std::string type_name(const toml::node& node) {
+  switch (node.type()) {
+  case toml::node_type::table: return "a table";
+  case toml::node_type::array: return "an array";
+  case toml::node_type::string: return "a string";
+  case toml::node_type::integer: return "an integer";
+  case toml::node_type::floating_point: return "a float";
+  case toml::node_type::boolean: return "a boolean";
+  case toml::node_type::date: return "a date";
+  case toml::node_type::time: return "a time";
+  case toml::node_type::date_time: return "a date-time";
+  case toml::node_type::none: break;
+  }
+  return "nothing";
+}
+
+std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+// Table keys in the order they appear in the file (toml++ keeps tables sorted by name).
+std::vector<std::pair<std::string, const toml::node*>> in_file_order(const toml::table& table) {
+  std::vector<std::pair<std::string, const toml::node*>> entries;
+  for (const auto& [key, node] : table) entries.emplace_back(std::string(key.str()), &node);
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    const auto& pa = a.second->source().begin;
+    const auto& pb = b.second->source().begin;
+    return pa.line != pb.line ? pa.line < pb.line : pa.column < pb.column;
+  });
+  return entries;
+}
+
+class SpecReader {
+public:
+  explicit SpecReader(std::string_view label) : m_label(label) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& reason) const {
+    throw SpecFailure{m_label + ": " + key + ": " + reason};
+  }
+
+  void only_keys(const toml::table& table, const std::string& where,
+                 std::initializer_list<std::string_view> allowed) const {
+    for (const auto& [key, node] : in_file_order(table)) {
+      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+        std::string expected;
+        for (auto a : allowed) expected += (expected.empty() ? "" : ", ") + std::string(a);
+        if (where.empty()) fail("[" + key + "]", "unknown table (expected one of: " + expected + ")");
+        fail(where + "." + key, "unknown key (expected one of: " + expected + ")");
+      }
+    }
+  }
+
+  const toml::table& table(const toml::table& parent, std::string_view key, const std::string& where) const {
+    const toml::node* node = parent.get(key);
+    if (node == nullptr) fail(where, "missing table");
+    if (!node->is_table()) fail(where, "expected a table, found " + type_name(*node));
+    return *node->as_table();
+  }
+
+  const toml::table* optional_table(const toml::table& parent, std::string_view key,
+                                    const std::string& where) const {
+    const toml::node* node = parent.get(key);
+    if (node == nullptr) return nullptr;
+    if (!node->is_table()) fail(where, "expected a table, found " + type_name(*node));
+    return node->as_table();
+  }
+
+  std::string string(const toml::node& node, const std::string& key) const {
+    if (!node.is_string()) fail(key, "expected a string, found " + type_name(node));
+    return node.as_string()->get();
+  }
+
+  std::string required_string(const toml::table& t, std::string_view name, const std::string& key) const {
+    const toml::node* node = t.get(name);
+    if (node == nullptr) fail(key, "missing required key");
+    return string(*node, key);
+  }
+
+  std::optional<std::string> optional_string(const toml::table& t, std::string_view name,
+                                             const std::string& key) const {
+    const toml::node* node = t.get(name);
+    if (node == nullptr) return std::nullopt;
+    return string(*node, key);
+  }
+
+  // An expression given as a string, or as an integer literal for convenience.
+  std::string expression_text(const toml::node& node, const std::string& key) const {
+    if (node.is_integer()) return std::to_string(node.as_integer()->get());
+    if (!node.is_string()) fail(key, "expected an expression string, found " + type_name(node));
+    std::string text = node.as_string()->get();
+    if (text.find_first_not_of(" \t") == std::string::npos) fail(key, "empty expression");
+    return text;
+  }
+
+  const toml::array& array(const toml::node& node, const std::string& key) const {
+    if (!node.is_array()) fail(key, "expected an array, found " + type_name(node));
+    return *node.as_array();
+  }
+
+  std::vector<std::string> string_array(const toml::node& node, const std::string& key) const {
+    std::vector<std::string> out;
+    const toml::array& items = array(node, key);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      out.push_back(string(*items.get(i), key + "[" + std::to_string(i) + "]"));
+    }
+    return out;
+  }
+
+  double number(const toml::node& node, const std::string& key) const {
+    if (node.is_floating_point()) return node.as_floating_point()->get();
+    if (node.is_integer()) return static_cast<double>(node.as_integer()->get());
+    fail(key, "expected a number, found " + type_name(node));
+  }
+
+  const std::string& label() const { return m_label; }
+
+private:
+  std::string m_label;
+};
+
+void read_kernel(const SpecReader& r, const toml::table& root, KernelSpec& spec) {
+  const toml::table& kernel = r.table(root, "kernel", "[kernel]");
+  r.only_keys(kernel, "[kernel]",
+              {"name", "language", "source", "entry", "shape", "dtypes", "flags", "inplace"});
+
+  spec.name = r.required_string(kernel, "name", "[kernel].name");
+  if (!is_kernel_name(spec.name)) {
+    r.fail("[kernel].name", "expected letters, digits, '_', '-' or '.', found " + quote(spec.name));
+  }
+
+  const std::string language = r.required_string(kernel, "language", "[kernel].language");
+  if (language == "cpp") spec.language = Language::cpp;
+  else if (language == "cuda") spec.language = Language::cuda;
+  else r.fail("[kernel].language", "expected \"cpp\" or \"cuda\", found " + quote(language));
+
+  spec.source = r.required_string(kernel, "source", "[kernel].source");
+  if (spec.source.empty()) r.fail("[kernel].source", "expected a file name, found an empty string");
+  if (spec.source.front() == '/') {
+    r.fail("[kernel].source", "expected a path relative to the spec's directory, found " + quote(spec.source));
+  }
+  {
+    std::size_t start = 0;
+    while (start <= spec.source.size()) {
+      auto slash = spec.source.find('/', start);
+      if (slash == std::string::npos) slash = spec.source.size();
+      if (spec.source.compare(start, slash - start, "..") == 0 && slash - start == 2) {
+        r.fail("[kernel].source", "'..' is not allowed in the source path, found " + quote(spec.source));
+      }
+      start = slash + 1;
+    }
+  }
+
+  spec.entry = r.required_string(kernel, "entry", "[kernel].entry");
+  if (!is_identifier(spec.entry)) r.fail("[kernel].entry", "expected a C identifier, found " + quote(spec.entry));
+
+  const toml::node* shape = kernel.get("shape");
+  if (shape == nullptr) r.fail("[kernel].shape", "missing required key");
+  spec.shape_dims = r.string_array(*shape, "[kernel].shape");
+  if (spec.shape_dims.empty()) r.fail("[kernel].shape", "expected at least one dimension name");
+  for (std::size_t i = 0; i < spec.shape_dims.size(); ++i) {
+    const std::string key = "[kernel].shape[" + std::to_string(i) + "]";
+    const std::string& dim = spec.shape_dims[i];
+    if (!is_identifier(dim)) r.fail(key, "expected an identifier, found " + quote(dim));
+    if (std::find(spec.shape_dims.begin(), spec.shape_dims.begin() + static_cast<std::ptrdiff_t>(i), dim) !=
+        spec.shape_dims.begin() + static_cast<std::ptrdiff_t>(i)) {
+      r.fail(key, "duplicate dimension " + quote(dim));
+    }
+  }
+
+  const toml::node* dtypes = kernel.get("dtypes");
+  if (dtypes == nullptr) r.fail("[kernel].dtypes", "missing required key");
+  spec.dtypes = r.string_array(*dtypes, "[kernel].dtypes");
+  if (spec.dtypes.empty()) r.fail("[kernel].dtypes", "expected at least one of " + list(k_dtypes));
+  for (std::size_t i = 0; i < spec.dtypes.size(); ++i) {
+    const std::string key = "[kernel].dtypes[" + std::to_string(i) + "]";
+    if (!one_of(spec.dtypes[i], k_dtypes)) {
+      r.fail(key, "expected one of " + list(k_dtypes) + ", found " + quote(spec.dtypes[i]));
+    }
+    if (std::count(spec.dtypes.begin(), spec.dtypes.end(), spec.dtypes[i]) > 1) {
+      r.fail(key, "duplicate dtype " + quote(spec.dtypes[i]));
+    }
+  }
+
+  if (const toml::node* flags = kernel.get("flags")) spec.flags = r.string_array(*flags, "[kernel].flags");
+
+  if (const toml::node* inplace = kernel.get("inplace")) {
+    if (!inplace->is_boolean()) r.fail("[kernel].inplace", "expected a boolean, found " + type_name(*inplace));
+    spec.inplace = inplace->as_boolean()->get();
+  }
+}
+
+void read_params(const SpecReader& r, const toml::table& root, KernelSpec& spec) {
+  const toml::table* params = r.optional_table(root, "params", "[params]");
+  if (params == nullptr) return;
+  for (const auto& [name, node] : in_file_order(*params)) {
+    const std::string key = "[params]." + name;
+    if (!is_identifier(name)) r.fail(key, "expected an identifier as the param name");
+    if (std::find(spec.shape_dims.begin(), spec.shape_dims.end(), name) != spec.shape_dims.end()) {
+      r.fail(key, "param name clashes with the shape dimension of the same name");
+    }
+    const toml::array& values = r.array(*node, key);
+    if (values.empty()) r.fail(key, "expected a non-empty array of integers");
+    ParamSpec param{name, {}};
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const toml::node& v = *values.get(i);
+      const std::string item_key = key + "[" + std::to_string(i) + "]";
+      if (!v.is_integer()) r.fail(item_key, "expected an integer, found " + type_name(v));
+      const std::int64_t value = v.as_integer()->get();
+      if (std::find(param.values.begin(), param.values.end(), value) != param.values.end()) {
+        r.fail(item_key, "duplicate value " + std::to_string(value));
+      }
+      param.values.push_back(value);
+    }
+    spec.params.push_back(std::move(param));
+  }
+}
+
+class ExpressionChecker {
+public:
+  ExpressionChecker(const SpecReader& reader, const KernelSpec& spec) : m_reader(reader) {
+    m_variables = spec.shape_dims;
+    for (const auto& p : spec.params) m_variables.push_back(p.name);
+  }
+
+  void check(const std::string& text, const std::string& key) const {
+    Result<Expr> compiled = Expr::compile(text, m_variables);
+    if (!compiled) m_reader.fail(key, compiled.error().message);
+  }
+
+private:
+  const SpecReader& m_reader;
+  std::vector<std::string> m_variables;
+};
+
+void read_space(const SpecReader& r, const ExpressionChecker& checker, const toml::table& root,
+                KernelSpec& spec) {
+  const toml::table* space = r.optional_table(root, "space", "[space]");
+  if (space == nullptr) return;
+  r.only_keys(*space, "[space]", {"constraints"});
+  const toml::node* constraints = space->get("constraints");
+  if (constraints == nullptr) return;
+  const toml::array& items = r.array(*constraints, "[space].constraints");
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string key = "[space].constraints[" + std::to_string(i) + "]";
+    const toml::node& item = *items.get(i);
+    if (!item.is_string()) r.fail(key, "expected an expression string, found " + type_name(item));
+    std::string text = r.expression_text(item, key);
+    checker.check(text, key);
+    spec.constraints.push_back(std::move(text));
+  }
+}
+
+void read_launch(const SpecReader& r, const ExpressionChecker& checker, const toml::table& root,
+                 KernelSpec& spec) {
+  const toml::table* launch = r.optional_table(root, "launch", "[launch]");
+  if (launch == nullptr) {
+    if (spec.language == Language::cuda) r.fail("[launch]", "missing table (required for language \"cuda\")");
+    return;
+  }
+  r.only_keys(*launch, "[launch]", {"grid", "block", "shared_bytes"});
+  LaunchSpec out;
+  auto read_dim3 = [&](std::string_view name, std::string (&target)[3]) {
+    const std::string key = "[launch]." + std::string(name);
+    const toml::node* node = launch->get(name);
+    if (node == nullptr) {
+      if (spec.language == Language::cuda) r.fail(key, "missing required key");
+      return;
+    }
+    const toml::array& items = r.array(*node, key);
+    if (items.size() != 3) {
+      r.fail(key, "expected 3 expressions (x, y, z), found " + std::to_string(items.size()));
+    }
+    for (std::size_t i = 0; i < 3; ++i) {
+      const std::string item_key = key + "[" + std::to_string(i) + "]";
+      target[i] = r.expression_text(*items.get(i), item_key);
+      checker.check(target[i], item_key);
+    }
+  };
+  read_dim3("grid", out.grid);
+  read_dim3("block", out.block);
+  if (const toml::node* shared = launch->get("shared_bytes")) {
+    out.shared_bytes = r.expression_text(*shared, "[launch].shared_bytes");
+    checker.check(out.shared_bytes, "[launch].shared_bytes");
+  }
+  spec.launch = std::move(out);
+}
+
+void read_args(const SpecReader& r, const ExpressionChecker& checker, const toml::table& root,
+               KernelSpec& spec) {
+  const toml::node* args = root.get("args");
+  if (args == nullptr) r.fail("[[args]]", "missing: a kernel needs at least one out or inout argument");
+  if (!args->is_array_of_tables()) {
+    r.fail("[[args]]", "expected an array of tables ([[args]]), found " + type_name(*args));
+  }
+  const toml::array& items = *args->as_array();
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string where = "args[" + std::to_string(i) + "]";
+    const toml::table& t = *items.get(i)->as_table();
+    r.only_keys(t, where, {"name", "kind", "count", "init", "value", "dtype"});
+    ArgSpec arg;
+    arg.name = r.required_string(t, "name", where + ".name");
+    if (!is_identifier(arg.name)) r.fail(where + ".name", "expected an identifier, found " + quote(arg.name));
+    for (const auto& other : spec.args) {
+      if (other.name == arg.name) r.fail(where + ".name", "duplicate argument name " + quote(arg.name));
+    }
+    const std::string kind = r.required_string(t, "kind", where + ".kind");
+    if (kind == "in") arg.kind = ArgKind::in;
+    else if (kind == "out") arg.kind = ArgKind::out;
+    else if (kind == "inout") arg.kind = ArgKind::inout;
+    else if (kind == "scalar") arg.kind = ArgKind::scalar;
+    else r.fail(where + ".kind", "expected one of in, out, inout, scalar, found " + quote(kind));
+
+    if (arg.kind == ArgKind::scalar) {
+      if (t.contains("count")) r.fail(where + ".count", "not allowed for a scalar argument (use 'value')");
+      if (t.contains("init")) r.fail(where + ".init", "not allowed for a scalar argument");
+      const toml::node* value = t.get("value");
+      if (value == nullptr) r.fail(where + ".value", "missing required key for a scalar argument");
+      arg.value = r.expression_text(*value, where + ".value");
+      checker.check(arg.value, where + ".value");
+    } else {
+      if (t.contains("value")) r.fail(where + ".value", "not allowed for a buffer argument (use 'count')");
+      const toml::node* count = t.get("count");
+      if (count == nullptr) r.fail(where + ".count", "missing required key for a buffer argument");
+      arg.count = r.expression_text(*count, where + ".count");
+      checker.check(arg.count, where + ".count");
+      if (auto init = r.optional_string(t, "init", where + ".init")) {
+        if (!one_of(*init, k_inits)) {
+          r.fail(where + ".init", "expected one of " + list(k_inits) + ", found " + quote(*init));
+        }
+        arg.init = *init;
+      }
+    }
+    if (auto dtype = r.optional_string(t, "dtype", where + ".dtype")) {
+      if (!one_of(*dtype, k_dtypes)) {
+        r.fail(where + ".dtype", "expected one of " + list(k_dtypes) + ", found " + quote(*dtype));
+      }
+      arg.dtype = *dtype;
+    }
+    spec.args.push_back(std::move(arg));
+  }
+  const bool has_output = std::any_of(spec.args.begin(), spec.args.end(), [](const ArgSpec& a) {
+    return a.kind == ArgKind::out || a.kind == ArgKind::inout;
+  });
+  if (!has_output) r.fail("[[args]]", "expected at least one argument of kind out or inout, found none");
+}
+
+void read_metrics(const SpecReader& r, const ExpressionChecker& checker, const toml::table& root,
+                  KernelSpec& spec) {
+  const toml::table* metrics = r.optional_table(root, "metrics", "[metrics]");
+  if (metrics == nullptr) return;
+  r.only_keys(*metrics, "[metrics]", {"flops", "bytes"});
+  if (const toml::node* flops = metrics->get("flops")) {
+    spec.flops = r.expression_text(*flops, "[metrics].flops");
+    checker.check(spec.flops, "[metrics].flops");
+  }
+  if (const toml::node* bytes = metrics->get("bytes")) {
+    spec.bytes = r.expression_text(*bytes, "[metrics].bytes");
+    checker.check(spec.bytes, "[metrics].bytes");
+  }
+}
+
+void read_check(const SpecReader& r, const toml::table& root, KernelSpec& spec) {
+  const toml::table* check = r.optional_table(root, "check", "[check]");
+  if (check == nullptr) return;
+  r.only_keys(*check, "[check]", {"reference", "rtol", "atol"});
+  if (auto reference = r.optional_string(*check, "reference", "[check].reference")) {
+    if (*reference != "default") {
+      r.fail("[check].reference", "expected \"default\" (the [default] config), found " + quote(*reference));
+    }
+    spec.check.reference = *reference;
+  }
+  auto tolerance = [&](std::string_view name, double& target) {
+    const toml::node* node = check->get(name);
+    if (node == nullptr) return;
+    const std::string key = "[check]." + std::string(name);
+    const double value = r.number(*node, key);
+    if (!std::isfinite(value) || value < 0) {
+      r.fail(key, "expected a finite number >= 0, found " + std::to_string(value));
+    }
+    target = value;
+  };
+  tolerance("rtol", spec.check.rtol);
+  tolerance("atol", spec.check.atol);
+}
+
+void read_default(const SpecReader& r, const toml::table& root, KernelSpec& spec) {
+  const toml::table* defaults = r.optional_table(root, "default", "[default]");
+  if (defaults == nullptr) {
+    if (!spec.params.empty()) r.fail("[default]", "missing table (a value for every param is required)");
+    return;
+  }
+  for (const auto& [name, node] : in_file_order(*defaults)) {
+    if (spec.find_param(name) == nullptr) r.fail("[default]." + name, "unknown param (not declared in [params])");
+  }
+  for (const auto& param : spec.params) {
+    const std::string key = "[default]." + param.name;
+    const toml::node* node = defaults->get(param.name);
+    if (node == nullptr) r.fail(key, "missing: every param needs a default value");
+    if (!node->is_integer()) r.fail(key, "expected an integer, found " + type_name(*node));
+    const std::int64_t value = node->as_integer()->get();
+    if (std::find(param.values.begin(), param.values.end(), value) == param.values.end()) {
+      std::string declared;
+      for (auto v : param.values) declared += (declared.empty() ? "" : ", ") + std::to_string(v);
+      r.fail(key, "expected one of the declared values [" + declared + "], found " + std::to_string(value));
+    }
+    spec.default_config.emplace_back(param.name, value);
+  }
+}
+
+} // namespace
+
+Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_view file_label) {
+  const std::string label(file_label);
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, label);
+  } catch (const toml::parse_error& error) {
+    const auto& at = error.source().begin;
+    return make_error("spec_error", label + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) +
+                                        ": " + std::string(error.description()));
+  }
+
+  const SpecReader reader(label);
+  KernelSpec spec;
+  try {
+    reader.only_keys(root, "",
+                     {"kernel", "params", "space", "launch", "args", "metrics", "check", "default"});
+    read_kernel(reader, root, spec);
+    read_params(reader, root, spec);
+    const ExpressionChecker checker(reader, spec);
+    read_space(reader, checker, root, spec);
+    read_launch(reader, checker, root, spec);
+    read_args(reader, checker, root, spec);
+    read_metrics(reader, checker, root, spec);
+    read_check(reader, root, spec);
+    read_default(reader, root, spec);
+  } catch (const SpecFailure& failure) {
+    return make_error("spec_error", failure.message);
+  }
+  return spec;
+}
+
+} // namespace ktune

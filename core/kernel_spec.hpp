@@ -69,7 +69,9 @@ struct KernelSpec {
 // use (shape dims and params), so a bad expression fails here, not in the middle of a tune.
 // Errors have code "spec_error" and name `file_label`, the key (e.g. "args[2].count") and, for
 // expressions, the expression text: "kernels/gemm/kernel.toml: [space].constraints[1]: 'K % BK ==':
-// syntax error ...".
+// syntax error ...". Array indices in keys count from 0. TOML syntax errors read
+// "<file_label>:<line>:<column>: <reason>". Unknown tables and keys are errors naming the key.
+// [params] keep their order in the file.
 [[nodiscard]] Result<KernelSpec> parse_kernel_spec(std::string_view toml_text,
                                                    std::string_view file_label);
 

@@ -34,8 +34,9 @@ public:
   // constraints. Errors: "bad_expression" when a constraint cannot be evaluated (e.g. x % 0).
   [[nodiscard]] Result<bool> admits(const Config& config) const;
 
-  // All admitted configs in index order. Stops with an error ("space_too_large") when the
-  // cartesian product exceeds `max_cartesian`.
+  // All admitted configs in index order; a config whose constraints cannot be evaluated (e.g.
+  // x % 0) is left out. Stops with an error ("space_too_large") when the cartesian product
+  // exceeds `max_cartesian`.
   [[nodiscard]] Result<std::vector<Config>> enumerate(std::uint64_t max_cartesian = 10'000'000) const;
 
   ParamSpace(ParamSpace&&) noexcept = default;

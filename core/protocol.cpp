@@ -1,0 +1,203 @@
+#include "core/protocol.hpp"
+
+#include <limits>
+
+namespace ktune::protocol {
+namespace {
+
+using nlohmann::json;
+
+// Dumps without throwing on invalid UTF-8 (compile logs and kernel output may carry any bytes):
+// such bytes are replaced by U+FFFD.
+std::string dump(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+bool is_id_scalar(const json& id) { return id.is_null() || id.is_number() || id.is_string(); }
+
+std::string json_type(const json& value) {
+  if (value.is_number_integer()) return "integer";
+  if (value.is_number_float()) return "float";
+  return value.type_name();
+}
+
+Error field_error(std::string_view op, std::string_view field, const std::string& reason) {
+  return make_error(code::bad_request, std::string(op) + ": field '" + std::string(field) + "' " + reason);
+}
+
+// Reads an optional field: absent or null leaves `target` untouched.
+class FieldReader {
+public:
+  FieldReader(std::string_view op, const json& body) : m_op(op), m_body(body) {}
+
+  [[nodiscard]] std::optional<Error> require_object() const {
+    if (m_body.is_object()) return std::nullopt;
+    return make_error(code::bad_request,
+                      std::string(m_op) + ": expected a JSON object, found " + json_type(m_body));
+  }
+
+  [[nodiscard]] const json* find(std::string_view field) const {
+    const auto it = m_body.find(field);
+    if (it == m_body.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  [[nodiscard]] std::optional<Error> string(std::string_view field, std::string& target, bool required) const {
+    const json* value = find(field);
+    if (value == nullptr) {
+      if (required) return field_error(m_op, field, "is required (a string)");
+      return std::nullopt;
+    }
+    if (!value->is_string()) return field_error(m_op, field, "must be a string, found " + json_type(*value));
+    target = value->get<std::string>();
+    return std::nullopt;
+  }
+
+  [[nodiscard]] std::optional<Error> integer(std::string_view field, std::optional<std::int64_t>& target,
+                                             std::int64_t min, std::int64_t max) const {
+    const json* value = find(field);
+    if (value == nullptr) return std::nullopt;
+    const std::string range = "an integer in " + std::to_string(min) + ".." + std::to_string(max);
+    if (!value->is_number_integer()) return field_error(m_op, field, "must be " + range + ", found " + json_type(*value));
+    if (value->is_number_unsigned() &&
+        value->get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      return field_error(m_op, field, "must be " + range + ", found " + dump(*value));
+    }
+    const auto v = value->get<std::int64_t>();
+    if (v < min || v > max) return field_error(m_op, field, "must be " + range + ", found " + std::to_string(v));
+    target = v;
+    return std::nullopt;
+  }
+
+  [[nodiscard]] std::optional<Error> boolean(std::string_view field, bool& target) const {
+    const json* value = find(field);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_boolean()) return field_error(m_op, field, "must be a boolean, found " + json_type(*value));
+    target = value->get<bool>();
+    return std::nullopt;
+  }
+
+private:
+  std::string_view m_op;
+  const json& m_body;
+};
+
+constexpr std::int64_t k_int64_max = std::numeric_limits<std::int64_t>::max();
+
+} // namespace
+
+Result<Request> decode_request(std::string_view line) {
+  json body = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return make_error(code::bad_json, "the request line is not valid JSON");
+  if (!body.is_object()) {
+    return make_error(code::bad_request, "expected a JSON object as the request, found " + json_type(body));
+  }
+  Request request;
+  if (const auto id = body.find("id"); id != body.end()) {
+    if (!is_id_scalar(*id)) {
+      return make_error(code::bad_request, "field 'id' must be a number, a string or null, found " + json_type(*id));
+    }
+    request.id = *id;
+  }
+  if (const auto v = body.find("v"); v != body.end()) {
+    if (!v->is_number_integer() || *v != k_version) {
+      return make_error(code::unsupported_version,
+                        "protocol version " + dump(*v) + " is not supported (expected " + std::to_string(k_version) + ")");
+    }
+  }
+  const auto op = body.find("op");
+  if (op == body.end()) return make_error(code::bad_request, "field 'op' is required (a string)");
+  if (!op->is_string()) return make_error(code::bad_request, "field 'op' must be a string, found " + json_type(*op));
+  request.op = op->get<std::string>();
+  request.body = std::move(body);
+  return request;
+}
+
+json decode_id(std::string_view line) {
+  const json body = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) return nullptr;
+  const auto id = body.find("id");
+  if (id == body.end() || !is_id_scalar(*id)) return nullptr;
+  return *id;
+}
+
+std::string encode_ok(const json& id, const json& result) {
+  return "{\"v\":" + std::to_string(k_version) + ",\"id\":" + dump(id) + ",\"ok\":true,\"result\":" + dump(result) + "}";
+}
+
+std::string encode_error(const json& id, std::string_view code, std::string_view message) {
+  const json error = {{"code", std::string(code)}, {"message", std::string(message)}};
+  return "{\"v\":" + std::to_string(k_version) + ",\"id\":" + dump(id) + ",\"ok\":false,\"error\":" + dump(error) + "}";
+}
+
+std::string encode_event(const json& id, std::string_view event, const json& data) {
+  return "{\"v\":" + std::to_string(k_version) + ",\"id\":" + dump(id) + ",\"event\":" + dump(json(std::string(event))) +
+         ",\"data\":" + dump(data) + "}";
+}
+
+// --- typed requests --------------------------------------------------------------------------
+
+Result<TuneRequest> TuneRequest::from_json(const json& body) {
+  const FieldReader r("tune", body);
+  TuneRequest request;
+  std::optional<Error> error = r.require_object();
+  if (!error) error = r.string("kernel", request.kernel, true);
+  if (!error) error = r.string("shape", request.shape, true);
+  if (!error) error = r.string("dtype", request.dtype, false);
+  if (!error) error = r.string("device", request.device, false);
+  if (!error) error = r.string("strategy", request.strategy, false);
+  if (!error) error = r.integer("budget", request.budget, 1, k_int64_max);
+  if (!error) error = r.boolean("wait", request.wait);
+  if (error) return *error;
+  return request;
+}
+
+json TuneRequest::to_json() const {
+  json out = {{"v", k_version}, {"op", "tune"},       {"kernel", kernel},     {"shape", shape},
+              {"dtype", dtype}, {"device", device}, {"strategy", strategy}, {"wait", wait}};
+  if (budget) out["budget"] = *budget;
+  return out;
+}
+
+Result<LookupRequest> LookupRequest::from_json(const json& body) {
+  const FieldReader r("lookup", body);
+  LookupRequest request;
+  std::optional<Error> error = r.require_object();
+  if (!error) error = r.string("kernel", request.kernel, true);
+  if (!error) error = r.string("shape", request.shape, true);
+  if (!error) error = r.string("dtype", request.dtype, false);
+  if (!error) error = r.string("device", request.device, false);
+  if (error) return *error;
+  return request;
+}
+
+json LookupRequest::to_json() const {
+  return {{"v", k_version}, {"op", "lookup"}, {"kernel", kernel}, {"shape", shape}, {"dtype", dtype}, {"device", device}};
+}
+
+Result<JobRequest> JobRequest::from_json(const json& body) {
+  const FieldReader r("job", body);
+  std::optional<std::int64_t> job;
+  std::optional<Error> error = r.require_object();
+  if (!error) error = r.integer("job", job, 1, k_int64_max);
+  if (!error && !job) error = field_error("job", "job", "is required (an integer job id)");
+  if (error) return *error;
+  return JobRequest{*job};
+}
+
+json JobRequest::to_json() const { return {{"v", k_version}, {"op", "job"}, {"job", job}}; }
+
+Result<JobsRequest> JobsRequest::from_json(const json& body) {
+  const FieldReader r("jobs", body);
+  std::optional<std::int64_t> limit;
+  std::optional<Error> error = r.require_object();
+  if (!error) error = r.integer("limit", limit, 1, 10000);
+  if (error) return *error;
+  JobsRequest request;
+  if (limit) request.limit = *limit;
+  return request;
+}
+
+json JobsRequest::to_json() const { return {{"v", k_version}, {"op", "jobs"}, {"limit", limit}}; }
+
+} // namespace ktune::protocol

@@ -54,6 +54,8 @@ struct Request {
 [[nodiscard]] Result<Request> decode_request(std::string_view line);
 [[nodiscard]] nlohmann::json decode_id(std::string_view line);
 
+// Each encode_* returns one JSON document on one line, "v" first, WITHOUT the trailing '\n'
+// (the transport appends it). Invalid UTF-8 in strings is replaced by U+FFFD, never thrown.
 [[nodiscard]] std::string encode_ok(const nlohmann::json& id, const nlohmann::json& result);
 [[nodiscard]] std::string encode_error(const nlohmann::json& id, std::string_view code,
                                        std::string_view message);
@@ -61,6 +63,9 @@ struct Request {
                                        const nlohmann::json& data);
 
 // --- typed requests --------------------------------------------------------------------------
+// from_json takes the whole request object (Request::body); fields it does not know (v, id, op,
+// others) are ignored, and a null optional field counts as absent. to_json gives "v" and "op"
+// plus every field (budget only when set), ready for an "id" to be added.
 
 struct TuneRequest {
   std::string kernel;
@@ -68,7 +73,7 @@ struct TuneRequest {
   std::string dtype = "f32";
   std::string device = "cpu";
   std::string strategy = "exhaustive";
-  std::optional<std::int64_t> budget;
+  std::optional<std::int64_t> budget; // >= 1 when given
   bool wait = false;               // stream progress events until the job ends, then reply
   [[nodiscard]] static Result<TuneRequest> from_json(const nlohmann::json& body);
   [[nodiscard]] nlohmann::json to_json() const; // includes "op":"tune"
@@ -84,13 +89,13 @@ struct LookupRequest {
 };
 
 struct JobRequest {                // op "job": one job with its candidates
-  std::int64_t job = 0;
+  std::int64_t job = 0;            // required, >= 1
   [[nodiscard]] static Result<JobRequest> from_json(const nlohmann::json& body);
   [[nodiscard]] nlohmann::json to_json() const;
 };
 
 struct JobsRequest {               // op "jobs": recent jobs
-  std::int64_t limit = 50;
+  std::int64_t limit = 50;         // 1..10000
   [[nodiscard]] static Result<JobsRequest> from_json(const nlohmann::json& body);
   [[nodiscard]] nlohmann::json to_json() const;
 };

@@ -1,0 +1,299 @@
+#include "core/kernel_spec.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using ktune::parse_kernel_spec;
+
+namespace {
+
+const std::string k_gemm = R"toml(
+[kernel]
+name = "gemm"
+language = "cuda"
+source = "kernel.cu"
+entry = "gemm"
+shape = ["M", "N", "K"]
+dtypes = ["f32", "f16"]
+flags = ["-use_fast_math"]
+
+[params]
+BLOCK_N = [32, 64, 128]
+BLOCK_M = [32, 64, 128]
+BLOCK_K = [8, 16, 32]
+
+[space]
+constraints = ["BLOCK_M * BLOCK_N / 256 <= 64", "K % BLOCK_K == 0"]
+
+[launch]
+grid = ["ceil_div(N, BLOCK_N)", "ceil_div(M, BLOCK_M)", "1"]
+block = ["256", "1", "1"]
+shared_bytes = "(BLOCK_M + BLOCK_N) * BLOCK_K * 4"
+
+[[args]]
+name = "A"
+kind = "in"
+count = "M * K"
+init = "uniform"
+
+[[args]]
+name = "B"
+kind = "in"
+count = "K * N"
+dtype = "f32"
+
+[[args]]
+name = "C"
+kind = "out"
+count = "M * N"
+init = "zero"
+
+[[args]]
+name = "m"
+kind = "scalar"
+value = "M"
+
+[metrics]
+flops = "2 * M * N * K"
+bytes = "4 * (M * K + K * N + M * N)"
+
+[check]
+reference = "default"
+rtol = 1e-3
+atol = 0
+
+[default]
+BLOCK_M = 64
+BLOCK_N = 64
+BLOCK_K = 16
+)toml";
+
+const std::string k_minimal_cpp = R"toml(
+[kernel]
+name = "scale"
+language = "cpp"
+source = "src/kernel.cpp"
+entry = "scale"
+shape = ["N"]
+dtypes = ["f64"]
+
+[params]
+UNROLL = [1, 2, 4]
+
+[[args]]
+name = "x"
+kind = "inout"
+count = "N"
+
+[default]
+UNROLL = 2
+)toml";
+
+// Replaces the first occurrence of `from` in `text` (which must be there).
+std::string edit(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+std::string error_of(const std::string& text) {
+  auto spec = parse_kernel_spec(text, "kernels/gemm/kernel.toml");
+  REQUIRE_FALSE(spec.ok());
+  CHECK(spec.error().code == "spec_error");
+  CHECK_THAT(spec.error().message, Catch::StartsWith("kernels/gemm/kernel.toml"));
+  return spec.error().message;
+}
+
+} // namespace
+
+TEST_CASE("core/kernel_spec: a full spec", "[core][kernel_spec]") {
+  auto parsed = parse_kernel_spec(k_gemm, "kernels/gemm/kernel.toml");
+  INFO((parsed ? std::string() : parsed.error().message));
+  REQUIRE(parsed.ok());
+  const ktune::KernelSpec& spec = *parsed;
+  CHECK(spec.name == "gemm");
+  CHECK(spec.language == ktune::Language::cuda);
+  CHECK(spec.source == "kernel.cu");
+  CHECK(spec.entry == "gemm");
+  CHECK(spec.shape_dims == std::vector<std::string>{"M", "N", "K"});
+  CHECK(spec.dtypes == std::vector<std::string>{"f32", "f16"});
+  CHECK(spec.flags == std::vector<std::string>{"-use_fast_math"});
+  CHECK_FALSE(spec.inplace);
+
+  SECTION("params keep file order") {
+    REQUIRE(spec.params.size() == 3);
+    CHECK(spec.params[0].name == "BLOCK_N");
+    CHECK(spec.params[1].name == "BLOCK_M");
+    CHECK(spec.params[2].name == "BLOCK_K");
+    CHECK(spec.params[2].values == std::vector<std::int64_t>{8, 16, 32});
+    REQUIRE(spec.find_param("BLOCK_M") != nullptr);
+    CHECK(spec.find_param("BLOCK_M")->values.size() == 3);
+    CHECK(spec.find_param("M") == nullptr);
+  }
+  SECTION("default config in params order") {
+    CHECK(spec.default_config == ktune::NamedValues{{"BLOCK_N", 64}, {"BLOCK_M", 64}, {"BLOCK_K", 16}});
+  }
+  SECTION("expressions") {
+    CHECK(spec.constraints.size() == 2);
+    CHECK(spec.constraints[1] == "K % BLOCK_K == 0");
+    REQUIRE(spec.launch.has_value());
+    CHECK(spec.launch->grid[0] == "ceil_div(N, BLOCK_N)");
+    CHECK(spec.launch->block[0] == "256");
+    CHECK(spec.launch->shared_bytes == "(BLOCK_M + BLOCK_N) * BLOCK_K * 4");
+    CHECK(spec.flops == "2 * M * N * K");
+    CHECK(spec.bytes == "4 * (M * K + K * N + M * N)");
+  }
+  SECTION("args") {
+    REQUIRE(spec.args.size() == 4);
+    CHECK(spec.args[0].name == "A");
+    CHECK(spec.args[0].kind == ktune::ArgKind::in);
+    CHECK(spec.args[0].count == "M * K");
+    CHECK(spec.args[1].init == "uniform");
+    CHECK(spec.args[1].dtype == "f32");
+    CHECK(spec.args[2].kind == ktune::ArgKind::out);
+    CHECK(spec.args[2].init == "zero");
+    CHECK(spec.args[2].dtype.empty());
+    CHECK(spec.args[3].kind == ktune::ArgKind::scalar);
+    CHECK(spec.args[3].value == "M");
+  }
+  SECTION("check") {
+    CHECK(spec.check.reference == "default");
+    CHECK(spec.check.rtol == Approx(1e-3));
+    CHECK(spec.check.atol == 0);
+  }
+}
+
+TEST_CASE("core/kernel_spec: a minimal cpp spec takes the defaults", "[core][kernel_spec]") {
+  auto spec = parse_kernel_spec(k_minimal_cpp, "scale.toml");
+  INFO((spec ? std::string() : spec.error().message));
+  REQUIRE(spec.ok());
+  CHECK(spec->language == ktune::Language::cpp);
+  CHECK(spec->source == "src/kernel.cpp");
+  CHECK_FALSE(spec->launch.has_value());
+  CHECK(spec->constraints.empty());
+  CHECK(spec->flops.empty());
+  CHECK(spec->check.rtol == Approx(1e-3));
+  CHECK(spec->check.atol == Approx(1e-5));
+  CHECK(spec->args[0].init == "uniform");
+  CHECK(spec->default_config == ktune::NamedValues{{"UNROLL", 2}});
+
+  SECTION("inplace, integer tolerances and a launch table on cpp") {
+    auto more = parse_kernel_spec(edit(k_minimal_cpp, "dtypes = [\"f64\"]",
+                                       "dtypes = [\"f64\"]\ninplace = true\n[check]\nrtol = 1\natol = 0\n"
+                                       "[launch]\nblock = [\"UNROLL\", 1, \"1\"]"),
+                                  "scale.toml");
+    INFO((more ? std::string() : more.error().message));
+    REQUIRE(more.ok());
+    CHECK(more->inplace);
+    CHECK(more->check.rtol == 1.0);
+    REQUIRE(more->launch.has_value());
+    CHECK(more->launch->block[0] == "UNROLL");
+    CHECK(more->launch->block[1] == "1");
+    CHECK(more->launch->grid[0] == "1");
+  }
+}
+
+TEST_CASE("core/kernel_spec: errors name file, key and expression", "[core][kernel_spec]") {
+  SECTION("TOML syntax error with line and column") {
+    const auto msg = error_of("[kernel]\nname = \"gemm\nlanguage = \"cuda\"\n");
+    CHECK_THAT(msg, Catch::StartsWith("kernels/gemm/kernel.toml:2:"));
+  }
+  SECTION("bad constraint expression") {
+    const auto msg = error_of(edit(k_gemm, "\"K % BLOCK_K == 0\"", "\"K % BLOCK_K ==\""));
+    CHECK_THAT(msg, Catch::Contains("[space].constraints[1]") && Catch::Contains("'K % BLOCK_K =='"));
+  }
+  SECTION("unknown variable in an arg count") {
+    const auto msg = error_of(edit(k_gemm, "count = \"K * N\"", "count = \"K * Q\""));
+    CHECK_THAT(msg, Catch::Contains("args[1].count") && Catch::Contains("'Q'") && Catch::Contains("K * Q"));
+  }
+  SECTION("bad launch, metrics and scalar expressions") {
+    CHECK_THAT(error_of(edit(k_gemm, "\"ceil_div(M, BLOCK_M)\"", "\"ceil_div(M BLOCK_M)\"")),
+               Catch::Contains("[launch].grid[1]"));
+    CHECK_THAT(error_of(edit(k_gemm, "shared_bytes = \"(BLOCK_M", "shared_bytes = \"(BLOCK_X")),
+               Catch::Contains("[launch].shared_bytes"));
+    CHECK_THAT(error_of(edit(k_gemm, "flops = \"2 * M", "flops = \"2 * * M")), Catch::Contains("[metrics].flops"));
+    CHECK_THAT(error_of(edit(k_gemm, "value = \"M\"", "value = \"\"")), Catch::Contains("args[3].value"));
+  }
+  SECTION("launch required for cuda, and needs three entries") {
+    const auto no_launch = edit(k_gemm, "[launch]\ngrid = [\"ceil_div(N, BLOCK_N)\", \"ceil_div(M, BLOCK_M)\", \"1\"]\n"
+                                        "block = [\"256\", \"1\", \"1\"]\nshared_bytes = \"(BLOCK_M + BLOCK_N) * BLOCK_K * 4\"\n",
+                                "");
+    CHECK_THAT(error_of(no_launch), Catch::Contains("[launch]") && Catch::Contains("cuda"));
+    CHECK_THAT(error_of(edit(k_gemm, "block = [\"256\", \"1\", \"1\"]", "block = [\"256\", \"1\"]")),
+               Catch::Contains("[launch].block") && Catch::Contains("3"));
+    CHECK_THAT(error_of(edit(k_gemm, "block = [\"256\", \"1\", \"1\"]\n", "")), Catch::Contains("[launch].block"));
+  }
+  SECTION("unknown tables and keys are errors") {
+    CHECK_THAT(error_of(k_gemm + "\n[lunch]\nx = 1\n"), Catch::Contains("[lunch]"));
+    CHECK_THAT(error_of(edit(k_gemm, "entry = \"gemm\"", "entry = \"gemm\"\nentyr = \"x\"")),
+               Catch::Contains("[kernel].entyr"));
+    CHECK_THAT(error_of(edit(k_gemm, "init = \"zero\"", "init = \"zero\"\ncuont = \"1\"")),
+               Catch::Contains("args[2].cuont"));
+    CHECK_THAT(error_of(edit(k_gemm, "atol = 0", "atol = 0\nreltol = 1")), Catch::Contains("[check].reltol"));
+    CHECK_THAT(error_of(edit(k_gemm, "[space]\n", "[space]\nconstraint = [\"1\"]\n")),
+               Catch::Contains("[space].constraint"));
+    CHECK_THAT(error_of(edit(k_gemm, "\nbytes = ", "\ntime = \"1\"\nbytes = ")), Catch::Contains("[metrics].time"));
+    CHECK_THAT(error_of(edit(k_gemm, "BLOCK_K = 16", "BLOCK_K = 16\nBLOCK_Z = 1")),
+               Catch::Contains("[default].BLOCK_Z"));
+  }
+  SECTION("kernel table") {
+    CHECK_THAT(error_of(edit(k_gemm, "name = \"gemm\"\n", "")), Catch::Contains("[kernel].name"));
+    CHECK_THAT(error_of(edit(k_gemm, "language = \"cuda\"", "language = \"rust\"")),
+               Catch::Contains("[kernel].language") && Catch::Contains("rust"));
+    CHECK_THAT(error_of(edit(k_gemm, "source = \"kernel.cu\"", "source = \"../x/kernel.cu\"")),
+               Catch::Contains("[kernel].source") && Catch::Contains(".."));
+    CHECK_THAT(error_of(edit(k_gemm, "source = \"kernel.cu\"", "source = \"a/../../kernel.cu\"")),
+               Catch::Contains("[kernel].source"));
+    CHECK_THAT(error_of(edit(k_gemm, "source = \"kernel.cu\"", "source = \"/etc/kernel.cu\"")),
+               Catch::Contains("[kernel].source"));
+    CHECK_THAT(error_of(edit(k_gemm, "entry = \"gemm\"", "entry = 3")),
+               Catch::Contains("[kernel].entry") && Catch::Contains("integer"));
+    CHECK_THAT(error_of(edit(k_gemm, "\"f32\", \"f16\"", "\"f32\", \"bf16\"")),
+               Catch::Contains("[kernel].dtypes[1]") && Catch::Contains("bf16"));
+    CHECK_THAT(error_of(edit(k_gemm, "\"f32\", \"f16\"", "\"f32\", \"f32\"")), Catch::Contains("duplicate"));
+    CHECK_THAT(error_of(edit(k_gemm, "[\"M\", \"N\", \"K\"]", "[\"M\", \"N\", \"M\"]")),
+               Catch::Contains("[kernel].shape[2]"));
+    CHECK_THAT(error_of(edit(k_gemm, "flags = [\"-use_fast_math\"]", "flags = \"-O3\"")),
+               Catch::Contains("[kernel].flags"));
+    CHECK_THAT(error_of(edit(k_gemm, "flags = [\"-use_fast_math\"]", "inplace = \"yes\"")),
+               Catch::Contains("[kernel].inplace"));
+  }
+  SECTION("params") {
+    CHECK_THAT(error_of(edit(k_gemm, "BLOCK_K = [8, 16, 32]", "BLOCK_K = []\nK = [1]")),
+               Catch::Contains("[params].BLOCK_K"));
+    CHECK_THAT(error_of(edit(k_gemm, "BLOCK_K = [8, 16, 32]", "BLOCK_K = [8, 16, 32]\nK = [1]")),
+               Catch::Contains("[params].K") && Catch::Contains("clash"));
+    CHECK_THAT(error_of(edit(k_gemm, "BLOCK_K = [8, 16, 32]", "BLOCK_K = [8, 16, 8]")),
+               Catch::Contains("[params].BLOCK_K[2]") && Catch::Contains("duplicate"));
+    CHECK_THAT(error_of(edit(k_gemm, "BLOCK_K = [8, 16, 32]", "BLOCK_K = [8, 16.5, 32]")),
+               Catch::Contains("[params].BLOCK_K[1]"));
+  }
+  SECTION("args") {
+    CHECK_THAT(error_of(edit(k_gemm, "name = \"B\"", "name = \"A\"")), Catch::Contains("args[1].name"));
+    CHECK_THAT(error_of(edit(k_gemm, "kind = \"out\"", "kind = \"in\"")), Catch::Contains("out or inout"));
+    CHECK_THAT(error_of(edit(k_gemm, "kind = \"out\"", "kind = \"output\"")), Catch::Contains("args[2].kind"));
+    CHECK_THAT(error_of(edit(k_gemm, "count = \"M * N\"\n", "")), Catch::Contains("args[2].count"));
+    CHECK_THAT(error_of(edit(k_gemm, "value = \"M\"", "count = \"M\"")), Catch::Contains("args[3]"));
+    CHECK_THAT(error_of(edit(k_gemm, "init = \"zero\"", "init = \"random\"")), Catch::Contains("args[2].init"));
+    CHECK_THAT(error_of(edit(k_gemm, "dtype = \"f32\"", "dtype = \"f8\"")), Catch::Contains("args[1].dtype"));
+  }
+  SECTION("check and default") {
+    CHECK_THAT(error_of(edit(k_gemm, "reference = \"default\"", "reference = \"ref_gemm\"")),
+               Catch::Contains("[check].reference"));
+    CHECK_THAT(error_of(edit(k_gemm, "rtol = 1e-3", "rtol = \"small\"")), Catch::Contains("[check].rtol"));
+    CHECK_THAT(error_of(edit(k_gemm, "rtol = 1e-3", "rtol = -1.0")), Catch::Contains("[check].rtol"));
+    CHECK_THAT(error_of(edit(k_gemm, "BLOCK_K = 16", "BLOCK_K = 17")),
+               Catch::Contains("[default].BLOCK_K") && Catch::Contains("17"));
+    CHECK_THAT(error_of(edit(k_gemm, "BLOCK_K = 16\n", "")), Catch::Contains("[default].BLOCK_K"));
+    CHECK_THAT(error_of(edit(k_gemm, "[default]\nBLOCK_M = 64\nBLOCK_N = 64\nBLOCK_K = 16\n", "")),
+               Catch::Contains("[default]"));
+  }
+}
+
+TEST_CASE("core/kernel_spec: enum names", "[core][kernel_spec]") {
+  CHECK(ktune::to_string(ktune::Language::cpp) == "cpp");
+  CHECK(ktune::to_string(ktune::Language::cuda) == "cuda");
+  CHECK(ktune::to_string(ktune::ArgKind::inout) == "inout");
+  CHECK(ktune::to_string(ktune::ArgKind::scalar) == "scalar");
+}
