@@ -1,13 +1,34 @@
 #pragma once
-// HostRunner: dlopens the candidate's shared object and calls
+// HostRunner: dlopens the candidate's shared object (RTLD_NOW | RTLD_LOCAL, closed after the
+// run) and calls
 //   extern "C" void <entry>(void** args)
-// with one pointer per spec arg (buffers: the buffer; scalars: a pointer to the value), the
-// array shape cuLaunchKernel takes. Buffers are allocated once per (shape, args) and reused;
-// inputs are filled deterministically from the seed; outputs are reset before every checked run.
-// Reference outputs are computed once per (reference artifact, shape) and kept.
+// with one pointer per spec arg (buffers: the buffer; scalars: a pointer to the value held in
+// the arg's dtype), the array shape cuLaunchKernel takes.
+//
+// Buffers (bench/host_buffers.hpp) are 64-byte aligned, guarded by 64 bytes of a fixed pattern
+// on either side, and allocated once per key (shape, every arg's name/kind/dtype/count/init/
+// value, seed); only the latest key's buffers are kept, so memory stays bounded by one shape's
+// working set. Inputs are filled deterministically from the seed and kept as a pristine copy.
+// Reference outputs are computed once per (reference artifact, key) and kept with the buffers;
+// a reference file rebuilt at the same path (other inode, size or mtime) is run again.
+//
+// Per candidate: inputs restored from the pristine copy, outputs zeroed, one checked run (the
+// first launch, never timed). A write into a guard is `mismatch` ("wrote outside buffer 'C'");
+// outputs differing from the reference are `mismatch` naming the first element and the count
+// ("C[17]: got 1.5, expected 2.25 (rtol 0.001, atol 1e-05); 312 of 65536 elements differ";
+// integer outputs must match exactly). A load or symbol failure, a failing reference and an
+// allocation failure are `runtime_error` with the reason. Then warm-up for warmup_ms, then
+// samples (cache flush -- write then read a buffer of 2 x the last-level cache, allocated on
+// first use -- and, for inplace jobs, input restore before each, both untimed) until
+//   (n >= min_samples and measured >= min_time_s and rsd < target_rsd)
+//   or measured >= max_time_s or n >= max_samples,
+// and also, once n >= min_samples, when the sampling loop's wall time (flushes and restores
+// included) reaches max_time_s, so a cheap kernel behind an expensive flush cannot run far past
+// the cap. At least one sample is always taken.
 // Not thread-safe: one runner per bench worker.
 #include "bench/runner.hpp"
 
+#include <cstddef>
 #include <map>
 #include <memory>
 
@@ -16,6 +37,8 @@ namespace ktune {
 class HostRunner final : public Runner {
 public:
   HostRunner();
+  // `flush_bytes`: size of the cache-flush buffer; 0 means 2 x last_level_cache_bytes().
+  explicit HostRunner(std::size_t flush_bytes);
   ~HostRunner() override;
   [[nodiscard]] BenchOutcome run(const BenchJob& job) override;
 

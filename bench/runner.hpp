@@ -22,6 +22,12 @@ struct BenchArg {
   std::int64_t count = 0;      // elements (buffers)
   std::string init = "uniform";// uniform | zero | ones | index (buffers)
   double value = 0;            // scalars (converted to dtype)
+
+  [[nodiscard]] nlohmann::json to_json() const;
+  // Validates kind, dtype, init and (buffers) count >= 1. Errors: "bad_request" naming
+  // `field` (e.g. "args[2]") and the key.
+  [[nodiscard]] static Result<BenchArg> from_json(const nlohmann::json& j,
+                                                  const std::string& field = "arg");
 };
 
 struct MeasureSettings {
@@ -35,7 +41,11 @@ struct MeasureSettings {
   std::uint64_t seed = 42;     // buffer initialisation
 
   [[nodiscard]] nlohmann::json to_json() const;
-  [[nodiscard]] static MeasureSettings from_json(const nlohmann::json& j); // missing = default
+  // Missing fields, and fields of the wrong type, keep their defaults.
+  [[nodiscard]] static MeasureSettings from_json(const nlohmann::json& j);
+  // Strict form (used by BenchJob::from_json): missing = default, a field of the wrong type is
+  // an error ("bad_request" naming the field). A null `j` gives the defaults.
+  [[nodiscard]] static Result<MeasureSettings> parse(const nlohmann::json& j);
 };
 
 struct BenchJob {
@@ -52,6 +62,8 @@ struct BenchJob {
   MeasureSettings settings;
 
   [[nodiscard]] nlohmann::json to_json() const;
+  // Errors: "bad_request" naming the field ("args[1].dtype"). Required: kernel, entry,
+  // artifact_path, args; the rest default as above.
   [[nodiscard]] static Result<BenchJob> from_json(const nlohmann::json& j);
 };
 
@@ -62,13 +74,19 @@ struct BenchOutcome {
   double gflops = 0;           // flops / median, 0 when flops unknown
   double gbps = 0;
 
+  // {"status":"ok","reason":"","stats":{"n":..,"min_ms":..,"max_ms":..,"median_ms":..,
+  //  "mean_ms":..,"stddev_ms":..,"q1_ms":..,"q3_ms":..},"gflops":..,"gbps":..}
   [[nodiscard]] nlohmann::json to_json() const;
+  // Errors: "bad_request" naming the field; status must be a known candidate status.
   [[nodiscard]] static Result<BenchOutcome> from_json(const nlohmann::json& j);
 };
 
 // Evaluates the spec's arg counts/values and metrics for (shape, config, dtype) into a BenchJob.
 // Scalar args without a dtype are i64; buffer args without one take the job's dtype.
-// Errors: bad_expression / bad_shape naming the arg and expression (e.g. a negative count).
+// Expressions see the spec's shape dims and params, bound to bind(shape, config). Counts must be
+// >= 1; integral scalars must evaluate to integers (and fit i32 for i32 args); absent metrics
+// give 0. Errors, each naming the kernel, shape, arg and expression: bad_expression (does not
+// compile or evaluate), bad_shape (count < 1, value out of range), bad_dtype (unknown dtype).
 [[nodiscard]] Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape,
                                               const Config& config, const std::string& dtype,
                                               const std::string& artifact_path,

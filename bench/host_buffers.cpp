@@ -1,0 +1,304 @@
+#include "bench/host_buffers.hpp"
+
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+namespace ktune {
+
+namespace {
+
+constexpr unsigned char k_guard_pattern = 0xA5;
+
+std::size_t round_up(std::size_t value, std::size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+template <class T>
+T load(const void* data, std::size_t index) {
+  T value;
+  std::memcpy(&value, static_cast<const unsigned char*>(data) + index * sizeof(T), sizeof(T));
+  return value;
+}
+
+template <class T>
+void save(void* data, std::size_t index, T value) {
+  std::memcpy(static_cast<unsigned char*>(data) + index * sizeof(T), &value, sizeof(T));
+}
+
+template <class Int>
+Int to_integer(double value) {
+  if (std::isnan(value)) return 0;
+  const double lo = static_cast<double>(std::numeric_limits<Int>::min());
+  const double hi = static_cast<double>(std::numeric_limits<Int>::max());
+  if (value <= lo) return std::numeric_limits<Int>::min();
+  if (value >= hi) return std::numeric_limits<Int>::max();
+  return static_cast<Int>(value);
+}
+
+bool floats_match(double got, double expected, double rtol, double atol) {
+  if (got == expected) return true;
+  const bool got_nan = std::isnan(got);
+  const bool expected_nan = std::isnan(expected);
+  if (got_nan || expected_nan) return got_nan && expected_nan;
+  return std::fabs(got - expected) <= atol + rtol * std::fabs(expected);
+}
+
+} // namespace
+
+std::optional<DType> parse_dtype(std::string_view text) {
+  if (text == "f32") return DType::f32;
+  if (text == "f64") return DType::f64;
+  if (text == "f16") return DType::f16;
+  if (text == "i32") return DType::i32;
+  if (text == "i64") return DType::i64;
+  return std::nullopt;
+}
+
+std::string_view to_string(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::f16: return "f16";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+  }
+  return "f32";
+}
+
+std::size_t dtype_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::f16: return 2;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+  }
+  return 4;
+}
+
+bool is_integral(DType dtype) { return dtype == DType::i32 || dtype == DType::i64; }
+
+std::optional<InitKind> parse_init_kind(std::string_view text) {
+  if (text == "uniform") return InitKind::uniform;
+  if (text == "zero") return InitKind::zero;
+  if (text == "ones") return InitKind::ones;
+  if (text == "index") return InitKind::index;
+  return std::nullopt;
+}
+
+std::uint16_t float_to_half(float value) {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  const std::uint16_t sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
+  const std::uint32_t exponent = (bits >> 23) & 0xffu;
+  std::uint32_t mantissa = bits & 0x7fffffu;
+
+  if (exponent == 0xffu) {  // inf or NaN (keep NaN quiet and non-zero)
+    return static_cast<std::uint16_t>(sign | 0x7c00u | (mantissa != 0 ? 0x200u | (mantissa >> 13) : 0u));
+  }
+  const int half_exponent = static_cast<int>(exponent) - 127 + 15;
+  if (half_exponent >= 0x1f) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow
+  if (half_exponent <= 0) {                                                       // subnormal
+    if (half_exponent < -10) return sign;                                         // underflow
+    mantissa |= 0x800000u;
+    const int shift = 14 - half_exponent;
+    std::uint32_t half_mantissa = mantissa >> shift;
+    const std::uint32_t remainder = mantissa & ((1u << shift) - 1u);
+    const std::uint32_t halfway = 1u << (shift - 1);
+    if (remainder > halfway || (remainder == halfway && (half_mantissa & 1u) != 0)) ++half_mantissa;
+    return static_cast<std::uint16_t>(sign | half_mantissa);
+  }
+  std::uint32_t half = (static_cast<std::uint32_t>(half_exponent) << 10) | (mantissa >> 13);
+  const std::uint32_t remainder = mantissa & 0x1fffu;
+  if (remainder > 0x1000u || (remainder == 0x1000u && (half & 1u) != 0)) ++half;  // may carry into inf
+  return static_cast<std::uint16_t>(sign | half);
+}
+
+float half_to_float(std::uint16_t bits) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+  const std::uint32_t exponent = (bits >> 10) & 0x1fu;
+  std::uint32_t mantissa = bits & 0x3ffu;
+  std::uint32_t out = 0;
+  if (exponent == 0x1fu) {
+    out = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    out = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  } else if (mantissa != 0) {  // subnormal: normalise
+    int e = -1;
+    do {
+      ++e;
+      mantissa <<= 1;
+    } while ((mantissa & 0x400u) == 0);
+    out = sign | (static_cast<std::uint32_t>(127 - 15 - e) << 23) | ((mantissa & 0x3ffu) << 13);
+  } else {
+    out = sign;
+  }
+  return std::bit_cast<float>(out);
+}
+
+double element_as_double(DType dtype, const void* data, std::size_t index) {
+  switch (dtype) {
+    case DType::f32: return load<float>(data, index);
+    case DType::f64: return load<double>(data, index);
+    case DType::f16: return half_to_float(load<std::uint16_t>(data, index));
+    case DType::i32: return load<std::int32_t>(data, index);
+    case DType::i64: return static_cast<double>(load<std::int64_t>(data, index));
+  }
+  return 0;
+}
+
+void store_element(DType dtype, void* data, std::size_t index, double value) {
+  switch (dtype) {
+    case DType::f32: save(data, index, static_cast<float>(value)); return;
+    case DType::f64: save(data, index, value); return;
+    case DType::f16: save(data, index, float_to_half(static_cast<float>(value))); return;
+    case DType::i32: save(data, index, to_integer<std::int32_t>(value)); return;
+    case DType::i64: save(data, index, to_integer<std::int64_t>(value)); return;
+  }
+}
+
+Result<HostBuffer> HostBuffer::allocate(DType dtype, std::size_t count, std::string_view label) {
+  const std::size_t element = dtype_bytes(dtype);
+  if (count == 0) {
+    return make_error("runtime_error",
+                      "buffer " + std::string(label) + ": expected at least 1 element, found 0");
+  }
+  const std::size_t limit = std::numeric_limits<std::size_t>::max() / 2;
+  if (count > limit / element) {
+    return make_error("runtime_error", "buffer " + std::string(label) + ": " +
+                                           std::to_string(count) + " elements of " +
+                                           std::string(to_string(dtype)) + " overflow the address space");
+  }
+  const std::size_t bytes = count * element;
+  const std::size_t total = k_guard_bytes + round_up(bytes, k_alignment) + k_guard_bytes;
+  void* base = std::aligned_alloc(k_alignment, total);
+  if (base == nullptr) {
+    return make_error("runtime_error", "buffer " + std::string(label) + ": cannot allocate " +
+                                           std::to_string(total) + " bytes");
+  }
+  HostBuffer buffer;
+  buffer.m_base = static_cast<unsigned char*>(base);
+  buffer.m_total = total;
+  buffer.m_data = buffer.m_base + k_guard_bytes;
+  buffer.m_dtype = dtype;
+  buffer.m_count = count;
+  buffer.reset_guards();
+  return buffer;
+}
+
+HostBuffer::HostBuffer(HostBuffer&& other) noexcept
+    : m_base(std::exchange(other.m_base, nullptr)),
+      m_total(std::exchange(other.m_total, 0)),
+      m_data(std::exchange(other.m_data, nullptr)),
+      m_dtype(other.m_dtype),
+      m_count(std::exchange(other.m_count, 0)) {}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
+  if (this != &other) {
+    std::free(m_base);
+    m_base = std::exchange(other.m_base, nullptr);
+    m_total = std::exchange(other.m_total, 0);
+    m_data = std::exchange(other.m_data, nullptr);
+    m_dtype = other.m_dtype;
+    m_count = std::exchange(other.m_count, 0);
+  }
+  return *this;
+}
+
+HostBuffer::~HostBuffer() { std::free(m_base); }
+
+bool HostBuffer::guards_intact() const {
+  if (m_base == nullptr) return true;
+  for (const unsigned char* p = m_base; p != m_data; ++p) {
+    if (*p != k_guard_pattern) return false;
+  }
+  for (const unsigned char* p = m_data + bytes(); p != m_base + m_total; ++p) {
+    if (*p != k_guard_pattern) return false;
+  }
+  return true;
+}
+
+void HostBuffer::reset_guards() {
+  if (m_base == nullptr) return;
+  std::memset(m_base, k_guard_pattern, k_guard_bytes);
+  unsigned char* tail = m_data + bytes();
+  std::memset(tail, k_guard_pattern, static_cast<std::size_t>(m_base + m_total - tail));
+}
+
+void fill_elements(DType dtype, void* data, std::size_t count, InitKind init, std::uint64_t seed,
+                   std::uint64_t stream) {
+  switch (init) {
+    case InitKind::zero:
+      std::memset(data, 0, count * dtype_bytes(dtype));
+      return;
+    case InitKind::ones:
+      for (std::size_t i = 0; i < count; ++i) store_element(dtype, data, i, 1.0);
+      return;
+    case InitKind::index:
+      for (std::size_t i = 0; i < count; ++i) store_element(dtype, data, i, static_cast<double>(i));
+      return;
+    case InitKind::uniform: {
+      SplitMix64 rng(seed ^ ((stream + 1) * 0xd1b54a32d192ed03ULL));
+      if (is_integral(dtype)) {
+        for (std::size_t i = 0; i < count; ++i) {
+          store_element(dtype, data, i, static_cast<double>(static_cast<int>(rng.next() >> 60) - 8));
+        }
+      } else {
+        for (std::size_t i = 0; i < count; ++i) store_element(dtype, data, i, rng.next_signed_unit());
+      }
+      return;
+    }
+  }
+}
+
+std::optional<ElementMismatch> compare_elements(DType dtype, const void* got, const void* expected,
+                                                std::size_t count, double rtol, double atol) {
+  std::optional<ElementMismatch> mismatch;
+  const auto note = [&](std::size_t i, double g, double e) {
+    if (!mismatch) mismatch = ElementMismatch{i, g, e, 0};
+    ++mismatch->differing;
+  };
+  switch (dtype) {
+    case DType::i32:
+      for (std::size_t i = 0; i < count; ++i) {
+        const auto g = load<std::int32_t>(got, i);
+        const auto e = load<std::int32_t>(expected, i);
+        if (g != e) note(i, g, e);
+      }
+      break;
+    case DType::i64:
+      for (std::size_t i = 0; i < count; ++i) {
+        const auto g = load<std::int64_t>(got, i);
+        const auto e = load<std::int64_t>(expected, i);
+        if (g != e) note(i, static_cast<double>(g), static_cast<double>(e));
+      }
+      break;
+    case DType::f32:
+      for (std::size_t i = 0; i < count; ++i) {
+        const double g = load<float>(got, i);
+        const double e = load<float>(expected, i);
+        if (!floats_match(g, e, rtol, atol)) note(i, g, e);
+      }
+      break;
+    case DType::f64:
+      for (std::size_t i = 0; i < count; ++i) {
+        const double g = load<double>(got, i);
+        const double e = load<double>(expected, i);
+        if (!floats_match(g, e, rtol, atol)) note(i, g, e);
+      }
+      break;
+    case DType::f16:
+      for (std::size_t i = 0; i < count; ++i) {
+        const double g = half_to_float(load<std::uint16_t>(got, i));
+        const double e = half_to_float(load<std::uint16_t>(expected, i));
+        if (!floats_match(g, e, rtol, atol)) note(i, g, e);
+      }
+      break;
+  }
+  return mismatch;
+}
+
+} // namespace ktune

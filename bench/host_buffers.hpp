@@ -1,0 +1,115 @@
+#pragma once
+// Host-side argument buffers for the runners: element types, 64-byte aligned storage with guard
+// bytes on both sides of the data (so a kernel writing past either end is caught), deterministic
+// initialisation from a seed, and the element-wise output comparison.
+//
+// Thread safety: none of these share state; a HostBuffer is used from one thread at a time.
+#include "core/result.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace ktune {
+
+enum class DType { f32, f64, f16, i32, i64 };
+
+// "f32" "f64" "f16" "i32" "i64"; nullopt for anything else.
+[[nodiscard]] std::optional<DType> parse_dtype(std::string_view text);
+[[nodiscard]] std::string_view to_string(DType dtype);
+[[nodiscard]] std::size_t dtype_bytes(DType dtype);
+[[nodiscard]] bool is_integral(DType dtype);
+
+enum class InitKind { uniform, zero, ones, index };
+
+// "uniform" "zero" "ones" "index"; nullopt for anything else.
+[[nodiscard]] std::optional<InitKind> parse_init_kind(std::string_view text);
+
+// IEEE 754 binary16 conversions (round to nearest even), for f16 buffers.
+[[nodiscard]] std::uint16_t float_to_half(float value);
+[[nodiscard]] float half_to_float(std::uint16_t bits);
+
+// Reads element `index` of a `dtype` array at `data` as a double.
+[[nodiscard]] double element_as_double(DType dtype, const void* data, std::size_t index);
+// Stores `value` (converted to `dtype`, integers truncated toward zero) into element `index`.
+void store_element(DType dtype, void* data, std::size_t index, double value);
+
+// A move-only array of `count` elements of one dtype. data() is 64-byte aligned; k_guard_bytes
+// of a fixed pattern sit right before the first element and at least k_guard_bytes right after
+// the last one. Contents are unspecified until filled.
+class HostBuffer {
+public:
+  static constexpr std::size_t k_alignment = 64;
+  static constexpr std::size_t k_guard_bytes = 64;
+
+  // Errors: "runtime_error" when count is 0, the size overflows, or the allocation fails; the
+  // message names `label` and the size in bytes.
+  [[nodiscard]] static Result<HostBuffer> allocate(DType dtype, std::size_t count,
+                                                   std::string_view label);
+
+  HostBuffer(HostBuffer&& other) noexcept;
+  HostBuffer& operator=(HostBuffer&& other) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer();
+
+  [[nodiscard]] void* data() { return m_data; }
+  [[nodiscard]] const void* data() const { return m_data; }
+  [[nodiscard]] DType dtype() const { return m_dtype; }
+  [[nodiscard]] std::size_t count() const { return m_count; }
+  [[nodiscard]] std::size_t bytes() const { return m_count * dtype_bytes(m_dtype); }
+
+  // False when any guard byte changed since allocation or the last reset_guards().
+  [[nodiscard]] bool guards_intact() const;
+  void reset_guards();
+
+private:
+  HostBuffer() = default;
+  unsigned char* m_base = nullptr;  // the allocation
+  std::size_t m_total = 0;          // bytes from m_base
+  unsigned char* m_data = nullptr;  // m_base + k_guard_bytes
+  DType m_dtype = DType::f32;
+  std::size_t m_count = 0;
+};
+
+// splitmix64: the one PRNG behind every buffer initialisation, so a seed gives the same inputs
+// on every machine and in every process.
+class SplitMix64 {
+public:
+  explicit SplitMix64(std::uint64_t seed) : m_state(seed) {}
+  std::uint64_t next() {
+    std::uint64_t z = (m_state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [-1, 1) with 53 random bits.
+  double next_signed_unit() { return static_cast<double>(next() >> 11) * 0x1.0p-52 - 1.0; }
+
+private:
+  std::uint64_t m_state;
+};
+
+// Fills `count` elements at `data`: uniform gives floats in [-1, 1) and integers in [-8, 7];
+// zero and ones the constants; index gives element i the value i. `stream` separates the
+// sequences of different args under one seed (pass the arg's position).
+void fill_elements(DType dtype, void* data, std::size_t count, InitKind init, std::uint64_t seed,
+                   std::uint64_t stream);
+
+struct ElementMismatch {
+  std::size_t index = 0;       // first differing element
+  double got = 0, expected = 0;
+  std::size_t differing = 0;   // how many elements differ in all
+};
+
+// Compares `count` elements. Floats match when |got - expected| <= atol + rtol * |expected|, or
+// when both are equal (infinities) or both NaN; a NaN on one side only is a mismatch. Integers
+// must be equal. nullopt when everything matches.
+[[nodiscard]] std::optional<ElementMismatch> compare_elements(DType dtype, const void* got,
+                                                              const void* expected,
+                                                              std::size_t count, double rtol,
+                                                              double atol);
+
+} // namespace ktune

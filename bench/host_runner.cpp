@@ -1,0 +1,395 @@
+#include "bench/host_runner.hpp"
+
+#include "bench/host_buffers.hpp"
+#include "bench/host_device.hpp"
+#include "bench/shared_library.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace ktune {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using EntryFn = void (*)(void**);
+
+double elapsed_ms(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+std::optional<ArgKind> parse_arg_kind(std::string_view text) {
+  if (text == "in") return ArgKind::in;
+  if (text == "out") return ArgKind::out;
+  if (text == "inout") return ArgKind::inout;
+  if (text == "scalar") return ArgKind::scalar;
+  return std::nullopt;
+}
+
+BenchOutcome failure(CandidateStatus status, std::string reason) {
+  BenchOutcome outcome;
+  outcome.status = status;
+  outcome.reason = std::move(reason);
+  return outcome;
+}
+
+// One spec arg as the kernel sees it.
+struct ArgSlot {
+  std::string name;
+  ArgKind kind = ArgKind::in;
+  DType dtype = DType::f32;
+  std::optional<HostBuffer> buffer;      // in, out, inout
+  std::vector<unsigned char> initial;    // in, inout: the contents right after filling
+  alignas(8) unsigned char scalar[8] = {};
+
+  [[nodiscard]] bool is_output() const { return kind == ArgKind::out || kind == ArgKind::inout; }
+  [[nodiscard]] bool is_input() const { return kind == ArgKind::in || kind == ArgKind::inout; }
+};
+
+// The buffers of one (shape, arg layout, seed) key and the reference outputs computed on them.
+struct ArgSet {
+  std::vector<ArgSlot> slots;
+  std::vector<void*> pointers;  // what the entry point receives
+  // reference identity -> one snapshot per slot (empty for slots that are not outputs)
+  std::vector<std::pair<std::string, std::vector<std::vector<unsigned char>>>> references;
+
+  // Inputs back to their initial contents, outputs zeroed, guards re-armed.
+  void reset_for_check() {
+    for (auto& slot : slots) {
+      if (!slot.buffer) continue;
+      if (slot.is_input()) {
+        std::memcpy(slot.buffer->data(), slot.initial.data(), slot.initial.size());
+      } else {
+        std::memset(slot.buffer->data(), 0, slot.buffer->bytes());
+      }
+      slot.buffer->reset_guards();
+    }
+  }
+
+  void restore_inputs() {
+    for (auto& slot : slots) {
+      if (slot.buffer && slot.is_input()) {
+        std::memcpy(slot.buffer->data(), slot.initial.data(), slot.initial.size());
+      }
+    }
+  }
+
+  // The first buffer whose guard bytes were overwritten, if any.
+  [[nodiscard]] const ArgSlot* smashed_guard() const {
+    for (const auto& slot : slots) {
+      if (slot.buffer && !slot.buffer->guards_intact()) return &slot;
+    }
+    return nullptr;
+  }
+
+  [[nodiscard]] std::vector<std::vector<unsigned char>> snapshot_outputs() const {
+    std::vector<std::vector<unsigned char>> out(slots.size());
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      const auto& slot = slots[i];
+      if (!slot.buffer || !slot.is_output()) continue;
+      const auto* data = static_cast<const unsigned char*>(slot.buffer->data());
+      out[i].assign(data, data + slot.buffer->bytes());
+    }
+    return out;
+  }
+};
+
+std::string format_value(double value, int precision) {
+  std::ostringstream out;
+  out.precision(precision);
+  out << value;
+  return out.str();
+}
+
+std::string buffers_key(const BenchJob& job) {
+  std::string key = job.shape + "|seed=" + std::to_string(job.settings.seed);
+  for (const auto& arg : job.args) {
+    key += "|" + arg.name + ":" + arg.kind + ":" + arg.dtype + ":" + std::to_string(arg.count) +
+           ":" + arg.init + ":" + std::to_string(std::bit_cast<std::uint64_t>(arg.value));
+  }
+  return key;
+}
+
+// A reference is identified by its path and the file's identity, so a rebuilt file at the same
+// path is run again.
+std::string reference_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return path;
+  return path + "|" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+         std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
+Result<std::unique_ptr<ArgSet>> build_args(const BenchJob& job) {
+  auto set = std::make_unique<ArgSet>();
+  set->slots.reserve(job.args.size());
+  for (std::size_t i = 0; i < job.args.size(); ++i) {
+    const BenchArg& arg = job.args[i];
+    const std::string where = "bench job " + job.kernel + ": args[" + std::to_string(i) + "] '" +
+                              arg.name + "'";
+    const auto kind = parse_arg_kind(arg.kind);
+    if (!kind) {
+      return make_error("runtime_error",
+                        where + ": kind '" + arg.kind + "': expected in, out, inout or scalar");
+    }
+    const auto dtype = parse_dtype(arg.dtype);
+    if (!dtype) {
+      return make_error("runtime_error",
+                        where + ": dtype '" + arg.dtype + "': expected f32, f64, f16, i32 or i64");
+    }
+    ArgSlot slot;
+    slot.name = arg.name;
+    slot.kind = *kind;
+    slot.dtype = *dtype;
+    if (*kind == ArgKind::scalar) {
+      store_element(*dtype, slot.scalar, 0, arg.value);
+    } else {
+      if (arg.count < 1) {
+        return make_error("runtime_error", where + ": count " + std::to_string(arg.count) +
+                                               ": expected at least 1 element");
+      }
+      const auto init = parse_init_kind(arg.init);
+      if (!init) {
+        return make_error("runtime_error",
+                          where + ": init '" + arg.init + "': expected uniform, zero, ones or index");
+      }
+      auto buffer = HostBuffer::allocate(*dtype, static_cast<std::size_t>(arg.count), arg.name);
+      if (!buffer) return make_error("runtime_error", where + ": " + buffer.error().message);
+      if (*kind == ArgKind::out) {
+        std::memset(buffer->data(), 0, buffer->bytes());
+      } else {
+        fill_elements(*dtype, buffer->data(), buffer->count(), *init, job.settings.seed, i);
+        const auto* data = static_cast<const unsigned char*>(buffer->data());
+        slot.initial.assign(data, data + buffer->bytes());
+      }
+      slot.buffer = std::move(buffer).value();
+    }
+    set->slots.push_back(std::move(slot));
+  }
+  for (auto& slot : set->slots) {
+    set->pointers.push_back(slot.buffer ? slot.buffer->data() : static_cast<void*>(slot.scalar));
+  }
+  return set;
+}
+
+std::string guard_reason(const ArgSlot& slot) {
+  return "wrote outside buffer '" + slot.name + "' (" + std::to_string(slot.buffer->count()) +
+         " elements of " + std::string(to_string(slot.dtype)) + ")";
+}
+
+// Compares every output against `expected`; the reason names the first differing element.
+std::optional<std::string> compare_outputs(const ArgSet& set,
+                                           const std::vector<std::vector<unsigned char>>& expected,
+                                           double rtol, double atol) {
+  std::size_t checked = 0;
+  std::size_t differing = 0;
+  std::string first;
+  for (std::size_t i = 0; i < set.slots.size(); ++i) {
+    const ArgSlot& slot = set.slots[i];
+    if (!slot.buffer || !slot.is_output()) continue;
+    checked += slot.buffer->count();
+    const auto mismatch = compare_elements(slot.dtype, slot.buffer->data(), expected[i].data(),
+                                           slot.buffer->count(), rtol, atol);
+    if (!mismatch) continue;
+    differing += mismatch->differing;
+    if (first.empty()) {
+      first = slot.name + "[" + std::to_string(mismatch->index) + "]: got " +
+              format_value(mismatch->got, 9) + ", expected " + format_value(mismatch->expected, 9) +
+              (is_integral(slot.dtype)
+                   ? std::string(" (exact)")
+                   : " (rtol " + format_value(rtol, 6) + ", atol " + format_value(atol, 6) + ")");
+    }
+  }
+  if (differing == 0) return std::nullopt;
+  return first + "; " + std::to_string(differing) + " of " + std::to_string(checked) +
+         " elements differ";
+}
+
+} // namespace
+
+struct HostRunner::State {
+  std::size_t flush_bytes = 0;  // 0: 2 x last-level cache
+  std::string args_key;
+  std::unique_ptr<ArgSet> args;
+  std::optional<HostBuffer> flush_buffer;
+  std::uint64_t flush_round = 0;
+  volatile std::uint64_t flush_sink = 0;
+
+  Result<ArgSet*> args_for(const BenchJob& job) {
+    std::string key = buffers_key(job);
+    if (!args || key != args_key) {
+      args.reset();  // free the previous key's buffers before allocating the next
+      auto built = build_args(job);
+      if (!built) return built.error();
+      args = std::move(built).value();
+      args_key = std::move(key);
+    }
+    return args.get();
+  }
+
+  // The reference outputs on `set`, computed on first use.
+  Result<const std::vector<std::vector<unsigned char>>*> reference_for(const BenchJob& job,
+                                                                       ArgSet& set) {
+    const std::string identity = reference_identity(job.reference_path);
+    for (const auto& [id, outputs] : set.references) {
+      if (id == identity) return &outputs;
+    }
+    auto library = SharedLibrary::open(job.reference_path);
+    if (!library) return make_error("runtime_error", "reference: " + library.error().message);
+    auto address = library->symbol(job.entry);
+    if (!address) return make_error("runtime_error", "reference: " + address.error().message);
+    const auto entry = reinterpret_cast<EntryFn>(address.value());
+    set.reset_for_check();
+    entry(set.pointers.data());
+    if (const ArgSlot* slot = set.smashed_guard()) {
+      return make_error("runtime_error",
+                        "reference " + job.reference_path + " " + guard_reason(*slot));
+    }
+    set.references.emplace_back(identity, set.snapshot_outputs());
+    return &set.references.back().second;
+  }
+
+  Result<void> ensure_flush_buffer() {
+    if (flush_buffer) return {};
+    const std::size_t bytes = std::max<std::size_t>(
+        flush_bytes != 0 ? flush_bytes : 2 * last_level_cache_bytes(), sizeof(std::uint64_t));
+    auto buffer = HostBuffer::allocate(DType::i64, bytes / sizeof(std::uint64_t), "cache flush");
+    if (!buffer) return buffer.error();
+    flush_buffer = std::move(buffer).value();
+    return {};
+  }
+
+  // Writes then reads the whole flush buffer, evicting the kernel's data from every cache level.
+  void flush_cache() {
+    auto* data = static_cast<unsigned char*>(flush_buffer->data());
+    const std::size_t bytes = flush_buffer->bytes();
+    std::memset(data, static_cast<int>(++flush_round & 0xff), bytes);
+    std::uint64_t sum = 0;
+    for (std::size_t offset = 0; offset + sizeof(std::uint64_t) <= bytes; offset += 64) {
+      std::uint64_t word;
+      std::memcpy(&word, data + offset, sizeof(word));
+      sum += word;
+    }
+    flush_sink = flush_sink + sum;
+  }
+
+  BenchOutcome run(const BenchJob& job);
+};
+
+BenchOutcome HostRunner::State::run(const BenchJob& job) {
+  auto library = SharedLibrary::open(job.artifact_path);
+  if (!library) return failure(CandidateStatus::runtime_error, library.error().message);
+  auto address = library->symbol(job.entry);
+  if (!address) return failure(CandidateStatus::runtime_error, address.error().message);
+  const auto entry = reinterpret_cast<EntryFn>(address.value());
+
+  auto prepared = args_for(job);
+  if (!prepared) return failure(CandidateStatus::runtime_error, prepared.error().message);
+  ArgSet& set = *prepared.value();
+
+  const std::vector<std::vector<unsigned char>>* expected = nullptr;
+  if (!job.reference_path.empty()) {
+    auto reference = reference_for(job, set);
+    if (!reference) return failure(CandidateStatus::runtime_error, reference.error().message);
+    expected = reference.value();
+  }
+
+  const MeasureSettings& settings = job.settings;
+  if (settings.flush_cache) {
+    if (auto r = ensure_flush_buffer(); !r) {
+      return failure(CandidateStatus::runtime_error, r.error().message);
+    }
+  }
+
+  // The checked run is the first launch, which is never timed.
+  set.reset_for_check();
+  entry(set.pointers.data());
+  if (const ArgSlot* slot = set.smashed_guard()) {
+    set.reset_for_check();  // leave clean guards for the next candidate
+    return failure(CandidateStatus::mismatch, guard_reason(*slot));
+  }
+  if (expected != nullptr) {
+    if (auto reason = compare_outputs(set, *expected, job.rtol, job.atol)) {
+      return failure(CandidateStatus::mismatch, std::move(*reason));
+    }
+  }
+
+  if (settings.warmup_ms > 0) {
+    const auto start = Clock::now();
+    do {
+      if (job.inplace) set.restore_inputs();
+      entry(set.pointers.data());
+    } while (elapsed_ms(start, Clock::now()) < settings.warmup_ms);
+  }
+
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(std::clamp(settings.max_samples, 1, 4096)));
+  double measured_s = 0;
+  double mean = 0, m2 = 0;  // Welford's running moments, for the stopping test
+  const auto loop_start = Clock::now();
+  while (true) {
+    if (settings.flush_cache) flush_cache();
+    if (job.inplace) set.restore_inputs();
+    const auto t0 = Clock::now();
+    entry(set.pointers.data());
+    const auto t1 = Clock::now();
+    const double ms = elapsed_ms(t0, t1);
+    samples.push_back(ms);
+    measured_s += ms / 1000.0;
+
+    const auto n = static_cast<double>(samples.size());
+    const double delta = ms - mean;
+    mean += delta / n;
+    m2 += delta * (ms - mean);
+    const double rsd = (samples.size() >= 2 && mean > 0) ? std::sqrt(m2 / (n - 1)) / mean : 0.0;
+
+    const auto count = static_cast<std::int64_t>(samples.size());
+    const bool converged = count >= settings.min_samples && measured_s >= settings.min_time_s &&
+                           rsd < settings.target_rsd;
+    const bool wall_capped = count >= settings.min_samples &&
+                             elapsed_ms(loop_start, t1) / 1000.0 >= settings.max_time_s;
+    const bool capped =
+        measured_s >= settings.max_time_s || count >= settings.max_samples || wall_capped;
+    if (converged || capped) break;
+  }
+
+  BenchOutcome outcome;
+  outcome.status = CandidateStatus::ok;
+  outcome.stats = summarize(std::move(samples));
+  if (outcome.stats.median_ms > 0) {
+    if (job.flops > 0) outcome.gflops = job.flops / (outcome.stats.median_ms * 1e6);
+    if (job.bytes > 0) outcome.gbps = job.bytes / (outcome.stats.median_ms * 1e6);
+  }
+  return outcome;
+}
+
+HostRunner::HostRunner() : HostRunner(0) {}
+
+HostRunner::HostRunner(std::size_t flush_bytes) : m_state(std::make_unique<State>()) {
+  m_state->flush_bytes = flush_bytes;
+}
+
+HostRunner::~HostRunner() = default;
+
+BenchOutcome HostRunner::run(const BenchJob& job) {
+  try {
+    return m_state->run(job);
+  } catch (const std::bad_alloc&) {
+    m_state->args.reset();
+    m_state->args_key.clear();
+    return failure(CandidateStatus::runtime_error,
+                   "out of host memory preparing " + job.kernel + " at " + job.shape);
+  }
+}
+
+} // namespace ktune

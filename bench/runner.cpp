@@ -1,0 +1,405 @@
+#include "bench/runner.hpp"
+
+#include "bench/host_buffers.hpp"
+#include "core/expr.hpp"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+namespace ktune {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* k_bad_request = "bad_request";
+
+std::string type_of(const json& value) { return value.type_name(); }
+
+Error field_error(std::string_view what, const std::string& field, std::string_view expected,
+                  const json& found) {
+  return make_error(k_bad_request, std::string(what) + ": field '" + field + "': expected " +
+                                       std::string(expected) + ", found " + type_of(found) + " " +
+                                       found.dump());
+}
+
+Error missing_field(std::string_view what, const std::string& field, std::string_view expected) {
+  return make_error(k_bad_request, std::string(what) + ": field '" + field + "' (" +
+                                       std::string(expected) + ") is missing");
+}
+
+// Field readers: absent keys leave `out` untouched unless the field is required.
+enum class Presence { required, optional };
+
+Result<void> read_string(const json& j, const char* key, std::string_view what, std::string& out,
+                         Presence presence, const std::string& prefix = {}) {
+  const auto it = j.find(key);
+  if (it == j.end()) {
+    if (presence == Presence::required) return missing_field(what, prefix + key, "a string");
+    return {};
+  }
+  if (!it->is_string()) return field_error(what, prefix + key, "a string", *it);
+  out = it->get<std::string>();
+  return {};
+}
+
+Result<void> read_double(const json& j, const char* key, std::string_view what, double& out,
+                         const std::string& prefix = {}) {
+  const auto it = j.find(key);
+  if (it == j.end()) return {};
+  if (!it->is_number()) return field_error(what, prefix + key, "a number", *it);
+  out = it->get<double>();
+  return {};
+}
+
+Result<void> read_int64(const json& j, const char* key, std::string_view what, std::int64_t& out,
+                        const std::string& prefix = {}) {
+  const auto it = j.find(key);
+  if (it == j.end()) return {};
+  if (it->is_number_unsigned()) {
+    const auto value = it->get<std::uint64_t>();
+    if (value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      return field_error(what, prefix + key, "a 64-bit signed integer", *it);
+    }
+    out = static_cast<std::int64_t>(value);
+    return {};
+  }
+  if (!it->is_number_integer()) return field_error(what, prefix + key, "an integer", *it);
+  out = it->get<std::int64_t>();
+  return {};
+}
+
+Result<void> read_int(const json& j, const char* key, std::string_view what, int& out) {
+  std::int64_t value = out;
+  if (auto r = read_int64(j, key, what, value); !r) return r;
+  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
+    return field_error(what, key, "a 32-bit integer", j.at(key));
+  }
+  out = static_cast<int>(value);
+  return {};
+}
+
+Result<void> read_bool(const json& j, const char* key, std::string_view what, bool& out) {
+  const auto it = j.find(key);
+  if (it == j.end()) return {};
+  if (!it->is_boolean()) return field_error(what, key, "a boolean", *it);
+  out = it->get<bool>();
+  return {};
+}
+
+json stats_to_json(const SampleStats& s) {
+  return json{{"n", s.n},           {"min_ms", s.min_ms},       {"max_ms", s.max_ms},
+              {"median_ms", s.median_ms}, {"mean_ms", s.mean_ms}, {"stddev_ms", s.stddev_ms},
+              {"q1_ms", s.q1_ms},   {"q3_ms", s.q3_ms}};
+}
+
+Result<SampleStats> stats_from_json(const json& j, std::string_view what) {
+  if (!j.is_object()) return field_error(what, "stats", "an object", j);
+  SampleStats s;
+  std::int64_t n = 0;
+  if (auto r = read_int64(j, "n", what, n, "stats."); !r) return r.error();
+  if (n < 0) return field_error(what, "stats.n", "a count >= 0", j.at("n"));
+  s.n = static_cast<std::size_t>(n);
+  const std::pair<const char*, double*> fields[] = {
+      {"min_ms", &s.min_ms},       {"max_ms", &s.max_ms},       {"median_ms", &s.median_ms},
+      {"mean_ms", &s.mean_ms},     {"stddev_ms", &s.stddev_ms}, {"q1_ms", &s.q1_ms},
+      {"q3_ms", &s.q3_ms}};
+  for (const auto& [key, out] : fields) {
+    if (auto r = read_double(j, key, what, *out, "stats."); !r) return r.error();
+  }
+  return s;
+}
+
+bool is_arg_kind(std::string_view kind) {
+  return kind == "in" || kind == "out" || kind == "inout" || kind == "scalar";
+}
+
+Error with_context(const Error& error, const std::string& context) {
+  return make_error(error.code, context + ": " + error.message);
+}
+
+} // namespace
+
+// --- MeasureSettings ---------------------------------------------------------------------------
+
+nlohmann::json MeasureSettings::to_json() const {
+  return json{{"min_samples", min_samples}, {"max_samples", max_samples},
+              {"target_rsd", target_rsd},   {"min_time_s", min_time_s},
+              {"max_time_s", max_time_s},   {"warmup_ms", warmup_ms},
+              {"flush_cache", flush_cache}, {"seed", seed}};
+}
+
+Result<MeasureSettings> MeasureSettings::parse(const nlohmann::json& j) {
+  constexpr std::string_view what = "measure settings";
+  MeasureSettings s;
+  if (j.is_null()) return s;
+  if (!j.is_object()) return field_error(what, "settings", "an object", j);
+  if (auto r = read_int(j, "min_samples", what, s.min_samples); !r) return r.error();
+  if (auto r = read_int(j, "max_samples", what, s.max_samples); !r) return r.error();
+  if (auto r = read_double(j, "target_rsd", what, s.target_rsd); !r) return r.error();
+  if (auto r = read_double(j, "min_time_s", what, s.min_time_s); !r) return r.error();
+  if (auto r = read_double(j, "max_time_s", what, s.max_time_s); !r) return r.error();
+  if (auto r = read_double(j, "warmup_ms", what, s.warmup_ms); !r) return r.error();
+  if (auto r = read_bool(j, "flush_cache", what, s.flush_cache); !r) return r.error();
+  if (const auto it = j.find("seed"); it != j.end()) {
+    if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<std::int64_t>() >= 0)) {
+      return field_error(what, "seed", "an unsigned integer", *it);
+    }
+    s.seed = it->get<std::uint64_t>();
+  }
+  return s;
+}
+
+MeasureSettings MeasureSettings::from_json(const nlohmann::json& j) {
+  MeasureSettings defaults;
+  if (!j.is_object()) return defaults;
+  // Field by field, so one bad field falls back to its default and leaves the others alone.
+  for (const auto& [key, value] : j.items()) {
+    auto parsed = parse(json{{key, value}});
+    if (!parsed) continue;
+    const MeasureSettings& p = parsed.value();
+    if (key == "min_samples") defaults.min_samples = p.min_samples;
+    else if (key == "max_samples") defaults.max_samples = p.max_samples;
+    else if (key == "target_rsd") defaults.target_rsd = p.target_rsd;
+    else if (key == "min_time_s") defaults.min_time_s = p.min_time_s;
+    else if (key == "max_time_s") defaults.max_time_s = p.max_time_s;
+    else if (key == "warmup_ms") defaults.warmup_ms = p.warmup_ms;
+    else if (key == "flush_cache") defaults.flush_cache = p.flush_cache;
+    else if (key == "seed") defaults.seed = p.seed;
+  }
+  return defaults;
+}
+
+// --- BenchArg / BenchJob -----------------------------------------------------------------------
+
+nlohmann::json BenchArg::to_json() const {
+  return json{{"name", name},   {"kind", kind}, {"dtype", dtype},
+              {"count", count}, {"init", init}, {"value", value}};
+}
+
+Result<BenchArg> BenchArg::from_json(const nlohmann::json& j, const std::string& field) {
+  constexpr std::string_view what = "bench job";
+  const std::string prefix = field + ".";
+  if (!j.is_object()) return field_error(what, field, "an object", j);
+  BenchArg a;
+  if (auto r = read_string(j, "name", what, a.name, Presence::required, prefix); !r) return r.error();
+  if (auto r = read_string(j, "kind", what, a.kind, Presence::required, prefix); !r) return r.error();
+  if (auto r = read_string(j, "dtype", what, a.dtype, Presence::required, prefix); !r) return r.error();
+  if (auto r = read_int64(j, "count", what, a.count, prefix); !r) return r.error();
+  if (auto r = read_string(j, "init", what, a.init, Presence::optional, prefix); !r) return r.error();
+  if (auto r = read_double(j, "value", what, a.value, prefix); !r) return r.error();
+  if (!is_arg_kind(a.kind)) {
+    return field_error(what, prefix + "kind", "in, out, inout or scalar", j.at("kind"));
+  }
+  if (!parse_dtype(a.dtype)) {
+    return field_error(what, prefix + "dtype", "f32, f64, f16, i32 or i64", j.at("dtype"));
+  }
+  if (a.kind != "scalar") {
+    if (a.count < 1) return field_error(what, prefix + "count", "a count >= 1", j.value("count", json(0)));
+    if (!parse_init_kind(a.init)) {
+      return field_error(what, prefix + "init", "uniform, zero, ones or index", j.at("init"));
+    }
+  }
+  return a;
+}
+
+nlohmann::json BenchJob::to_json() const {
+  json args_json = json::array();
+  for (const auto& arg : args) args_json.push_back(arg.to_json());
+  return json{{"kernel", kernel},
+              {"entry", entry},
+              {"artifact_path", artifact_path},
+              {"reference_path", reference_path},
+              {"shape", shape},
+              {"args", std::move(args_json)},
+              {"flops", flops},
+              {"bytes", bytes},
+              {"rtol", rtol},
+              {"atol", atol},
+              {"inplace", inplace},
+              {"settings", settings.to_json()}};
+}
+
+Result<BenchJob> BenchJob::from_json(const nlohmann::json& j) {
+  constexpr std::string_view what = "bench job";
+  if (!j.is_object()) return field_error(what, "(root)", "an object", j);
+  BenchJob job;
+  if (auto r = read_string(j, "kernel", what, job.kernel, Presence::required); !r) return r.error();
+  if (auto r = read_string(j, "entry", what, job.entry, Presence::required); !r) return r.error();
+  if (auto r = read_string(j, "artifact_path", what, job.artifact_path, Presence::required); !r) {
+    return r.error();
+  }
+  if (auto r = read_string(j, "reference_path", what, job.reference_path, Presence::optional); !r) {
+    return r.error();
+  }
+  if (auto r = read_string(j, "shape", what, job.shape, Presence::optional); !r) return r.error();
+  const auto args = j.find("args");
+  if (args == j.end()) return missing_field(what, "args", "an array");
+  if (!args->is_array()) return field_error(what, "args", "an array", *args);
+  for (std::size_t i = 0; i < args->size(); ++i) {
+    auto arg = BenchArg::from_json((*args)[i], "args[" + std::to_string(i) + "]");
+    if (!arg) return arg.error();
+    job.args.push_back(std::move(arg).value());
+  }
+  if (auto r = read_double(j, "flops", what, job.flops); !r) return r.error();
+  if (auto r = read_double(j, "bytes", what, job.bytes); !r) return r.error();
+  if (auto r = read_double(j, "rtol", what, job.rtol); !r) return r.error();
+  if (auto r = read_double(j, "atol", what, job.atol); !r) return r.error();
+  if (auto r = read_bool(j, "inplace", what, job.inplace); !r) return r.error();
+  if (const auto it = j.find("settings"); it != j.end()) {
+    auto settings = MeasureSettings::parse(*it);
+    if (!settings) return settings.error();
+    job.settings = settings.value();
+  }
+  return job;
+}
+
+// --- BenchOutcome ------------------------------------------------------------------------------
+
+nlohmann::json BenchOutcome::to_json() const {
+  return json{{"status", std::string(to_string(status))},
+              {"reason", reason},
+              {"stats", stats_to_json(stats)},
+              {"gflops", gflops},
+              {"gbps", gbps}};
+}
+
+Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
+  constexpr std::string_view what = "bench outcome";
+  if (!j.is_object()) return field_error(what, "(root)", "an object", j);
+  BenchOutcome o;
+  std::string status;
+  if (auto r = read_string(j, "status", what, status, Presence::required); !r) return r.error();
+  const auto parsed = parse_candidate_status(status);
+  if (!parsed) return field_error(what, "status", "a candidate status", j.at("status"));
+  o.status = *parsed;
+  if (auto r = read_string(j, "reason", what, o.reason, Presence::optional); !r) return r.error();
+  if (const auto it = j.find("stats"); it != j.end()) {
+    auto stats = stats_from_json(*it, what);
+    if (!stats) return stats.error();
+    o.stats = stats.value();
+  }
+  if (auto r = read_double(j, "gflops", what, o.gflops); !r) return r.error();
+  if (auto r = read_double(j, "gbps", what, o.gbps); !r) return r.error();
+  return o;
+}
+
+// --- make_bench_job ----------------------------------------------------------------------------
+
+Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, const Config& config,
+                                const std::string& dtype, const std::string& artifact_path,
+                                const std::string& reference_path,
+                                const MeasureSettings& settings) {
+  const std::string where = "kernel " + spec.name + " at " + shape.to_string();
+  if (!parse_dtype(dtype)) {
+    return make_error("bad_dtype", where + ": dtype '" + dtype +
+                                       "': expected one of f32, f64, f16, i32, i64");
+  }
+
+  std::vector<std::string> variables = spec.shape_dims;
+  for (const auto& param : spec.params) variables.push_back(param.name);
+  const NamedValues bindings = bind(shape, config);
+
+  const auto compile = [&](const std::string& text, const std::string& context) -> Result<Expr> {
+    auto expr = Expr::compile(text, variables);
+    if (!expr) return with_context(expr.error(), where + ": " + context);
+    return expr;
+  };
+  const auto eval_integer = [&](const std::string& text,
+                                const std::string& context) -> Result<std::int64_t> {
+    auto expr = compile(text, context);
+    if (!expr) return expr.error();
+    auto value = expr->eval_int(bindings);
+    if (!value) return with_context(value.error(), where + ": " + context);
+    return value.value();
+  };
+  const auto eval_real = [&](const std::string& text, const std::string& context) -> Result<double> {
+    auto expr = compile(text, context);
+    if (!expr) return expr.error();
+    auto value = expr->eval(bindings);
+    if (!value) return with_context(value.error(), where + ": " + context);
+    return value.value();
+  };
+
+  BenchJob job;
+  job.kernel = spec.name;
+  job.entry = spec.entry;
+  job.artifact_path = artifact_path;
+  job.reference_path = reference_path;
+  job.shape = shape.to_string();
+  job.rtol = spec.check.rtol;
+  job.atol = spec.check.atol;
+  job.inplace = spec.inplace;
+  job.settings = settings;
+
+  for (std::size_t i = 0; i < spec.args.size(); ++i) {
+    const ArgSpec& spec_arg = spec.args[i];
+    const std::string label = "args[" + std::to_string(i) + "] '" + spec_arg.name + "'";
+    BenchArg arg;
+    arg.name = spec_arg.name;
+    arg.kind = std::string(to_string(spec_arg.kind));
+    const bool scalar = spec_arg.kind == ArgKind::scalar;
+    arg.dtype = !spec_arg.dtype.empty() ? spec_arg.dtype : (scalar ? "i64" : dtype);
+    const auto arg_dtype = parse_dtype(arg.dtype);
+    if (!arg_dtype) {
+      return make_error("bad_dtype", where + ": " + label + ": dtype '" + arg.dtype +
+                                         "': expected one of f32, f64, f16, i32, i64");
+    }
+
+    if (scalar) {
+      if (spec_arg.value.empty()) {
+        return make_error("bad_expression",
+                          where + ": " + label + ".value: a scalar arg needs a value expression");
+      }
+      if (is_integral(*arg_dtype)) {
+        auto value = eval_integer(spec_arg.value, label + ".value");
+        if (!value) return value.error();
+        if (*arg_dtype == DType::i32 && (value.value() < std::numeric_limits<std::int32_t>::min() ||
+                                         value.value() > std::numeric_limits<std::int32_t>::max())) {
+          return make_error("bad_shape", where + ": " + label + ".value '" + spec_arg.value +
+                                             "' = " + std::to_string(value.value()) +
+                                             ": expected a value that fits i32");
+        }
+        arg.value = static_cast<double>(value.value());
+      } else {
+        auto value = eval_real(spec_arg.value, label + ".value");
+        if (!value) return value.error();
+        arg.value = value.value();
+      }
+    } else {
+      if (spec_arg.count.empty()) {
+        return make_error("bad_expression",
+                          where + ": " + label + ".count: a buffer arg needs a count expression");
+      }
+      auto count = eval_integer(spec_arg.count, label + ".count");
+      if (!count) return count.error();
+      if (count.value() < 1) {
+        return make_error("bad_shape", where + ": " + label + ".count '" + spec_arg.count +
+                                           "' = " + std::to_string(count.value()) +
+                                           ": expected at least 1 element");
+      }
+      arg.count = count.value();
+      arg.init = spec_arg.init.empty() ? std::string("uniform") : spec_arg.init;
+      if (!parse_init_kind(arg.init)) {
+        return make_error("spec_error", where + ": " + label + ".init '" + arg.init +
+                                            "': expected uniform, zero, ones or index");
+      }
+    }
+    job.args.push_back(std::move(arg));
+  }
+
+  if (!spec.flops.empty()) {
+    auto flops = eval_real(spec.flops, "[metrics].flops");
+    if (!flops) return flops.error();
+    job.flops = flops.value();
+  }
+  if (!spec.bytes.empty()) {
+    auto bytes = eval_real(spec.bytes, "[metrics].bytes");
+    if (!bytes) return bytes.error();
+    job.bytes = bytes.value();
+  }
+  return job;
+}
+
+} // namespace ktune

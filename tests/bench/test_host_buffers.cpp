@@ -1,0 +1,192 @@
+#include "bench/host_buffers.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+using namespace ktune;
+
+TEST_CASE("dtype and init names", "[bench][host_buffers]") {
+  for (const char* name : {"f32", "f64", "f16", "i32", "i64"}) {
+    const auto dtype = parse_dtype(name);
+    REQUIRE(dtype);
+    CHECK(to_string(*dtype) == name);
+  }
+  CHECK_FALSE(parse_dtype("f8"));
+  CHECK_FALSE(parse_dtype(""));
+  CHECK(dtype_bytes(DType::f16) == 2);
+  CHECK(dtype_bytes(DType::f32) == 4);
+  CHECK(dtype_bytes(DType::i64) == 8);
+  CHECK(is_integral(DType::i32));
+  CHECK_FALSE(is_integral(DType::f64));
+  CHECK(parse_init_kind("index") == InitKind::index);
+  CHECK_FALSE(parse_init_kind("random"));
+}
+
+TEST_CASE("half conversions", "[bench][host_buffers]") {
+  CHECK(float_to_half(1.0f) == 0x3c00);
+  CHECK(float_to_half(-2.0f) == 0xc000);
+  CHECK(float_to_half(65504.0f) == 0x7bff);
+  CHECK(float_to_half(70000.0f) == 0x7c00);                      // overflow to inf
+  CHECK(float_to_half(std::ldexp(1.0f, -24)) == 0x0001);         // smallest subnormal
+  CHECK(float_to_half(std::ldexp(1.0f, -26)) == 0x0000);         // underflow
+  CHECK(float_to_half(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);  // tie rounds to even
+  CHECK(float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);
+  CHECK(half_to_float(0x3c00) == 1.0f);
+  CHECK(half_to_float(0x0001) == std::ldexp(1.0f, -24));
+  CHECK(half_to_float(0x0200) == std::ldexp(1.0f, -15));
+  CHECK(std::isinf(half_to_float(0xfc00)));
+  CHECK(std::isnan(half_to_float(float_to_half(std::numeric_limits<float>::quiet_NaN()))));
+  for (std::uint32_t bits = 0; bits < 0x7c00; bits += 7) {
+    const auto h = static_cast<std::uint16_t>(bits);
+    CHECK(float_to_half(half_to_float(h)) == h);
+  }
+}
+
+TEST_CASE("HostBuffer", "[bench][host_buffers]") {
+  SECTION("aligned, sized, guarded") {
+    auto buffer = HostBuffer::allocate(DType::f32, 13, "A");
+    REQUIRE(buffer.ok());
+    CHECK(reinterpret_cast<std::uintptr_t>(buffer->data()) % HostBuffer::k_alignment == 0);
+    CHECK(buffer->count() == 13);
+    CHECK(buffer->bytes() == 52);
+    CHECK(buffer->guards_intact());
+
+    auto* bytes = static_cast<unsigned char*>(buffer->data());
+    bytes[52] = 0;  // one past the last element
+    CHECK_FALSE(buffer->guards_intact());
+    buffer->reset_guards();
+    CHECK(buffer->guards_intact());
+    bytes[-1] = 0;  // one before the first
+    CHECK_FALSE(buffer->guards_intact());
+    buffer->reset_guards();
+    std::memset(bytes, 0x5a, buffer->bytes());  // the data itself is free to change
+    CHECK(buffer->guards_intact());
+  }
+
+  SECTION("moves") {
+    auto buffer = HostBuffer::allocate(DType::i64, 4, "A");
+    REQUIRE(buffer.ok());
+    void* data = buffer->data();
+    HostBuffer moved = std::move(buffer).value();
+    CHECK(moved.data() == data);
+    HostBuffer other = std::move(HostBuffer::allocate(DType::f16, 3, "B")).value();
+    other = std::move(moved);
+    CHECK(other.data() == data);
+    CHECK(other.dtype() == DType::i64);
+  }
+
+  SECTION("bad sizes are runtime_error naming the buffer") {
+    auto empty = HostBuffer::allocate(DType::f32, 0, "Z");
+    REQUIRE_FALSE(empty.ok());
+    CHECK(empty.error().code == "runtime_error");
+    CHECK_THAT(empty.error().message, Catch::Contains("Z"));
+    auto huge = HostBuffer::allocate(DType::f64, std::numeric_limits<std::size_t>::max() / 4, "H");
+    REQUIRE_FALSE(huge.ok());
+    CHECK_THAT(huge.error().message, Catch::Contains("H"));
+  }
+}
+
+TEST_CASE("fill_elements", "[bench][host_buffers]") {
+  constexpr std::size_t n = 4096;
+
+  SECTION("uniform floats are deterministic, in [-1, 1) and depend on seed and stream") {
+    std::vector<float> a(n), b(n), c(n), d(n);
+    fill_elements(DType::f32, a.data(), n, InitKind::uniform, 42, 0);
+    fill_elements(DType::f32, b.data(), n, InitKind::uniform, 42, 0);
+    fill_elements(DType::f32, c.data(), n, InitKind::uniform, 43, 0);
+    fill_elements(DType::f32, d.data(), n, InitKind::uniform, 42, 1);
+    CHECK(a == b);
+    CHECK(a != c);
+    CHECK(a != d);
+    bool negative = false, positive = false;
+    for (float v : a) {
+      REQUIRE(v >= -1.0f);
+      REQUIRE(v < 1.0f);
+      negative = negative || v < -0.5f;
+      positive = positive || v > 0.5f;
+    }
+    CHECK(negative);
+    CHECK(positive);
+  }
+
+  SECTION("uniform integers are small") {
+    std::vector<std::int32_t> a(n);
+    fill_elements(DType::i32, a.data(), n, InitKind::uniform, 1, 0);
+    std::int32_t lo = 100, hi = -100;
+    for (auto v : a) {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    CHECK(lo == -8);
+    CHECK(hi == 7);
+  }
+
+  SECTION("zero, ones, index") {
+    std::vector<double> a(n, 3.0);
+    fill_elements(DType::f64, a.data(), n, InitKind::zero, 1, 0);
+    CHECK(a == std::vector<double>(n, 0.0));
+    fill_elements(DType::f64, a.data(), n, InitKind::ones, 1, 0);
+    CHECK(a == std::vector<double>(n, 1.0));
+    std::vector<std::int64_t> idx(n);
+    fill_elements(DType::i64, idx.data(), n, InitKind::index, 1, 0);
+    CHECK(idx[0] == 0);
+    CHECK(idx[4095] == 4095);
+    std::vector<std::uint16_t> h(4);
+    fill_elements(DType::f16, h.data(), 4, InitKind::index, 1, 0);
+    CHECK(half_to_float(h[3]) == 3.0f);
+  }
+}
+
+TEST_CASE("compare_elements", "[bench][host_buffers]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+
+  SECTION("floats within tolerance match") {
+    const std::vector<double> expected{1.0, 100.0, -2.0, inf, nan};
+    const std::vector<double> got{1.0 + 1e-6, 100.05, -2.0, inf, nan};
+    CHECK_FALSE(compare_elements(DType::f64, got.data(), expected.data(), 5, 1e-3, 1e-5));
+  }
+
+  SECTION("the first difference and the count are reported") {
+    const std::vector<float> expected{1.0f, 2.0f, 3.0f, 4.0f};
+    const std::vector<float> got{1.0f, 2.5f, 3.0f, 5.0f};
+    const auto m = compare_elements(DType::f32, got.data(), expected.data(), 4, 1e-3, 1e-5);
+    REQUIRE(m);
+    CHECK(m->index == 1);
+    CHECK(m->got == 2.5);
+    CHECK(m->expected == 2.0);
+    CHECK(m->differing == 2);
+  }
+
+  SECTION("a NaN on one side only differs") {
+    const std::vector<double> expected{1.0, nan};
+    const std::vector<double> got{nan, 1.0};
+    const auto m = compare_elements(DType::f64, got.data(), expected.data(), 2, 1, 1);
+    REQUIRE(m);
+    CHECK(m->index == 0);
+    CHECK(m->differing == 2);
+  }
+
+  SECTION("integers must be equal") {
+    const std::vector<std::int32_t> expected{1000, 7};
+    const std::vector<std::int32_t> got{1001, 7};
+    const auto m = compare_elements(DType::i32, got.data(), expected.data(), 2, 0.5, 10);
+    REQUIRE(m);
+    CHECK(m->index == 0);
+  }
+
+  SECTION("f16 compares the decoded values") {
+    const std::vector<std::uint16_t> expected{float_to_half(1.0f), float_to_half(2.0f)};
+    const std::vector<std::uint16_t> got{float_to_half(1.0f), float_to_half(2.5f)};
+    const auto m = compare_elements(DType::f16, got.data(), expected.data(), 2, 1e-3, 1e-5);
+    REQUIRE(m);
+    CHECK(m->index == 1);
+    CHECK(m->got == 2.5);
+  }
+}

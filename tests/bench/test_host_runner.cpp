@@ -1,0 +1,415 @@
+#include "bench/host_runner.hpp"
+#include "bench/shared_library.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <utility>
+
+using namespace ktune;
+
+namespace {
+
+// Every test kernel also exports probe_* counters, read by tests that keep the library loaded
+// (a second dlopen of the same path shares the runner's handle and its globals).
+const std::string k_vadd_source = R"(
+#include <cstdint>
+static long g_calls = 0;
+static void* g_last_x = nullptr;
+extern "C" long probe_calls() { return g_calls; }
+extern "C" void* probe_last_x() { return g_last_x; }
+extern "C" void vadd(void** args) {
+  const float* x = static_cast<const float*>(args[0]);
+  const float* y = static_cast<const float*>(args[1]);
+  float* z = static_cast<float*>(args[2]);
+  const std::int64_t n = *static_cast<const std::int64_t*>(args[3]);
+  ++g_calls;
+  g_last_x = args[0];
+  for (std::int64_t i = 0; i < n; ++i) z[i] = x[i] + y[i];
+#ifdef WRONG
+  z[17] += 1.0f;
+#endif
+#ifdef OVERRUN
+  z[n] = 0.0f;
+#endif
+}
+)";
+
+// In place: x[i] += 1 over X initialised with init = "index"; counts calls that did not see
+// fresh inputs.
+const std::string k_inc_source = R"(
+#include <cstdint>
+static long g_calls = 0;
+static long g_stale = 0;
+extern "C" long probe_calls() { return g_calls; }
+extern "C" long probe_stale() { return g_stale; }
+extern "C" void inc(void** args) {
+  float* x = static_cast<float*>(args[0]);
+  const std::int64_t n = *static_cast<const std::int64_t*>(args[1]);
+  ++g_calls;
+  if (x[0] != 0.0f || x[n - 1] != static_cast<float>(n - 1)) ++g_stale;
+  for (std::int64_t i = 0; i < n; ++i) x[i] += 1.0f;
+}
+)";
+
+const std::string k_triple_source = R"(
+#include <cstdint>
+extern "C" void triple(void** args) {
+  const std::int32_t* x = static_cast<const std::int32_t*>(args[0]);
+  std::int32_t* z = static_cast<std::int32_t*>(args[1]);
+  const std::int32_t n = *static_cast<const std::int32_t*>(args[2]);
+  const double scale = *static_cast<const double*>(args[3]);
+  for (std::int32_t i = 0; i < n; ++i) z[i] = static_cast<std::int32_t>(x[i] * scale);
+#ifdef WRONG
+  z[5] += 1;
+#endif
+}
+)";
+
+// Builds test kernels with the system compiler into one directory per test process, each on
+// first use.
+class TestKernels {
+public:
+  static TestKernels& instance() {
+    static TestKernels kernels;
+    return kernels;
+  }
+
+  std::string path(const std::string& name) {
+    if (const auto it = m_built.find(name); it != m_built.end()) return it->second;
+    static const std::map<std::string, std::pair<const std::string*, std::string>> k_recipes{
+        {"vadd", {&k_vadd_source, ""}},
+        {"vadd_ref", {&k_vadd_source, ""}},
+        {"vadd_wrong", {&k_vadd_source, "-DWRONG"}},
+        {"vadd_overrun", {&k_vadd_source, "-DOVERRUN"}},
+        {"inc", {&k_inc_source, ""}},
+        {"inc_ref", {&k_inc_source, ""}},
+        {"triple", {&k_triple_source, ""}},
+        {"triple_ref", {&k_triple_source, ""}},
+        {"triple_wrong", {&k_triple_source, "-DWRONG"}},
+    };
+    const auto& [source, flags] = k_recipes.at(name);
+    const auto source_path = m_dir.write(name + ".cpp", *source);
+    const std::string artifact = (m_dir.path() / (name + ".so")).string();
+    const char* cxx = std::getenv("KTUNE_CXX");
+    const std::string command = std::string(cxx != nullptr && *cxx != '\0' ? cxx : "c++") +
+                                " -O2 -shared -fPIC " + flags + " -o '" + artifact + "' '" +
+                                source_path.string() + "'";
+    INFO(command);
+    REQUIRE(std::system(command.c_str()) == 0);
+    m_built.emplace(name, artifact);
+    return artifact;
+  }
+
+private:
+  test::TempDir m_dir;
+  std::map<std::string, std::string> m_built;
+};
+
+std::string kernel(const std::string& name) { return TestKernels::instance().path(name); }
+
+MeasureSettings fast_settings() {
+  MeasureSettings s;
+  s.min_samples = 3;
+  s.max_samples = 200;
+  s.min_time_s = 0;
+  s.max_time_s = 0.2;
+  s.warmup_ms = 1;
+  s.flush_cache = false;
+  return s;
+}
+
+BenchJob vadd_job(const std::string& candidate, const std::string& reference,
+                  std::int64_t n = 4096) {
+  BenchJob job;
+  job.kernel = "vadd";
+  job.entry = "vadd";
+  job.artifact_path = candidate;
+  job.reference_path = reference;
+  job.shape = "N=" + std::to_string(n);
+  job.args = {
+      BenchArg{"X", "in", "f32", n, "uniform", 0},
+      BenchArg{"Y", "in", "f32", n, "uniform", 0},
+      BenchArg{"Z", "out", "f32", n, "zero", 0},
+      BenchArg{"N", "scalar", "i64", 0, "uniform", static_cast<double>(n)},
+  };
+  job.flops = static_cast<double>(n);
+  job.bytes = 12.0 * static_cast<double>(n);
+  job.settings = fast_settings();
+  return job;
+}
+
+BenchJob inc_job(const std::string& candidate, const std::string& reference, bool inplace) {
+  constexpr std::int64_t n = 1000;
+  BenchJob job;
+  job.kernel = "inc";
+  job.entry = "inc";
+  job.artifact_path = candidate;
+  job.reference_path = reference;
+  job.shape = "N=1000";
+  job.args = {
+      BenchArg{"X", "inout", "f32", n, "index", 0},
+      BenchArg{"N", "scalar", "i64", 0, "uniform", static_cast<double>(n)},
+  };
+  job.inplace = inplace;
+  job.settings = fast_settings();
+  return job;
+}
+
+BenchJob triple_job(const std::string& candidate, const std::string& reference) {
+  BenchJob job;
+  job.kernel = "triple";
+  job.entry = "triple";
+  job.artifact_path = candidate;
+  job.reference_path = reference;
+  job.shape = "N=64";
+  job.args = {
+      BenchArg{"X", "in", "i32", 64, "uniform", 0},
+      BenchArg{"Z", "out", "i32", 64, "zero", 0},
+      BenchArg{"N", "scalar", "i32", 0, "uniform", 64},
+      BenchArg{"scale", "scalar", "f64", 0, "uniform", 3.0},
+  };
+  job.settings = fast_settings();
+  return job;
+}
+
+long probe_long(const SharedLibrary& library, const std::string& name) {
+  auto symbol = library.symbol(name);
+  REQUIRE(symbol.ok());
+  return reinterpret_cast<long (*)()>(symbol.value())();
+}
+
+void* probe_pointer(const SharedLibrary& library, const std::string& name) {
+  auto symbol = library.symbol(name);
+  REQUIRE(symbol.ok());
+  return reinterpret_cast<void* (*)()>(symbol.value())();
+}
+
+SharedLibrary open_library(const std::string& path) {
+  auto library = SharedLibrary::open(path);
+  REQUIRE(library.ok());
+  return std::move(library).value();
+}
+
+void check_sane_stats(const SampleStats& s) {
+  CHECK(s.min_ms > 0);
+  CHECK(s.min_ms <= s.q1_ms);
+  CHECK(s.q1_ms <= s.median_ms);
+  CHECK(s.median_ms <= s.q3_ms);
+  CHECK(s.q3_ms <= s.max_ms);
+  CHECK(s.mean_ms >= s.min_ms);
+  CHECK(s.mean_ms <= s.max_ms);
+  CHECK(s.stddev_ms >= 0);
+}
+
+} // namespace
+
+TEST_CASE("HostRunner measures a correct candidate", "[bench][host_runner]") {
+  HostRunner runner;
+  const BenchJob job = vadd_job(kernel("vadd"), kernel("vadd_ref"));
+  const BenchOutcome outcome = runner.run(job);
+  INFO(outcome.reason);
+  REQUIRE(outcome.status == CandidateStatus::ok);
+  CHECK(outcome.reason.empty());
+  CHECK(outcome.stats.n >= 3);
+  CHECK(outcome.stats.n <= 200);
+  check_sane_stats(outcome.stats);
+  CHECK(outcome.gflops == Approx(job.flops / (outcome.stats.median_ms * 1e6)));
+  CHECK(outcome.gbps == Approx(job.bytes / (outcome.stats.median_ms * 1e6)));
+
+  SECTION("the same job through JSON gives the same verdict") {
+    auto decoded = BenchJob::from_json(job.to_json());
+    REQUIRE(decoded.ok());
+    CHECK(runner.run(decoded.value()).status == CandidateStatus::ok);
+  }
+
+  SECTION("integer outputs and scalars of several dtypes") {
+    const BenchOutcome triple = runner.run(triple_job(kernel("triple"), kernel("triple_ref")));
+    INFO(triple.reason);
+    CHECK(triple.status == CandidateStatus::ok);
+    CHECK(triple.gflops == 0);  // no flops declared
+  }
+}
+
+TEST_CASE("HostRunner reports a wrong result as mismatch", "[bench][host_runner]") {
+  HostRunner runner;
+
+  SECTION("floats name the element, tolerances and count") {
+    const BenchOutcome outcome = runner.run(vadd_job(kernel("vadd_wrong"), kernel("vadd_ref")));
+    CHECK(outcome.status == CandidateStatus::mismatch);
+    CHECK_THAT(outcome.reason, Catch::StartsWith("Z[17]: got "));
+    CHECK_THAT(outcome.reason, Catch::Contains(", expected "));
+    CHECK_THAT(outcome.reason, Catch::Contains("(rtol 0.001, atol 1e-05)"));
+    CHECK_THAT(outcome.reason, Catch::EndsWith("; 1 of 4096 elements differ"));
+    CHECK(outcome.stats.n == 0);
+  }
+
+  SECTION("integers must match exactly") {
+    const BenchOutcome outcome =
+        runner.run(triple_job(kernel("triple_wrong"), kernel("triple_ref")));
+    CHECK(outcome.status == CandidateStatus::mismatch);
+    CHECK_THAT(outcome.reason, Catch::StartsWith("Z[5]: got "));
+    CHECK_THAT(outcome.reason, Catch::Contains("(exact)"));
+  }
+
+  SECTION("without a reference the output is not checked") {
+    const BenchOutcome outcome = runner.run(vadd_job(kernel("vadd_wrong"), ""));
+    CHECK(outcome.status == CandidateStatus::ok);
+  }
+
+  SECTION("a write past the end of a buffer is caught, and the next candidate is clean") {
+    const BenchOutcome overrun = runner.run(vadd_job(kernel("vadd_overrun"), kernel("vadd_ref")));
+    CHECK(overrun.status == CandidateStatus::mismatch);
+    CHECK_THAT(overrun.reason, Catch::Contains("wrote outside buffer 'Z'"));
+    const BenchOutcome next = runner.run(vadd_job(kernel("vadd"), kernel("vadd_ref")));
+    INFO(next.reason);
+    CHECK(next.status == CandidateStatus::ok);
+  }
+}
+
+TEST_CASE("HostRunner load failures are runtime_error", "[bench][host_runner]") {
+  HostRunner runner;
+
+  SECTION("missing entry symbol") {
+    BenchJob job = vadd_job(kernel("vadd"), kernel("vadd_ref"));
+    job.entry = "no_such_entry";
+    const BenchOutcome outcome = runner.run(job);
+    CHECK(outcome.status == CandidateStatus::runtime_error);
+    CHECK_THAT(outcome.reason, Catch::Contains("no_such_entry"));
+    CHECK_THAT(outcome.reason, Catch::Contains(kernel("vadd")));
+  }
+
+  SECTION("missing artifact") {
+    test::TempDir dir;
+    const std::string missing = dir.str() + "/missing.so";
+    const BenchOutcome outcome = runner.run(vadd_job(missing, kernel("vadd_ref")));
+    CHECK(outcome.status == CandidateStatus::runtime_error);
+    CHECK_THAT(outcome.reason, Catch::Contains("cannot load " + missing));
+  }
+
+  SECTION("an artifact that is not a shared object") {
+    test::TempDir dir;
+    const std::string bogus = dir.write("bogus.so", "not an ELF file").string();
+    const BenchOutcome outcome = runner.run(vadd_job(bogus, ""));
+    CHECK(outcome.status == CandidateStatus::runtime_error);
+    CHECK_THAT(outcome.reason, Catch::Contains("cannot load"));
+  }
+
+  SECTION("missing reference") {
+    test::TempDir dir;
+    const BenchOutcome outcome = runner.run(vadd_job(kernel("vadd"), dir.str() + "/ref.so"));
+    CHECK(outcome.status == CandidateStatus::runtime_error);
+    CHECK_THAT(outcome.reason, Catch::StartsWith("reference: cannot load"));
+  }
+}
+
+TEST_CASE("HostRunner reuses buffers and reference outputs per key", "[bench][host_runner]") {
+  HostRunner runner;
+  const SharedLibrary candidate = open_library(kernel("vadd"));
+  const SharedLibrary reference = open_library(kernel("vadd_ref"));
+  BenchJob job = vadd_job(kernel("vadd"), kernel("vadd_ref"));
+  const long reference_before = probe_long(reference, "probe_calls");
+
+  REQUIRE(runner.run(job).status == CandidateStatus::ok);
+  void* first_x = probe_pointer(candidate, "probe_last_x");
+  CHECK(reinterpret_cast<std::uintptr_t>(first_x) % 64 == 0);
+  CHECK(probe_long(reference, "probe_calls") - reference_before == 1);
+
+  REQUIRE(runner.run(job).status == CandidateStatus::ok);
+  CHECK(probe_pointer(candidate, "probe_last_x") == first_x);
+  CHECK(probe_long(reference, "probe_calls") - reference_before == 1);  // outputs kept
+
+  SECTION("another seed is another key: the reference runs again") {
+    job.settings.seed += 1;
+    REQUIRE(runner.run(job).status == CandidateStatus::ok);
+    CHECK(probe_long(reference, "probe_calls") - reference_before == 2);
+  }
+
+  SECTION("every launch is counted: check run, warm-up and samples") {
+    const long before = probe_long(candidate, "probe_calls");
+    const BenchOutcome outcome = runner.run(job);
+    REQUIRE(outcome.status == CandidateStatus::ok);
+    CHECK(probe_long(candidate, "probe_calls") - before >= 2 + static_cast<long>(outcome.stats.n));
+  }
+}
+
+TEST_CASE("HostRunner gives in-place kernels fresh inputs for every sample",
+          "[bench][host_runner]") {
+  HostRunner runner;
+  const SharedLibrary candidate = open_library(kernel("inc"));
+  const long calls_before = probe_long(candidate, "probe_calls");
+  const long stale_before = probe_long(candidate, "probe_stale");
+
+  SECTION("inplace job: every launch sees the initial contents") {
+    const BenchOutcome outcome = runner.run(inc_job(kernel("inc"), kernel("inc_ref"), true));
+    INFO(outcome.reason);
+    REQUIRE(outcome.status == CandidateStatus::ok);
+    CHECK(outcome.stats.n >= 3);
+    CHECK(probe_long(candidate, "probe_calls") - calls_before >=
+          1 + static_cast<long>(outcome.stats.n));
+    CHECK(probe_long(candidate, "probe_stale") == stale_before);
+
+    // A second candidate on the same buffers is checked against fresh inputs as well.
+    const BenchOutcome again = runner.run(inc_job(kernel("inc"), kernel("inc_ref"), true));
+    CHECK(again.status == CandidateStatus::ok);
+    CHECK(probe_long(candidate, "probe_stale") == stale_before);
+  }
+
+  SECTION("without inplace the check still passes, but later launches see their own output") {
+    const BenchOutcome outcome = runner.run(inc_job(kernel("inc"), kernel("inc_ref"), false));
+    INFO(outcome.reason);
+    REQUIRE(outcome.status == CandidateStatus::ok);
+    CHECK(probe_long(candidate, "probe_stale") > stale_before);
+  }
+}
+
+TEST_CASE("HostRunner stopping criterion", "[bench][host_runner]") {
+  HostRunner runner;
+  BenchJob job = vadd_job(kernel("vadd"), kernel("vadd_ref"), 256);
+
+  SECTION("max_samples caps a run that never converges") {
+    job.settings.target_rsd = 0;  // rsd < 0 never holds
+    job.settings.max_samples = 5;
+    job.settings.max_time_s = 10;
+    const BenchOutcome outcome = runner.run(job);
+    REQUIRE(outcome.status == CandidateStatus::ok);
+    CHECK(outcome.stats.n == 5);
+  }
+
+  SECTION("a converged run stops at min_samples") {
+    job.settings.min_samples = 1;
+    job.settings.target_rsd = 1e9;
+    job.settings.max_time_s = 10;
+    const BenchOutcome outcome = runner.run(job);
+    REQUIRE(outcome.status == CandidateStatus::ok);
+    CHECK(outcome.stats.n == 1);
+  }
+
+  SECTION("with cache flushing (a small flush buffer keeps the test fast)") {
+    HostRunner flushing(std::size_t{1} << 20);
+    job.settings.flush_cache = true;
+    job.settings.target_rsd = 0;
+    job.settings.max_samples = 3;
+    job.settings.max_time_s = 10;
+    const BenchOutcome outcome = flushing.run(job);
+    REQUIRE(outcome.status == CandidateStatus::ok);
+    CHECK(outcome.stats.n == 3);
+    check_sane_stats(outcome.stats);
+  }
+
+  SECTION("max_time_s ends a run that would otherwise take a million samples") {
+    HostRunner flushing(std::size_t{1} << 20);
+    job.settings.flush_cache = true;
+    job.settings.target_rsd = 0;
+    job.settings.max_samples = 1'000'000;
+    job.settings.max_time_s = 0.02;
+    const BenchOutcome outcome = flushing.run(job);
+    REQUIRE(outcome.status == CandidateStatus::ok);
+    CHECK(outcome.stats.n >= 3);  // min_samples is honoured before the wall-clock cap
+    CHECK(outcome.stats.n < 1'000'000);
+  }
+}
