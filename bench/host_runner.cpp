@@ -259,10 +259,17 @@ struct HostRunner::State {
     return &set.references.back().second;
   }
 
+  // 2x the last-level cache, capped: virtual machines often report the whole socket's L3
+  // (hundreds of MiB) while one core only ever fills its own slice of it.
+  static std::size_t default_flush_bytes() {
+    constexpr std::size_t k_max_flush_bytes = std::size_t{64} << 20;
+    return std::min(2 * last_level_cache_bytes(), k_max_flush_bytes);
+  }
+
   Result<void> ensure_flush_buffer() {
     if (flush_buffer) return {};
     const std::size_t bytes = std::max<std::size_t>(
-        flush_bytes != 0 ? flush_bytes : 2 * last_level_cache_bytes(), sizeof(std::uint64_t));
+        flush_bytes != 0 ? flush_bytes : default_flush_bytes(), sizeof(std::uint64_t));
     auto buffer = HostBuffer::allocate(DType::i64, bytes / sizeof(std::uint64_t), "cache flush");
     if (!buffer) return buffer.error();
     flush_buffer = std::move(buffer).value();

@@ -37,7 +37,7 @@ namespace ktune {
 class HostRunner final : public Runner {
 public:
   HostRunner();
-  // `flush_bytes`: size of the cache-flush buffer; 0 means 2 x last_level_cache_bytes().
+  // `flush_bytes`: size of the cache-flush buffer; 0 means 2 x last_level_cache_bytes(), at most 64 MiB.
   explicit HostRunner(std::size_t flush_bytes);
   ~HostRunner() override;
   [[nodiscard]] BenchOutcome run(const BenchJob& job) override;
