@@ -25,6 +25,11 @@ struct CompileJob {
   std::string cache_dir;           // content-addressed artifact store
   std::string arch;                // CUDA only: "sm_90"
 
+  // {"kernel":..,"language":..,"source_path":..,"include_dirs":[..],"defines":{"BM":64,..},
+  //  "dtype":..,"extra_flags":[..],"source_hash":..,"cache_dir":..,"arch":..}
+  // Required: kernel, language, source_path, dtype, cache_dir; the rest default to empty.
+  // "defines" is an object, so from_json returns the defines in name order (neither the
+  // compiler nor the cache key depends on their order). Errors: "bad_request" naming the field.
   [[nodiscard]] nlohmann::json to_json() const;
   [[nodiscard]] static Result<CompileJob> from_json(const nlohmann::json& j);
 };
@@ -37,6 +42,9 @@ struct CompileOutcome {
   double compile_ms = 0;
   std::string log;                 // the compiler's output (truncated to its first 8 KiB)
 
+  // {"status":"ok","artifact_path":..,"cache_key":..,"cached":false,"compile_ms":..,"log":..}
+  // Required: status (a candidate status name), and artifact_path when status is ok.
+  // Errors: "bad_request" naming the field.
   [[nodiscard]] nlohmann::json to_json() const;
   [[nodiscard]] static Result<CompileOutcome> from_json(const nlohmann::json& j);
 };
@@ -51,7 +59,9 @@ public:
   [[nodiscard]] virtual CompileOutcome compile(const CompileJob& job) = 0;
 };
 
-// Maps a dtype name to its C type: f32 float, f64 double, i32 int32_t, i64 int64_t.
+// Maps a dtype name to its C type: f32 float, f64 double, i32 int32_t, i64 int64_t. Errors
+// (code "bad_dtype"): f16 ("f16 is not supported by the host compiler") and unknown names.
+// dtype_size knows f16 (2 bytes).
 [[nodiscard]] Result<std::string> dtype_c_type(std::string_view dtype);
 [[nodiscard]] Result<std::size_t> dtype_size(std::string_view dtype);
 

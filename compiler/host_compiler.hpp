@@ -1,11 +1,26 @@
 #pragma once
 // HostCompiler: the system C++ compiler (c++, or $KTUNE_CXX) building a shared object:
-//   <cxx> -std=c++17 -O3 -march=native -shared -fPIC -DNAME=value... -o <tmp> <source>
+//   <cxx> -std=c++17 -O3 -march=native -shared -fPIC -I<include_dirs> -DKTUNE_DTYPE=<c type>
+//         -DKTUNE_DTYPE_<DTYPE>=1 -DNAME=value... <extra_flags> -o <tmp> <source>
 // into <cache_dir>/<key[0:2]>/<key>.so. The compiler's identity (`<cxx> --version` first line)
-// is part of the key.
+// is part of the key, and so is the host CPU (model and ISA flags from /proc/cpuinfo), since
+// -march=native artifacts do not run on every CPU that may share a cache directory.
+//
+// The compiler runs through posix_spawnp (no shell); its stdout and stderr become the outcome's
+// log. The artifact is written to a unique temp file in the final directory and renamed into
+// place, so concurrent compiles of one key (threads or processes) all succeed and readers never
+// see a partial file. A failed compile leaves no file behind.
+//
+// Thread safety: compile() and cache_key() may be called concurrently on one instance.
 #include "compiler/compiler.hpp"
 
 namespace ktune {
+
+// Bumped whenever the inputs or the layout of the compile cache change.
+inline constexpr int k_cache_version = 1;
+
+// <cache_dir>/<key[0:2]>/<key>.so
+[[nodiscard]] std::string host_artifact_path(const std::string& cache_dir, const std::string& key);
 
 class HostCompiler final : public Compiler {
 public:
@@ -17,10 +32,12 @@ public:
 private:
   std::string m_cxx;
   std::string m_version;
+  std::string m_host_cpu;   // model name + ISA flags, the target of -march=native
 };
 
 // The host compiler's `--version` first line ("c++ (Debian 12.2.0-14) 12.2.0"); empty if it
-// cannot be run.
+// cannot be run or fails. Spawns a child and waits for it; when a process-wide SIGCHLD handler
+// reaped the child first, the line read from its output still counts.
 [[nodiscard]] std::string host_compiler_version(const std::string& cxx);
 
 } // namespace ktune

@@ -2,7 +2,13 @@
 // KernelRegistry: the kernel families found in the configured kernel directories.
 // Each family is <dir>/<name>/kernel.toml plus its source. Loading reads the files, parses the
 // spec and computes the source hash over the source, the spec text and every header the source
-// includes with #include "..." (resolved in the family's directory, recursively).
+// includes with #include "..." (resolved next to the including file, then in the family's
+// directory, recursively, each header once; a quoted include found in neither place is left to
+// the compiler's search path and not hashed).
+//
+// Directories are searched in the order given; when two directories hold a family of one name,
+// the first wins and the second is listed as broken (a duplicate). Not thread-safe: find()
+// updates the registry's view of the family it re-reads.
 #include "compiler/compiler.hpp"
 #include "core/kernel_spec.hpp"
 #include "core/param_space.hpp"
@@ -42,6 +48,9 @@ public:
   [[nodiscard]] const std::vector<BrokenKernel>& broken() const { return m_broken; }
 
 private:
+  // Re-reads one spec, updating m_kernels and m_broken for it.
+  Result<LoadedKernel> reload(const std::string& name, const std::string& spec_path);
+
   std::vector<std::string> m_dirs;
   std::map<std::string, LoadedKernel> m_kernels;
   std::vector<BrokenKernel> m_broken;

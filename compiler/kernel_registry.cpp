@@ -1,0 +1,253 @@
+#include "compiler/kernel_registry.hpp"
+
+#include "core/hash.hpp"
+#include "core/protocol.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace ktune {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* k_spec_file = "kernel.toml";
+
+// Reads a whole file; false when it cannot be opened or read.
+bool read_text(const fs::path& path, std::string& text, std::string& reason) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) {
+    reason = ec ? ec.message() : "not a regular file (or missing)";
+    return false;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    reason = std::strerror(errno);
+    return false;
+  }
+  std::ostringstream out;
+  out << in.rdbuf();
+  if (in.bad()) {
+    reason = "read error";
+    return false;
+  }
+  text = out.str();
+  return true;
+}
+
+// The names in every `#include "name"` line of `text`, in order.
+std::vector<std::string> quoted_includes(const std::string& text) {
+  std::vector<std::string> names;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::size_t i = 0;
+    auto skip_space = [&] {
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    };
+    skip_space();
+    if (i >= line.size() || line[i] != '#') continue;
+    ++i;
+    skip_space();
+    if (line.compare(i, 7, "include") != 0) continue;
+    i += 7;
+    skip_space();
+    if (i >= line.size() || line[i] != '"') continue;
+    const auto close = line.find('"', i + 1);
+    if (close == std::string::npos || close == i + 1) continue;
+    names.push_back(line.substr(i + 1, close - i - 1));
+  }
+  return names;
+}
+
+// Hashes the headers `text` (at `file`) includes with quotes, depth first in include order, each
+// once. A header is looked up next to the including file, then in the family directory; names
+// that resolve to neither are left to the compiler's search path and not hashed.
+void hash_includes(Hasher& hasher, const fs::path& family_dir, const fs::path& file,
+                   const std::string& text, std::set<fs::path>& seen) {
+  for (const auto& name : quoted_includes(text)) {
+    std::error_code ec;
+    fs::path found;
+    for (const auto& base : {file.parent_path(), family_dir}) {
+      const fs::path candidate = (base / name).lexically_normal();
+      if (fs::is_regular_file(candidate, ec)) {
+        found = candidate;
+        break;
+      }
+    }
+    if (found.empty()) continue;
+    const fs::path canonical = fs::weakly_canonical(found, ec);
+    if (!seen.insert(ec ? found : canonical).second) continue;
+    std::string header, reason;
+    if (!read_text(found, header, reason)) continue;
+    hasher.update(found.lexically_relative(family_dir).string()).update(header);
+    hash_includes(hasher, family_dir, found, header, seen);
+  }
+}
+
+// A family name usable as a directory name: no separators, not "." or "..".
+bool is_family_name(const std::string& name) {
+  if (name.empty() || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) {
+    if (!out.empty()) out += ", ";
+    out += item;
+  }
+  return out;
+}
+
+std::string normalized_path(const std::string& path) {
+  return fs::absolute(path).lexically_normal().string();
+}
+
+std::string family_dir_name(const std::string& spec_path) {
+  return fs::path(spec_path).parent_path().filename().string();
+}
+
+} // namespace
+
+Result<LoadedKernel> load_kernel(const std::string& spec_path) {
+  const fs::path spec_file = fs::absolute(spec_path).lexically_normal();
+  std::string spec_text, reason;
+  if (!read_text(spec_file, spec_text, reason)) {
+    return make_error(protocol::code::spec_error,
+                      spec_file.string() + ": cannot read the kernel spec: " + reason);
+  }
+  auto spec = parse_kernel_spec(spec_text, spec_file.string());
+  if (!spec) return spec.error();
+
+  LoadedKernel kernel;
+  kernel.dir = spec_file.parent_path().string();
+  kernel.spec_path = spec_file.string();
+  const fs::path source_file = (spec_file.parent_path() / spec->source).lexically_normal();
+  kernel.source_path = source_file.string();
+
+  std::string source_text;
+  if (spec->source.empty() || !read_text(source_file, source_text, reason)) {
+    return make_error(protocol::code::spec_error,
+                      kernel.spec_path + ": [kernel].source: '" + spec->source +
+                          "' cannot be read at " + kernel.source_path + ": " +
+                          (spec->source.empty() ? std::string("empty name") : reason));
+  }
+
+  Hasher hasher;
+  hasher.update(spec_text).update(source_text);
+  std::error_code ec;
+  const fs::path canonical_source = fs::weakly_canonical(source_file, ec);
+  std::set<fs::path> seen{ec ? source_file : canonical_source};
+  hash_includes(hasher, spec_file.parent_path(), source_file, source_text, seen);
+  kernel.source_hash = hasher.hex_digest();
+  kernel.spec = std::move(*spec);
+  return kernel;
+}
+
+void KernelRegistry::load(const std::vector<std::string>& dirs) {
+  m_dirs = dirs;
+  m_kernels.clear();
+  m_broken.clear();
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) continue;
+    std::vector<fs::path> families;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      if (fs::is_regular_file(entry.path() / k_spec_file, ec)) families.push_back(entry.path());
+    }
+    std::sort(families.begin(), families.end());
+    for (const auto& family : families) {
+      const std::string spec_path = (family / k_spec_file).string();
+      auto kernel = load_kernel(spec_path);
+      if (!kernel) {
+        m_broken.push_back(BrokenKernel{normalized_path(spec_path), kernel.error()});
+        continue;
+      }
+      auto [it, inserted] = m_kernels.try_emplace(kernel->spec.name, *kernel);
+      if (!inserted) {
+        m_broken.push_back(BrokenKernel{
+            kernel->spec_path,
+            make_error(protocol::code::spec_error,
+                       kernel->spec_path + ": [kernel].name: '" + kernel->spec.name +
+                           "' is already defined by " + it->second.spec_path)});
+      }
+    }
+  }
+}
+
+Result<LoadedKernel> KernelRegistry::reload(const std::string& name, const std::string& spec_path) {
+  auto kernel = load_kernel(spec_path);
+  const std::string path = normalized_path(spec_path);
+  std::erase_if(m_broken, [&](const BrokenKernel& broken) { return broken.spec_path == path; });
+  if (!kernel) {
+    if (auto it = m_kernels.find(name); it != m_kernels.end() && it->second.spec_path == path) {
+      m_kernels.erase(it);
+    }
+    m_broken.push_back(BrokenKernel{path, kernel.error()});
+    return kernel.error();
+  }
+  if (kernel->spec.name == name) m_kernels.insert_or_assign(name, *kernel);
+  return kernel;
+}
+
+Result<LoadedKernel> KernelRegistry::find(const std::string& name) {
+  if (is_family_name(name)) {
+    for (const auto& dir : m_dirs) {
+      const fs::path spec_path = fs::path(dir) / name / k_spec_file;
+      std::error_code ec;
+      if (!fs::is_regular_file(spec_path, ec)) continue;
+      auto kernel = reload(name, spec_path.string());
+      if (!kernel || kernel->spec.name == name) return kernel;
+    }
+    // A family whose directory is not named after it, found by load().
+    if (auto it = m_kernels.find(name); it != m_kernels.end()) {
+      const std::string spec_path = it->second.spec_path;
+      auto kernel = reload(name, spec_path);
+      if (!kernel || kernel->spec.name == name) return kernel;
+      m_kernels.erase(name);
+    }
+  }
+  return make_error(protocol::code::unknown_kernel,
+                    "unknown kernel '" + name + "': no family with that name in " +
+                        (m_dirs.empty() ? std::string("(no kernel directories configured)")
+                                        : "the kernel directories " + join(m_dirs)));
+}
+
+std::vector<std::string> KernelRegistry::names() const {
+  std::set<std::string> names;
+  for (const auto& [name, kernel] : m_kernels) names.insert(name);
+  for (const auto& broken : m_broken) names.insert(family_dir_name(broken.spec_path));
+  return {names.begin(), names.end()};
+}
+
+Result<CompileJob> make_compile_job(const LoadedKernel& kernel, const Config& config,
+                                    const std::string& dtype, const std::string& cache_dir) {
+  const auto& dtypes = kernel.spec.dtypes;
+  if (std::find(dtypes.begin(), dtypes.end(), dtype) == dtypes.end()) {
+    return make_error(protocol::code::bad_dtype, "kernel '" + kernel.spec.name +
+                                                     "' does not support dtype '" + dtype +
+                                                     "' (its dtypes: " + join(dtypes) + ")");
+  }
+  CompileJob job;
+  job.kernel = kernel.spec.name;
+  job.language = std::string(to_string(kernel.spec.language));
+  job.source_path = kernel.source_path;
+  job.include_dirs = {kernel.dir};
+  job.defines = config;
+  job.dtype = dtype;
+  job.extra_flags = kernel.spec.flags;
+  job.source_hash = kernel.source_hash;
+  job.cache_dir = cache_dir;
+  return job;
+}
+
+} // namespace ktune

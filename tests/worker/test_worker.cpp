@@ -1,0 +1,446 @@
+// The real ktune-worker binary, spawned over a socketpair the way the daemon starts it.
+#include <catch2/catch.hpp>
+
+#include "bench/runner.hpp"
+#include "compiler/compiler.hpp"
+#include "compiler/host_compiler.hpp"
+#include "compiler/kernel_registry.hpp"
+#include "core/hash.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <filesystem>
+#include <poll.h>
+#include <sched.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const std::string k_worker = std::string(KTUNE_BIN_DIR) + "/ktune-worker";
+constexpr int k_timeout_ms = 60'000;
+
+// One ktune-worker child and this process's end of its socketpair. Kills the child if it is
+// still running when the fixture goes away.
+class WorkerProcess {
+public:
+  explicit WorkerProcess(std::vector<std::string> args)
+      : WorkerProcess(k_worker, std::move(args)) {}
+
+  // Runs `program` with `args` ({fd} replaced) instead of ktune-worker itself.
+  WorkerProcess(const std::string& program, std::vector<std::string> args) {
+    int fds[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    REQUIRE(::fcntl(fds[0], F_SETFD, FD_CLOEXEC) == 0);
+    m_fd = fds[0];
+    for (auto& arg : args) {
+      for (auto at = arg.find("{fd}"); at != std::string::npos; at = arg.find("{fd}")) {
+        arg.replace(at, 4, std::to_string(fds[1]));
+      }
+    }
+    args.insert(args.begin(), program);
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    const int rc = ::posix_spawnp(&m_pid, program.c_str(), nullptr, nullptr, argv.data(), environ);
+    ::close(fds[1]);
+    REQUIRE(rc == 0);
+  }
+
+  static WorkerProcess with_role(const std::string& role) {
+    return WorkerProcess({"--fd", "{fd}", "--role", role});
+  }
+
+  WorkerProcess(WorkerProcess&& other) noexcept
+      : m_pid(std::exchange(other.m_pid, -1)), m_fd(std::exchange(other.m_fd, -1)),
+        m_buffer(std::move(other.m_buffer)) {}
+  WorkerProcess& operator=(WorkerProcess&&) = delete;
+
+  ~WorkerProcess() {
+    if (m_fd >= 0) ::close(m_fd);
+    if (m_pid > 0) {
+      ::kill(m_pid, SIGKILL);
+      int status = 0;
+      ::waitpid(m_pid, &status, 0);
+    }
+  }
+
+  [[nodiscard]] pid_t pid() const { return m_pid; }
+
+  void send_line(const std::string& line) {
+    const std::string data = line + "\n";
+    std::size_t sent = 0;
+    while (sent < data.size()) {
+      const ssize_t n = ::send(m_fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+      REQUIRE(n > 0);
+      sent += static_cast<std::size_t>(n);
+    }
+  }
+
+  // The next line from the worker; fails the test on timeout or end of stream.
+  std::string read_line() {
+    for (;;) {
+      const auto newline = m_buffer.find('\n');
+      if (newline != std::string::npos) {
+        std::string line = m_buffer.substr(0, newline);
+        m_buffer.erase(0, newline + 1);
+        return line;
+      }
+      pollfd p{m_fd, POLLIN, 0};
+      const int ready = ::poll(&p, 1, k_timeout_ms);
+      REQUIRE(ready == 1);
+      char chunk[4096];
+      const ssize_t n = ::read(m_fd, chunk, sizeof chunk);
+      REQUIRE(n > 0);
+      m_buffer.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+
+  // True when the worker's end closes (no more data) within `timeout_ms`.
+  bool closes_within(int timeout_ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{m_fd, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) != 1) return false;
+      char chunk[4096];
+      const ssize_t n = ::read(m_fd, chunk, sizeof chunk);
+      if (n == 0) return true;
+      if (n < 0) return errno == ECONNRESET;
+      m_buffer.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+
+  json read_json() {
+    const std::string line = read_line();
+    INFO(line);
+    json message = json::parse(line, nullptr, false);
+    REQUIRE_FALSE(message.is_discarded());
+    return message;
+  }
+
+  json request(const json& message) {
+    send_line(message.dump());
+    return read_json();
+  }
+
+  void close_socket() {
+    ::close(m_fd);
+    m_fd = -1;
+  }
+
+  // Waits for the child to exit; returns its wait status.
+  int wait_exit() {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(k_timeout_ms);
+    int status = 0;
+    for (;;) {
+      const pid_t done = ::waitpid(m_pid, &status, WNOHANG);
+      if (done == m_pid) break;
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    m_pid = -1;
+    return status;
+  }
+
+private:
+  pid_t m_pid = -1;
+  int m_fd = -1;
+  std::string m_buffer;
+};
+
+ktune::CompileJob tiny_job(const ktune::test::TempDir& dir, const std::string& body) {
+  dir.write("tiny.cpp", "extern \"C\" void tiny(void** args) { " + body + " }\n");
+  ktune::CompileJob job;
+  job.kernel = "tiny";
+  job.language = "cpp";
+  job.source_path = (dir.path() / "tiny.cpp").string();
+  job.dtype = "f32";
+  job.defines = {{"VALUE", 3}};
+  job.source_hash = ktune::hash_hex(body);
+  job.cache_dir = (dir.path() / "cache").string();
+  return job;
+}
+
+} // namespace
+
+TEST_CASE("A compile worker announces itself and compiles", "[worker]") {
+  ktune::test::TempDir dir;
+  auto worker = WorkerProcess::with_role("compile");
+  const json ready = worker.read_json();
+  CHECK(ready["ready"] == true);
+  CHECK(ready["role"] == "compile");
+  CHECK(ready["pid"] == worker.pid());
+
+  const auto job = tiny_job(dir, "*static_cast<KTUNE_DTYPE*>(args[0]) = VALUE;");
+  json reply = worker.request({{"id", 1}, {"op", "compile"}, {"job", job.to_json()}});
+  INFO(reply.dump());
+  CHECK(reply["id"] == 1);
+  REQUIRE(reply["ok"] == true);
+  auto outcome = ktune::CompileOutcome::from_json(reply["outcome"]);
+  REQUIRE(outcome.ok());
+  CHECK(outcome->status == ktune::CandidateStatus::ok);
+  CHECK_FALSE(outcome->cached);
+  CHECK(fs::is_regular_file(outcome->artifact_path));
+
+  SECTION("the same job again is a cache hit") {
+    reply = worker.request({{"id", "two"}, {"op", "compile"}, {"job", job.to_json()}});
+    CHECK(reply["id"] == "two");
+    auto again = ktune::CompileOutcome::from_json(reply["outcome"]);
+    REQUIRE(again.ok());
+    CHECK(again->cached);
+    CHECK(again->artifact_path == outcome->artifact_path);
+  }
+
+  SECTION("a compile error is an ok reply carrying the status and the log") {
+    const auto broken = tiny_job(dir, "not_declared();");
+    reply = worker.request({{"id", 2}, {"op", "compile"}, {"job", broken.to_json()}});
+    REQUIRE(reply["ok"] == true);
+    auto failed = ktune::CompileOutcome::from_json(reply["outcome"]);
+    REQUIRE(failed.ok());
+    CHECK(failed->status == ktune::CandidateStatus::compile_error);
+    CHECK_THAT(failed->log, Catch::Contains("not_declared"));
+  }
+
+  SECTION("exit ends the worker with status 0") {
+    worker.send_line(R"({"op":"exit"})");
+    const int status = worker.wait_exit();
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+
+  SECTION("end of input ends the worker with status 0") {
+    worker.close_socket();
+    const int status = worker.wait_exit();
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+}
+
+TEST_CASE("A worker answers bad requests with errors and keeps serving", "[worker]") {
+  ktune::test::TempDir dir;
+  auto worker = WorkerProcess::with_role("compile");
+  (void)worker.read_json();
+
+  SECTION("not JSON") {
+    worker.send_line("this is not json");
+    const json reply = worker.read_json();
+    CHECK(reply["ok"] == false);
+    CHECK(reply["id"].is_null());
+    CHECK(reply["error"]["code"] == "bad_request");
+  }
+
+  SECTION("not an object") {
+    const json reply = worker.request(json::array({1, 2}));
+    CHECK(reply["error"]["code"] == "bad_request");
+  }
+
+  SECTION("an id that is not a scalar") {
+    const json reply = worker.request({{"id", {1}}, {"op", "compile"}});
+    CHECK(reply["error"]["code"] == "bad_request");
+    CHECK_THAT(reply["error"]["message"].get<std::string>(), Catch::Contains("'id'"));
+  }
+
+  SECTION("no op") {
+    const json reply = worker.request({{"id", 5}});
+    CHECK(reply["id"] == 5);
+    CHECK(reply["error"]["code"] == "bad_request");
+    CHECK_THAT(reply["error"]["message"].get<std::string>(), Catch::Contains("'op'"));
+  }
+
+  SECTION("an unknown op") {
+    const json reply = worker.request({{"id", 6}, {"op", "frobnicate"}});
+    CHECK(reply["id"] == 6);
+    CHECK(reply["error"]["code"] == "unknown_op");
+  }
+
+  SECTION("no job") {
+    const json reply = worker.request({{"id", 7}, {"op", "compile"}});
+    CHECK(reply["error"]["code"] == "bad_request");
+    CHECK_THAT(reply["error"]["message"].get<std::string>(), Catch::Contains("'job'"));
+  }
+
+  SECTION("a job missing a field") {
+    json job = tiny_job(dir, "").to_json();
+    job.erase("source_path");
+    const json reply = worker.request({{"id", 8}, {"op", "compile"}, {"job", job}});
+    CHECK(reply["error"]["code"] == "bad_request");
+    CHECK_THAT(reply["error"]["message"].get<std::string>(), Catch::Contains("'source_path'"));
+  }
+
+  SECTION("a bench op sent to a compile worker") {
+    const json reply = worker.request({{"id", 9}, {"op", "bench"}, {"job", json::object()}});
+    CHECK(reply["id"] == 9);
+    CHECK(reply["ok"] == false);
+    CHECK(reply["error"]["code"] == "bad_request");
+    CHECK_THAT(reply["error"]["message"].get<std::string>(), Catch::Contains("compile worker"));
+  }
+
+  // Whatever came before, the worker still compiles.
+  const auto job = tiny_job(dir, "");
+  const json reply = worker.request({{"id", 10}, {"op", "compile"}, {"job", job.to_json()}});
+  CHECK(reply["id"] == 10);
+  CHECK(reply["ok"] == true);
+}
+
+TEST_CASE("A bench worker measures a compiled candidate", "[worker]") {
+  ktune::test::TempDir dir;
+  auto kernel =
+      ktune::load_kernel(std::string(KTUNE_SOURCE_DIR) + "/kernels_src/reduce_sum/kernel.toml");
+  REQUIRE(kernel.ok());
+  auto compile_job =
+      ktune::make_compile_job(*kernel, kernel->spec.default_config, "f32", dir.str());
+  REQUIRE(compile_job.ok());
+  ktune::HostCompiler compiler;
+  const auto compiled = compiler.compile(*compile_job);
+  INFO(compiled.log);
+  REQUIRE(compiled.status == ktune::CandidateStatus::ok);
+
+  ktune::MeasureSettings settings;
+  settings.min_samples = 3;
+  settings.max_samples = 5;
+  settings.min_time_s = 0;
+  settings.max_time_s = 0.05;
+  settings.warmup_ms = 1;
+  settings.flush_cache = false;
+  auto shape = ktune::Shape::parse("N=4096");
+  REQUIRE(shape.ok());
+  auto bench_job = ktune::make_bench_job(kernel->spec, *shape, kernel->spec.default_config, "f32",
+                                         compiled.artifact_path, compiled.artifact_path, settings);
+  REQUIRE(bench_job.ok());
+
+  auto worker = WorkerProcess::with_role("bench");
+  const json ready = worker.read_json();
+  CHECK(ready["role"] == "bench");
+
+  SECTION("a bench request gives an outcome with statistics") {
+    const json reply = worker.request({{"id", 1}, {"op", "bench"}, {"job", bench_job->to_json()}});
+    INFO(reply.dump());
+    REQUIRE(reply["ok"] == true);
+    auto outcome = ktune::BenchOutcome::from_json(reply["outcome"]);
+    REQUIRE(outcome.ok());
+    CHECK(outcome->status == ktune::CandidateStatus::ok);
+    CHECK(outcome->stats.n >= 3);
+    CHECK(outcome->stats.median_ms > 0);
+  }
+
+  SECTION("a malformed bench job is a bad request") {
+    json job = bench_job->to_json();
+    job.erase("artifact_path");
+    const json reply = worker.request({{"id", 2}, {"op", "bench"}, {"job", job}});
+    CHECK(reply["error"]["code"] == "bad_request");
+  }
+
+  SECTION("a compile op sent to a bench worker") {
+    const json reply =
+        worker.request({{"id", 3}, {"op", "compile"}, {"job", compile_job->to_json()}});
+    CHECK(reply["ok"] == false);
+    CHECK(reply["error"]["code"] == "bad_request");
+    CHECK_THAT(reply["error"]["message"].get<std::string>(), Catch::Contains("bench worker"));
+  }
+}
+
+TEST_CASE("ktune-worker rejects a bad command line", "[worker]") {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--role", "compile"},
+           {"--fd", "{fd}"},
+           {"--fd", "{fd}", "--role", "linker"},
+           {"--fd", "x", "--role", "compile"},
+           {"--fd", "{fd}", "--role", "compile", "--bogus"}}) {
+    WorkerProcess worker(args);
+    const int status = worker.wait_exit();
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+  }
+}
+
+TEST_CASE("ktune-worker pins itself to a CPU on request", "[worker]") {
+  // The last CPU this process may run on (CPU 0 may be outside a restricted cpuset).
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  REQUIRE(::sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+  int cpu = -1;
+  for (int i = 0; i < CPU_SETSIZE; ++i) {
+    if (CPU_ISSET(i, &allowed)) cpu = i;
+  }
+  REQUIRE(cpu >= 0);
+
+  WorkerProcess worker({"--fd", "{fd}", "--role", "compile", "--cpu", std::to_string(cpu)});
+  const json ready = worker.read_json();
+  CHECK(ready["ready"] == true);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(worker.pid(), sizeof set, &set) == 0);
+  CHECK(CPU_COUNT(&set) == 1);
+  CHECK(CPU_ISSET(cpu, &set));
+}
+
+TEST_CASE("A worker dies with the process that started it", "[worker]") {
+  // sh starts the worker and waits; once the worker is ready, sh is killed. PR_SET_PDEATHSIG
+  // must take the worker down too, which closes its end of the socket.
+  WorkerProcess parent("sh", {"-c", "\"$0\" --fd {fd} --role compile & wait", k_worker});
+  const json ready = parent.read_json();
+  REQUIRE(ready["ready"] == true);
+  REQUIRE(ready["pid"] != parent.pid());
+  ::kill(parent.pid(), SIGKILL);
+  const int status = parent.wait_exit();
+  CHECK(WIFSIGNALED(status));
+  CHECK(parent.closes_within(10'000));
+}
+
+TEST_CASE("A bench worker checks a gemm candidate against the default config", "[worker]") {
+  ktune::test::TempDir dir;
+  auto kernel = ktune::load_kernel(std::string(KTUNE_SOURCE_DIR) + "/kernels_src/gemm/kernel.toml");
+  REQUIRE(kernel.ok());
+  ktune::HostCompiler compiler;
+  auto build = [&](const ktune::Config& config) {
+    auto job = ktune::make_compile_job(*kernel, config, "f32", dir.str());
+    REQUIRE(job.ok());
+    auto outcome = compiler.compile(*job);
+    INFO(outcome.log);
+    REQUIRE(outcome.status == ktune::CandidateStatus::ok);
+    return outcome.artifact_path;
+  };
+  const ktune::Config small_tiles{{"BM", 32}, {"BN", 64}, {"BK", 64}, {"UNROLL", 2}, {"VEC", 1}};
+  const std::string reference = build(kernel->spec.default_config);
+  const std::string candidate = build(small_tiles);
+
+  ktune::MeasureSettings settings;
+  settings.min_samples = 3;
+  settings.max_samples = 5;
+  settings.min_time_s = 0;
+  settings.max_time_s = 0.05;
+  settings.warmup_ms = 1;
+  settings.flush_cache = false;
+  auto shape = ktune::Shape::parse("M=97,N=75,K=130");   // partial blocks in every dimension
+  REQUIRE(shape.ok());
+  auto bench_job = ktune::make_bench_job(kernel->spec, *shape, small_tiles, "f32", candidate,
+                                         reference, settings);
+  REQUIRE(bench_job.ok());
+
+  auto worker = WorkerProcess::with_role("bench");
+  (void)worker.read_json();
+  const json reply = worker.request({{"id", 1}, {"op", "bench"}, {"job", bench_job->to_json()}});
+  INFO(reply.dump());
+  REQUIRE(reply["ok"] == true);
+  auto outcome = ktune::BenchOutcome::from_json(reply["outcome"]);
+  REQUIRE(outcome.ok());
+  CHECK(outcome->status == ktune::CandidateStatus::ok);
+  CHECK(outcome->gflops > 0);
+}

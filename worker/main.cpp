@@ -1,0 +1,63 @@
+// ktune-worker --fd <N> --role compile|bench [--cpu <core>]: see worker/worker.hpp.
+#include "worker/worker.hpp"
+
+#include <charconv>
+#include <cstdio>
+#include <optional>
+#include <string_view>
+#include <unistd.h>
+
+namespace {
+
+constexpr const char* k_usage =
+    "usage: ktune-worker --fd <N> --role compile|bench [--cpu <core>]\n";
+
+std::optional<int> parse_int(std::string_view text) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+int usage_error(const char* what, std::string_view detail) {
+  std::fprintf(stderr, "ktune-worker: %s%.*s\n%s", what, static_cast<int>(detail.size()),
+               detail.data(), k_usage);
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const pid_t parent_pid = ::getppid();
+  std::optional<int> fd;
+  std::optional<ktune::Role> role;
+  std::optional<int> cpu;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(k_usage, stdout);
+      return 0;
+    }
+    if (arg != "--fd" && arg != "--role" && arg != "--cpu")
+      return usage_error("unknown argument ", arg);
+    if (i + 1 >= argc) return usage_error("missing value after ", arg);
+    const std::string_view value = argv[++i];
+    if (arg == "--role") {
+      role = ktune::parse_role(value);
+      if (!role) return usage_error("--role must be compile or bench, found ", value);
+      continue;
+    }
+    auto number = parse_int(value);
+    if (!number || *number < 0)
+      return usage_error("expected a non-negative integer, found ", value);
+    (arg == "--fd" ? fd : cpu) = number;
+  }
+  if (!fd) return usage_error("--fd is required", "");
+  if (!role) return usage_error("--role is required", "");
+
+  if (auto prepared = ktune::prepare_worker_process(*fd, parent_pid, cpu); !prepared) {
+    std::fprintf(stderr, "ktune-worker: %s\n", prepared.error().message.c_str());
+    return 1;
+  }
+  return ktune::run_worker(*fd, *role);
+}

@@ -1,0 +1,232 @@
+#include "worker/worker.hpp"
+
+#include "bench/host_runner.hpp"
+#include "compiler/host_compiler.hpp"
+#include "core/protocol.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <exception>
+#include <fcntl.h>
+#include <memory>
+#include <sched.h>
+#include <string>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+namespace ktune {
+namespace {
+
+using nlohmann::json;
+
+Error errno_error(const std::string& step) {
+  return make_error(protocol::code::internal, step + ": " + std::strerror(errno));
+}
+
+// Writes all of `text` plus a newline; false when the socket fails.
+bool write_line(int fd, std::string text) {
+  text.push_back('\n');
+  const char* data = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, data, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// Compiler logs may end in a multi-byte sequence cut at the 8 KiB limit: replace, never throw.
+std::string dump(const json& message) {
+  return message.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ok_reply(const json& id, const json& outcome) {
+  return dump(json{{"id", id}, {"ok", true}, {"outcome", outcome}});
+}
+
+std::string error_reply(const json& id, std::string_view code, std::string_view message) {
+  return dump(json{{"id", id},
+                   {"ok", false},
+                   {"error", {{"code", std::string(code)}, {"message", std::string(message)}}}});
+}
+
+// One worker's request handling; owns the compiler or the runner of its role.
+class Handler {
+public:
+  explicit Handler(Role role) : m_role(role) {
+    if (role == Role::compile) m_compiler = std::make_unique<HostCompiler>();
+    else m_runner = std::make_unique<HostRunner>();
+  }
+
+  // The reply line for `line`, or nullopt for "exit".
+  std::optional<std::string> handle(const std::string& line) {
+    json request;
+    try {
+      request = json::parse(line);
+    } catch (const json::parse_error& e) {
+      return error_reply(nullptr, protocol::code::bad_request,
+                         std::string("request is not valid JSON: ") + e.what());
+    }
+    if (!request.is_object()) {
+      return error_reply(nullptr, protocol::code::bad_request,
+                         std::string("request must be a JSON object, found ") +
+                             request.type_name());
+    }
+    json id = nullptr;
+    if (auto it = request.find("id"); it != request.end()) {
+      if (!(it->is_number() || it->is_string() || it->is_null())) {
+        return error_reply(nullptr, protocol::code::bad_request,
+                           std::string("field 'id' must be a number, string or null, found ") +
+                               it->type_name());
+      }
+      id = *it;
+    }
+    auto op_it = request.find("op");
+    if (op_it == request.end() || !op_it->is_string()) {
+      return error_reply(id, protocol::code::bad_request,
+                         op_it == request.end()
+                             ? std::string("field 'op' is missing (expected a string)")
+                             : std::string("field 'op' must be a string, found ") +
+                                   op_it->type_name());
+    }
+    const std::string op = op_it->get<std::string>();
+    if (op == "exit") return std::nullopt;
+    if (op != "compile" && op != "bench") {
+      return error_reply(id, protocol::code::unknown_op,
+                         "unknown op '" + op + "' (expected compile, bench or exit)");
+    }
+    const std::string role(to_string(m_role));
+    if (op != role) {
+      return error_reply(id, protocol::code::bad_request,
+                         "this is a " + role + " worker; op '" + op + "' goes to a " + op +
+                             " worker");
+    }
+    auto job_it = request.find("job");
+    if (job_it == request.end() || !job_it->is_object()) {
+      return error_reply(id, protocol::code::bad_request,
+                         job_it == request.end()
+                             ? std::string("field 'job' is missing (expected an object)")
+                             : std::string("field 'job' must be an object, found ") +
+                                   job_it->type_name());
+    }
+    try {
+      return m_role == Role::compile ? compile(id, *job_it) : bench(id, *job_it);
+    } catch (const std::exception& e) {
+      return error_reply(id, protocol::code::internal,
+                         "op '" + op + "' failed in the worker: " + e.what());
+    }
+  }
+
+private:
+  std::string compile(const json& id, const json& job_json) {
+    auto job = CompileJob::from_json(job_json);
+    if (!job) return error_reply(id, job.error().code, job.error().message);
+    return ok_reply(id, m_compiler->compile(*job).to_json());
+  }
+
+  std::string bench(const json& id, const json& job_json) {
+    auto job = BenchJob::from_json(job_json);
+    if (!job) return error_reply(id, job.error().code, job.error().message);
+    return ok_reply(id, m_runner->run(*job).to_json());
+  }
+
+  Role m_role;
+  std::unique_ptr<HostCompiler> m_compiler;
+  std::unique_ptr<HostRunner> m_runner;
+};
+
+} // namespace
+
+std::string_view to_string(Role role) {
+  return role == Role::compile ? "compile" : "bench";
+}
+
+std::optional<Role> parse_role(std::string_view text) {
+  if (text == "compile") return Role::compile;
+  if (text == "bench") return Role::bench;
+  return std::nullopt;
+}
+
+Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> cpu) {
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return errno_error("prctl(PR_SET_PDEATHSIG)");
+  if (::getppid() != parent_pid) {
+    return make_error("parent_gone", "the parent process " + std::to_string(parent_pid) +
+                                         " exited before the worker started");
+  }
+  const rlimit no_core{0, 0};
+  if (::setrlimit(RLIMIT_CORE, &no_core) != 0) return errno_error("setrlimit(RLIMIT_CORE, 0)");
+  if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR) return errno_error("signal(SIGPIPE, SIG_IGN)");
+  const int flags = ::fcntl(fd, F_GETFD);
+  if (flags < 0 || ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC) != 0) {
+    return errno_error("fcntl(--fd " + std::to_string(fd) + ", FD_CLOEXEC)");
+  }
+  if (cpu) {
+    if (*cpu < 0 || *cpu >= CPU_SETSIZE) {
+      return make_error(protocol::code::internal,
+                        "--cpu " + std::to_string(*cpu) + " is not a valid CPU index");
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(*cpu, &set);
+    if (::sched_setaffinity(0, sizeof set, &set) != 0) {
+      return errno_error("sched_setaffinity(cpu " + std::to_string(*cpu) + ")");
+    }
+  }
+  return {};
+}
+
+int run_worker(int fd, Role role) {
+  Handler handler(role);
+  const json ready{{"ready", true}, {"pid", static_cast<long long>(::getpid())},
+                   {"role", std::string(to_string(role))}};
+  if (!write_line(fd, dump(ready))) return 1;
+
+  std::string buffer;
+  bool discarding = false;   // inside a line over k_max_line_bytes
+  char chunk[64 * 1024];
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return 1;
+    }
+    if (n == 0) return 0; // the daemon closed its end; a partial last line is dropped
+    buffer.append(chunk, static_cast<std::size_t>(n));
+
+    std::size_t start = 0;
+    for (;;) {
+      const std::size_t newline = buffer.find('\n', start);
+      if (newline == std::string::npos) break;
+      std::string line = buffer.substr(start, newline - start);
+      start = newline + 1;
+      if (discarding) {
+        discarding = false;
+        continue;
+      }
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto reply = handler.handle(line);
+      if (!reply) return 0;
+      if (!write_line(fd, std::move(*reply))) return 1;
+    }
+    buffer.erase(0, start);
+    if (!discarding && buffer.size() > k_max_line_bytes) {
+      discarding = true;
+      const std::string reply =
+          error_reply(nullptr, protocol::code::message_too_large,
+                      "request line over " + std::to_string(k_max_line_bytes) + " bytes");
+      if (!write_line(fd, reply)) return 1;
+    }
+    if (discarding) buffer.clear();
+  }
+}
+
+} // namespace ktune

@@ -1,0 +1,64 @@
+#pragma once
+// ktune-worker: the child process that compiles or benchmarks one candidate at a time.
+//
+// Started by the daemon with posix_spawn as
+//   ktune-worker --fd <N> --role compile|bench [--cpu <core>]
+// where <N> is this process's end of a socketpair (inherited, not close-on-exec) and --cpu pins
+// the worker to one core (sched_setaffinity; posix_spawn cannot do it for the parent).
+//
+// Worker protocol: newline-delimited JSON over fd N, one object per line, strictly
+// request/reply (the worker answers each request before reading the next one).
+//
+//   worker -> daemon, once at start:
+//     {"ready":true,"pid":<pid>,"role":"compile"|"bench"}
+//   daemon -> worker:
+//     {"id":<N>,"op":"compile","job":{CompileJob}}   (compile workers only)
+//     {"id":<N>,"op":"bench","job":{BenchJob}}       (bench workers only)
+//     {"op":"exit"}                                   no reply; the worker exits 0
+//   worker -> daemon, one reply per request, "id" echoed (null when it could not be read):
+//     {"id":<N>,"ok":true,"outcome":{CompileOutcome}}
+//     {"id":<N>,"ok":true,"outcome":{BenchOutcome}}
+//     {"id":<N>,"ok":false,"error":{"code":"<code>","message":"..."}}
+//
+// CompileJob, CompileOutcome: compiler/compiler.hpp (to_json/from_json); BenchJob, BenchOutcome:
+// bench/runner.hpp. A failed candidate (compile error, mismatch, ...) is an ok reply whose
+// outcome carries the status; error replies are for requests the worker cannot act on:
+//   bad_request       a line that is not JSON, not an object, an id that is not a number,
+//                     string or null, a missing or malformed "job", or an op this worker's
+//                     role does not run (a compile worker asked to bench, or the reverse)
+//   unknown_op        an "op" that is not compile, bench or exit
+//   message_too_large a line over k_max_line_bytes (its bytes are discarded up to the newline)
+//
+// End of input (the daemon closed its end) exits 0, like "exit". A candidate that crashes the
+// worker kills it: the daemon sees the socket close and the child's signal. The worker dies with
+// its parent (PR_SET_PDEATHSIG; note that this fires when the *thread* that spawned it exits, so
+// the daemon spawns workers from a long-lived thread), and it runs with core dumps off.
+#include "core/result.hpp"
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace ktune {
+
+enum class Role { compile, bench };
+
+[[nodiscard]] std::string_view to_string(Role role);
+[[nodiscard]] std::optional<Role> parse_role(std::string_view text);
+
+// The longest request line the worker accepts.
+inline constexpr std::size_t k_max_line_bytes = 16u << 20;
+
+// Process setup that must run first in main: SIGKILL on parent death (an error if the parent,
+// `parent_pid` as seen at the start of main, is already gone: main then exits 1), core dumps off,
+// SIGPIPE ignored (a write to a closed socket returns EPIPE instead), `fd` made close-on-exec so
+// the compilers the worker spawns do not hold the daemon's socket open, and the optional CPU
+// pinning. Errors (code "internal") name the failing step and errno's text; the parent being
+// gone is code "parent_gone".
+[[nodiscard]] Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> cpu);
+
+// Serves requests on `fd` until "exit" or end of input. Returns the process exit status: 0 on
+// exit or end of input, 1 when the socket fails (read or write error). Blocking I/O.
+[[nodiscard]] int run_worker(int fd, Role role);
+
+} // namespace ktune
