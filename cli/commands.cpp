@@ -1,0 +1,1010 @@
+#include "cli/commands.hpp"
+
+#include "cli/table.hpp"
+#include "client/client.hpp"
+#include "core/paths.hpp"
+#include "core/protocol.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <utility>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace ktune::cli {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr milliseconds k_connect_timeout{2000};
+constexpr milliseconds k_request_timeout{60'000};   // every op except `tune --wait`
+constexpr milliseconds k_probe_timeout{5000};       // stats while starting or stopping
+constexpr std::chrono::seconds k_ready_timeout{10};
+constexpr std::chrono::seconds k_stop_timeout{10};
+constexpr int k_ready_fd = 3;                       // the fd ktuned sees as --ready-fd
+constexpr std::size_t k_log_tail_lines = 20;
+
+// ---- JSON access that tolerates missing or mistyped fields ------------------------------------
+
+const json& field(const json& object, const char* key) {
+  static const json null_value;
+  if (!object.is_object()) return null_value;
+  auto it = object.find(key);
+  return it == object.end() ? null_value : *it;
+}
+
+std::int64_t as_int(const json& v, std::int64_t fallback = 0) {
+  if (v.is_number_integer()) return v.get<std::int64_t>();
+  if (v.is_number_float()) return static_cast<std::int64_t>(v.get<double>());
+  return fallback;
+}
+
+double as_double(const json& v, double fallback = 0) {
+  return v.is_number() ? v.get<double>() : fallback;
+}
+
+std::string printf_text(const char* format, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, value);
+  return buf;
+}
+
+// A field as table text: strings verbatim, lists joined by ',', objects as NAME=value pairs.
+std::string as_text(const json& v) {
+  if (v.is_null()) return "-";
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
+  if (v.is_number_integer()) return std::to_string(v.get<std::int64_t>());
+  if (v.is_number_float()) return printf_text("%g", v.get<double>());
+  if (v.is_array()) {
+    std::string text;
+    for (const auto& item : v) {
+      if (!text.empty()) text += ',';
+      text += as_text(item);
+    }
+    return text.empty() ? "-" : text;
+  }
+  return format_config(v, ",");
+}
+
+std::string dump(const json& v, int indent = -1) {
+  return v.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+std::string first_line(std::string text) {
+  if (auto nl = text.find('\n'); nl != std::string::npos) text = text.substr(0, nl) + " ...";
+  return text;
+}
+
+// Unix seconds (or milliseconds, when implausibly large) as local time; strings verbatim.
+std::string format_time(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_number()) return "-";
+  double seconds = v.get<double>();
+  if (seconds > 1e11) seconds /= 1000;
+  auto t = static_cast<std::time_t>(seconds);
+  std::tm local{};
+  if (::localtime_r(&t, &local) == nullptr) return as_text(v);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &local);
+  return buf;
+}
+
+std::string format_duration(double seconds) {
+  if (seconds < 60) return printf_text("%.1f s", seconds);
+  auto total = static_cast<std::int64_t>(seconds);
+  char buf[64];
+  if (total < 3600)
+    std::snprintf(buf, sizeof(buf), "%" PRId64 "m %02" PRId64 "s", total / 60, total % 60);
+  else
+    std::snprintf(buf, sizeof(buf), "%" PRId64 "h %02" PRId64 "m %02" PRId64 "s", total / 3600,
+                  (total / 60) % 60, total % 60);
+  return buf;
+}
+
+// ---- talking to the daemon ---------------------------------------------------------------------
+
+std::string socket_path(const GlobalOptions& global) {
+  return global.socket.empty() ? resolve_paths(path_env_from_process()).socket : global.socket;
+}
+
+// {"ok":true,"result":R} -> R; {"ok":false,"error":{code,message}} -> that error.
+Result<json> unwrap_reply(const json& reply) {
+  const json& ok = field(reply, "ok");
+  if (ok.is_boolean() && ok.get<bool>()) {
+    const json& result = field(reply, "result");
+    return result.is_null() ? json::object() : result;
+  }
+  const json& error = field(reply, "error");
+  if (ok.is_boolean() && error.is_object()) {
+    const json& code = field(error, "code");
+    const json& message = field(error, "message");
+    return make_error(code.is_string() ? code.get<std::string>() : "internal",
+                      message.is_string() ? message.get<std::string>() : dump(error));
+  }
+  return make_error("bad_reply", "expected a reply with \"ok\" and \"result\" or \"error\" from "
+                                 "ktuned, found " + first_line(dump(reply)));
+}
+
+Result<json> call(Connection& conn, json request, milliseconds timeout,
+                  const Connection::EventHandler& on_event = {}) {
+  auto reply = conn.request(std::move(request), on_event, timeout);
+  if (!reply) return reply.error();
+  return unwrap_reply(*reply);
+}
+
+Result<json> call(const std::string& socket, json request, milliseconds timeout,
+                  const Connection::EventHandler& on_event = {}) {
+  auto conn = Connection::connect(socket, k_connect_timeout);
+  if (!conn) return conn.error();
+  return call(*conn, std::move(request), timeout, on_event);
+}
+
+json op(const char* name) { return json{{"op", name}}; }
+
+int report(Output& io, const Error& error, const std::string& socket) {
+  if (error.code == "not_running")
+    io.err << "ktune: ktuned is not running (socket " << socket
+           << "); start it with `ktune daemon start`\n";
+  else
+    io.err << "ktune: " << error.code << ": " << error.message << '\n';
+  return k_exit_error;
+}
+
+void print_json(Output& io, const json& result) { io.out << dump(result, 2) << '\n'; }
+
+// ---- processes and files -----------------------------------------------------------------------
+
+class UniqueFd {
+public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : m_fd(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      m_fd = std::exchange(other.m_fd, -1);
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  [[nodiscard]] int get() const { return m_fd; }
+  void reset() {
+    if (m_fd >= 0) ::close(m_fd);
+    m_fd = -1;
+  }
+
+private:
+  int m_fd = -1;
+};
+
+// Moves `fd` to a number >= 10 (close-on-exec), so the spawn's dup2 onto 0-3 cannot clobber it.
+Result<UniqueFd> raise_fd(UniqueFd fd, const char* what) {
+  int raised = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 10);
+  if (raised < 0)
+    return make_error("io_error", std::string("cannot duplicate the ") + what + ": " +
+                                      std::strerror(errno));
+  return UniqueFd(raised);
+}
+
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           ::strsignal(WTERMSIG(status)) + ")";
+  return "stopped";
+}
+
+// The last lines of `path` written after byte `offset`.
+std::string log_tail(const std::string& path, std::uintmax_t offset) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(std::move(line));
+    if (lines.size() > k_log_tail_lines) lines.erase(lines.begin());
+  }
+  std::string text;
+  for (const auto& l : lines) text += "  " + l + '\n';
+  return text;
+}
+
+Result<std::string> daemon_executable() {
+  std::string path;
+  if (const char* env = std::getenv("KTUNE_DAEMON"); env != nullptr && *env != '\0') {
+    path = env;
+  } else {
+    std::error_code ec;
+    auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec)
+      return make_error("io_error", "cannot locate the ktune executable (/proc/self/exe): " +
+                                        ec.message());
+    path = (self.parent_path() / "ktuned").string();
+  }
+  if (::access(path.c_str(), X_OK) != 0)
+    return make_error("not_found", "expected the ktuned executable at " + path + " (" +
+                                       std::strerror(errno) +
+                                       "); set KTUNE_DAEMON to its path");
+  return path;
+}
+
+// True once `pid` no longer exists (or is a zombie nobody reaped yet).
+bool process_gone(std::int64_t pid) {
+  if (pid <= 0) return true;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
+}
+
+struct Spawned {
+  pid_t pid = -1;
+  UniqueFd ready;  // read end of the readiness pipe
+};
+
+// Starts `argv[0]` detached (own session), stdin /dev/null, stdout+stderr onto `log`, the write
+// end of a fresh pipe as fd 3, every other descriptor closed.
+Result<Spawned> spawn_detached(const std::vector<std::string>& args, const UniqueFd& log) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    return make_error("io_error", std::string("cannot create the ready pipe: ") +
+                                      std::strerror(errno));
+  UniqueFd read_end(fds[0]);
+  // Only the read end is non-blocking: draining it after the child exited must not hang on a
+  // descendant that still holds the write end.
+  ::fcntl(read_end.get(), F_SETFL, ::fcntl(read_end.get(), F_GETFL) | O_NONBLOCK);
+  auto write_end = raise_fd(UniqueFd(fds[1]), "ready pipe");
+  if (!write_end) return write_end.error();
+
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawnattr_init(&attr);
+  ::posix_spawn_file_actions_adddup2(&actions, write_end->get(), k_ready_fd);
+  ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  ::posix_spawn_file_actions_adddup2(&actions, log.get(), 1);
+  ::posix_spawn_file_actions_adddup2(&actions, log.get(), 2);
+  ::posix_spawn_file_actions_addclosefrom_np(&actions, k_ready_fd + 1);
+
+  sigset_t empty, defaults;
+  sigemptyset(&empty);
+  sigemptyset(&defaults);
+  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&defaults, sig);
+  ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
+                                        POSIX_SPAWN_SETSIGDEF);
+  ::posix_spawnattr_setsigmask(&attr, &empty);
+  ::posix_spawnattr_setsigdefault(&attr, &defaults);
+
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, args[0].c_str(), &actions, &attr, argv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::posix_spawnattr_destroy(&attr);
+  if (rc != 0)
+    return make_error("io_error", "cannot start " + args[0] + ": " + std::strerror(rc));
+  return Spawned{pid, std::move(read_end)};
+}
+
+// Reads "ready <pid>\n" from `ready`. Errors name what happened to the child instead. The pipe
+// is drained before the child's exit status is looked at, so a daemon that reported ready and
+// exited at once still counts as ready.
+Result<std::int64_t> wait_ready(const Spawned& child, const std::string& log,
+                                std::uintmax_t log_offset) {
+  const auto deadline = Clock::now() + k_ready_timeout;
+  std::string received;
+  bool eof = false;
+  for (;;) {
+    if (auto nl = received.find('\n'); nl != std::string::npos) {
+      std::string line = received.substr(0, nl);
+      std::int64_t pid = 0;
+      if (std::sscanf(line.c_str(), "ready %" SCNd64, &pid) == 1 && pid > 0) return pid;
+      return make_error("bad_reply", "ktuned wrote '" + line +
+                                         "' on its ready fd, expected 'ready <pid>'; the end of " +
+                                         log + ":\n" + log_tail(log, log_offset));
+    }
+    if (Clock::now() >= deadline) {
+      ::kill(child.pid, SIGTERM);
+      return make_error("daemon_failed",
+                        "ktuned (pid " + std::to_string(child.pid) + ") did not report ready within " +
+                            std::to_string(k_ready_timeout.count()) +
+                            " s and was sent SIGTERM; the end of " + log + ":\n" +
+                            log_tail(log, log_offset));
+    }
+    if (!eof) {
+      pollfd p{child.ready.get(), POLLIN, 0};
+      int n = ::poll(&p, 1, 100);
+      if (n < 0 && errno != EINTR)
+        return make_error("io_error", std::string("poll on the ready pipe failed: ") +
+                                          std::strerror(errno));
+      if (n > 0) {
+        char buf[256];
+        ssize_t got = ::read(child.ready.get(), buf, sizeof(buf));
+        if (got > 0) {
+          received.append(buf, static_cast<std::size_t>(got));
+          continue;
+        }
+        if (got == 0) eof = true;
+        else if (errno != EINTR && errno != EAGAIN)
+          return make_error("io_error", std::string("read from the ready pipe failed: ") +
+                                            std::strerror(errno));
+      }
+    } else {
+      // The pipe closed without a line; a descendant may still hold it, so watch the child.
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    int status = 0;
+    if (::waitpid(child.pid, &status, WNOHANG) == child.pid) {
+      // Whatever the child wrote before exiting is already in the pipe: read it first.
+      char buf[256];
+      ssize_t got = 0;
+      while (!eof && (got = ::read(child.ready.get(), buf, sizeof(buf))) > 0)
+        received.append(buf, static_cast<std::size_t>(got));
+      if (received.find('\n') != std::string::npos) continue;
+      return make_error("daemon_failed", "ktuned " + describe_wait_status(status) +
+                                             " before it was ready; the end of " + log + ":\n" +
+                                             log_tail(log, log_offset));
+    }
+  }
+}
+
+std::string absolute(const std::string& path) {
+  std::error_code ec;
+  auto p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
+std::string now_text() {
+  std::time_t t = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&t, &local);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &local);
+  return buf;
+}
+
+// ---- job rendering -----------------------------------------------------------------------------
+
+std::string winner_line(const json& winner) {
+  return "winner: " + format_config(field(winner, "config"), ",") + " median " +
+         format_ms(as_double(field(winner, "median_ms"))) + " ms, " +
+         format_gflops(as_double(field(winner, "gflops"))) + " GFLOP/s";
+}
+
+void print_job_header(Output& io, const json& job, const json& winner) {
+  io.out << "job " << as_text(field(job, "id")) << ": " << as_text(field(job, "kernel")) << ' '
+         << as_text(field(job, "shape")) << ", " << as_text(field(job, "dtype")) << ", "
+         << as_text(field(job, "device")) << '\n';
+  std::string state = as_text(field(job, "state"));
+  if (!field(job, "strategy").is_null()) state += " (" + as_text(field(job, "strategy")) + ")";
+  io.out << "  state     " << state << '\n';
+  io.out << "  progress  " << as_int(field(job, "done")) << '/' << as_int(field(job, "total"))
+         << " done, " << as_int(field(job, "failed")) << " failed\n";
+  io.out << "  created   " << format_time(field(job, "created_at")) << '\n';
+  io.out << "  started   " << format_time(field(job, "started_at")) << '\n';
+  std::string finished = format_time(field(job, "finished_at"));
+  const json& started_at = field(job, "started_at");
+  const json& finished_at = field(job, "finished_at");
+  if (started_at.is_number() && finished_at.is_number()) {
+    double seconds = finished_at.get<double>() - started_at.get<double>();
+    if (finished_at.get<double>() > 1e11) seconds /= 1000;
+    if (seconds >= 0) finished += " (took " + format_duration(seconds) + ")";
+  }
+  io.out << "  finished  " << finished << '\n';
+  const json& error = field(job, "error");
+  if (error.is_string() && !error.get<std::string>().empty())
+    io.out << "  error     " << first_line(error.get<std::string>()) << '\n';
+  if (winner.is_object())
+    io.out << "  winner    " << format_config(field(winner, "config"), ",") << ", median "
+           << format_ms(as_double(field(winner, "median_ms"))) << " ms, "
+           << format_gflops(as_double(field(winner, "gflops"))) << " GFLOP/s\n";
+  else
+    io.out << "  winner    none\n";
+}
+
+} // namespace
+
+// ---- formatting --------------------------------------------------------------------------------
+
+std::string format_config(const json& config, std::string_view separator) {
+  if (!config.is_object() || config.empty()) return "-";
+  std::string text;
+  for (auto it = config.begin(); it != config.end(); ++it) {
+    if (!text.empty()) text += separator;
+    text += it.key() + "=" + as_text(it.value());
+  }
+  return text;
+}
+
+std::string format_ms(double ms) {
+  if (ms >= 1000) return printf_text("%.1f", ms);
+  if (ms >= 1) return printf_text("%.3f", ms);
+  return printf_text("%.3g", ms);
+}
+
+std::string format_gflops(double gflops) {
+  if (gflops <= 0) return "-";
+  if (gflops >= 1) return printf_text("%.1f", gflops);
+  return printf_text("%.3g", gflops);
+}
+
+std::string ProgressPrinter::line(const json& data) {
+  std::int64_t done = as_int(field(data, "done"));
+  std::int64_t total = as_int(field(data, "total"));
+  std::int64_t failed = as_int(field(data, "failed"));
+  std::string text = "[" + std::to_string(done) + "/" + std::to_string(total) + "] failed " +
+                     std::to_string(failed) + "  best ";
+  const json& config = field(data, "best_config");
+  double gflops = as_double(field(data, "best_gflops"));
+  double median = as_double(field(data, "best_median_ms"));
+  if (!config.is_object() || config.empty()) return text + "-";
+  if (gflops > 0)
+    text += format_gflops(gflops) + " GFLOP/s";
+  else
+    text += format_ms(median) + " ms";
+  return text + " (" + format_config(config, ",") + ")";
+}
+
+void ProgressPrinter::update(const json& data) {
+  std::int64_t done = as_int(field(data, "done"));
+  std::int64_t total = as_int(field(data, "total"));
+  if (m_tty) {
+    m_err << '\r' << line(data) << "\x1b[K" << std::flush;
+    m_open_line = true;
+    return;
+  }
+  auto now = Clock::now();
+  std::int64_t decile = total > 0 ? done * 10 / total : 0;
+  bool due = !m_printed_any || decile > m_last_decile || (done == total && done != m_last_done) ||
+             (done != m_last_done && now - m_last_print >= std::chrono::seconds(2));
+  if (!due) return;
+  m_err << line(data) << '\n' << std::flush;
+  m_printed_any = true;
+  m_last_decile = decile;
+  m_last_done = done;
+  m_last_print = now;
+}
+
+void ProgressPrinter::finish() {
+  if (m_open_line) m_err << '\n' << std::flush;
+  m_open_line = false;
+}
+
+// ---- commands ----------------------------------------------------------------------------------
+
+int daemon_start(const GlobalOptions& global, const DaemonStartOptions& options, Output& io) {
+  const InstancePaths paths = resolve_paths(path_env_from_process());
+  const std::string socket = global.socket.empty() ? paths.socket : global.socket;
+
+  auto running = call(socket, op("stats"), k_probe_timeout);
+  if (running) {
+    if (global.json) print_json(io, *running);
+    else io.out << "ktuned already running (pid " << as_text(field(*running, "pid")) << ")\n";
+    return k_exit_ok;
+  }
+  if (running.error().code != "not_running") return report(io, running.error(), socket);
+
+  auto exe = daemon_executable();
+  if (!exe) return report(io, exe.error(), socket);
+
+  std::error_code ec;
+  std::filesystem::create_directories(paths.log_dir, ec);
+  if (ec)
+    return report(io, make_error("io_error", "cannot create the log directory " + paths.log_dir +
+                                                 ": " + ec.message()),
+                  socket);
+  const std::string log_path = paths.log_dir + "/ktuned.log";
+  UniqueFd opened(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (opened.get() < 0)
+    return report(io, make_error("io_error", "cannot open the log " + log_path + ": " +
+                                                 std::strerror(errno)),
+                  socket);
+  auto log = raise_fd(std::move(opened), "log file descriptor");
+  if (!log) return report(io, log.error(), socket);
+
+  std::vector<std::string> args{*exe, "--ready-fd", std::to_string(k_ready_fd)};
+  if (!global.socket.empty()) {
+    args.push_back("--socket");
+    args.push_back(absolute(global.socket));
+  }
+  if (!options.config.empty()) {
+    args.push_back("--config");
+    args.push_back(absolute(options.config));
+  }
+  for (const auto& dir : options.kernel_dirs) {
+    args.push_back("--kernel-dir");
+    args.push_back(absolute(dir));
+  }
+
+  struct stat st{};
+  std::uintmax_t log_offset = ::fstat(log->get(), &st) == 0 ? static_cast<std::uintmax_t>(st.st_size)
+                                                            : 0;
+  std::string banner = "--- " + now_text() + " ktune daemon start:";
+  for (const auto& a : args) banner += " " + a;
+  banner += '\n';
+  if (::write(log->get(), banner.data(), banner.size()) > 0) log_offset += banner.size();
+
+  auto child = spawn_detached(args, *log);
+  if (!child) return report(io, child.error(), socket);
+  auto pid = wait_ready(*child, log_path, log_offset);
+  if (!pid) {
+    io.err << "ktune: " << pid.error().message;
+    if (pid.error().message.empty() || pid.error().message.back() != '\n') io.err << '\n';
+    return k_exit_error;
+  }
+
+  if (global.json) {
+    auto stats = call(socket, op("stats"), k_probe_timeout);
+    if (!stats) return report(io, stats.error(), socket);
+    print_json(io, *stats);
+  } else {
+    io.out << "ktuned started (pid " << *pid << ", socket " << socket << ", log " << log_path
+           << ")\n";
+  }
+  return k_exit_ok;
+}
+
+int daemon_stop(const GlobalOptions& global, Output& io) {
+  const std::string socket = socket_path(global);
+  auto conn = Connection::connect(socket, k_connect_timeout);
+  if (!conn) {
+    if (conn.error().code != "not_running") return report(io, conn.error(), socket);
+    if (global.json) print_json(io, json{{"running", false}});
+    else io.out << "ktuned is not running (socket " << socket << ")\n";
+    return k_exit_ok;
+  }
+
+  std::int64_t pid = 0;
+  if (auto stats = call(*conn, op("stats"), k_probe_timeout); stats)
+    pid = as_int(field(*stats, "pid"));
+  auto reply = call(*conn, op("shutdown"), k_probe_timeout);
+  // A daemon that exits before its reply is flushed closes the connection: that is a stop too.
+  if (!reply && reply.error().code != "io_error") return report(io, reply.error(), socket);
+
+  const auto deadline = Clock::now() + k_stop_timeout;
+  bool socket_down = false;
+  while (Clock::now() < deadline) {
+    if (!socket_down) {
+      auto probe = Connection::connect(socket, milliseconds(200));
+      socket_down = !probe && probe.error().code == "not_running";
+    }
+    if (socket_down && process_gone(pid)) {
+      if (global.json) print_json(io, reply ? *reply : json::object());
+      else if (pid > 0) io.out << "ktuned stopped (pid " << pid << ")\n";
+      else io.out << "ktuned stopped\n";
+      return k_exit_ok;
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return report(io, make_error("timeout", "ktuned" + (pid > 0 ? " (pid " + std::to_string(pid) + ")"
+                                                               : std::string()) +
+                                              " still answers at " + socket + " " +
+                                              std::to_string(k_stop_timeout.count()) +
+                                              " s after shutdown"),
+                socket);
+}
+
+int daemon_status(const GlobalOptions& global, Output& io) {
+  const std::string socket = socket_path(global);
+  auto stats = call(socket, op("stats"), k_probe_timeout);
+  if (!stats) {
+    if (stats.error().code != "not_running") return report(io, stats.error(), socket);
+    io.err << "ktuned is not running (socket " << socket << ")\n";
+    return k_exit_error;
+  }
+  if (global.json) {
+    print_json(io, *stats);
+    return k_exit_ok;
+  }
+  const json& s = *stats;
+  io.out << "ktuned is running (pid " << as_text(field(s, "pid")) << ", version "
+         << as_text(field(s, "version")) << ")\n";
+  io.out << "  uptime       " << format_duration(as_double(field(s, "uptime_s"))) << '\n';
+  io.out << "  socket       " << as_text(field(s, "socket")) << '\n';
+  io.out << "  database     " << as_text(field(s, "db")) << '\n';
+  io.out << "  connections  " << as_text(field(s, "connections")) << '\n';
+  io.out << "  jobs         " << as_int(field(s, "jobs_queued")) << " queued, "
+         << as_int(field(s, "jobs_running")) << " running\n";
+  const json& workers = field(s, "workers");
+  io.out << "  workers      "
+         << (workers.is_object() ? format_config(workers, ", ") : as_text(workers)) << '\n';
+  return k_exit_ok;
+}
+
+int list_kernels(const GlobalOptions& global, Output& io) {
+  const std::string socket = socket_path(global);
+  auto result = call(socket, op("kernels"), k_request_timeout);
+  if (!result) return report(io, result.error(), socket);
+  if (global.json) {
+    print_json(io, *result);
+    return k_exit_ok;
+  }
+  const json& kernels = field(*result, "kernels");
+  if (!kernels.is_array() || kernels.empty()) {
+    io.out << "no kernels found\n";
+  } else {
+    Table table({{"NAME"}, {"LANGUAGE"}, {"SHAPE"}, {"DTYPES"}, {"PARAMS"}, {"SPACE", Align::right}});
+    for (const auto& k : kernels) {
+      std::string params;
+      const json& p = field(k, "params");
+      if (p.is_object()) {
+        for (auto it = p.begin(); it != p.end(); ++it) {
+          if (!params.empty()) params += ',';
+          params += it.key() + "(" +
+                    std::to_string(it.value().is_array() ? it.value().size() : 1) + ")";
+        }
+      }
+      table.add_row({as_text(field(k, "name")), as_text(field(k, "language")),
+                     as_text(field(k, "shape")), as_text(field(k, "dtypes")),
+                     params.empty() ? "-" : params, as_text(field(k, "space_size"))});
+    }
+    table.print(io.out);
+  }
+  const json& broken = field(*result, "broken");
+  if (broken.is_array() && !broken.empty()) {
+    io.out << "\nbroken kernel specs (not loaded):\n";
+    for (const auto& b : broken)
+      io.out << "  " << as_text(field(b, "path")) << ": " << as_text(field(b, "error")) << '\n';
+  }
+  return k_exit_ok;
+}
+
+int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
+  const std::string socket = socket_path(global);
+  protocol::TuneRequest request;
+  request.kernel = options.kernel;
+  request.shape = options.shape;
+  request.dtype = options.dtype;
+  request.device = options.device;
+  request.strategy = options.strategy;
+  request.budget = options.budget;
+  request.wait = options.wait;
+  json body = request.to_json();
+  body["op"] = "tune";
+
+  auto conn = Connection::connect(socket, k_connect_timeout);
+  if (!conn) return report(io, conn.error(), socket);
+
+  if (!options.wait) {
+    auto result = call(*conn, std::move(body), k_request_timeout);
+    if (!result) return report(io, result.error(), socket);
+    if (global.json) print_json(io, *result);
+    else
+      io.out << "job " << as_text(field(*result, "job")) << ' '
+             << as_text(field(*result, "state")) << " (" << as_int(field(*result, "total"))
+             << " candidates)\n";
+    return k_exit_ok;
+  }
+
+  ProgressPrinter progress(io.err, io.err_is_tty);
+  auto result = call(*conn, std::move(body), milliseconds(0),
+                     [&](const json& event) { progress.update(field(event, "data")); });
+  progress.finish();
+  if (!result) return report(io, result.error(), socket);
+
+  const json& job = field(*result, "job");
+  const json& winner = field(*result, "winner");
+  const std::string state = as_text(field(job, "state"));
+  const std::string id = as_text(field(job, "id"));
+  const bool success = state == "done" && winner.is_object();
+  if (global.json) {
+    print_json(io, *result);
+    return success ? k_exit_ok : k_exit_error;
+  }
+  if (winner.is_object()) io.out << winner_line(winner) << '\n';
+  if (state == "done") {
+    io.out << "job " << id << " done: " << as_int(field(job, "total")) << " candidates, "
+           << as_int(field(job, "failed")) << " failed\n";
+    if (!winner.is_object())
+      io.err << "ktune: no candidate passed; see `ktune job " << id << "` for the reasons\n";
+  } else {
+    std::string error = as_text(field(job, "error"));
+    io.err << "ktune: job " << id << ' ' << state << (error == "-" ? "" : ": " + error) << '\n';
+  }
+  return success ? k_exit_ok : k_exit_error;
+}
+
+int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io) {
+  const std::string socket = socket_path(global);
+  protocol::JobRequest request;
+  request.job = job_id;
+  json body = request.to_json();
+  body["op"] = "job";
+  auto result = call(socket, std::move(body), k_request_timeout);
+  if (!result) return report(io, result.error(), socket);
+  if (global.json) {
+    print_json(io, *result);
+    return k_exit_ok;
+  }
+  const json& winner = field(*result, "winner");
+  print_job_header(io, field(*result, "job"), winner);
+
+  const json& results = field(*result, "results");
+  if (!results.is_array() || results.empty()) {
+    io.out << "\nno candidates measured yet\n";
+    return k_exit_ok;
+  }
+  std::vector<const json*> rows;
+  for (const auto& r : results) rows.push_back(&r);
+  std::stable_sort(rows.begin(), rows.end(), [](const json* a, const json* b) {
+    return as_int(field(*a, "config_index"), INT64_MAX) <
+           as_int(field(*b, "config_index"), INT64_MAX);
+  });
+  const json& winner_config = field(winner, "config");
+  bool marked = false;
+  Table table({{"  CONFIG"}, {"STATUS"}, {"MEDIAN(ms)", Align::right},
+               {"GFLOP/s", Align::right}, {"REASON"}});
+  for (const json* r : rows) {
+    const json& config = field(*r, "config");
+    bool is_winner = !marked && winner_config.is_object() && config == winner_config;
+    marked = marked || is_winner;
+    std::string status = as_text(field(*r, "status"));
+    bool ok = status == "ok";
+    const json& median = field(*r, "median_ms");
+    const json& reason = field(*r, "reason");
+    table.add_row({(is_winner ? "* " : "  ") + format_config(config, ","), status,
+                   ok && median.is_number() ? format_ms(median.get<double>()) : "-",
+                   ok ? format_gflops(as_double(field(*r, "gflops"))) : "-",
+                   reason.is_string() && !reason.get<std::string>().empty()
+                       ? first_line(reason.get<std::string>())
+                       : ""});
+  }
+  io.out << '\n';
+  table.print(io.out);
+  return k_exit_ok;
+}
+
+int list_jobs(const GlobalOptions& global, std::int64_t limit, Output& io) {
+  const std::string socket = socket_path(global);
+  protocol::JobsRequest request;
+  request.limit = limit;
+  json body = request.to_json();
+  body["op"] = "jobs";
+  auto result = call(socket, std::move(body), k_request_timeout);
+  if (!result) return report(io, result.error(), socket);
+  if (global.json) {
+    print_json(io, *result);
+    return k_exit_ok;
+  }
+  const json& jobs = field(*result, "jobs");
+  if (!jobs.is_array() || jobs.empty()) {
+    io.out << "no jobs\n";
+    return k_exit_ok;
+  }
+  Table table({{"ID", Align::right}, {"KERNEL"}, {"SHAPE"}, {"DTYPE"}, {"DEVICE"}, {"STATE"},
+               {"DONE/TOTAL", Align::right}, {"FAILED", Align::right}});
+  for (const auto& j : jobs)
+    table.add_row({as_text(field(j, "id")), as_text(field(j, "kernel")),
+                   as_text(field(j, "shape")), as_text(field(j, "dtype")),
+                   as_text(field(j, "device")), as_text(field(j, "state")),
+                   std::to_string(as_int(field(j, "done"))) + "/" +
+                       std::to_string(as_int(field(j, "total"))),
+                   std::to_string(as_int(field(j, "failed")))});
+  table.print(io.out);
+  return k_exit_ok;
+}
+
+int query(const GlobalOptions& global, const QueryOptions& options, Output& io) {
+  const std::string socket = socket_path(global);
+  protocol::LookupRequest request;
+  request.kernel = options.kernel;
+  request.shape = options.shape;
+  request.dtype = options.dtype;
+  request.device = options.device;
+  json body = request.to_json();
+  body["op"] = "lookup";
+  auto result = call(socket, std::move(body), k_request_timeout);
+  if (!result) return report(io, result.error(), socket);
+
+  const json& r = *result;
+  const json& exact_field = field(r, "exact");
+  const bool exact = exact_field.is_boolean() ? exact_field.get<bool>()
+                                              : as_text(field(r, "rung")) == "exact";
+  if (global.json) {
+    print_json(io, r);
+    return exact ? k_exit_ok : k_exit_not_tuned;
+  }
+  const std::string config = format_config(field(r, "config"), " ");
+  if (exact) {
+    io.out << config << "  (median " << format_ms(as_double(field(r, "median_ms"))) << " ms, "
+           << format_gflops(as_double(field(r, "gflops"))) << " GFLOP/s";
+    if (!field(r, "job").is_null()) io.out << ", job " << as_text(field(r, "job"));
+    io.out << ")\n";
+    return k_exit_ok;
+  }
+  const std::string rung = as_text(field(r, "rung"));
+  const json& reason = field(r, "reason");
+  io.out << "no tuned winner for " << options.kernel << ' ' << options.shape << ", "
+         << options.dtype << ", " << options.device << " ("
+         << (reason.is_string() ? reason.get<std::string>() : std::string("not_tuned")) << "); "
+         << (rung == "default" ? std::string("the kernel's default") : "fallback (" + rung + ")")
+         << ": " << config << '\n';
+  return k_exit_not_tuned;
+}
+
+// ---- command line ------------------------------------------------------------------------------
+
+int run(int argc, const char* const* argv, Output& io) {
+  CLI::App app{"ktune: tune kernels with the ktuned daemon and look up their winners.", "ktune"};
+  app.option_defaults()->always_capture_default();
+  app.require_subcommand(1);
+  app.fallthrough();
+  app.set_version_flag("--version", std::string(KTUNE_VERSION));
+  app.failure_message([](const CLI::App* self, const CLI::Error& e) {
+    return "ktune: " + std::string(e.what()) + "\nRun `" + self->get_name() +
+           " --help` (or `ktune <command> --help`) for usage.\n";
+  });
+
+  GlobalOptions global;
+  app.add_option("--socket", global.socket,
+                 "ktuned's Unix socket (default: $KTUNE_HOME/ktuned.sock, else "
+                 "$XDG_RUNTIME_DIR/ktune/ktuned.sock)");
+  app.add_flag("--json", global.json,
+               "print the daemon's result object as one JSON document instead of tables");
+
+  const std::string exit_codes =
+      "\n\nExit codes: 0 ok, 1 error (ktuned not running, error reply, failed job), 2 usage "
+      "error,\n            3 not tuned (query answered with a fallback config).";
+
+  // daemon
+  auto* daemon = app.add_subcommand("daemon", "Start, stop or inspect the ktuned daemon");
+  daemon->require_subcommand(1);
+  daemon->footer("Examples:\n  ktune daemon start --kernel-dir ~/my-kernels\n  ktune daemon status\n"
+                 "  ktune daemon stop" + exit_codes);
+
+  DaemonStartOptions start_options;
+  auto* start = daemon->add_subcommand("start", "Start ktuned in the background and wait until it is ready");
+  start->add_option("--config", start_options.config, "ktuned configuration file (TOML)")
+      ->check(CLI::ExistingFile);
+  start->add_option("--kernel-dir", start_options.kernel_dirs,
+                    "a directory of kernel families (<name>/kernel.toml); repeatable")
+      ->check(CLI::ExistingDirectory)
+      ->default_str("");
+  start->footer(
+      "ktuned runs in its own session with stdin from /dev/null and its output appended to\n"
+      "ktuned.log in the instance's log directory ($KTUNE_HOME/log, else\n"
+      "$XDG_STATE_HOME/ktune/log). ktune waits up to 10 s for it to accept connections and\n"
+      "prints the end of the log when it fails. Nothing happens when a daemon already answers.\n"
+      "The daemon binary is $KTUNE_DAEMON, else ktuned next to ktune.\n\n"
+      "Example:\n  ktune daemon start --config configs/ktuned.toml --kernel-dir kernels_src" +
+      exit_codes);
+
+  auto* stop = daemon->add_subcommand("stop", "Shut ktuned down and wait until it has exited");
+  stop->footer("Sends shutdown and waits up to 10 s until the socket stops answering. Succeeds\n"
+               "when nothing is running.\n\nExample:\n  ktune daemon stop" + exit_codes);
+
+  auto* status = daemon->add_subcommand("status", "Show the running daemon (exit 1 when none)");
+  status->footer("Prints pid, version, uptime, socket, database, connections, jobs and workers.\n\n"
+                 "Examples:\n  ktune daemon status\n  ktune --json daemon status" + exit_codes);
+
+  // kernels
+  auto* kernels = app.add_subcommand("kernels", "List the kernel families ktuned loaded");
+  kernels->footer(
+      "Columns: NAME, LANGUAGE (cuda or cpp), SHAPE (dimension names), DTYPES, PARAMS (each\n"
+      "tunable with its number of values) and SPACE (configs admitted by the constraints).\n"
+      "Specs that failed to load follow, with their errors.\n\nExample:\n  ktune kernels" +
+      exit_codes);
+
+  // tune
+  TuneOptions tune_options;
+  std::int64_t budget = 0;
+  auto* tune_cmd = app.add_subcommand("tune", "Tune a kernel for one shape, dtype and device");
+  tune_cmd->add_option("kernel", tune_options.kernel, "kernel family, e.g. gemm")->required();
+  tune_cmd->add_option("--shape", tune_options.shape,
+                       "problem shape as NAME=value pairs, e.g. M=256,N=256,K=256")
+      ->required();
+  tune_cmd->add_option("--dtype", tune_options.dtype, "element type (f32, f16, f64, ...)");
+  tune_cmd->add_option("--device", tune_options.device, "device: cpu or cuda:N");
+  tune_cmd->add_option("--strategy", tune_options.strategy,
+                       "search strategy (exhaustive, random, ...)");
+  auto* budget_option =
+      tune_cmd->add_option("--budget", budget, "at most this many candidates (default: all)")
+          ->check(CLI::PositiveNumber)
+          ->default_str("");
+  tune_cmd->add_flag("--wait", tune_options.wait,
+                     "stay attached: progress on stderr, then the winner");
+  tune_cmd->footer(
+      "Queues a job: every config of the kernel's parameter space that its constraints admit\n"
+      "(or the strategy's choice within --budget) is compiled, checked against the reference\n"
+      "and benchmarked. Without --wait, prints \"job N queued (T candidates)\" and returns.\n"
+      "With --wait, shows [done/total] progress and prints the winner; Ctrl-C detaches and\n"
+      "the job keeps running in ktuned (see `ktune job N`).\n\n"
+      "Examples:\n  ktune tune gemm --shape M=256,N=256,K=256 --device cpu --wait\n"
+      "  ktune tune gemm --shape M=4096,N=4096,K=4096 --device cuda:0 --strategy random "
+      "--budget 200" + exit_codes);
+
+  // job
+  std::int64_t job_id = 0;
+  auto* job = app.add_subcommand("job", "Show one job and every candidate's result");
+  job->add_option("id", job_id, "job id (from `ktune tune` or `ktune jobs`)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  job->footer(
+      "Prints kernel, shape, dtype, device, state, counts and times, then each candidate in\n"
+      "config order: CONFIG, STATUS (ok, compile_error, crash, timeout, mismatch, ...),\n"
+      "MEDIAN(ms), GFLOP/s and the REASON a candidate failed. '*' marks the winner.\n\n"
+      "Example:\n  ktune job 3" + exit_codes);
+
+  // jobs
+  std::int64_t limit = 50;
+  auto* jobs = app.add_subcommand("jobs", "List recent jobs, newest first");
+  jobs->add_option("--limit", limit, "at most this many jobs")->check(CLI::PositiveNumber);
+  jobs->footer("Example:\n  ktune jobs --limit 10" + exit_codes);
+
+  // query
+  QueryOptions query_options;
+  auto* query_cmd = app.add_subcommand("query", "Look up the tuned winner for a kernel and shape");
+  query_cmd->add_option("kernel", query_options.kernel, "kernel family, e.g. gemm")->required();
+  query_cmd->add_option("--shape", query_options.shape,
+                        "problem shape as NAME=value pairs, e.g. M=256,N=256,K=256")
+      ->required();
+  query_cmd->add_option("--dtype", query_options.dtype, "element type");
+  query_cmd->add_option("--device", query_options.device, "device: cpu or cuda:N");
+  query_cmd->footer(
+      "Prints the winner's config (\"BM=64 BN=64 ...\") with its median time and GFLOP/s.\n"
+      "When nothing is tuned for this key, prints the fallback ktuned hands a runtime (the\n"
+      "kernel's default config) and exits 3.\n\n"
+      "Examples:\n  ktune query gemm --shape M=256,N=256,K=256 --device cpu\n"
+      "  ktune --json query gemm --shape M=256,N=256,K=256" + exit_codes);
+
+  app.footer("Every command talks to ktuned over its Unix socket; `ktune <command> --help`\n"
+             "explains each one.\n\nExamples:\n"
+             "  ktune daemon start\n"
+             "  ktune tune gemm --shape M=256,N=256,K=256 --device cpu --wait\n"
+             "  ktune query gemm --shape M=256,N=256,K=256 --device cpu" + exit_codes);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e, io.out, io.err);
+    return code == 0 ? k_exit_ok : k_exit_usage;
+  }
+  if (budget_option->count() > 0) tune_options.budget = budget;
+
+  try {
+    if (start->parsed()) return daemon_start(global, start_options, io);
+    if (stop->parsed()) return daemon_stop(global, io);
+    if (status->parsed()) return daemon_status(global, io);
+    if (kernels->parsed()) return list_kernels(global, io);
+    if (tune_cmd->parsed()) return tune(global, tune_options, io);
+    if (job->parsed()) return show_job(global, job_id, io);
+    if (jobs->parsed()) return list_jobs(global, limit, io);
+    if (query_cmd->parsed()) return query(global, query_options, io);
+  } catch (const json::exception& e) {
+    // Only a reply that breaks the protocol's types reaches here.
+    io.err << "ktune: bad_reply: unexpected reply from ktuned: " << e.what() << '\n';
+    return k_exit_error;
+  }
+  io.err << "ktune: no command given; run `ktune --help`\n";
+  return k_exit_usage;
+}
+
+} // namespace ktune::cli
