@@ -1,0 +1,94 @@
+#pragma once
+// CudaRunner: benchmarks CUBIN candidates with the driver API (loaded at run time,
+// cuda/cuda_api.hpp) on one device of the bench worker, in the device's primary context. The
+// daemon starts the worker with CUDA_VISIBLE_DEVICES naming its device, so that is ordinal 0.
+//
+// The kernel is `extern "C" __global__ void <entry>(...)` with one parameter per spec arg:
+// buffers as device pointers, scalars by value in the arg's dtype (i32 int, i64 long long, f32
+// float, f64 double, f16 the 16 bits of a __half). It is launched with the candidate's CudaLaunch
+// (grid, block, dynamic shared bytes; bench/cuda_launch.hpp) on a dedicated stream.
+//
+// Buffers are allocated once per key (shape, every arg's name/kind/dtype/count/init/value, seed;
+// only the latest key's are kept) with 256 bytes of a fixed pattern on either side, so a kernel
+// writing just past a buffer is caught. Inputs are filled on the host from the seed with the
+// host runner's generator (bench/host_buffers.hpp), so CPU and CUDA families see the same data,
+// and copied in. Reference outputs are computed once per (reference CUBIN, key) with the
+// reference launch and kept on the host.
+//
+// Per candidate: module load, function lookup, attributes (registers = CU_FUNC_ATTRIBUTE_NUM_REGS,
+// stack_bytes = LOCAL_SIZE_BYTES, shared_bytes = SHARED_SIZE_BYTES, reported with every outcome
+// that got that far), a launch check against the device's and the function's limits, then one
+// checked launch (never timed): inputs restored, outputs zeroed, guards re-armed; the guards and
+// the outputs are copied back and compared (|got - expected| <= atol + rtol * |expected|,
+// integers exactly). Then warm-up for warmup_ms, then samples timed with CUDA events around the
+// one launch, each preceded (untimed, on the same stream) by an L2 flush -- cuMemsetD8Async over
+// a buffer of twice the L2 size -- and, for inplace jobs, a restore of the inout buffers, until
+//   (n >= min_samples and measured >= min_time_s and rsd < target_rsd)
+//   or measured >= max_time_s or n >= max_samples,
+// or, once n >= min_samples, the loop's wall time reaches max_time_s.
+//
+// Outcomes: mismatch (outputs or guards), launch_error (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, an
+// invalid launch, a block or shared memory over the device's or the function's limit),
+// runtime_error (unreadable or foreign CUBIN, missing entry, allocation failure, a failing
+// reference, any other CUDA error), crash (a sticky error: 700, 702, 710, 714-719). After a
+// sticky error the context is unusable: context_lost() turns true, every later run answers crash,
+// and the worker must exit after replying. A failing call is reported as
+// "<stage>: <file:line>: <call> failed: <CUDA error name> (<description>)".
+//
+// Not thread-safe: one runner per bench worker, used from one thread.
+#include "bench/cuda_device.hpp"
+#include "bench/cuda_launch.hpp"
+#include "bench/runner.hpp"
+#include "cuda/cubin.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+
+namespace ktune {
+
+struct CudaRunOutcome {
+  BenchOutcome outcome;
+  // Read with cuFuncGetAttribute once the candidate's module loaded (spills are not reported by
+  // the driver: -1). nullopt when the run stopped earlier.
+  std::optional<cuda::KernelResources> resources;
+  bool context_lost = false; // a sticky CUDA error: the worker must exit after replying
+
+  // BenchOutcome::to_json() plus "resources" (KernelResources::to_json() or null) and
+  // "context_lost".
+  [[nodiscard]] nlohmann::json to_json() const;
+};
+
+class CudaRunner final : public Runner {
+public:
+  // Retains the primary context of device `ordinal` and creates the stream and events.
+  // `flush_bytes`: the L2 flush buffer's size; 0 means 2 x the device's L2 size.
+  // Errors (code no_device): no driver, a stub driver, no device (load_driver's and
+  // query_cuda_device's messages), or a failing context or stream setup.
+  [[nodiscard]] static Result<std::unique_ptr<CudaRunner>> create(int ordinal = 0,
+                                                                  std::size_t flush_bytes = 0);
+  ~CudaRunner() override;
+  CudaRunner(const CudaRunner&) = delete;
+  CudaRunner& operator=(const CudaRunner&) = delete;
+
+  // Runner interface. BenchJob does not carry launch geometry, which a CUDA candidate needs:
+  // answers runtime_error naming what is missing. Callers use run_cuda().
+  [[nodiscard]] BenchOutcome run(const BenchJob& job) override;
+
+  // Runs `job` (artifact_path and reference_path are CUBIN files) with `launch`; the reference
+  // runs with `reference_launch`, or with `launch` when it is nullopt.
+  [[nodiscard]] CudaRunOutcome run_cuda(const BenchJob& job, const CudaLaunch& launch,
+                                        const std::optional<CudaLaunch>& reference_launch);
+
+  [[nodiscard]] bool context_lost() const;
+  [[nodiscard]] const CudaDeviceProperties& device() const;
+
+private:
+  struct State;
+  explicit CudaRunner(std::unique_ptr<State> state);
+  std::unique_ptr<State> m_state;
+};
+
+} // namespace ktune
