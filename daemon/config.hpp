@@ -1,0 +1,76 @@
+#pragma once
+// ktuned's settings: built-in defaults, then a TOML file (configs/ktuned.toml documents every
+// key), then the command line. Each layer overrides the one before it key by key.
+//
+// File keys:
+//   [daemon]  socket, db, cache_dir, kernel_dirs, compile_workers, max_message_bytes
+//   [measure] min_samples, max_samples, target_rsd, min_time_s, max_time_s, warmup_ms,
+//             flush_cache, seed
+// Relative paths in a file are taken relative to that file's directory; relative paths on the
+// command line relative to the working directory. Every resolved path is absolute.
+#include "bench/runner.hpp"
+#include "core/paths.hpp"
+#include "core/result.hpp"
+#include "daemon/log.hpp"
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace ktune::daemon {
+
+inline constexpr const char* k_config_error = "config_error";
+
+struct DaemonConfig {
+  std::string config_path;                 // the file that was read; empty when none
+  InstancePaths paths;                     // runtime dir, lock and pid files (core/paths.hpp)
+  std::string socket;
+  std::string db;
+  std::string cache_dir;
+  std::vector<std::string> kernel_dirs;
+  int compile_workers = 0;                 // 0 = online cores - 1 (at least 1); resolved by resolve_config
+  std::size_t max_message_bytes = 1 << 20;
+  std::string worker_path;                 // the ktune-worker executable
+  int ready_fd = -1;                       // -1 = no readiness handshake
+  log::Level log_level = log::Level::info;
+  MeasureSettings measure;
+};
+
+struct CommandLine {
+  std::optional<std::string> config;
+  std::optional<std::string> socket, db, cache_dir, worker;
+  std::vector<std::string> kernel_dirs;    // non-empty replaces the configured list
+  std::optional<int> compile_workers;
+  int ready_fd = -1;
+  std::optional<log::Level> log_level;
+  bool foreground = false;                 // accepted for service managers; ktuned never forks
+};
+
+// Parses argv with CLI11. When the process should end right away (--help, --version, a usage
+// error, already reported on stdout/stderr) the result is the exit code instead.
+[[nodiscard]] std::variant<CommandLine, int> parse_command_line(int argc, char** argv);
+
+// Applies the keys present in a TOML document onto `config`. `label` names the file in messages;
+// `base_dir` anchors relative paths. Errors (code config_error) name the file and the key:
+// "ktuned.toml: unknown key [daemon].sockett", "ktuned.toml: [measure].min_samples: expected an
+// integer, found a string", syntax errors with line and column.
+[[nodiscard]] Result<void> apply_config_text(std::string_view toml_text, const std::string& label,
+                                             const std::string& base_dir, DaemonConfig& config);
+
+// Defaults for the instance in `env`, then the config file (`--config`, else
+// <KTUNE_CONFIG_DIR>/ktuned.toml when it exists), then the command line. `exe_dir` is where the
+// worker executable is looked for when neither `--worker` is given.
+// Errors: config_error (unreadable or invalid file, out-of-range value).
+[[nodiscard]] Result<DaemonConfig> resolve_config(const CommandLine& command_line,
+                                                  const PathEnv& env, const std::string& exe_dir);
+
+// The directory of the running executable (/proc/self/exe); empty if it cannot be read.
+[[nodiscard]] std::string executable_dir();
+
+// The file read when --config is not given.
+[[nodiscard]] std::string default_config_path();
+
+} // namespace ktune::daemon

@@ -1,0 +1,70 @@
+#pragma once
+// RequestHandler: decodes one request line and answers it (docs/protocol.md). Every request
+// gets exactly one reply carrying its id, ok or error; `tune` with "wait": true sends progress
+// events first and replies when the job ends. A malformed line gets an error reply and the
+// connection keeps being served. io thread only.
+#include "compiler/kernel_registry.hpp"
+#include "core/device.hpp"
+#include "core/protocol.hpp"
+#include "daemon/config.hpp"
+#include "daemon/scheduler.hpp"
+#include "daemon/session.hpp"
+#include "db/store.hpp"
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string_view>
+
+namespace ktune::daemon {
+
+// What the handlers need from the server. References outlive the handler.
+struct HandlerContext {
+  const DaemonConfig& config;
+  Store& store;
+  Scheduler& scheduler;
+  WorkerPool& workers;
+  const DeviceInfo& cpu;                       // the one device this ktuned serves
+  std::function<std::size_t()> connections;    // open client connections
+  std::function<void()> request_stop;          // graceful stop, from the io loop
+  std::chrono::steady_clock::time_point started;
+};
+
+class RequestHandler {
+public:
+  explicit RequestHandler(HandlerContext context);
+
+  // (Re)scans the kernel directories; returns the families that failed to load.
+  const std::vector<BrokenKernel>& load_kernels();
+
+  void handle(const std::shared_ptr<Session>& session, std::string_view line);
+
+  // From now on every request is answered with shutting_down.
+  void set_stopping() { m_stopping = true; }
+
+private:
+  // A kernel, shape, dtype and device resolved and checked against each other.
+  struct Target {
+    LoadedKernel kernel;
+    Shape shape;
+    std::string dtype;
+  };
+  [[nodiscard]] Result<Target> resolve(const std::string& kernel, const std::string& shape,
+                                       const std::string& dtype, const std::string& device);
+
+  // Ops answered at once; answer() dispatches them.
+  [[nodiscard]] Result<nlohmann::json> answer(const protocol::Request& request);
+  [[nodiscard]] Result<nlohmann::json> lookup(const protocol::Request& request);
+  [[nodiscard]] Result<nlohmann::json> job(const protocol::Request& request);
+  [[nodiscard]] Result<nlohmann::json> jobs(const protocol::Request& request);
+  [[nodiscard]] Result<nlohmann::json> kernels();
+  [[nodiscard]] Result<nlohmann::json> stats() const;
+  // `tune` answers later when it waits; the reply (or error) is sent by tune itself.
+  void tune(const std::shared_ptr<Session>& session, const protocol::Request& request);
+
+  HandlerContext m_ctx;
+  KernelRegistry m_registry;
+  bool m_stopping = false;
+};
+
+} // namespace ktune::daemon

@@ -1,0 +1,38 @@
+#pragma once
+// One ktuned per instance (KTUNE_HOME or the per-user runtime directory): an exclusive flock on
+// the instance's lock file, held for the daemon's lifetime, plus a pid file for people and
+// scripts. The kernel drops the lock when the process dies, so a crashed daemon never leaves a
+// lock behind; the lock file itself is kept (removing it would race with a starting daemon).
+#include "core/result.hpp"
+#include "daemon/unique_fd.hpp"
+
+#include <string>
+
+namespace ktune::daemon {
+
+inline constexpr const char* k_already_running = "already_running";
+
+class InstanceLock {
+public:
+  // Takes the lock without waiting and writes this process's pid into the lock file and the
+  // pid file. Errors: already_running ("ktuned already running (pid N)", the pid read from the
+  // lock file), io_error naming the file.
+  [[nodiscard]] static Result<InstanceLock> acquire(const std::string& lock_file,
+                                                    const std::string& pid_file);
+
+  InstanceLock(InstanceLock&&) noexcept = default;
+  InstanceLock& operator=(InstanceLock&&) noexcept = default;
+  // Removes the pid file, then releases the lock.
+  ~InstanceLock();
+
+private:
+  InstanceLock(UniqueFd fd, std::string pid_file) : m_fd(std::move(fd)), m_pid_file(std::move(pid_file)) {}
+  UniqueFd m_fd;
+  std::string m_pid_file;
+};
+
+// Creates `dir` and missing parents; directories it creates get mode 0700, existing ones are
+// left as they are. Errors: io_error naming the directory.
+[[nodiscard]] Result<void> ensure_private_dir(const std::string& dir);
+
+} // namespace ktune::daemon

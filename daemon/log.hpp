@@ -1,0 +1,58 @@
+#pragma once
+// ktuned's log: one line per record on stderr, "2026-11-22T02:49:27.123Z info  message".
+//
+//   KTUNE_LOG(info) << "listening on " << path;
+//
+// The level is checked before anything after the macro is evaluated, so a disabled record costs
+// one comparison. Records are written with a single write(2), so lines from the daemon and its
+// workers (which share stderr) do not interleave mid-line. Set the level once at startup;
+// logging itself may be used from any thread.
+#include <chrono>
+#include <optional>
+#include <sstream>
+#include <string_view>
+
+namespace ktune::log {
+
+enum class Level { debug = 0, info = 1, warn = 2, error = 3 };
+
+[[nodiscard]] std::string_view to_string(Level level);
+[[nodiscard]] std::optional<Level> parse_level(std::string_view text); // debug|info|warn|error
+
+void set_level(Level level);
+[[nodiscard]] Level level();
+[[nodiscard]] inline bool enabled(Level l) { return static_cast<int>(l) >= static_cast<int>(level()); }
+
+// Accumulates one record and writes it when destroyed.
+class Record {
+public:
+  explicit Record(Level level) : m_level(level) {}
+  ~Record();
+  Record(const Record&) = delete;
+  Record& operator=(const Record&) = delete;
+
+  template <class T>
+  Record& operator<<(const T& value) {
+    m_text << value;
+    return *this;
+  }
+
+private:
+  Level m_level;
+  std::ostringstream m_text;
+};
+
+// Lets KTUNE_LOG be one expression (safe in an unbraced if/else): `<<` binds tighter than `&`.
+struct Voidify {
+  void operator&(const Record&) const {}
+};
+
+// Milliseconds elapsed since `start`, for "took N ms" records of slow steps.
+[[nodiscard]] double elapsed_ms(std::chrono::steady_clock::time_point start);
+
+} // namespace ktune::log
+
+#define KTUNE_LOG(lvl)                                                 \
+  !::ktune::log::enabled(::ktune::log::Level::lvl)                     \
+      ? (void)0                                                        \
+      : ::ktune::log::Voidify() & ::ktune::log::Record(::ktune::log::Level::lvl)

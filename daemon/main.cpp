@@ -1,0 +1,30 @@
+// ktuned: the ktune autotuning daemon. Everything lives in ktune_daemon; see daemon/server.hpp.
+#include "core/paths.hpp"
+#include "daemon/config.hpp"
+#include "daemon/log.hpp"
+#include "daemon/server.hpp"
+
+#include <csignal>
+#include <exception>
+#include <variant>
+
+int main(int argc, char** argv) {
+  using namespace ktune::daemon;
+  // A client or worker that goes away mid-write is an error return, not a reason to die.
+  std::signal(SIGPIPE, SIG_IGN);
+  try {
+    auto parsed = parse_command_line(argc, argv);
+    if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
+    auto config = resolve_config(std::get<CommandLine>(parsed), ktune::path_env_from_process(),
+                                 executable_dir());
+    if (!config) {
+      KTUNE_LOG(error) << config.error().message;
+      return 1;
+    }
+    ktune::log::set_level(config->log_level);
+    return run_daemon(std::move(*config));
+  } catch (const std::exception& e) {
+    KTUNE_LOG(error) << "ktuned: fatal: " << e.what();
+    return 1;
+  }
+}

@@ -1,0 +1,129 @@
+#include "daemon/replies.hpp"
+
+#include "core/protocol.hpp"
+
+#include <sstream>
+
+namespace ktune::daemon {
+
+namespace {
+
+nlohmann::json optional_int(std::int64_t value) {
+  return value == 0 ? nlohmann::json(nullptr) : nlohmann::json(value);
+}
+
+} // namespace
+
+nlohmann::json config_to_json(const Config& config) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, value] : config) out[name] = value;
+  return out;
+}
+
+std::string config_json_text(const Config& config) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : config) out[name] = value;
+  return out.dump();
+}
+
+nlohmann::json stored_config_to_json(const std::string& text) {
+  auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_discarded() ? nlohmann::json(text) : parsed;
+}
+
+nlohmann::json job_to_json(const JobRecord& job) {
+  return {
+      {"id", job.id},
+      {"kernel", job.kernel},
+      {"shape", job.shape},
+      {"dtype", job.dtype},
+      {"device", job.device},
+      {"strategy", job.strategy},
+      {"budget", job.budget ? nlohmann::json(*job.budget) : nlohmann::json(nullptr)},
+      {"state", std::string(to_string(job.state))},
+      {"total", job.total},
+      {"done", job.done},
+      {"failed", job.failed},
+      {"error", job.error},
+      {"created_at", optional_int(job.created_at)},
+      {"started_at", optional_int(job.started_at)},
+      {"finished_at", optional_int(job.finished_at)},
+  };
+}
+
+nlohmann::json result_to_json(const ResultRecord& r) {
+  return {
+      {"config", stored_config_to_json(r.config)},
+      {"config_index", r.config_index},
+      {"status", std::string(to_string(r.status))},
+      {"reason", r.reason},
+      {"n", r.stats.n},
+      {"median_ms", r.stats.median_ms},
+      {"min_ms", r.stats.min_ms},
+      {"mean_ms", r.stats.mean_ms},
+      {"stddev_ms", r.stats.stddev_ms},
+      {"gflops", r.gflops},
+      {"gbps", r.gbps},
+      {"compile_ms", r.compile_ms},
+  };
+}
+
+bool better_result(const ResultRecord& candidate, const ResultRecord& best) {
+  if (candidate.stats.median_ms != best.stats.median_ms) {
+    return candidate.stats.median_ms < best.stats.median_ms;
+  }
+  return candidate.config_index < best.config_index;
+}
+
+const ResultRecord* pick_winner(const std::vector<ResultRecord>& results) {
+  const ResultRecord* best = nullptr;
+  for (const auto& r : results) {
+    if (r.status != CandidateStatus::ok) continue;
+    if (best == nullptr || better_result(r, *best)) best = &r;
+  }
+  return best;
+}
+
+nlohmann::json winner_to_json(const ResultRecord* winner) {
+  if (winner == nullptr) return nullptr;
+  return {{"config", stored_config_to_json(winner->config)},
+          {"config_index", winner->config_index},
+          {"median_ms", winner->stats.median_ms},
+          {"gflops", winner->gflops}};
+}
+
+Result<nlohmann::json> job_summary(const Store& store, std::int64_t job_id, WithResults with_results) {
+  auto job = store.get_job(job_id);
+  if (!job) return job.error();
+  if (!job->has_value()) {
+    return make_error(protocol::code::unknown_job, "no job with id " + std::to_string(job_id));
+  }
+  auto results = store.job_results(job_id);
+  if (!results) return results.error();
+  nlohmann::json out = {{"job", job_to_json(**job)}, {"winner", winner_to_json(pick_winner(*results))}};
+  if (with_results == WithResults::yes) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& r : *results) rows.push_back(result_to_json(r));
+    out["results"] = std::move(rows);
+  }
+  return out;
+}
+
+std::string first_error_line(const std::string& log) {
+  std::istringstream lines(log);
+  std::string line;
+  std::string first;
+  while (std::getline(lines, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (first.empty()) first = line;
+    if (line.find("error") != std::string::npos) {
+      first = line;
+      break;
+    }
+  }
+  while (!first.empty() && (first.back() == '\r' || first.back() == ' ')) first.pop_back();
+  if (first.size() > 300) first = first.substr(0, 297) + "...";
+  return first;
+}
+
+} // namespace ktune::daemon

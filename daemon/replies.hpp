@@ -1,0 +1,44 @@
+#pragma once
+// JSON forms of jobs, results and configs shared by the request handlers and the scheduler
+// (docs/protocol.md describes every field).
+#include "core/param_space.hpp"
+#include "core/result.hpp"
+#include "db/store.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ktune::daemon {
+
+// {"BM":64,"BN":32}. nlohmann::json objects sort their keys; the stored text keeps params order.
+[[nodiscard]] nlohmann::json config_to_json(const Config& config);
+// The canonical text stored in the results and winners tables: params order, no spaces.
+[[nodiscard]] std::string config_json_text(const Config& config);
+// Parses stored config text back into an object (the text itself if it is not JSON).
+[[nodiscard]] nlohmann::json stored_config_to_json(const std::string& text);
+
+[[nodiscard]] nlohmann::json job_to_json(const JobRecord& job);
+[[nodiscard]] nlohmann::json result_to_json(const ResultRecord& result);
+
+// Whether `candidate` beats `best`: lower median, ties to the lower config index.
+[[nodiscard]] bool better_result(const ResultRecord& candidate, const ResultRecord& best);
+// The best `ok` result, or nullptr when there is none.
+[[nodiscard]] const ResultRecord* pick_winner(const std::vector<ResultRecord>& results);
+// {"config","median_ms","gflops","result"} or null.
+[[nodiscard]] nlohmann::json winner_to_json(const ResultRecord* winner);
+
+// {"job":{...},"winner":{...}|null} plus "results":[...] when `with_results`.
+// The winner of a job still running is the best result so far.
+// Errors: unknown_job; db_error from the store.
+enum class WithResults { no, yes };
+[[nodiscard]] Result<nlohmann::json> job_summary(const Store& store, std::int64_t job_id,
+                                                 WithResults with_results);
+
+// The first line of a compiler log that mentions an error (else its first non-empty line),
+// cut to 300 characters: the one-line reason of a compile_error result.
+[[nodiscard]] std::string first_error_line(const std::string& log);
+
+} // namespace ktune::daemon

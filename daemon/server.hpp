@@ -1,0 +1,78 @@
+#pragma once
+// Server: ktuned's top level, in the shape of the Asio examples. It owns the io_context (the
+// only thread that touches sockets, workers, the scheduler and the store), the signal_set
+// (SIGTERM and SIGINT stop gracefully; SIGCHLD reaps workers), the Unix-socket acceptor and the
+// registry of client sessions.
+//
+// Lifecycle: create() does everything that can fail up front (instance lock, directories, store,
+// kernel scan, device detection, listening socket), so that once run() reports readiness the
+// daemon serves. A graceful stop (signal or `shutdown` op) stops accepting, marks unfinished
+// jobs interrupted, closes sessions after their queued replies, stops the workers, checkpoints
+// the store and removes the socket and pid file; run() then returns 0.
+#include "core/device.hpp"
+#include "core/result.hpp"
+#include "daemon/config.hpp"
+#include "daemon/handlers.hpp"
+#include "daemon/instance.hpp"
+#include "daemon/scheduler.hpp"
+#include "daemon/session.hpp"
+#include "daemon/worker_pool.hpp"
+#include "db/store.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string_view>
+
+namespace ktune::daemon {
+
+class Server {
+public:
+  // Errors: already_running, io_error (directories, socket), db_error, config_error.
+  [[nodiscard]] static Result<std::unique_ptr<Server>> create(DaemonConfig config);
+
+  // Announces readiness (--ready-fd), serves until a graceful stop, returns the exit code.
+  [[nodiscard]] int run();
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+  ~Server();
+
+private:
+  explicit Server(DaemonConfig config);
+  [[nodiscard]] Result<void> listen();
+  void accept_next();
+  void wait_signal();
+  void dispatch(const std::shared_ptr<Session>& session, std::string_view line);
+  void announce_ready();
+  void stop();
+  void finish_stop();
+
+  DaemonConfig m_config;
+  std::optional<InstanceLock> m_lock;          // released last
+  asio::io_context m_io;
+  asio::signal_set m_signals;
+  asio::local::stream_protocol::acceptor m_acceptor;
+  asio::steady_timer m_accept_retry;
+  std::optional<Store> m_store;
+  DeviceInfo m_cpu;
+  ChildWatch m_children;
+  std::unique_ptr<WorkerPool> m_workers;
+  std::unique_ptr<Scheduler> m_scheduler;
+  std::unique_ptr<RequestHandler> m_handler;
+  std::set<std::shared_ptr<Session>> m_sessions;
+  std::chrono::steady_clock::time_point m_started;
+  bool m_listening = false;                   // the socket file is ours to remove
+  bool m_stopping = false;
+};
+
+// Runs ktuned with `config`: Server::create, then run. Returns the process exit code.
+[[nodiscard]] int run_daemon(DaemonConfig config);
+
+} // namespace ktune::daemon

@@ -1,0 +1,327 @@
+#include "daemon/worker_process.hpp"
+
+#include "daemon/log.hpp"
+#include "daemon/unique_fd.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/write.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace ktune::daemon {
+
+namespace {
+
+constexpr std::size_t k_max_reply_bytes = 64u << 20;
+// How long an exit may lag behind EOF (or EOF behind an exit) before ktuned stops waiting.
+constexpr auto k_exit_grace = std::chrono::seconds(2);
+
+// posix_spawn attributes and file actions, destroyed on every path.
+struct SpawnSetup {
+  posix_spawn_file_actions_t actions{};
+  posix_spawnattr_t attr{};
+  SpawnSetup() {
+    posix_spawn_file_actions_init(&actions);
+    posix_spawnattr_init(&attr);
+  }
+  ~SpawnSetup() {
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+  }
+  SpawnSetup(const SpawnSetup&) = delete;
+  SpawnSetup& operator=(const SpawnSetup&) = delete;
+};
+
+Error spawn_error(const std::string& path, const std::string& what, int err) {
+  return make_error(k_spawn_error, "cannot start worker " + path + ": " + what + ": " +
+                                       std::strerror(err));
+}
+
+} // namespace
+
+std::string_view to_string(WorkerRole role) {
+  return role == WorkerRole::compile ? "compile" : "bench";
+}
+
+void ChildWatch::watch(pid_t pid, OnExit on_exit) { m_watched[pid] = std::move(on_exit); }
+
+void ChildWatch::reap() {
+  for (auto it = m_watched.begin(); it != m_watched.end();) {
+    int status = 0;
+    const pid_t r = ::waitpid(it->first, &status, WNOHANG);
+    if (r == 0 || (r < 0 && errno == EINTR)) {
+      ++it;
+      continue;
+    }
+    OnExit on_exit = std::move(it->second);
+    it = m_watched.erase(it);
+    // r < 0 (ECHILD): someone else reaped it; report a plain exit rather than wait forever.
+    on_exit(r > 0 ? status : 0);
+  }
+}
+
+std::string describe_wait_status(int wait_status) {
+  if (WIFSIGNALED(wait_status)) {
+    const int sig = WTERMSIG(wait_status);
+    const char* abbrev = ::sigabbrev_np(sig);
+    const char* description = ::sigdescr_np(sig);
+    std::string text = "killed by ";
+    text += abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+    if (description) text += std::string(" (") + description + ")";
+    return text;
+  }
+  if (WIFEXITED(wait_status)) return "exited with status " + std::to_string(WEXITSTATUS(wait_status));
+  return "ended with wait status " + std::to_string(wait_status);
+}
+
+WorkerProcess::WorkerProcess(asio::io_context& io, pid_t pid, WorkerRole role, ExitHandler on_exit)
+    : m_socket(io), m_in(k_max_reply_bytes), m_timer(io), m_pid(pid), m_role(role),
+      m_on_exit(std::move(on_exit)) {}
+
+Result<std::shared_ptr<WorkerProcess>> WorkerProcess::spawn(
+    asio::io_context& io, ChildWatch& children, const std::string& path, WorkerRole role,
+    const std::vector<std::string>& extra_args, ExitHandler on_exit) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return spawn_error(path, "socketpair", errno);
+  }
+  UniqueFd ours(sv[0]);
+  UniqueFd theirs(sv[1]);
+  if (theirs.get() == 3) {
+    // dup2(3, 3) would keep FD_CLOEXEC set: move it out of the way first.
+    theirs = UniqueFd(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 10));
+    if (!theirs.valid()) return spawn_error(path, "fcntl", errno);
+  }
+
+  SpawnSetup setup;
+  int rc = posix_spawn_file_actions_adddup2(&setup.actions, theirs.get(), 3);
+  if (rc == 0) rc = posix_spawn_file_actions_addopen(&setup.actions, 0, "/dev/null", O_RDONLY, 0);
+  if (rc == 0) rc = posix_spawn_file_actions_addclosefrom_np(&setup.actions, 4);
+  if (rc != 0) return spawn_error(path, "posix_spawn_file_actions", rc);
+
+  sigset_t all_signals;
+  sigset_t no_signals;
+  sigfillset(&all_signals);
+  sigemptyset(&no_signals);
+  rc = posix_spawnattr_setflags(&setup.attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
+                                                 POSIX_SPAWN_SETSIGMASK);
+  if (rc == 0) rc = posix_spawnattr_setpgroup(&setup.attr, 0);
+  if (rc == 0) rc = posix_spawnattr_setsigdefault(&setup.attr, &all_signals);
+  if (rc == 0) rc = posix_spawnattr_setsigmask(&setup.attr, &no_signals);
+  if (rc != 0) return spawn_error(path, "posix_spawnattr", rc);
+
+  std::vector<std::string> args = {path, "--fd", "3", "--role", std::string(to_string(role))};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const auto start = std::chrono::steady_clock::now();
+  rc = ::posix_spawn(&pid, path.c_str(), &setup.actions, &setup.attr, argv.data(), environ);
+  if (rc != 0) return spawn_error(path, "posix_spawn", rc);
+  theirs.reset();
+
+  auto worker = std::make_shared<WorkerProcess>(io, pid, role, std::move(on_exit));
+  boost::system::error_code ec;
+  worker->m_socket.assign(asio::local::stream_protocol(), ours.get(), ec);
+  if (ec) {
+    ::kill(-pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return make_error(k_spawn_error, "cannot watch worker socket: " + ec.message());
+  }
+  (void)ours.release(); // now owned by the asio socket
+  std::weak_ptr<WorkerProcess> weak = worker;
+  children.watch(pid, [weak](int status) {
+    if (auto w = weak.lock()) w->on_exit(status);
+  });
+  KTUNE_LOG(debug) << to_string(role) << " worker started (pid " << pid << ") in "
+                   << log::elapsed_ms(start) << " ms";
+  worker->read_next();
+  return worker;
+}
+
+void WorkerProcess::request(std::string_view op, nlohmann::json job, ReplyHandler on_reply) {
+  if (!idle()) {
+    std::string reason = m_finished ? "worker (pid " + std::to_string(m_pid) + ") has exited"
+                                    : "worker (pid " + std::to_string(m_pid) + ") is busy";
+    asio::post(m_socket.get_executor(), [on_reply = std::move(on_reply), reason] {
+      on_reply(make_error(k_worker_lost, reason));
+    });
+    return;
+  }
+  m_pending_id = m_next_id++;
+  m_pending = std::move(on_reply);
+  nlohmann::json message = {{"id", m_pending_id}, {"op", op}, {"job", std::move(job)}};
+  m_out = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  m_out += '\n';
+  asio::async_write(m_socket, asio::buffer(m_out),
+                    [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                      // A failed write means the worker is gone; the read side reports how.
+                      if (ec && ec != asio::error::operation_aborted) {
+                        KTUNE_LOG(debug) << "write to worker " << self->m_pid
+                                         << " failed: " << ec.message();
+                      }
+                    });
+}
+
+void WorkerProcess::terminate() {
+  if (m_finished) return;
+  m_closing = true;
+  m_pending = nullptr;
+  close_socket();
+  if (!m_wait_status) ::kill(-m_pid, SIGTERM);
+}
+
+void WorkerProcess::kill_group() {
+  if (!m_wait_status) ::kill(-m_pid, SIGKILL);
+}
+
+void WorkerProcess::read_next() {
+  asio::async_read_until(
+      m_socket, m_in, '\n',
+      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+        if (ec) {
+          if (ec == asio::error::not_found) {
+            self->fail_protocol("reply longer than " + std::to_string(k_max_reply_bytes) + " bytes");
+          }
+          self->on_socket_closed();
+          return;
+        }
+        std::string line(asio::buffers_begin(self->m_in.data()),
+                         asio::buffers_begin(self->m_in.data()) + static_cast<std::ptrdiff_t>(n - 1));
+        self->m_in.consume(n);
+        self->on_line(line);
+        if (!self->m_socket_closed) self->read_next();
+      });
+}
+
+void WorkerProcess::on_line(std::string_view line) {
+  const auto message = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!message.is_object()) {
+    fail_protocol("expected a JSON object, got '" + std::string(line.substr(0, 200)) + "'");
+    return;
+  }
+  if (!m_ready) {
+    if (message.value("ready", false) != true) {
+      fail_protocol("expected the ready line first, got '" + std::string(line.substr(0, 200)) + "'");
+      return;
+    }
+    m_ready = true;
+    KTUNE_LOG(debug) << to_string(m_role) << " worker " << m_pid << " ready";
+    return;
+  }
+  const auto id = message.find("id");
+  if (id == message.end() || !id->is_number_integer() || id->get<std::int64_t>() != m_pending_id ||
+      !m_pending) {
+    fail_protocol("reply with unexpected id: '" + std::string(line.substr(0, 200)) + "'");
+    return;
+  }
+  ReplyHandler handler = std::move(m_pending);
+  m_pending = nullptr;
+  const bool ok = message.value("ok", false);
+  if (ok) {
+    const auto outcome = message.find("outcome");
+    if (outcome == message.end() || !outcome->is_object()) {
+      fail_protocol("reply without an outcome object");
+      handler(make_error(k_worker_lost, m_protocol_error));
+      return;
+    }
+    handler(*outcome);
+    return;
+  }
+  const auto error = message.find("error");
+  if (error == message.end() || !error->is_object()) {
+    handler(make_error(k_worker_lost, "worker replied ok:false without an error object"));
+    return;
+  }
+  handler(make_error(error->value("code", std::string("worker_error")),
+                     error->value("message", std::string("worker gave no message"))));
+}
+
+void WorkerProcess::fail_protocol(const std::string& message) {
+  KTUNE_LOG(error) << to_string(m_role) << " worker " << m_pid << " broke the protocol: " << message;
+  if (m_protocol_error.empty()) m_protocol_error = "worker broke the protocol: " + message;
+  m_closing = true;
+  close_socket();
+  kill_group();
+}
+
+void WorkerProcess::close_socket() {
+  if (m_socket_closed) return;
+  m_socket_closed = true;
+  boost::system::error_code ignored;
+  m_socket.shutdown(asio::socket_base::shutdown_both, ignored);
+  m_socket.close(ignored);
+}
+
+void WorkerProcess::on_socket_closed() {
+  close_socket();
+  if (!m_wait_status && !m_finished) {
+    // The worker closed its end; its exit should follow at once. If it does not, it is stuck.
+    m_timer.expires_after(k_exit_grace);
+    m_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->m_wait_status) return;
+      KTUNE_LOG(warn) << to_string(self->m_role) << " worker " << self->m_pid
+                      << " closed its socket but did not exit; killing it";
+      self->m_killed_silent = true;
+      self->kill_group();
+    });
+  }
+  maybe_finish();
+}
+
+void WorkerProcess::on_exit(int wait_status) {
+  m_wait_status = wait_status;
+  // Anything the worker started (a compiler) goes with it.
+  ::kill(-m_pid, SIGKILL);
+  if (!m_closing) {
+    KTUNE_LOG(debug) << to_string(m_role) << " worker " << m_pid << " "
+                     << describe_wait_status(wait_status);
+  }
+  if (!m_socket_closed) {
+    // Replies written before the exit are still in the socket; read them, then EOF follows.
+    // A descendant holding the socket open must not keep us waiting.
+    m_timer.expires_after(k_exit_grace);
+    m_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (!ec) self->on_socket_closed();
+    });
+  }
+  maybe_finish();
+}
+
+void WorkerProcess::maybe_finish() {
+  if (m_finished || !m_socket_closed || !m_wait_status) return;
+  m_finished = true;
+  m_timer.cancel();
+  ReplyHandler handler = std::move(m_pending);
+  m_pending = nullptr;
+  if (m_on_exit) m_on_exit(*this);
+  if (!handler) return;
+
+  const int status = *m_wait_status;
+  std::string doing = m_role == WorkerRole::compile ? "compiling" : "benchmarking";
+  if (!m_protocol_error.empty()) {
+    handler(make_error(k_worker_lost, m_protocol_error));
+  } else if (m_killed_silent) {
+    handler(make_error(k_worker_lost, "worker closed its socket while " + doing +
+                                          " without exiting; killed"));
+  } else if (WIFSIGNALED(status)) {
+    handler(make_error(k_worker_crash, "worker " + describe_wait_status(status) + " while " + doing));
+  } else {
+    handler(make_error(k_worker_lost, "worker " + describe_wait_status(status) + " while " + doing));
+  }
+}
+
+} // namespace ktune::daemon

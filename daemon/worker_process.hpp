@@ -1,0 +1,120 @@
+#pragma once
+// One ktune-worker child process and the daemon's end of its socketpair (docs/protocol.md,
+// "Daemon <-> worker"). Everything here runs on the daemon's io thread and never blocks: the
+// socket is read and written asynchronously, exits are learnt from SIGCHLD through ChildWatch.
+#include "core/result.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <nlohmann/json.hpp>
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ktune::daemon {
+
+namespace asio = boost::asio;
+
+enum class WorkerRole { compile, bench };
+[[nodiscard]] std::string_view to_string(WorkerRole role);
+
+// Codes a request ends with when the worker did not answer it (besides the worker's own error
+// replies). They match the candidate statuses of the same names.
+inline constexpr const char* k_worker_crash = "crash";        // killed by a signal
+inline constexpr const char* k_worker_lost = "worker_lost";   // exited, closed its socket, broke the protocol
+inline constexpr const char* k_spawn_error = "spawn_error";
+
+// Routes child exits to whoever started the child. The owner of the SIGCHLD signal_set calls
+// reap() on every SIGCHLD; reap() collects the watched children that have exited
+// (waitpid(pid, WNOHANG), so children started elsewhere are never stolen) and calls their
+// handlers with the wait status. Single-threaded.
+class ChildWatch {
+public:
+  using OnExit = std::function<void(int wait_status)>;
+  void watch(pid_t pid, OnExit on_exit);
+  void reap();
+  [[nodiscard]] std::size_t size() const { return m_watched.size(); }
+
+private:
+  std::map<pid_t, OnExit> m_watched;
+};
+
+// "killed by SIGSEGV (Segmentation fault)", "exited with status 3".
+[[nodiscard]] std::string describe_wait_status(int wait_status);
+
+class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
+public:
+  // Called with the outcome object of a successful reply, or an Error: the worker's own
+  // {code, message}, or k_worker_crash / k_worker_lost when the worker died or misbehaved.
+  using ReplyHandler = std::function<void(Result<nlohmann::json> outcome)>;
+  // Called once, when the process has exited and its socket is closed.
+  using ExitHandler = std::function<void(WorkerProcess& worker)>;
+
+  // Starts `<path> --fd 3 --role <role> <extra_args>` with posix_spawn in its own process
+  // group, fd 3 its end of a socketpair, stdin /dev/null, stderr shared with the daemon, every
+  // other descriptor closed and every signal disposition at its default.
+  // Errors: spawn_error naming the path.
+  [[nodiscard]] static Result<std::shared_ptr<WorkerProcess>> spawn(
+      asio::io_context& io, ChildWatch& children, const std::string& path, WorkerRole role,
+      const std::vector<std::string>& extra_args, ExitHandler on_exit);
+
+  // Sends {"id":N,"op":op,"job":job}. `on_reply` runs exactly once, on the io thread and never
+  // inside this call, unless terminate() abandons the request first. Precondition: idle().
+  void request(std::string_view op, nlohmann::json job, ReplyHandler on_reply);
+
+  // Closes the socket (the worker exits on EOF) and sends SIGTERM to the process group. A request
+  // in flight is abandoned: its handler is never called.
+  void terminate();
+  // SIGKILL to the process group (the worker and anything it started).
+  void kill_group();
+
+  [[nodiscard]] bool idle() const { return !m_finished && !m_closing && !m_pending; }
+  [[nodiscard]] bool exited() const { return m_finished; }
+  [[nodiscard]] pid_t pid() const { return m_pid; }
+  [[nodiscard]] WorkerRole role() const { return m_role; }
+
+  WorkerProcess(asio::io_context& io, pid_t pid, WorkerRole role, ExitHandler on_exit);
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+
+private:
+  void read_next();
+  void on_line(std::string_view line);
+  void on_socket_closed();
+  void on_exit(int wait_status);
+  void fail_protocol(const std::string& message);
+  void close_socket();
+  void maybe_finish();
+
+  asio::local::stream_protocol::socket m_socket;
+  asio::streambuf m_in;
+  std::string m_out;                  // the request being written
+  asio::steady_timer m_timer;         // grace period between EOF and exit, in either order
+  pid_t m_pid;
+  WorkerRole m_role;
+  ExitHandler m_on_exit;
+
+  bool m_ready = false;               // the ready line arrived
+  bool m_closing = false;             // terminate() or a protocol error
+  bool m_socket_closed = false;
+  bool m_finished = false;
+  bool m_killed_silent = false;       // killed by us after it closed its socket but did not exit
+  std::optional<int> m_wait_status;
+  std::string m_protocol_error;
+
+  std::int64_t m_next_id = 1;
+  std::int64_t m_pending_id = 0;
+  ReplyHandler m_pending;
+};
+
+} // namespace ktune::daemon
