@@ -2,6 +2,7 @@
 #   make demo   install missing Debian packages, build (release), start ktuned, tune gemm on the CPU
 #   make test   same setup, then the whole Catch2 suite through ctest
 JOBS ?= $(shell nproc)
+MAKEFLAGS += --no-print-directory
 
 .PHONY: all deps release dev demo test test-dev clean
 
