@@ -459,7 +459,7 @@ struct CudaRunner::State {
   }
 
   std::string guard_reason(const DeviceArg& slot) {
-    return "wrote outside buffer '" + slot.name + "' (" + std::to_string(slot.count) + " elements of " +
+    return "wrote past buffer end of '" + slot.name + "' (" + std::to_string(slot.count) + " elements of " +
            std::string(to_string(slot.dtype)) + ")";
   }
 
@@ -677,9 +677,19 @@ CudaRunner::CudaRunner(std::unique_ptr<State> state) : m_state(std::move(state))
 CudaRunner::~CudaRunner() = default;
 
 BenchOutcome CudaRunner::run(const BenchJob& job) {
-  return failure(CandidateStatus::runtime_error,
-                 "bench job for " + job.kernel + " at " + job.shape +
-                     " carries no CUDA launch geometry (grid, block, shared_bytes from the spec's [launch])");
+  if (!job.launch) {
+    return failure(CandidateStatus::runtime_error,
+                   "bench job for " + job.kernel + " at " + job.shape +
+                       " carries no CUDA launch geometry (grid, block, shared_bytes from the "
+                       "spec's [launch])");
+  }
+  CudaRunOutcome result = run_cuda(job, *job.launch, job.reference_launch);
+  if (result.resources) {
+    result.outcome.registers = result.resources->registers;
+    result.outcome.spills = result.resources->spill_store_bytes;
+    result.outcome.shared_bytes = result.resources->shared_bytes;
+  }
+  return std::move(result.outcome);
 }
 
 CudaRunOutcome CudaRunner::run_cuda(const BenchJob& job, const CudaLaunch& launch,

@@ -73,8 +73,9 @@ public:
   CudaRunner(const CudaRunner&) = delete;
   CudaRunner& operator=(const CudaRunner&) = delete;
 
-  // Runner interface. BenchJob does not carry launch geometry, which a CUDA candidate needs:
-  // answers runtime_error naming what is missing. Callers use run_cuda().
+  // Runner interface: run_cuda(job, *job.launch, job.reference_launch), with the resources
+  // copied into the outcome's registers/spills/shared_bytes. A job without launch geometry
+  // answers runtime_error naming what is missing. Check context_lost() after it.
   [[nodiscard]] BenchOutcome run(const BenchJob& job) override;
 
   // Runs `job` (artifact_path and reference_path are CUBIN files) with `launch`; the reference

@@ -183,7 +183,7 @@ Result<std::unique_ptr<ArgSet>> build_args(const BenchJob& job) {
 }
 
 std::string guard_reason(const ArgSlot& slot) {
-  return "wrote outside buffer '" + slot.name + "' (" + std::to_string(slot.buffer->count()) +
+  return "wrote past buffer end of '" + slot.name + "' (" + std::to_string(slot.buffer->count()) +
          " elements of " + std::string(to_string(slot.dtype)) + ")";
 }
 

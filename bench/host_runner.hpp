@@ -13,7 +13,7 @@
 // a reference file rebuilt at the same path (other inode, size or mtime) is run again.
 //
 // Per candidate: inputs restored from the pristine copy, outputs zeroed, one checked run (the
-// first launch, never timed). A write into a guard is `mismatch` ("wrote outside buffer 'C'");
+// first launch, never timed). A write into a guard is `mismatch` ("wrote past buffer end of 'C'");
 // outputs differing from the reference are `mismatch` naming the first element and the count
 // ("C[17]: got 1.5, expected 2.25 (rtol 0.001, atol 1e-05); 312 of 65536 elements differ";
 // integer outputs must match exactly). A load or symbol failure, a failing reference and an

@@ -207,7 +207,7 @@ Result<BenchArg> BenchArg::from_json(const nlohmann::json& j, const std::string&
 nlohmann::json BenchJob::to_json() const {
   json args_json = json::array();
   for (const auto& arg : args) args_json.push_back(arg.to_json());
-  return json{{"kernel", kernel},
+  json out{{"kernel", kernel},
               {"entry", entry},
               {"artifact_path", artifact_path},
               {"reference_path", reference_path},
@@ -219,6 +219,10 @@ nlohmann::json BenchJob::to_json() const {
               {"atol", atol},
               {"inplace", inplace},
               {"settings", settings.to_json()}};
+  if (launch) out["launch"] = launch->to_json();
+  if (reference_launch) out["reference_launch"] = reference_launch->to_json();
+  if (launch) out["cuda_device"] = cuda_device;
+  return out;
 }
 
 Result<BenchJob> BenchJob::from_json(const nlohmann::json& j) {
@@ -252,6 +256,15 @@ Result<BenchJob> BenchJob::from_json(const nlohmann::json& j) {
     if (!settings) return settings.error();
     job.settings = settings.value();
   }
+  if (auto r = read_int(j, "cuda_device", what, job.cuda_device); !r) return r.error();
+  if (job.cuda_device < 0) return field_error(what, "cuda_device", "an ordinal >= 0", j.at("cuda_device"));
+  for (const char* key : {"launch", "reference_launch"}) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    auto launch = CudaLaunch::from_json(*it, key);
+    if (!launch) return launch.error();
+    (std::string_view(key) == "launch" ? job.launch : job.reference_launch) = launch.value();
+  }
   return job;
 }
 
@@ -262,7 +275,10 @@ nlohmann::json BenchOutcome::to_json() const {
               {"reason", reason},
               {"stats", stats_to_json(stats)},
               {"gflops", gflops},
-              {"gbps", gbps}};
+              {"gbps", gbps},
+              {"registers", registers},
+              {"spills", spills},
+              {"shared_bytes", shared_bytes}};
 }
 
 Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
@@ -282,6 +298,9 @@ Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
   }
   if (auto r = read_double(j, "gflops", what, o.gflops); !r) return r.error();
   if (auto r = read_double(j, "gbps", what, o.gbps); !r) return r.error();
+  if (auto r = read_int(j, "registers", what, o.registers); !r) return r.error();
+  if (auto r = read_int(j, "spills", what, o.spills); !r) return r.error();
+  if (auto r = read_int(j, "shared_bytes", what, o.shared_bytes); !r) return r.error();
   return o;
 }
 
@@ -398,6 +417,14 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
     auto bytes = eval_real(spec.bytes, "[metrics].bytes");
     if (!bytes) return bytes.error();
     job.bytes = bytes.value();
+  }
+  if (spec.language == Language::cuda) {
+    auto launch = make_cuda_launch(spec, shape, config);
+    if (!launch) return launch.error();
+    job.launch = launch.value();
+    auto reference = make_cuda_launch(spec, shape, spec.default_config);
+    if (!reference) return reference.error();
+    job.reference_launch = reference.value();
   }
   return job;
 }

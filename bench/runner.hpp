@@ -1,6 +1,7 @@
 #pragma once
 // Measurement behind one interface. A BenchJob is self-contained (it travels to the bench worker
 // as JSON): every expression is already evaluated by the daemon.
+#include "bench/cuda_launch.hpp"
 #include "core/kernel_spec.hpp"
 #include "core/param_space.hpp"
 #include "core/result.hpp"
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,12 @@ struct BenchJob {
   double rtol = 1e-3, atol = 1e-5;
   bool inplace = false;
   MeasureSettings settings;
+  // CUDA candidates only: the candidate's launch geometry and the reference config's (absent
+  // for CPU jobs). JSON "launch" and "reference_launch", CudaLaunch::to_json(), omitted when
+  // absent.
+  std::optional<CudaLaunch> launch;
+  std::optional<CudaLaunch> reference_launch;
+  int cuda_device = 0;         // CUDA candidates: the device ordinal (JSON "cuda_device")
 
   [[nodiscard]] nlohmann::json to_json() const;
   // Errors: "bad_request" naming the field ("args[1].dtype"). Required: kernel, entry,
@@ -73,9 +81,15 @@ struct BenchOutcome {
   SampleStats stats;
   double gflops = 0;           // flops / median, 0 when flops unknown
   double gbps = 0;
+  // The candidate's resources where the runner knows them (CUDA: cuFuncGetAttribute), -1 when
+  // unknown (every CPU candidate; spills are never reported by the driver).
+  int registers = -1;
+  int spills = -1;             // spill bytes
+  int shared_bytes = -1;       // static shared memory per block
 
   // {"status":"ok","reason":"","stats":{"n":..,"min_ms":..,"max_ms":..,"median_ms":..,
-  //  "mean_ms":..,"stddev_ms":..,"q1_ms":..,"q3_ms":..},"gflops":..,"gbps":..}
+  //  "mean_ms":..,"stddev_ms":..,"q1_ms":..,"q3_ms":..},"gflops":..,"gbps":..,
+  //  "registers":-1,"spills":-1,"shared_bytes":-1} (the last three optional, default -1)
   [[nodiscard]] nlohmann::json to_json() const;
   // Errors: "bad_request" naming the field; status must be a known candidate status.
   [[nodiscard]] static Result<BenchOutcome> from_json(const nlohmann::json& j);
@@ -85,8 +99,10 @@ struct BenchOutcome {
 // Scalar args without a dtype are i64; buffer args without one take the job's dtype.
 // Expressions see the spec's shape dims and params, bound to bind(shape, config). Counts must be
 // >= 1; integral scalars must evaluate to integers (and fit i32 for i32 args); absent metrics
-// give 0. Errors, each naming the kernel, shape, arg and expression: bad_expression (does not
-// compile or evaluate), bad_shape (count < 1, value out of range), bad_dtype (unknown dtype).
+// give 0. For a CUDA spec (language cuda) the job also carries the launch geometry of `config`
+// and of spec.default_config (make_cuda_launch), whose errors it returns. Errors, each naming
+// the kernel, shape, arg and expression: bad_expression (does not compile or evaluate),
+// bad_shape (count < 1, value out of range), bad_dtype (unknown dtype).
 [[nodiscard]] Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape,
                                               const Config& config, const std::string& dtype,
                                               const std::string& artifact_path,

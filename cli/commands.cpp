@@ -1,5 +1,7 @@
 #include "cli/commands.hpp"
+#include "cli/cuda_commands.hpp"
 
+#include "cli/autostart.hpp"
 #include "cli/table.hpp"
 #include "client/client.hpp"
 #include "core/paths.hpp"
@@ -162,6 +164,17 @@ Result<json> call(const std::string& socket, json request, milliseconds timeout,
 }
 
 json op(const char* name) { return json{{"op", name}}; }
+
+// For the commands that need the daemon: connect, starting ktuned when none answers
+// (cli/autostart.hpp).
+Result<json> call_daemon(const std::string& socket, const GlobalOptions& global, json request,
+                         milliseconds timeout) {
+  AutostartOptions autostart;
+  autostart.socket = global.socket.empty() ? std::string() : socket;
+  auto conn = connect_or_start(autostart);
+  if (!conn) return conn.error();
+  return call(*conn, std::move(request), timeout);
+}
 
 int report(Output& io, const Error& error, const std::string& socket) {
   if (error.code == "not_running")
@@ -641,7 +654,7 @@ int daemon_status(const GlobalOptions& global, Output& io) {
 
 int list_kernels(const GlobalOptions& global, Output& io) {
   const std::string socket = socket_path(global);
-  auto result = call(socket, op("kernels"), k_request_timeout);
+  auto result = call_daemon(socket, global, op("kernels"), k_request_timeout);
   if (!result) return report(io, result.error(), socket);
   if (global.json) {
     print_json(io, *result);
@@ -668,6 +681,8 @@ int list_kernels(const GlobalOptions& global, Output& io) {
     }
     table.print(io.out);
   }
+  if (const json& cuda = field(*result, "cuda_backend"); cuda.is_boolean() && !cuda.get<bool>())
+    io.out << "\nCUDA backend: compiled out (ktune was built without a CUDA toolkit)\n";
   const json& broken = field(*result, "broken");
   if (broken.is_array() && !broken.empty()) {
     io.out << "\nbroken kernel specs (not loaded):\n";
@@ -689,8 +704,13 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
   request.wait = options.wait;
   json body = request.to_json();
   body["op"] = "tune";
+  if (options.retry_failed) body["retry_failed"] = true;
+  if (options.compile_timeout_s) body["compile_timeout_s"] = *options.compile_timeout_s;
+  if (options.bench_timeout_s) body["bench_timeout_s"] = *options.bench_timeout_s;
 
-  auto conn = Connection::connect(socket, k_connect_timeout);
+  AutostartOptions autostart;
+  autostart.socket = global.socket.empty() ? std::string() : socket;
+  auto conn = connect_or_start(autostart);
   if (!conn) return report(io, conn.error(), socket);
 
   if (!options.wait) {
@@ -738,7 +758,7 @@ int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io) {
   request.job = job_id;
   json body = request.to_json();
   body["op"] = "job";
-  auto result = call(socket, std::move(body), k_request_timeout);
+  auto result = call_daemon(socket, global, std::move(body), k_request_timeout);
   if (!result) return report(io, result.error(), socket);
   if (global.json) {
     print_json(io, *result);
@@ -788,7 +808,7 @@ int list_jobs(const GlobalOptions& global, std::int64_t limit, Output& io) {
   request.limit = limit;
   json body = request.to_json();
   body["op"] = "jobs";
-  auto result = call(socket, std::move(body), k_request_timeout);
+  auto result = call_daemon(socket, global, std::move(body), k_request_timeout);
   if (!result) return report(io, result.error(), socket);
   if (global.json) {
     print_json(io, *result);
@@ -821,7 +841,7 @@ int query(const GlobalOptions& global, const QueryOptions& options, Output& io) 
   request.device = options.device;
   json body = request.to_json();
   body["op"] = "lookup";
-  auto result = call(socket, std::move(body), k_request_timeout);
+  auto result = call_daemon(socket, global, std::move(body), k_request_timeout);
   if (!result) return report(io, result.error(), socket);
 
   const json& r = *result;
@@ -905,6 +925,9 @@ int run(int argc, const char* const* argv, Output& io) {
   status->footer("Prints pid, version, uptime, socket, database, connections, jobs and workers.\n\n"
                  "Examples:\n  ktune daemon status\n  ktune --json daemon status" + exit_codes);
 
+  CudaCommands cuda_commands;
+  add_cuda_commands(app, cuda_commands);
+
   // kernels
   auto* kernels = app.add_subcommand("kernels", "List the kernel families ktuned loaded");
   kernels->footer(
@@ -931,6 +954,15 @@ int run(int argc, const char* const* argv, Output& io) {
           ->default_str("");
   tune_cmd->add_flag("--wait", tune_options.wait,
                      "stay attached: progress on stderr, then the winner");
+  tune_cmd->add_flag("--retry-failed", tune_options.retry_failed,
+                     "run again the configs that crashed or hung in earlier jobs (quarantined)");
+  tune_cmd->add_option("--compile-timeout", tune_options.compile_timeout_s,
+                       "seconds one candidate may compile (default: ktuned's compile_timeout_s)")
+      ->check(CLI::PositiveNumber);
+  tune_cmd->add_option("--bench-timeout", tune_options.bench_timeout_s,
+                       "seconds one candidate may run (default: derived from the measurement "
+                       "settings)")
+      ->check(CLI::PositiveNumber);
   tune_cmd->footer(
       "Queues a job: every config of the kernel's parameter space that its constraints admit\n"
       "(or the strategy's choice within --budget) is compiled, checked against the reference\n"
@@ -994,6 +1026,7 @@ int run(int argc, const char* const* argv, Output& io) {
     if (stop->parsed()) return daemon_stop(global, io);
     if (status->parsed()) return daemon_status(global, io);
     if (kernels->parsed()) return list_kernels(global, io);
+    if (auto code = run_cuda_commands(cuda_commands, global, io)) return *code;
     if (tune_cmd->parsed()) return tune(global, tune_options, io);
     if (job->parsed()) return show_job(global, job_id, io);
     if (jobs->parsed()) return list_jobs(global, limit, io);

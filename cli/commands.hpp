@@ -48,6 +48,9 @@ struct TuneOptions {
   std::string strategy = "exhaustive";
   std::optional<std::int64_t> budget;
   bool wait = false;
+  bool retry_failed = false;                 // run quarantined configs again
+  std::optional<double> compile_timeout_s;   // per-job deadlines; unset = ktuned's settings
+  std::optional<double> bench_timeout_s;
 };
 
 struct QueryOptions {

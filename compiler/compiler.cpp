@@ -141,7 +141,10 @@ json CompileOutcome::to_json() const {
               {"cache_key", cache_key},
               {"cached", cached},
               {"compile_ms", compile_ms},
-              {"log", log}};
+              {"log", log},
+              {"registers", registers},
+              {"spills", spills},
+              {"shared_bytes", shared_bytes}};
 }
 
 Result<CompileOutcome> CompileOutcome::from_json(const json& j) {
@@ -174,6 +177,18 @@ Result<CompileOutcome> CompileOutcome::from_json(const json& j) {
   auto log = get_optional_string(k_outcome, j, "log");
   if (!log) return log.error();
   outcome.log = std::move(*log);
+  for (auto [key, field] : {std::pair{"registers", &outcome.registers},
+                            std::pair{"spills", &outcome.spills},
+                            std::pair{"shared_bytes", &outcome.shared_bytes}}) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_number_integer()) {
+      return make_error(protocol::code::bad_request, std::string(k_outcome) + ": field '" + key +
+                                                         "' must be an integer, found " +
+                                                         it->type_name());
+    }
+    *field = it->get<int>();
+  }
   if (outcome.status == CandidateStatus::ok && outcome.artifact_path.empty()) {
     return make_error(
         protocol::code::bad_request,

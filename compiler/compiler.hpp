@@ -41,8 +41,14 @@ struct CompileOutcome {
   bool cached = false;             // true when the artifact was already in the cache
   double compile_ms = 0;
   std::string log;                 // the compiler's output (truncated to its first 8 KiB)
+  // The entry's resources where the compiler reports them (CUDA: registers from the CUBIN,
+  // spill bytes and static shared memory from ptxas), -1 when unknown.
+  int registers = -1;
+  int spills = -1;                 // spill store + load bytes
+  int shared_bytes = -1;
 
-  // {"status":"ok","artifact_path":..,"cache_key":..,"cached":false,"compile_ms":..,"log":..}
+  // {"status":"ok","artifact_path":..,"cache_key":..,"cached":false,"compile_ms":..,"log":..,
+  //  "registers":-1,"spills":-1,"shared_bytes":-1} (the last three optional, default -1)
   // Required: status (a candidate status name), and artifact_path when status is ok.
   // Errors: "bad_request" naming the field.
   [[nodiscard]] nlohmann::json to_json() const;

@@ -153,32 +153,68 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path) {
   return kernel;
 }
 
+std::vector<fs::path> KernelRegistry::family_dirs(const std::string& dir) {
+  std::vector<fs::path> families;
+  std::vector<fs::path> groups;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return families;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (fs::is_regular_file(entry.path() / k_spec_file, ec)) families.push_back(entry.path());
+    else if (fs::is_directory(entry.path(), ec)) groups.push_back(entry.path());
+  }
+  std::sort(families.begin(), families.end());
+  std::sort(groups.begin(), groups.end());
+  for (const auto& group : groups) {
+    std::vector<fs::path> nested;
+    for (const auto& entry : fs::directory_iterator(group, ec)) {
+      if (fs::is_regular_file(entry.path() / k_spec_file, ec)) nested.push_back(entry.path());
+    }
+    std::sort(nested.begin(), nested.end());
+    families.insert(families.end(), nested.begin(), nested.end());
+  }
+  return families;
+}
+
+std::vector<std::string> KernelRegistry::spec_candidates(const std::string& name) const {
+  std::vector<std::string> paths;
+  for (const auto& dir : m_dirs) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) continue;
+    const fs::path direct = fs::path(dir) / name / k_spec_file;
+    if (fs::is_regular_file(direct, ec)) paths.push_back(direct.string());
+    std::vector<fs::path> nested;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      if (fs::is_regular_file(entry.path() / k_spec_file, ec)) continue; // a family, not a group
+      const fs::path candidate = entry.path() / name / k_spec_file;
+      if (fs::is_regular_file(candidate, ec)) nested.push_back(candidate);
+    }
+    std::sort(nested.begin(), nested.end());
+    for (const auto& path : nested) paths.push_back(path.string());
+  }
+  return paths;
+}
+
 void KernelRegistry::load(const std::vector<std::string>& dirs) {
   m_dirs = dirs;
   m_kernels.clear();
   m_broken.clear();
   for (const auto& dir : dirs) {
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec)) continue;
-    std::vector<fs::path> families;
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      if (fs::is_regular_file(entry.path() / k_spec_file, ec)) families.push_back(entry.path());
-    }
-    std::sort(families.begin(), families.end());
-    for (const auto& family : families) {
+    for (const auto& family : family_dirs(dir)) {
       const std::string spec_path = (family / k_spec_file).string();
       auto kernel = load_kernel(spec_path);
       if (!kernel) {
         m_broken.push_back(BrokenKernel{normalized_path(spec_path), kernel.error()});
         continue;
       }
-      auto [it, inserted] = m_kernels.try_emplace(kernel->spec.name, *kernel);
+      const Key key{kernel->spec.name, kernel->spec.language};
+      auto [it, inserted] = m_kernels.try_emplace(key, *kernel);
       if (!inserted) {
         m_broken.push_back(BrokenKernel{
             kernel->spec_path,
             make_error(protocol::code::spec_error,
-                       kernel->spec_path + ": [kernel].name: '" + kernel->spec.name +
-                           "' is already defined by " + it->second.spec_path)});
+                       kernel->spec_path + ": [kernel].name: '" + kernel->spec.name + "' (" +
+                           std::string(to_string(kernel->spec.language)) +
+                           ") is already defined by " + it->second.spec_path)});
       }
     }
   }
@@ -188,45 +224,87 @@ Result<LoadedKernel> KernelRegistry::reload(const std::string& name, const std::
   auto kernel = load_kernel(spec_path);
   const std::string path = normalized_path(spec_path);
   std::erase_if(m_broken, [&](const BrokenKernel& broken) { return broken.spec_path == path; });
+  std::erase_if(m_kernels, [&](const auto& entry) {
+    return entry.second.spec_path == path &&
+           (!kernel || entry.first != Key{kernel->spec.name, kernel->spec.language});
+  });
   if (!kernel) {
-    if (auto it = m_kernels.find(name); it != m_kernels.end() && it->second.spec_path == path) {
-      m_kernels.erase(it);
-    }
     m_broken.push_back(BrokenKernel{path, kernel.error()});
     return kernel.error();
   }
-  if (kernel->spec.name == name) m_kernels.insert_or_assign(name, *kernel);
+  if (kernel->spec.name == name) {
+    m_kernels.insert_or_assign(Key{name, kernel->spec.language}, *kernel);
+  }
   return kernel;
 }
 
 Result<LoadedKernel> KernelRegistry::find(const std::string& name) {
+  return find_impl(name, std::nullopt);
+}
+
+Result<LoadedKernel> KernelRegistry::find(const std::string& name, Language language) {
+  return find_impl(name, language);
+}
+
+Result<LoadedKernel> KernelRegistry::find_impl(const std::string& name,
+                                               std::optional<Language> language) {
   if (is_family_name(name)) {
-    for (const auto& dir : m_dirs) {
-      const fs::path spec_path = fs::path(dir) / name / k_spec_file;
-      std::error_code ec;
-      if (!fs::is_regular_file(spec_path, ec)) continue;
-      auto kernel = reload(name, spec_path.string());
-      if (!kernel || kernel->spec.name == name) return kernel;
+    std::optional<Error> first_error;
+    for (const auto& spec_path : spec_candidates(name)) {
+      auto kernel = reload(name, spec_path);
+      if (!kernel) {
+        if (!language) return kernel;
+        if (!first_error) first_error = kernel.error();
+        continue;
+      }
+      if (kernel->spec.name == name && (!language || kernel->spec.language == *language)) {
+        return kernel;
+      }
     }
     // A family whose directory is not named after it, found by load().
-    if (auto it = m_kernels.find(name); it != m_kernels.end()) {
-      const std::string spec_path = it->second.spec_path;
-      auto kernel = reload(name, spec_path);
-      if (!kernel || kernel->spec.name == name) return kernel;
-      m_kernels.erase(name);
+    std::vector<std::string> others;
+    for (const auto& [key, kernel] : m_kernels) {
+      if (key.first == name && (!language || key.second == *language)) {
+        others.push_back(kernel.spec_path);
+      }
     }
+    for (const auto& spec_path : others) {
+      auto kernel = reload(name, spec_path);
+      if (!kernel) {
+        if (!language) return kernel;
+        if (!first_error) first_error = kernel.error();
+        continue;
+      }
+      if (kernel->spec.name == name && (!language || kernel->spec.language == *language)) {
+        return kernel;
+      }
+    }
+    if (first_error) return *first_error;
   }
+  const std::string which =
+      language ? " written in " + std::string(to_string(*language)) : std::string();
   return make_error(protocol::code::unknown_kernel,
-                    "unknown kernel '" + name + "': no family with that name in " +
+                    "unknown kernel '" + name + "': no family with that name" + which + " in " +
                         (m_dirs.empty() ? std::string("(no kernel directories configured)")
-                                        : "the kernel directories " + join(m_dirs)));
+                                        : "the kernel directories " + join(m_dirs) +
+                                              " (and their subdirectories)"));
 }
 
 std::vector<std::string> KernelRegistry::names() const {
   std::set<std::string> names;
-  for (const auto& [name, kernel] : m_kernels) names.insert(name);
+  for (const auto& [key, kernel] : m_kernels) names.insert(key.first);
   for (const auto& broken : m_broken) names.insert(family_dir_name(broken.spec_path));
   return {names.begin(), names.end()};
+}
+
+std::vector<std::pair<std::string, Language>> KernelRegistry::families() const {
+  std::vector<std::pair<std::string, Language>> out;
+  for (const auto& [key, kernel] : m_kernels) out.push_back(key);
+  return out;
+}
+
+Language language_for_device(std::string_view device) {
+  return device.rfind("cuda", 0) == 0 ? Language::cuda : Language::cpp;
 }
 
 Result<CompileJob> make_compile_job(const LoadedKernel& kernel, const Config& config,

@@ -6,15 +6,23 @@
 // directory, recursively, each header once; a quoted include found in neither place is left to
 // the compiler's search path and not hashed).
 //
-// Directories are searched in the order given; when two directories hold a family of one name,
-// the first wins and the second is listed as broken (a duplicate). Not thread-safe: find()
-// updates the registry's view of the family it re-reads.
+// A family is keyed by (name, language): kernels_src/gemm (cpp) and kernels_src/cuda/gemm (cuda)
+// are two families. A kernel directory holds families (<dir>/<name>/kernel.toml) and groups of
+// families one level down (<dir>/<group>/<name>/kernel.toml, for a <group> without kernel.toml).
+// Directories are searched in the order given, each one's own families before its groups'; when
+// two places hold a family of one name and language, the first wins and the second is listed as
+// broken (a duplicate). Not thread-safe: find() updates the registry's view of the family it
+// re-reads.
 #include "compiler/compiler.hpp"
 #include "core/kernel_spec.hpp"
 #include "core/param_space.hpp"
 #include "core/result.hpp"
 
+#include <filesystem>
 #include <map>
+#include <optional>
+#include <string_view>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -42,19 +50,35 @@ public:
   // Errors: unknown_kernel (names the directories searched), spec_error (the broken spec's
   // reason). Re-reads the family's files on every call (a few small files), so an edited
   // kernel never serves a stale source hash; a family added since load() is found too.
+  // Without a language: the first family of that name in search order (a family directly in a
+  // kernel directory before one in a group), whatever its language.
   [[nodiscard]] Result<LoadedKernel> find(const std::string& name);
+  // The family of that name written in `language`; unknown_kernel names the language when only
+  // other languages have it.
+  [[nodiscard]] Result<LoadedKernel> find(const std::string& name, Language language);
 
   [[nodiscard]] std::vector<std::string> names() const;   // loaded and broken, sorted
+  // Every loaded family as (name, language), sorted by name then language.
+  [[nodiscard]] std::vector<std::pair<std::string, Language>> families() const;
   [[nodiscard]] const std::vector<BrokenKernel>& broken() const { return m_broken; }
 
 private:
+  using Key = std::pair<std::string, Language>;
   // Re-reads one spec, updating m_kernels and m_broken for it.
   Result<LoadedKernel> reload(const std::string& name, const std::string& spec_path);
+  Result<LoadedKernel> find_impl(const std::string& name, std::optional<Language> language);
+  // The family directories of one kernel directory in search order.
+  static std::vector<std::filesystem::path> family_dirs(const std::string& dir);
+  // Every kernel.toml that may define `name`, in search order.
+  [[nodiscard]] std::vector<std::string> spec_candidates(const std::string& name) const;
 
   std::vector<std::string> m_dirs;
-  std::map<std::string, LoadedKernel> m_kernels;
+  std::map<Key, LoadedKernel> m_kernels;
   std::vector<BrokenKernel> m_broken;
 };
+
+// The language a device runs: cuda for "cuda" and "cuda:N", cpp otherwise.
+[[nodiscard]] Language language_for_device(std::string_view device);
 
 // Loads one family from its kernel.toml path.
 [[nodiscard]] Result<LoadedKernel> load_kernel(const std::string& spec_path);

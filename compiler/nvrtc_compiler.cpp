@@ -233,6 +233,23 @@ std::string NvrtcCompiler::cache_key(const CompileJob& job) const {
 
 CompileOutcome NvrtcCompiler::compile(const CompileJob& job) { return compile_with_resources(job).outcome; }
 
+namespace {
+
+// The outcome's registers, spills and shared_bytes: the largest over the CUBIN's kernels (a
+// family has one entry; helpers that are __global__ too count as well), -1 where none reports.
+void summarize_resources(CompileOutcome& outcome, const std::vector<cuda::KernelResources>& kernels) {
+  for (const auto& k : kernels) {
+    outcome.registers = std::max(outcome.registers, k.registers);
+    if (k.spill_store_bytes >= 0 || k.spill_load_bytes >= 0) {
+      outcome.spills = std::max(outcome.spills, std::max(k.spill_store_bytes, 0) +
+                                                    std::max(k.spill_load_bytes, 0));
+    }
+    outcome.shared_bytes = std::max(outcome.shared_bytes, k.shared_bytes);
+  }
+}
+
+} // namespace
+
 NvrtcCompileResult NvrtcCompiler::compile_with_resources(const CompileJob& job) {
   NvrtcCompileResult result;
   CompileOutcome& outcome = result.outcome;
@@ -253,6 +270,7 @@ NvrtcCompileResult NvrtcCompiler::compile_with_resources(const CompileJob& job) 
         outcome.artifact_path = final_path;
         outcome.cached = true;
         result.kernels = std::move(kernels).value();
+        summarize_resources(outcome, result.kernels);
         return result;
       }
     }
@@ -313,6 +331,7 @@ NvrtcCompileResult NvrtcCompiler::compile_with_resources(const CompileJob& job) 
   outcome.status = CandidateStatus::ok;
   outcome.artifact_path = final_path;
   result.kernels = cuda::merge_resources(std::move(kernels).value(), cuda::parse_ptxas_info(log));
+  summarize_resources(outcome, result.kernels);
   outcome.log = truncated(std::move(log));
   return result;
 }

@@ -149,9 +149,39 @@ Result<void> apply_daemon_table(const toml::table& table, const FileReader& read
       KTUNE_CONFIG_SET(config.compile_workers, reader.integer(node, name, 0, 1024));
     } else if (key == "max_message_bytes") {
       KTUNE_CONFIG_SET(config.max_message_bytes, reader.integer(node, name, 1024, 1 << 30));
+    } else if (key == "idle_s") {
+      KTUNE_CONFIG_SET(config.idle_s, reader.number(node, name, 0.0));
+    } else if (key == "worker_idle_s") {
+      KTUNE_CONFIG_SET(config.worker_idle_s, reader.number(node, name, 0.0));
+    } else if (key == "stop_grace_s") {
+      KTUNE_CONFIG_SET(config.stop_grace_s, reader.number(node, name, 0.0));
     } else {
       return reader.error(name, "unknown key (expected socket, db, cache_dir, kernel_dirs, "
-                                "compile_workers or max_message_bytes)");
+                                "compile_workers, max_message_bytes, idle_s, worker_idle_s or "
+                                "stop_grace_s)");
+    }
+  }
+  return {};
+}
+
+Result<void> apply_limits_table(const toml::table& table, const FileReader& reader,
+                                DaemonConfig& config) {
+  for (const auto& [key_node, node] : table) {
+    const std::string key(key_node.str());
+    const std::string name = "[limits]." + key;
+    if (key == "compile_timeout_s") {
+      KTUNE_CONFIG_SET(config.compile_timeout_s, reader.number(node, name, 0.001));
+    } else if (key == "bench_timeout_s") {
+      KTUNE_CONFIG_SET(config.bench_timeout_s, reader.number(node, name, 0.0));
+    } else if (key == "bench_timeout_min_s") {
+      KTUNE_CONFIG_SET(config.bench_timeout_min_s, reader.number(node, name, 0.001));
+    } else if (key == "bench_timeout_max_s") {
+      KTUNE_CONFIG_SET(config.bench_timeout_max_s, reader.number(node, name, 0.001));
+    } else if (key == "worker_memory_mb") {
+      KTUNE_CONFIG_SET(config.worker_memory_mb, reader.integer(node, name, 0, 1 << 30));
+    } else {
+      return reader.error(name, "unknown key (expected compile_timeout_s, bench_timeout_s, "
+                                "bench_timeout_min_s, bench_timeout_max_s or worker_memory_mb)");
     }
   }
   return {};
@@ -220,6 +250,12 @@ Result<void> check_consistency(const DaemonConfig& config) {
         << ") must be positive and at least min_time_s (" << config.measure.min_time_s << ")";
     return make_error(k_config_error, msg.str());
   }
+  if (config.bench_timeout_max_s < config.bench_timeout_min_s) {
+    std::ostringstream msg;
+    msg << where << ": [limits].bench_timeout_max_s (" << config.bench_timeout_max_s
+        << ") must be at least bench_timeout_min_s (" << config.bench_timeout_min_s << ")";
+    return make_error(k_config_error, msg.str());
+  }
   if (config.kernel_dirs.empty()) {
     return make_error(k_config_error, where + ": [daemon].kernel_dirs is empty; ktuned needs at "
                                               "least one kernel directory");
@@ -249,6 +285,10 @@ std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-level", log_level, "debug, info, warn or error")
       ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+  app.add_option("--idle-s", cl.idle_s,
+                 "exit after this many seconds without clients or jobs (0 = never; overrides "
+                 "[daemon].idle_s)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--foreground", cl.foreground, "stay in the foreground (always the case)");
   try {
     app.parse(argc, argv);
@@ -278,10 +318,12 @@ Result<void> apply_config_text(std::string_view toml_text, const std::string& la
       if (auto r = apply_daemon_table(*table, reader, config); !r) return r;
     } else if (key == "measure" && table != nullptr) {
       if (auto r = apply_measure_table(*table, reader, config.measure); !r) return r;
-    } else if (key == "daemon" || key == "measure") {
+    } else if (key == "limits" && table != nullptr) {
+      if (auto r = apply_limits_table(*table, reader, config); !r) return r;
+    } else if (key == "daemon" || key == "measure" || key == "limits") {
       return reader.error("[" + key + "]", "expected a table, found " + describe(node));
     } else {
-      return reader.error(key, "unknown key (expected the tables [daemon] and [measure])");
+      return reader.error(key, "unknown key (expected the tables [daemon], [limits] and [measure])");
     }
   }
   return {};
@@ -320,6 +362,7 @@ Result<DaemonConfig> resolve_config(const CommandLine& command_line, const PathE
   }
   if (command_line.compile_workers) config.compile_workers = *command_line.compile_workers;
   if (command_line.log_level) config.log_level = *command_line.log_level;
+  if (command_line.idle_s) config.idle_s = *command_line.idle_s;
   config.ready_fd = command_line.ready_fd;
   config.worker_path = command_line.worker ? absolute_path(*command_line.worker, cwd)
                                            : (fs::path(exe_dir) / k_worker_name).string();

@@ -3,7 +3,10 @@
 // key), then the command line. Each layer overrides the one before it key by key.
 //
 // File keys:
-//   [daemon]  socket, db, cache_dir, kernel_dirs, compile_workers, max_message_bytes
+//   [daemon]  socket, db, cache_dir, kernel_dirs, compile_workers, max_message_bytes, idle_s,
+//             worker_idle_s, stop_grace_s
+//   [limits]  compile_timeout_s, bench_timeout_s, bench_timeout_min_s, bench_timeout_max_s,
+//             worker_memory_mb
 //   [measure] min_samples, max_samples, target_rsd, min_time_s, max_time_s, warmup_ms,
 //             flush_cache, seed
 // Relative paths in a file are taken relative to that file's directory; relative paths on the
@@ -14,6 +17,7 @@
 #include "daemon/log.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,6 +41,16 @@ struct DaemonConfig {
   int ready_fd = -1;                       // -1 = no readiness handshake
   log::Level log_level = log::Level::info;
   MeasureSettings measure;
+  // Lifecycle. Durations in seconds; fractions are honoured (tests use milliseconds).
+  double idle_s = 0;                       // exit after this long without clients or jobs; 0 = never
+  double worker_idle_s = 60;               // a worker without work this long exits; 0 = never
+  double stop_grace_s = 10;                // SIGTERM: how long the candidate in flight may finish
+  // Deadlines per candidate, enforced with SIGKILL to the worker's process group.
+  double compile_timeout_s = 120;
+  double bench_timeout_s = 0;              // 0 = derived from the measurement settings, clamped
+  double bench_timeout_min_s = 10;
+  double bench_timeout_max_s = 600;
+  std::int64_t worker_memory_mb = 0;       // RLIMIT_AS of every worker; 0 = unlimited
 };
 
 struct CommandLine {
@@ -47,6 +61,7 @@ struct CommandLine {
   int ready_fd = -1;
   std::optional<log::Level> log_level;
   bool foreground = false;                 // accepted for service managers; ktuned never forks
+  std::optional<double> idle_s;            // --idle-s (the auto-starter passes 600)
 };
 
 // Parses argv with CLI11. When the process should end right away (--help, --version, a usage

@@ -9,9 +9,14 @@
 #include "daemon/config.hpp"
 #include "daemon/scheduler.hpp"
 #include "daemon/session.hpp"
+#include "daemon/winner_index.hpp"
 #include "db/store.hpp"
 
 #include <chrono>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
 #include <functional>
 #include <memory>
 #include <string_view>
@@ -40,7 +45,10 @@ public:
   void handle(const std::shared_ptr<Session>& session, std::string_view line);
 
   // From now on every request is answered with shutting_down.
-  void set_stopping() { m_stopping = true; }
+  void set_stopping() {
+    m_stopping = true;
+    interrupt_background_tunes();
+  }
 
 private:
   // A kernel, shape, dtype and device resolved and checked against each other.
@@ -62,9 +70,32 @@ private:
   // `tune` answers later when it waits; the reply (or error) is sent by tune itself.
   void tune(const std::shared_ptr<Session>& session, const protocol::Request& request);
 
+  // Lookup path (winner_index.hpp): the fast path answers a lookup line of the plain shape
+  // {"v":1,"id":..,"op":"lookup","kernel":..,...} without building a JSON tree; false = not
+  // that shape, handle() goes the general way. lookup_result() is the ladder both paths share.
+  [[nodiscard]] bool fast_lookup(const std::shared_ptr<Session>& session, std::string_view line);
+  [[nodiscard]] Result<std::string> lookup_result(const std::string& kernel,
+                                                  const std::string& shape,
+                                                  const std::string& dtype,
+                                                  const std::string& device, bool tune_on_miss);
+  // Tune-on-miss: a deduplicated job for the exact key, handed to the scheduler only when it has
+  // nothing else queued. Returns the job id (existing one when the key is already pending).
+  [[nodiscard]] Result<std::int64_t> queue_background_tune(const CachedKernel& kernel,
+                                                           const std::string& shape,
+                                                           const std::string& dtype);
+  void on_job_end(std::int64_t job_id, JobState state);
+  void start_background_tune();
+  void interrupt_background_tunes();
+
   HandlerContext m_ctx;
   KernelRegistry m_registry;
   bool m_stopping = false;
+  WinnerIndex m_index;
+  KernelCache m_kernel_cache{m_registry};
+  bool m_tune_on_miss_policy = false;               // KTUNE_TUNE_ON_MISS=1 in ktuned's environment
+  std::deque<JobPlan> m_background;                 // tune-on-miss jobs not yet handed over
+  std::map<std::string, std::int64_t> m_pending_tunes;  // key -> job id, until the job ends
+  std::map<std::int64_t, std::string> m_pending_jobs;   // job id -> key
 };
 
 } // namespace ktune::daemon

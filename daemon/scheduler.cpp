@@ -1,11 +1,16 @@
 #include "daemon/scheduler.hpp"
 
+#include "daemon/devices.hpp"
+
 #include "compiler/compiler.hpp"
 #include "daemon/log.hpp"
 #include "daemon/replies.hpp"
 
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <set>
 #include <sstream>
 
 namespace ktune::daemon {
@@ -23,17 +28,26 @@ ResultRecord failed_result(CandidateStatus status, std::string reason, std::stri
   return r;
 }
 
-// Maps a failed worker request: the daemon's crash/worker_lost codes keep their status, any other
-// error the worker replied with becomes `otherwise`.
-ResultRecord worker_failure(const Error& error, CandidateStatus otherwise, double compile_ms = 0) {
+// Maps a failed worker request: the daemon's crash/worker_lost codes keep their status, a
+// deadline becomes `timed_out`, any other error the worker replied with becomes `otherwise`.
+// `log` is the worker's stderr tail.
+ResultRecord worker_failure(const Error& error, CandidateStatus otherwise,
+                            CandidateStatus timed_out, std::string log, double compile_ms = 0) {
   if (error.code == k_worker_crash) {
-    return failed_result(CandidateStatus::crash, error.message, {}, compile_ms);
+    return failed_result(CandidateStatus::crash, error.message, std::move(log), compile_ms);
   }
   if (error.code == k_worker_lost) {
-    return failed_result(CandidateStatus::worker_lost, error.message, {}, compile_ms);
+    return failed_result(CandidateStatus::worker_lost, error.message, std::move(log), compile_ms);
   }
-  return failed_result(otherwise, "worker error " + error.code + ": " + error.message, {},
-                       compile_ms);
+  if (error.code == k_worker_timeout) {
+    return failed_result(timed_out, error.message, std::move(log), compile_ms);
+  }
+  return failed_result(otherwise, "worker error " + error.code + ": " + error.message,
+                       std::move(log), compile_ms);
+}
+
+std::chrono::milliseconds seconds_to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
 }
 
 std::string describe_failures(const std::map<CandidateStatus, int>& failures) {
@@ -47,6 +61,32 @@ std::string describe_failures(const std::map<CandidateStatus, int>& failures) {
 }
 
 } // namespace
+
+std::chrono::milliseconds bench_deadline(const SchedulerSettings& settings,
+                                         std::optional<double> override_s) {
+  if (override_s && *override_s > 0) return seconds_to_ms(*override_s);
+  if (settings.bench_timeout_s > 0) return seconds_to_ms(settings.bench_timeout_s);
+  const double estimate = 2.0 * (settings.measure.warmup_ms / 1000.0 + settings.measure.max_time_s) + 1.0;
+  return seconds_to_ms(
+      std::clamp(estimate, settings.bench_timeout_min_s, settings.bench_timeout_max_s));
+}
+
+bool quarantines(CandidateStatus status) {
+  return status == CandidateStatus::crash || status == CandidateStatus::timeout ||
+         status == CandidateStatus::compile_timeout || status == CandidateStatus::worker_lost;
+}
+
+Result<std::size_t> drop_quarantined(const Store& store, const std::string& kernel,
+                                     const std::string& source_hash,
+                                     const std::string& fingerprint, std::vector<Config>& configs,
+                                     std::int64_t except_job) {
+  auto bad = store.quarantined_configs(kernel, source_hash, fingerprint, except_job);
+  if (!bad) return bad.error();
+  if (bad->empty()) return std::size_t{0};
+  const std::size_t before = configs.size();
+  std::erase_if(configs, [&](const Config& c) { return bad->count(config_json_text(c)) > 0; });
+  return before - configs.size();
+}
 
 Scheduler::Scheduler(asio::io_context& io, Store& store, WorkerPool& workers,
                      SchedulerSettings settings)
@@ -83,6 +123,29 @@ void Scheduler::start_next() {
   m_queue.pop_front();
   m_active->started = std::chrono::steady_clock::now();
   const auto id = m_active->plan.record.id;
+  {
+    ActiveJob& job = *m_active;
+    std::set<std::string> have;
+    for (const auto& row : job.plan.existing) {
+      have.insert(row.config);
+      ++job.done;
+      if (row.status == CandidateStatus::ok) {
+        if (!job.best || better_result(row, *job.best)) job.best = row;
+      } else {
+        ++job.failed;
+        ++job.failures[row.status];
+      }
+    }
+    for (std::size_t i = 0; i < job.plan.configs.size(); ++i) {
+      if (have.count(config_json_text(job.plan.configs[i])) == 0) job.pending.push_back(i);
+    }
+    // Rows of configs no longer in the list (a changed budget) count, but never block the end.
+    job.done = static_cast<std::int64_t>(job.plan.configs.size() - job.pending.size());
+    if (!job.plan.existing.empty()) {
+      KTUNE_LOG(info) << "job " << id << " resumes: " << job.done << " of "
+                      << job.plan.configs.size() << " candidates already measured";
+    }
+  }
   if (auto r = m_store.set_job_state(id, JobState::running); !r) {
     fail(*m_active, "database: " + r.error().message);
   } else {
@@ -92,20 +155,24 @@ void Scheduler::start_next() {
 }
 
 void Scheduler::advance() {
-  if (m_stopped || !m_active) return;
+  if (!m_active) return;
   ActiveJob& job = *m_active;
   const auto total = job.plan.configs.size();
+  if (m_stopped) {
+    if (job.in_flight == 0) finish_stop();
+    return;
+  }
 
   if (job.error.empty() && job.reference == ReferenceState::pending) start_reference(job);
   if (job.error.empty() && job.reference == ReferenceState::ready) {
-    while (job.error.empty() && job.next_compile < total) {
+    while (job.error.empty() && job.next_compile < job.pending.size()) {
       auto worker = m_workers.idle_worker(WorkerRole::compile);
       if (!worker) {
         fail(job, "cannot start a compile worker: " + worker.error().message);
         break;
       }
       if (!*worker) break; // all busy: the next reply calls advance() again
-      start_compile(job, job.next_compile++, std::move(*worker));
+      start_compile(job, job.pending[job.next_compile++], std::move(*worker));
     }
     while (job.error.empty() && !job.benchmarking && !job.compiled.empty()) {
       auto worker = m_workers.idle_worker(WorkerRole::bench);
@@ -149,6 +216,9 @@ void Scheduler::start_reference(ActiveJob& job) {
   if (!*worker) return; // busy with a previous job's leftovers; its reply calls advance()
   auto compile_job =
       make_compile_job(plan.kernel, reference, plan.record.dtype, m_settings.cache_dir);
+  if (compile_job) {
+    if (auto r = target_cuda_device(m_store, plan.record, *compile_job); !r) compile_job = r.error();
+  }
   if (!compile_job) {
     fail(job, "reference config " + config_to_string(reference) + ": " +
                   compile_job.error().message);
@@ -157,11 +227,16 @@ void Scheduler::start_reference(ActiveJob& job) {
   job.reference = ReferenceState::compiling;
   KTUNE_LOG(debug) << "job " << plan.record.id << ": compiling reference "
                    << config_to_string(reference);
+  ++job.in_flight;
   (*worker)->request("compile", compile_job->to_json(),
                      [this, id = plan.record.id](Result<nlohmann::json> reply) {
-                       if (is_current(id)) on_reference_compiled(*m_active, std::move(reply));
+                       if (is_current(id)) {
+                         --m_active->in_flight;
+                         on_reference_compiled(*m_active, std::move(reply));
+                       }
                        advance();
-                     });
+                     },
+                     compile_deadline(job));
 }
 
 void Scheduler::on_reference_compiled(ActiveJob& job, Result<nlohmann::json> reply) {
@@ -192,20 +267,31 @@ void Scheduler::start_compile(ActiveJob& job, std::size_t index,
   const auto& plan = job.plan;
   auto compile_job = make_compile_job(plan.kernel, plan.configs[index], plan.record.dtype,
                                       m_settings.cache_dir);
+  if (compile_job) {
+    if (auto r = target_cuda_device(m_store, plan.record, *compile_job); !r) compile_job = r.error();
+  }
   if (!compile_job) {
     record(job, index, failed_result(CandidateStatus::compile_error, compile_job.error().message));
     return;
   }
+  ++job.in_flight;
   worker->request("compile", compile_job->to_json(),
-                  [this, id = plan.record.id, index](Result<nlohmann::json> reply) {
-                    if (is_current(id)) on_compiled(*m_active, index, std::move(reply));
+                  [this, id = plan.record.id, index, worker](Result<nlohmann::json> reply) {
+                    if (is_current(id)) {
+                      --m_active->in_flight;
+                      on_compiled(*m_active, index, std::move(reply), worker->stderr_tail());
+                    }
                     advance();
-                  });
+                  },
+                  compile_deadline(job));
 }
 
-void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::json> reply) {
+void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::json> reply,
+                            const std::string& stderr_tail) {
   if (!reply) {
-    record(job, index, worker_failure(reply.error(), CandidateStatus::compile_error));
+    record(job, index,
+           worker_failure(reply.error(), CandidateStatus::compile_error,
+                          CandidateStatus::compile_timeout, stderr_tail));
     return;
   }
   auto outcome = CompileOutcome::from_json(*reply);
@@ -230,6 +316,7 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate,
   auto bench_job = make_bench_job(plan.kernel.spec, plan.shape, plan.configs[candidate.index],
                                   plan.record.dtype, candidate.artifact_path, job.reference_path,
                                   m_settings.measure);
+  if (bench_job) target_cuda_device(plan.record, *bench_job);
   if (!bench_job) {
     record(job, candidate.index,
            failed_result(CandidateStatus::invalid_config, bench_job.error().message, {},
@@ -237,20 +324,25 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate,
     return;
   }
   job.benchmarking = true;
+  ++job.in_flight;
   worker->request("bench", bench_job->to_json(),
-                  [this, id = plan.record.id, candidate](Result<nlohmann::json> reply) {
+                  [this, id = plan.record.id, candidate, worker](Result<nlohmann::json> reply) {
                     if (is_current(id)) {
                       m_active->benchmarking = false;
-                      on_benched(*m_active, candidate, std::move(reply));
+                      --m_active->in_flight;
+                      on_benched(*m_active, candidate, std::move(reply), worker->stderr_tail());
                     }
                     advance();
-                  });
+                  },
+                  bench_deadline(m_settings, plan.bench_timeout_s));
 }
 
-void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply) {
+void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply,
+                           const std::string& stderr_tail) {
   if (!reply) {
     record(job, candidate.index,
-           worker_failure(reply.error(), CandidateStatus::runtime_error, candidate.compile_ms));
+           worker_failure(reply.error(), CandidateStatus::runtime_error, CandidateStatus::timeout,
+                          stderr_tail, candidate.compile_ms));
     return;
   }
   auto outcome = BenchOutcome::from_json(*reply);
@@ -268,6 +360,9 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
   r.gflops = outcome->gflops;
   r.gbps = outcome->gbps;
   r.compile_ms = candidate.compile_ms;
+  r.registers = outcome->registers;
+  r.spill_bytes = outcome->spills;
+  if (r.status != CandidateStatus::ok) r.log = stderr_tail;
   record(job, candidate.index, std::move(r));
 }
 
@@ -375,6 +470,7 @@ void Scheduler::end_job(std::int64_t job_id, JobState state, const std::string& 
     KTUNE_LOG(error) << "job " << job_id << ": cannot record state " << to_string(state) << ": "
                      << r.error().message;
   }
+  if (m_job_end_hook) m_job_end_hook(job_id, state);
   auto watchers = m_watchers.extract(job_id);
   if (watchers.empty()) return;
   for (const auto& watcher : watchers.mapped()) {
@@ -382,18 +478,52 @@ void Scheduler::end_job(std::int64_t job_id, JobState state, const std::string& 
   }
 }
 
-void Scheduler::stop() {
-  if (m_stopped) return;
+std::chrono::milliseconds Scheduler::compile_deadline(const ActiveJob& job) const {
+  const double seconds = job.plan.compile_timeout_s && *job.plan.compile_timeout_s > 0
+                             ? *job.plan.compile_timeout_s
+                             : m_settings.compile_timeout_s;
+  return seconds_to_ms(seconds);
+}
+
+void Scheduler::stop(std::chrono::milliseconds grace, std::function<void()> on_stopped) {
+  if (m_stopped) {
+    if (on_stopped) asio::post(m_io, std::move(on_stopped));
+    return;
+  }
   m_stopped = true;
+  m_on_stopped = std::move(on_stopped);
+  while (!m_queue.empty()) {
+    const auto id = m_queue.front().record.id;
+    m_queue.pop_front();
+    end_job(id, JobState::interrupted, "ktuned stopped before the job started");
+  }
+  if (!m_active || m_active->in_flight == 0) {
+    finish_stop();
+    return;
+  }
+  KTUNE_LOG(info) << "job " << m_active->plan.record.id << ": letting " << m_active->in_flight
+                  << " request(s) in flight finish (at most " << grace.count() << " ms)";
+  m_stop_timer = std::make_unique<asio::steady_timer>(m_io, grace);
+  m_stop_timer->async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    if (m_active) {
+      KTUNE_LOG(warn) << "job " << m_active->plan.record.id << ": " << m_active->in_flight
+                      << " request(s) still in flight after the stop grace period";
+    }
+    finish_stop();
+  });
+}
+
+void Scheduler::finish_stop() {
+  if (m_stop_timer) m_stop_timer->cancel();
   if (m_active) {
     const auto id = m_active->plan.record.id;
     m_active.reset();
     end_job(id, JobState::interrupted, "ktuned stopped while the job was running");
   }
-  while (!m_queue.empty()) {
-    const auto id = m_queue.front().record.id;
-    m_queue.pop_front();
-    end_job(id, JobState::interrupted, "ktuned stopped before the job started");
+  if (auto on_stopped = std::move(m_on_stopped)) {
+    m_on_stopped = nullptr;
+    on_stopped();
   }
 }
 

@@ -2,10 +2,14 @@
 
 #include "bench/host_device.hpp"
 #include "compiler/host_compiler.hpp"
+#include "core/param_space.hpp"
 #include "core/protocol.hpp"
+#include "core/shape.hpp"
 #include "daemon/log.hpp"
 
 #include <boost/asio/post.hpp>
+
+#include <algorithm>
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -37,31 +41,52 @@ std::string host_cxx() {
   return cxx && *cxx ? cxx : "c++";
 }
 
-// Jobs a previous ktuned left queued or running can no longer finish as they were.
-void interrupt_leftover_jobs(Store& store) {
-  for (JobState state : {JobState::running, JobState::queued}) {
-    auto jobs = store.jobs_in_state(state);
-    if (!jobs) {
-      KTUNE_LOG(warn) << "cannot list " << to_string(state) << " jobs: " << jobs.error().message;
-      continue;
-    }
-    for (const auto& job : *jobs) {
-      KTUNE_LOG(info) << "job " << job.id << " was " << to_string(state)
-                      << " when the previous ktuned stopped; marking it interrupted";
-      if (auto r = store.set_job_state(job.id, JobState::interrupted,
-                                       "ktuned stopped before the job finished");
-          !r) {
-        KTUNE_LOG(warn) << "job " << job.id << ": " << r.error().message;
-      }
-    }
+std::chrono::milliseconds seconds_to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+}
+
+// Rebuilds the plan of a job a previous ktuned left unfinished: the same kernel source, shape and
+// candidate list (quarantine from other jobs applied again, budget too), with the rows it already
+// has. Errors name why the job cannot resume.
+Result<JobPlan> resume_plan(const Store& store, KernelRegistry& registry, const JobRecord& job) {
+  auto kernel = registry.find(job.kernel);
+  if (!kernel) return kernel.error();
+  if (kernel->source_hash != job.source_hash) {
+    return make_error("source_changed", "kernel " + job.kernel + " changed since the job started "
+                                        "(source hash " + job.source_hash + ", now " +
+                                        kernel->source_hash + ")");
   }
+  auto shape = Shape::parse(job.shape);
+  if (!shape) return shape.error();
+  auto conformed = conform_shape(*shape, kernel->spec.shape_dims, kernel->spec.name);
+  if (!conformed) return conformed.error();
+  auto space = ParamSpace::create(kernel->spec, *conformed);
+  if (!space) return space.error();
+  auto configs = space->enumerate();
+  if (!configs) return configs.error();
+  auto dropped = drop_quarantined(store, job.kernel, job.source_hash, job.fingerprint, *configs,
+                                  job.id);
+  if (!dropped) return dropped.error();
+  if (job.budget && static_cast<std::uint64_t>(*job.budget) < configs->size()) {
+    configs->resize(static_cast<std::size_t>(*job.budget));
+  }
+  auto existing = store.job_results(job.id);
+  if (!existing) return existing.error();
+  JobPlan plan;
+  plan.record = job;
+  plan.kernel = std::move(*kernel);
+  plan.shape = std::move(*conformed);
+  plan.configs = std::move(*configs);
+  plan.existing = std::move(*existing);
+  plan.record.state = JobState::queued;
+  return plan;
 }
 
 } // namespace
 
 Server::Server(DaemonConfig config)
     : m_config(std::move(config)), m_signals(m_io), m_acceptor(m_io), m_accept_retry(m_io),
-      m_started(std::chrono::steady_clock::now()) {}
+      m_idle_timer(m_io), m_started(std::chrono::steady_clock::now()) {}
 
 Server::~Server() {
   // A start that failed after binding, or a stop cut short by an exception: leave no socket file.
@@ -85,7 +110,6 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   if (!store) return store.error();
   server->m_store.emplace(std::move(*store));
   KTUNE_LOG(info) << "opened " << cfg.db << " in " << log::elapsed_ms(start) << " ms";
-  interrupt_leftover_jobs(*server->m_store);
 
   start = std::chrono::steady_clock::now();
   server->m_cpu = detect_cpu_device(host_compiler_version(host_cxx()));
@@ -99,10 +123,12 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   }
   server->m_workers = std::make_unique<WorkerPool>(
       server->m_io, server->m_children, cfg.worker_path,
-      static_cast<std::size_t>(cfg.compile_workers));
+      static_cast<std::size_t>(cfg.compile_workers), seconds_to_ms(cfg.worker_idle_s),
+      cfg.worker_memory_mb);
   server->m_scheduler = std::make_unique<Scheduler>(
       server->m_io, *server->m_store, *server->m_workers,
-      SchedulerSettings{cfg.cache_dir, cfg.measure});
+      SchedulerSettings{cfg.cache_dir, cfg.measure, cfg.compile_timeout_s, cfg.bench_timeout_s,
+                        cfg.bench_timeout_min_s, cfg.bench_timeout_max_s});
   Server* self = server.get();
   server->m_handler = std::make_unique<RequestHandler>(HandlerContext{
       cfg, *server->m_store, *server->m_scheduler, *server->m_workers, server->m_cpu,
@@ -114,6 +140,7 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
     KTUNE_LOG(warn) << "kernel family not loaded: " << broken.error.message;
   }
   KTUNE_LOG(debug) << "scanned kernel directories in " << log::elapsed_ms(start) << " ms";
+  server->resume_jobs();
 
   if (auto r = server->listen(); !r) return r.error();
 
@@ -159,9 +186,68 @@ Result<void> Server::listen() {
   return {};
 }
 
+void Server::resume_jobs() {
+  std::vector<JobRecord> leftovers;
+  for (JobState state : {JobState::running, JobState::interrupted, JobState::queued}) {
+    auto jobs = m_store->jobs_in_state(state);
+    if (!jobs) {
+      KTUNE_LOG(warn) << "cannot list " << to_string(state) << " jobs: " << jobs.error().message;
+      continue;
+    }
+    leftovers.insert(leftovers.end(), jobs->begin(), jobs->end());
+  }
+  if (leftovers.empty()) return;
+  std::sort(leftovers.begin(), leftovers.end(),
+            [](const JobRecord& a, const JobRecord& b) { return a.id < b.id; });
+  KernelRegistry registry;
+  registry.load(m_config.kernel_dirs);
+  for (const auto& job : leftovers) {
+    auto plan = resume_plan(*m_store, registry, job);
+    if (!plan) {
+      KTUNE_LOG(warn) << "job " << job.id << " (" << to_string(job.state)
+                      << ") cannot resume: " << plan.error().message;
+      if (auto r = m_store->set_job_state(job.id, JobState::failed,
+                                          "cannot resume: " + plan.error().message);
+          !r) {
+        KTUNE_LOG(warn) << "job " << job.id << ": " << r.error().message;
+      }
+      continue;
+    }
+    KTUNE_LOG(info) << "job " << job.id << " was " << to_string(job.state) << " when ktuned "
+                    << "stopped; resuming (" << plan->existing.size() << " result(s) kept)";
+    if (auto r = m_store->set_job_state(job.id, JobState::queued); !r) {
+      KTUNE_LOG(warn) << "job " << job.id << ": " << r.error().message;
+      continue;
+    }
+    m_scheduler->enqueue(std::move(*plan));
+  }
+}
+
+void Server::watch_idle() {
+  if (m_config.idle_s <= 0) return;
+  const auto idle = seconds_to_ms(m_config.idle_s);
+  const auto period = std::clamp(idle / 4, std::chrono::milliseconds(10),
+                                 std::chrono::milliseconds(1000));
+  m_idle_timer.expires_after(period);
+  m_idle_timer.async_wait([this, idle](const boost::system::error_code& ec) {
+    if (ec || m_stopping) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!m_sessions.empty() || m_scheduler->queued() > 0 || m_scheduler->running() > 0) {
+      m_last_busy = now;
+    } else if (now - m_last_busy >= idle) {
+      KTUNE_LOG(info) << "no clients and no jobs for " << m_config.idle_s << " s; exiting";
+      stop();
+      return;
+    }
+    watch_idle();
+  });
+}
+
 int Server::run() {
   accept_next();
   wait_signal();
+  m_last_busy = std::chrono::steady_clock::now();
+  watch_idle();
   KTUNE_LOG(info) << "ktuned " << KTUNE_VERSION << " listening on " << m_config.socket << " (pid "
                   << ::getpid() << ", " << m_config.compile_workers << " compile worker(s), "
                   << "kernel dirs: " << m_config.kernel_dirs.size() << ")";
@@ -252,10 +338,13 @@ void Server::stop() {
   boost::system::error_code ignored;
   m_acceptor.close(ignored);
   m_accept_retry.cancel();
-  // Jobs first, so that clients waiting on one get its final state before their connection closes.
-  m_scheduler->stop();
-  for (const auto& session : std::set(m_sessions)) session->close_after_flush();
-  m_workers->shutdown([this] { finish_stop(); });
+  m_idle_timer.cancel();
+  // Jobs first (the candidate in flight may finish, bounded by stop_grace_s), so that clients
+  // waiting on one get its final state before their connection closes.
+  m_scheduler->stop(seconds_to_ms(m_config.stop_grace_s), [this] {
+    for (const auto& session : std::set(m_sessions)) session->close_after_flush();
+    m_workers->shutdown([this] { finish_stop(); });
+  });
 }
 
 void Server::finish_stop() {

@@ -5,10 +5,13 @@
 // registry of client sessions.
 //
 // Lifecycle: create() does everything that can fail up front (instance lock, directories, store,
-// kernel scan, device detection, listening socket), so that once run() reports readiness the
-// daemon serves. A graceful stop (signal or `shutdown` op) stops accepting, marks unfinished
-// jobs interrupted, closes sessions after their queued replies, stops the workers, checkpoints
-// the store and removes the socket and pid file; run() then returns 0.
+// kernel scan, device detection, listening socket), and queues again the jobs a previous ktuned
+// left queued, running (kill -9) or interrupted: they resume without re-running any config that
+// already has a row. Once run() reports readiness the daemon serves. A graceful stop (signal,
+// `shutdown` op, or `idle_s` without clients and jobs) stops accepting, lets the requests in
+// flight finish for up to `stop_grace_s`, marks unfinished jobs interrupted, closes sessions
+// after their queued replies, stops the workers, checkpoints the store and removes the socket
+// and pid file; run() then returns 0.
 #include "core/device.hpp"
 #include "core/result.hpp"
 #include "daemon/config.hpp"
@@ -53,6 +56,8 @@ private:
   void announce_ready();
   void stop();
   void finish_stop();
+  void resume_jobs();
+  void watch_idle();
 
   DaemonConfig m_config;
   std::optional<InstanceLock> m_lock;          // released last
@@ -60,6 +65,8 @@ private:
   asio::signal_set m_signals;
   asio::local::stream_protocol::acceptor m_acceptor;
   asio::steady_timer m_accept_retry;
+  asio::steady_timer m_idle_timer;
+  std::chrono::steady_clock::time_point m_last_busy;
   std::optional<Store> m_store;
   DeviceInfo m_cpu;
   ChildWatch m_children;

@@ -14,9 +14,11 @@ constexpr auto k_term_grace = std::chrono::seconds(1);
 }
 
 WorkerPool::WorkerPool(asio::io_context& io, ChildWatch& children, std::string worker_path,
-                       std::size_t compile_workers)
+                       std::size_t compile_workers, std::chrono::milliseconds worker_idle,
+                       std::int64_t memory_mb)
     : m_io(io), m_children(children), m_worker_path(std::move(worker_path)),
-      m_compile_limit(std::max<std::size_t>(1, compile_workers)) {
+      m_compile_limit(std::max<std::size_t>(1, compile_workers)), m_worker_idle(worker_idle),
+      m_memory_mb(memory_mb) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2) return;
@@ -35,8 +37,13 @@ WorkerPool::WorkerPool(asio::io_context& io, ChildWatch& children, std::string w
 Result<std::shared_ptr<WorkerProcess>> WorkerPool::start(WorkerRole role) {
   std::vector<std::string> extra_args;
   if (role == WorkerRole::bench && m_bench_cpu) extra_args = {"--cpu", std::to_string(*m_bench_cpu)};
+  if (m_memory_mb > 0) {
+    extra_args.push_back("--memory-mb");
+    extra_args.push_back(std::to_string(m_memory_mb));
+  }
   auto worker = WorkerProcess::spawn(m_io, m_children, m_worker_path, role, extra_args,
-                                     [this](WorkerProcess& w) { on_worker_exit(w); });
+                                     [this](WorkerProcess& w) { on_worker_exit(w); },
+                                     m_worker_idle);
   if (!worker) return worker.error();
   if (role == WorkerRole::compile && m_compile_cpus &&
       ::sched_setaffinity((*worker)->pid(), sizeof *m_compile_cpus, &*m_compile_cpus) != 0) {

@@ -87,11 +87,12 @@ std::string describe_wait_status(int wait_status) {
 
 WorkerProcess::WorkerProcess(asio::io_context& io, pid_t pid, WorkerRole role, ExitHandler on_exit)
     : m_socket(io), m_in(k_max_reply_bytes), m_timer(io), m_pid(pid), m_role(role),
-      m_on_exit(std::move(on_exit)) {}
+      m_on_exit(std::move(on_exit)), m_stderr(io), m_deadline(io), m_idle_timer(io) {}
 
 Result<std::shared_ptr<WorkerProcess>> WorkerProcess::spawn(
     asio::io_context& io, ChildWatch& children, const std::string& path, WorkerRole role,
-    const std::vector<std::string>& extra_args, ExitHandler on_exit) {
+    const std::vector<std::string>& extra_args, ExitHandler on_exit,
+    std::chrono::milliseconds idle_timeout) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     return spawn_error(path, "socketpair", errno);
@@ -104,8 +105,18 @@ Result<std::shared_ptr<WorkerProcess>> WorkerProcess::spawn(
     if (!theirs.valid()) return spawn_error(path, "fcntl", errno);
   }
 
+  int err_pipe[2];
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return spawn_error(path, "pipe", errno);
+  UniqueFd err_read(err_pipe[0]);
+  UniqueFd err_write(err_pipe[1]);
+  if (err_write.get() <= 3) {
+    err_write = UniqueFd(::fcntl(err_write.get(), F_DUPFD_CLOEXEC, 10));
+    if (!err_write.valid()) return spawn_error(path, "fcntl", errno);
+  }
+
   SpawnSetup setup;
   int rc = posix_spawn_file_actions_adddup2(&setup.actions, theirs.get(), 3);
+  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&setup.actions, err_write.get(), 2);
   if (rc == 0) rc = posix_spawn_file_actions_addopen(&setup.actions, 0, "/dev/null", O_RDONLY, 0);
   if (rc == 0) rc = posix_spawn_file_actions_addclosefrom_np(&setup.actions, 4);
   if (rc != 0) return spawn_error(path, "posix_spawn_file_actions", rc);
@@ -131,10 +142,17 @@ Result<std::shared_ptr<WorkerProcess>> WorkerProcess::spawn(
   rc = ::posix_spawn(&pid, path.c_str(), &setup.actions, &setup.attr, argv.data(), environ);
   if (rc != 0) return spawn_error(path, "posix_spawn", rc);
   theirs.reset();
+  err_write.reset();
 
   auto worker = std::make_shared<WorkerProcess>(io, pid, role, std::move(on_exit));
+  worker->m_idle_timeout = idle_timeout;
   boost::system::error_code ec;
-  worker->m_socket.assign(asio::local::stream_protocol(), ours.get(), ec);
+  worker->m_stderr.assign(err_read.get(), ec);
+  if (!ec) {
+    (void)err_read.release();
+    worker->m_stderr.non_blocking(true, ec);
+  }
+  if (!ec) worker->m_socket.assign(asio::local::stream_protocol(), ours.get(), ec);
   if (ec) {
     ::kill(-pid, SIGKILL);
     int status = 0;
@@ -149,10 +167,57 @@ Result<std::shared_ptr<WorkerProcess>> WorkerProcess::spawn(
   KTUNE_LOG(debug) << to_string(role) << " worker started (pid " << pid << ") in "
                    << log::elapsed_ms(start) << " ms";
   worker->read_next();
+  worker->read_stderr();
   return worker;
 }
 
-void WorkerProcess::request(std::string_view op, nlohmann::json job, ReplyHandler on_reply) {
+void WorkerProcess::read_stderr() {
+  m_stderr.async_read_some(
+      asio::buffer(m_stderr_buffer),
+      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+        if (n > 0) self->append_stderr(std::string_view(self->m_stderr_buffer.data(), n));
+        if (ec) return; // EOF (every holder exited) or closed at finish
+        self->read_stderr();
+      });
+}
+
+void WorkerProcess::append_stderr(std::string_view text) {
+  // The daemon's own stderr is its log: keep the worker's messages there too.
+  std::size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(2, text.data() + written, text.size() - written);
+    if (n <= 0) break;
+    written += static_cast<std::size_t>(n);
+  }
+  m_stderr_tail.append(text);
+  if (m_stderr_tail.size() > k_stderr_tail_bytes) {
+    m_stderr_tail.erase(0, m_stderr_tail.size() - k_stderr_tail_bytes);
+  }
+}
+
+void WorkerProcess::drain_stderr() {
+  if (!m_stderr.is_open()) return;
+  for (;;) {
+    boost::system::error_code ec;
+    const std::size_t n = m_stderr.read_some(asio::buffer(m_stderr_buffer), ec);
+    if (n > 0) append_stderr(std::string_view(m_stderr_buffer.data(), n));
+    if (ec || n == 0) break;
+  }
+}
+
+void WorkerProcess::arm_idle_timer() {
+  if (m_idle_timeout.count() <= 0) return;
+  m_idle_timer.expires_after(m_idle_timeout);
+  m_idle_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || !self->idle()) return;
+    KTUNE_LOG(debug) << to_string(self->m_role) << " worker " << self->m_pid << " idle for "
+                     << self->m_idle_timeout.count() << " ms; stopping it";
+    self->terminate();
+  });
+}
+
+void WorkerProcess::request(std::string_view op, nlohmann::json job, ReplyHandler on_reply,
+                            std::chrono::milliseconds deadline) {
   if (!idle()) {
     std::string reason = m_finished ? "worker (pid " + std::to_string(m_pid) + ") has exited"
                                     : "worker (pid " + std::to_string(m_pid) + ") is busy";
@@ -163,6 +228,22 @@ void WorkerProcess::request(std::string_view op, nlohmann::json job, ReplyHandle
   }
   m_pending_id = m_next_id++;
   m_pending = std::move(on_reply);
+  m_idle_timer.cancel();
+  drain_stderr();
+  m_stderr_tail.clear();
+  m_request_deadline = deadline;
+  if (deadline.count() > 0) {
+    m_deadline.expires_after(deadline);
+    m_deadline.async_wait([self = shared_from_this(), id = m_pending_id](
+                              const boost::system::error_code& ec) {
+      if (ec || !self->m_pending || self->m_pending_id != id || self->m_finished) return;
+      KTUNE_LOG(warn) << to_string(self->m_role) << " worker " << self->m_pid
+                      << " passed its " << self->m_request_deadline.count()
+                      << " ms deadline; killing its process group";
+      self->m_timed_out = true;
+      self->kill_group();
+    });
+  }
   nlohmann::json message = {{"id", m_pending_id}, {"op", op}, {"job", std::move(job)}};
   m_out = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   m_out += '\n';
@@ -179,6 +260,8 @@ void WorkerProcess::request(std::string_view op, nlohmann::json job, ReplyHandle
 void WorkerProcess::terminate() {
   if (m_finished) return;
   m_closing = true;
+  m_deadline.cancel();
+  m_idle_timer.cancel();
   m_pending = nullptr;
   close_socket();
   if (!m_wait_status) ::kill(-m_pid, SIGTERM);
@@ -220,6 +303,7 @@ void WorkerProcess::on_line(std::string_view line) {
     }
     m_ready = true;
     KTUNE_LOG(debug) << to_string(m_role) << " worker " << m_pid << " ready";
+    if (!m_pending) arm_idle_timer();
     return;
   }
   const auto id = message.find("id");
@@ -230,6 +314,8 @@ void WorkerProcess::on_line(std::string_view line) {
   }
   ReplyHandler handler = std::move(m_pending);
   m_pending = nullptr;
+  m_deadline.cancel();
+  arm_idle_timer();
   const bool ok = message.value("ok", false);
   if (ok) {
     const auto outcome = message.find("outcome");
@@ -305,6 +391,13 @@ void WorkerProcess::maybe_finish() {
   if (m_finished || !m_socket_closed || !m_wait_status) return;
   m_finished = true;
   m_timer.cancel();
+  m_deadline.cancel();
+  m_idle_timer.cancel();
+  drain_stderr();
+  {
+    boost::system::error_code ignored;
+    m_stderr.close(ignored);
+  }
   ReplyHandler handler = std::move(m_pending);
   m_pending = nullptr;
   if (m_on_exit) m_on_exit(*this);
@@ -312,7 +405,11 @@ void WorkerProcess::maybe_finish() {
 
   const int status = *m_wait_status;
   std::string doing = m_role == WorkerRole::compile ? "compiling" : "benchmarking";
-  if (!m_protocol_error.empty()) {
+  if (m_timed_out) {
+    handler(make_error(k_worker_timeout,
+                       "killed after its " + std::to_string(m_request_deadline.count()) +
+                           " ms deadline while " + doing));
+  } else if (!m_protocol_error.empty()) {
     handler(make_error(k_worker_lost, m_protocol_error));
   } else if (m_killed_silent) {
     handler(make_error(k_worker_lost, "worker closed its socket while " + doing +

@@ -6,12 +6,15 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <nlohmann/json.hpp>
 
 #include <sys/types.h>
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -33,6 +36,7 @@ enum class WorkerRole { compile, bench };
 inline constexpr const char* k_worker_crash = "crash";        // killed by a signal
 inline constexpr const char* k_worker_lost = "worker_lost";   // exited, closed its socket, broke the protocol
 inline constexpr const char* k_spawn_error = "spawn_error";
+inline constexpr const char* k_worker_timeout = "timeout";    // killed at the request's deadline
 
 // Routes child exits to whoever started the child. The owner of the SIGCHLD signal_set calls
 // reap() on every SIGCHLD; reap() collects the watched children that have exited
@@ -61,16 +65,28 @@ public:
   using ExitHandler = std::function<void(WorkerProcess& worker)>;
 
   // Starts `<path> --fd 3 --role <role> <extra_args>` with posix_spawn in its own process
-  // group, fd 3 its end of a socketpair, stdin /dev/null, stderr shared with the daemon, every
-  // other descriptor closed and every signal disposition at its default.
+  // group, fd 3 its end of a socketpair, stdin /dev/null, stderr a pipe the daemon reads (every
+  // line is copied to the daemon's stderr, and the last k_stderr_tail_bytes written since the
+  // last request are kept: stderr_tail()), every other descriptor closed and every signal
+  // disposition at its default. `idle_timeout` > 0: the worker is terminated once it has been
+  // idle that long (the pool starts a new one on demand).
   // Errors: spawn_error naming the path.
   [[nodiscard]] static Result<std::shared_ptr<WorkerProcess>> spawn(
       asio::io_context& io, ChildWatch& children, const std::string& path, WorkerRole role,
-      const std::vector<std::string>& extra_args, ExitHandler on_exit);
+      const std::vector<std::string>& extra_args, ExitHandler on_exit,
+      std::chrono::milliseconds idle_timeout = std::chrono::milliseconds(0));
 
   // Sends {"id":N,"op":op,"job":job}. `on_reply` runs exactly once, on the io thread and never
   // inside this call, unless terminate() abandons the request first. Precondition: idle().
-  void request(std::string_view op, nlohmann::json job, ReplyHandler on_reply);
+  // A `deadline` > 0 bounds the request: when no reply came in time, the worker's whole process
+  // group gets SIGKILL and `on_reply` receives k_worker_timeout once the worker has exited.
+  void request(std::string_view op, nlohmann::json job, ReplyHandler on_reply,
+               std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
+
+  // What the worker (and the compilers it started) wrote to stderr since the last request was
+  // sent, at most the last k_stderr_tail_bytes. Complete once the reply handler runs.
+  [[nodiscard]] const std::string& stderr_tail() const { return m_stderr_tail; }
+  static constexpr std::size_t k_stderr_tail_bytes = 4096;
 
   // Closes the socket (the worker exits on EOF) and sends SIGTERM to the process group. A request
   // in flight is abandoned: its handler is never called.
@@ -95,6 +111,10 @@ private:
   void fail_protocol(const std::string& message);
   void close_socket();
   void maybe_finish();
+  void read_stderr();
+  void append_stderr(std::string_view text);
+  void drain_stderr();
+  void arm_idle_timer();
 
   asio::local::stream_protocol::socket m_socket;
   asio::streambuf m_in;
@@ -103,6 +123,14 @@ private:
   pid_t m_pid;
   WorkerRole m_role;
   ExitHandler m_on_exit;
+  asio::posix::stream_descriptor m_stderr;
+  std::array<char, 4096> m_stderr_buffer{};
+  std::string m_stderr_tail;
+  asio::steady_timer m_deadline;
+  asio::steady_timer m_idle_timer;
+  std::chrono::milliseconds m_idle_timeout{0};
+  std::chrono::milliseconds m_request_deadline{0};
+  bool m_timed_out = false;            // killed by us at the request's deadline
 
   bool m_ready = false;               // the ready line arrived
   bool m_closing = false;             // terminate() or a protocol error

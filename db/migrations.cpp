@@ -100,8 +100,19 @@ CREATE TABLE winners (
 
 Result<void> create_schema_v1(DbRef db) { return db.exec("migration to schema v1", k_schema_v1); }
 
+// Schema v2: the candidate's registers per thread and spill bytes (CUDA; -1 = unknown).
+constexpr const char* k_schema_v2 = R"sql(
+ALTER TABLE results ADD COLUMN registers   INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE results ADD COLUMN spill_bytes INTEGER NOT NULL DEFAULT -1;
+)sql";
+
+Result<void> add_result_resources_v2(DbRef db) {
+  return db.exec("migration to schema v2", k_schema_v2);
+}
+
 constexpr std::array k_migrations{
     Migration{"create kernels, devices, jobs, results and winners", &create_schema_v1},
+    Migration{"add results.registers and results.spill_bytes", &add_result_resources_v2},
 };
 static_assert(k_migrations.size() == static_cast<std::size_t>(k_schema_version),
               "k_schema_version must equal the number of migrations");

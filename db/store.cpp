@@ -84,7 +84,7 @@ Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) 
 constexpr const char* k_result_columns =
     "id, job_id, kernel, source_hash, shape, dtype, fingerprint, config, config_index, status, "
     "reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, q1_ms, q3_ms, gflops, gbps, "
-    "compile_ms, created_at";
+    "compile_ms, created_at, registers, spill_bytes";
 
 Result<ResultRecord> read_result(DbRef db, std::string_view op, const Statement& row) {
   ResultRecord result;
@@ -118,6 +118,8 @@ Result<ResultRecord> read_result(DbRef db, std::string_view op, const Statement&
   result.gbps = row.column_double(21);
   result.compile_ms = row.column_double(22);
   result.created_at = row.column_int(23);
+  result.registers = static_cast<int>(row.column_int(24));
+  result.spill_bytes = static_cast<int>(row.column_int(25));
   return result;
 }
 
@@ -188,9 +190,9 @@ Result<Statement*> cached(DbRef db, std::string_view op, Statement& slot, const 
 constexpr const char* k_insert_result_sql =
     "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
     "config_index, status, reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, q1_ms, "
-    "q3_ms, gflops, gbps, compile_ms, created_at) "
+    "q3_ms, gflops, gbps, compile_ms, created_at, registers, spill_bytes) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-    "?20, ?21, ?22, ?23)";
+    "?20, ?21, ?22, ?23, ?24, ?25)";
 
 constexpr const char* k_find_winner_sql =
     "SELECT kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, config, median_ms, "
@@ -505,6 +507,8 @@ Result<std::int64_t> Store::insert_result(const ResultRecord& result) {
   insert.bind_double(21, result.gbps);
   insert.bind_double(22, result.compile_ms);
   insert.bind_int(23, result.created_at != 0 ? result.created_at : now_ms());
+  insert.bind_int(24, result.registers);
+  insert.bind_int(25, result.spill_bytes);
 
   if (auto ran = insert.run(db, op); !ran) {
     const int code = sqlite3_extended_errcode(m_db);
@@ -631,6 +635,26 @@ Result<std::vector<ResultRecord>> Store::results_for_key(const std::string& kern
   statement->bind_text(5, fingerprint);
   return collect<ResultRecord>(db, op, *statement,
                                [&](const Statement& row) { return read_result(db, op, row); });
+}
+
+Result<std::set<std::string>> Store::quarantined_configs(const std::string& kernel,
+    const std::string& source_hash, const std::string& fingerprint,
+    std::int64_t except_job) const {
+  constexpr std::string_view op = "quarantined_configs";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "SELECT DISTINCT config FROM results WHERE kernel = ?1 AND source_hash = ?2 AND "
+      "fingerprint = ?3 AND job_id != ?4 AND status IN "
+      "('crash', 'timeout', 'compile_timeout', 'worker_lost')");
+  if (!statement) return statement.error();
+  statement->bind_text(1, kernel);
+  statement->bind_text(2, source_hash);
+  statement->bind_text(3, fingerprint);
+  statement->bind_int(4, except_job);
+  auto rows = collect<std::string>(db, op, *statement,
+                                   [](const Statement& row) { return row.column_text(0); });
+  if (!rows) return rows.error();
+  return std::set<std::string>(rows->begin(), rows->end());
 }
 
 Result<std::optional<WinnerRecord>> Store::find_winner(const std::string& kernel,

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,7 +31,7 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 1;
+inline constexpr int k_schema_version = 2;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
 
 struct JobRecord {
@@ -56,6 +57,8 @@ struct ResultRecord {
   SampleStats stats;
   double gflops = 0, gbps = 0, compile_ms = 0;
   std::int64_t created_at = 0;     // unix ms; set by insert_result when 0
+  int registers = -1;              // per thread (CUDA), -1 = unknown
+  int spill_bytes = -1;            // spill stores + loads (CUDA), -1 = unknown
 };
 
 struct WinnerRecord {
@@ -121,6 +124,13 @@ public:
   [[nodiscard]] Result<std::vector<ResultRecord>> results_for_key(const std::string& kernel,
       const std::string& source_hash, const std::string& shape, const std::string& dtype,
       const std::string& fingerprint) const;
+
+  // Configs (canonical JSON text) whose result for this kernel source and device fingerprint has
+  // status crash, timeout, compile_timeout or worker_lost in any job but `except_job` (0 = none):
+  // the quarantine a new job skips unless it asks to retry them.
+  [[nodiscard]] Result<std::set<std::string>> quarantined_configs(const std::string& kernel,
+      const std::string& source_hash, const std::string& fingerprint,
+      std::int64_t except_job = 0) const;
 
   // Checkpoints the WAL into the main file and truncates it (used at shutdown). A reader that
   // keeps the checkpoint from completing makes it a "db_error"; nothing is lost then.

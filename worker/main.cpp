@@ -10,7 +10,7 @@
 namespace {
 
 constexpr const char* k_usage =
-    "usage: ktune-worker --fd <N> --role compile|bench [--cpu <core>]\n";
+    "usage: ktune-worker --fd <N> --role compile|bench [--cpu <core>] [--memory-mb <MiB>]\n";
 
 std::optional<int> parse_int(std::string_view text) {
   int value = 0;
@@ -32,13 +32,14 @@ int main(int argc, char** argv) {
   std::optional<int> fd;
   std::optional<ktune::Role> role;
   std::optional<int> cpu;
+  std::optional<int> memory_mb;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::fputs(k_usage, stdout);
       return 0;
     }
-    if (arg != "--fd" && arg != "--role" && arg != "--cpu")
+    if (arg != "--fd" && arg != "--role" && arg != "--cpu" && arg != "--memory-mb")
       return usage_error("unknown argument ", arg);
     if (i + 1 >= argc) return usage_error("missing value after ", arg);
     const std::string_view value = argv[++i];
@@ -50,12 +51,15 @@ int main(int argc, char** argv) {
     auto number = parse_int(value);
     if (!number || *number < 0)
       return usage_error("expected a non-negative integer, found ", value);
-    (arg == "--fd" ? fd : cpu) = number;
+    (arg == "--fd" ? fd : arg == "--cpu" ? cpu : memory_mb) = number;
   }
   if (!fd) return usage_error("--fd is required", "");
   if (!role) return usage_error("--role is required", "");
 
-  if (auto prepared = ktune::prepare_worker_process(*fd, parent_pid, cpu); !prepared) {
+  if (auto prepared = ktune::prepare_worker_process(
+          *fd, parent_pid, cpu,
+          memory_mb ? std::optional<long long>(*memory_mb) : std::nullopt);
+      !prepared) {
     std::fprintf(stderr, "ktune-worker: %s\n", prepared.error().message.c_str());
     return 1;
   }

@@ -4,11 +4,19 @@
 #include "compiler/host_compiler.hpp"
 #include "core/protocol.hpp"
 
+#ifdef KTUNE_HAVE_CUDA
+#include "bench/cuda_device.hpp"
+#include "bench/cuda_runner.hpp"
+#include "compiler/nvrtc_compiler.hpp"
+#endif
+
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <new>
 #include <exception>
 #include <fcntl.h>
 #include <memory>
@@ -59,13 +67,18 @@ std::string error_reply(const json& id, std::string_view code, std::string_view 
                    {"error", {{"code", std::string(code)}, {"message", std::string(message)}}}});
 }
 
-// One worker's request handling; owns the compiler or the runner of its role.
+// One worker's request handling; owns the compiler or the runner of its role. The CUDA backends
+// (NvrtcCompiler, CudaRunner) are created on the first CUDA job, so workers that only see CPU
+// jobs never load libnvrtc or libcuda.
 class Handler {
 public:
   explicit Handler(Role role) : m_role(role) {
     if (role == Role::compile) m_compiler = std::make_unique<HostCompiler>();
     else m_runner = std::make_unique<HostRunner>();
   }
+
+  // True once a reply must be the worker's last (a CUDA context was lost).
+  [[nodiscard]] bool must_exit() const { return m_must_exit; }
 
   // The reply line for `line`, or nullopt for "exit".
   std::optional<std::string> handle(const std::string& line) {
@@ -100,9 +113,17 @@ public:
     }
     const std::string op = op_it->get<std::string>();
     if (op == "exit") return std::nullopt;
+    if (op == "devices") {
+      try {
+        return devices(id);
+      } catch (const std::exception& e) {
+        return error_reply(id, protocol::code::internal,
+                           std::string("op 'devices' failed in the worker: ") + e.what());
+      }
+    }
     if (op != "compile" && op != "bench") {
       return error_reply(id, protocol::code::unknown_op,
-                         "unknown op '" + op + "' (expected compile, bench or exit)");
+                         "unknown op '" + op + "' (expected compile, bench, devices or exit)");
     }
     const std::string role(to_string(m_role));
     if (op != role) {
@@ -130,18 +151,71 @@ private:
   std::string compile(const json& id, const json& job_json) {
     auto job = CompileJob::from_json(job_json);
     if (!job) return error_reply(id, job.error().code, job.error().message);
-    return ok_reply(id, m_compiler->compile(*job).to_json());
+    if (job->language != "cuda") return ok_reply(id, m_compiler->compile(*job).to_json());
+#ifdef KTUNE_HAVE_CUDA
+    if (!m_nvrtc) {
+      auto created = NvrtcCompiler::create();
+      if (!created) return error_reply(id, created.error().code, created.error().message);
+      m_nvrtc = std::move(created).value();
+    }
+    return ok_reply(id, m_nvrtc->compile(*job).to_json());
+#else
+    return error_reply(id, protocol::code::no_device,
+                       "kernel '" + job->kernel +
+                           "' is CUDA, and this ktune-worker was built without the CUDA backend "
+                           "(no CUDA toolkit at configure time)");
+#endif
   }
 
   std::string bench(const json& id, const json& job_json) {
     auto job = BenchJob::from_json(job_json);
     if (!job) return error_reply(id, job.error().code, job.error().message);
-    return ok_reply(id, m_runner->run(*job).to_json());
+    if (!job->launch) return ok_reply(id, m_runner->run(*job).to_json());
+#ifdef KTUNE_HAVE_CUDA
+    if (m_cuda_runner && m_cuda_ordinal != job->cuda_device) m_cuda_runner.reset();
+    if (!m_cuda_runner) {
+      auto created = CudaRunner::create(job->cuda_device);
+      if (!created) return error_reply(id, created.error().code, created.error().message);
+      m_cuda_runner = std::move(created).value();
+      m_cuda_ordinal = job->cuda_device;
+    }
+    const BenchOutcome outcome = m_cuda_runner->run(*job);
+    if (m_cuda_runner->context_lost()) m_must_exit = true;
+    return ok_reply(id, outcome.to_json());
+#else
+    return error_reply(id, protocol::code::no_device,
+                       "kernel '" + job->kernel +
+                           "' is CUDA, and this ktune-worker was built without the CUDA backend "
+                           "(no CUDA toolkit at configure time)");
+#endif
+  }
+
+  // {"devices":[DeviceInfo as {"name","fingerprint","details"}, ...]} or the no_device error.
+  static std::string devices(const json& id) {
+#ifdef KTUNE_HAVE_CUDA
+    auto listed = list_cuda_devices();
+    if (!listed) return error_reply(id, listed.error().code, listed.error().message);
+    json out = json::array();
+    for (const auto& d : *listed) {
+      out.push_back({{"name", d.name}, {"fingerprint", d.fingerprint}, {"details", d.details}});
+    }
+    return ok_reply(id, json{{"devices", std::move(out)}});
+#else
+    return error_reply(id, protocol::code::no_device,
+                       "this ktune-worker was built without the CUDA backend (no CUDA toolkit at "
+                       "configure time)");
+#endif
   }
 
   Role m_role;
   std::unique_ptr<HostCompiler> m_compiler;
   std::unique_ptr<HostRunner> m_runner;
+#ifdef KTUNE_HAVE_CUDA
+  std::unique_ptr<NvrtcCompiler> m_nvrtc;
+  std::unique_ptr<CudaRunner> m_cuda_runner;
+  int m_cuda_ordinal = -1;
+#endif
+  bool m_must_exit = false;
 };
 
 } // namespace
@@ -156,7 +230,8 @@ std::optional<Role> parse_role(std::string_view text) {
   return std::nullopt;
 }
 
-Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> cpu) {
+Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> cpu,
+                                    std::optional<long long> memory_mb) {
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return errno_error("prctl(PR_SET_PDEATHSIG)");
   if (::getppid() != parent_pid) {
     return make_error("parent_gone", "the parent process " + std::to_string(parent_pid) +
@@ -180,6 +255,18 @@ Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> c
     if (::sched_setaffinity(0, sizeof set, &set) != 0) {
       return errno_error("sched_setaffinity(cpu " + std::to_string(*cpu) + ")");
     }
+  }
+  if (memory_mb && *memory_mb > 0) {
+#if defined(__SANITIZE_ADDRESS__)
+    std::fprintf(stderr, "ktune-worker: --memory-mb %lld ignored: this is an AddressSanitizer "
+                         "build, which cannot run under RLIMIT_AS\n", *memory_mb);
+#else
+    const rlim_t bytes = static_cast<rlim_t>(*memory_mb) << 20;
+    const rlimit limit{bytes, bytes};
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) {
+      return errno_error("setrlimit(RLIMIT_AS, " + std::to_string(*memory_mb) + " MiB)");
+    }
+#endif
   }
   return {};
 }
@@ -216,6 +303,7 @@ int run_worker(int fd, Role role) {
       auto reply = handler.handle(line);
       if (!reply) return 0;
       if (!write_line(fd, std::move(*reply))) return 1;
+      if (handler.must_exit()) return k_exit_context_lost;
     }
     buffer.erase(0, start);
     if (!discarding && buffer.size() > k_max_line_bytes) {

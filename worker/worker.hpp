@@ -2,9 +2,11 @@
 // ktune-worker: the child process that compiles or benchmarks one candidate at a time.
 //
 // Started by the daemon with posix_spawn as
-//   ktune-worker --fd <N> --role compile|bench [--cpu <core>]
-// where <N> is this process's end of a socketpair (inherited, not close-on-exec) and --cpu pins
-// the worker to one core (sched_setaffinity; posix_spawn cannot do it for the parent).
+//   ktune-worker --fd <N> --role compile|bench [--cpu <core>] [--memory-mb <MiB>]
+// where <N> is this process's end of a socketpair (inherited, not close-on-exec), --cpu pins
+// the worker to one core (sched_setaffinity; posix_spawn cannot do it for the parent) and
+// --memory-mb caps its address space (RLIMIT_AS; ignored with a note on stderr in
+// AddressSanitizer builds, whose shadow memory cannot live under such a limit).
 //
 // Worker protocol: newline-delimited JSON over fd N, one object per line, strictly
 // request/reply (the worker answers each request before reading the next one).
@@ -14,11 +16,19 @@
 //   daemon -> worker:
 //     {"id":<N>,"op":"compile","job":{CompileJob}}   (compile workers only)
 //     {"id":<N>,"op":"bench","job":{BenchJob}}       (bench workers only)
+//     {"id":<N>,"op":"devices"}                       either role: the CUDA devices it sees
 //     {"op":"exit"}                                   no reply; the worker exits 0
 //   worker -> daemon, one reply per request, "id" echoed (null when it could not be read):
 //     {"id":<N>,"ok":true,"outcome":{CompileOutcome}}
 //     {"id":<N>,"ok":true,"outcome":{BenchOutcome}}
+//     {"id":<N>,"ok":true,"outcome":{"devices":[{"name":"cuda:0","fingerprint":..,"details":{..}}]}}
 //     {"id":<N>,"ok":false,"error":{"code":"<code>","message":"..."}}
+//
+// CUDA: a compile job with language "cuda" goes to NvrtcCompiler, a bench job carrying "launch"
+// to CudaRunner on device job.cuda_device; both are created on first use. Their setup failures
+// (libnvrtc or libcuda missing, a stub driver, no device), and any CUDA job or "devices" in a
+// worker built without the CUDA backend, answer the error no_device with the cause. After a
+// sticky CUDA error (the context is lost) the worker replies, then exits k_exit_context_lost.
 //
 // CompileJob, CompileOutcome: compiler/compiler.hpp (to_json/from_json); BenchJob, BenchOutcome:
 // bench/runner.hpp. A failed candidate (compile error, mismatch, ...) is an ok reply whose
@@ -29,6 +39,8 @@
 //   unknown_op        an "op" that is not compile, bench or exit
 //   message_too_large a line over k_max_line_bytes (its bytes are discarded up to the newline)
 //
+// A candidate that throws (std::bad_alloc from a huge allocation) is an ok reply with status
+// runtime_error and the exception's text as the reason.
 // End of input (the daemon closed its end) exits 0, like "exit". A candidate that crashes the
 // worker kills it: the daemon sees the socket close and the child's signal. The worker dies with
 // its parent (PR_SET_PDEATHSIG; note that this fires when the *thread* that spawned it exits, so
@@ -46,6 +58,9 @@ enum class Role { compile, bench };
 [[nodiscard]] std::string_view to_string(Role role);
 [[nodiscard]] std::optional<Role> parse_role(std::string_view text);
 
+// The exit status after a reply that lost the CUDA context.
+inline constexpr int k_exit_context_lost = 3;
+
 // The longest request line the worker accepts.
 inline constexpr std::size_t k_max_line_bytes = 16u << 20;
 
@@ -53,12 +68,14 @@ inline constexpr std::size_t k_max_line_bytes = 16u << 20;
 // `parent_pid` as seen at the start of main, is already gone: main then exits 1), core dumps off,
 // SIGPIPE ignored (a write to a closed socket returns EPIPE instead), `fd` made close-on-exec so
 // the compilers the worker spawns do not hold the daemon's socket open, and the optional CPU
-// pinning. Errors (code "internal") name the failing step and errno's text; the parent being
-// gone is code "parent_gone".
-[[nodiscard]] Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> cpu);
+// pinning and address-space limit. Errors (code "internal") name the failing step and errno's
+// text; the parent being gone is code "parent_gone".
+[[nodiscard]] Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> cpu,
+                                                  std::optional<long long> memory_mb = std::nullopt);
 
 // Serves requests on `fd` until "exit" or end of input. Returns the process exit status: 0 on
-// exit or end of input, 1 when the socket fails (read or write error). Blocking I/O.
+// exit or end of input, 1 when the socket fails (read or write error), k_exit_context_lost after
+// a sticky CUDA error. Blocking I/O.
 [[nodiscard]] int run_worker(int fd, Role role);
 
 } // namespace ktune

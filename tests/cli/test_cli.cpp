@@ -101,8 +101,8 @@ fs::path write_script(const ktune::test::TempDir& dir, const std::string& name,
 TEST_CASE("ktune binary without a daemon", "[cli]") {
   ktune::test::TempDir home;
 
-  SECTION("jobs exits 1 with the not-running message") {
-    auto r = run_ktune(home, {"jobs"});
+  SECTION("jobs exits 1 with the not-running message when auto-start is off") {
+    auto r = run_ktune(home, {"jobs"}, {{"KTUNE_NO_AUTOSTART", "1"}});
     CHECK(r.code == 1);
     CHECK_THAT(r.err, Catch::Contains("ktuned is not running (socket " +
                                       (home.path() / "home" / "ktuned.sock").string()) &&

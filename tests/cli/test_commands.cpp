@@ -276,6 +276,8 @@ TEST_CASE("commands against a fake daemon", "[cli]") {
 }
 
 TEST_CASE("commands without a daemon", "[cli]") {
+  // These cases check the message printed when auto-start (cli/autostart.hpp) is turned off.
+  ::setenv("KTUNE_NO_AUTOSTART", "1", 1);
   ktune::test::TempDir dir;
   const std::string socket = dir.str() + "/none.sock";
   auto run = [&](std::vector<std::string> args) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <utility>
 
 namespace fs = std::filesystem;
 using ktune::KernelRegistry;
@@ -268,5 +269,60 @@ TEST_CASE("make_compile_job builds the job for one config", "[compiler]") {
     CHECK(job.error().code == "bad_dtype");
     CHECK_THAT(job.error().message, Catch::Contains("'k'") && Catch::Contains("'i32'") &&
                                         Catch::Contains("f32, f64"));
+  }
+}
+
+TEST_CASE("KernelRegistry keys families by name and language", "[compiler]") {
+  SECTION("the shipped CUDA families sit in a group next to the C++ ones") {
+    KernelRegistry registry;
+    registry.load({k_kernels_dir});
+    for (const auto& broken : registry.broken())
+      FAIL(broken.spec_path << ": " << broken.error.message);
+    const auto families = registry.families();
+    for (const char* name : {"gemm", "reduce_sum", "softmax", "transpose"}) {
+      INFO(name);
+      CHECK(std::count(families.begin(), families.end(),
+                       std::pair{std::string(name), ktune::Language::cuda}) == 1);
+    }
+    auto cpp = registry.find("gemm", ktune::Language::cpp);
+    auto cuda = registry.find("gemm", ktune::Language::cuda);
+    REQUIRE(cpp.ok());
+    REQUIRE(cuda.ok());
+    CHECK(cpp->spec.language == ktune::Language::cpp);
+    CHECK(cuda->spec.language == ktune::Language::cuda);
+    CHECK(cuda->dir == fs::path(k_kernels_dir + "/cuda/gemm").lexically_normal().string());
+    CHECK(registry.find("gemm")->spec.language == ktune::Language::cpp); // own families first
+
+    auto softmax_cpp = registry.find("softmax", ktune::Language::cpp);
+    REQUIRE_FALSE(softmax_cpp.ok());
+    CHECK(softmax_cpp.error().code == "unknown_kernel");
+    CHECK(softmax_cpp.error().message.find("written in cpp") != std::string::npos);
+    CHECK(registry.find("softmax").ok());
+  }
+
+  SECTION("one name in one language twice is a duplicate; in two languages it is not") {
+    ktune::test::TempDir dir;
+    write_family(dir, "fam", "fam");
+    write_family(dir, "group/fam", "fam");
+    std::string cuda_spec = spec_text("fam", "kernel.cu");
+    cuda_spec.replace(cuda_spec.find("\"cpp\""), 5, "\"cuda\"");
+    cuda_spec += "\n[launch]\ngrid = [\"1\", \"1\", \"1\"]\nblock = [\"32\", \"1\", \"1\"]\n"
+                 "shared_bytes = \"0\"\n";
+    dir.write("cuda/fam/kernel.toml", cuda_spec);
+    dir.write("cuda/fam/kernel.cu", "extern \"C\" __global__ void fam(float*, long long) {}\n");
+    KernelRegistry registry;
+    registry.load({dir.str()});
+    REQUIRE(registry.broken().size() == 1);
+    CHECK(registry.broken()[0].spec_path.find("group/fam") != std::string::npos);
+    CHECK(registry.broken()[0].error.message.find("already defined") != std::string::npos);
+    CHECK(registry.find("fam", ktune::Language::cuda).ok());
+    CHECK(registry.find("fam", ktune::Language::cpp)->dir ==
+          fs::path(dir.str() + "/fam").lexically_normal().string());
+  }
+
+  SECTION("language_for_device") {
+    CHECK(ktune::language_for_device("cpu") == ktune::Language::cpp);
+    CHECK(ktune::language_for_device("cuda:1") == ktune::Language::cuda);
+    CHECK(ktune::language_for_device("cuda") == ktune::Language::cuda);
   }
 }

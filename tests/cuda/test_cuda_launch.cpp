@@ -1,4 +1,5 @@
 #include "bench/cuda_launch.hpp"
+#include "bench/runner.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -147,4 +148,68 @@ TEST_CASE("launch geometry to and from JSON", "[cuda]") {
     REQUIRE_FALSE(no_block.ok());
     CHECK_THAT(no_block.error().message, Contains("'launch.block' is missing"));
   }
+}
+
+TEST_CASE("bench jobs of CUDA families carry the candidate's and the reference's launch", "[cuda]") {
+  const KernelSpec spec = spec_of(k_spec);
+  const Shape shape = shape_of("M=1000,N=100");
+  auto job = make_bench_job(spec, shape, {{"BM", 64}, {"BN", 16}}, "f32", "/c.cubin",
+                            "/r.cubin", MeasureSettings{});
+  REQUIRE(job.ok());
+  REQUIRE(job->launch.has_value());
+  REQUIRE(job->reference_launch.has_value());
+  CHECK(*job->launch == make_cuda_launch(spec, shape, {{"BM", 64}, {"BN", 16}}).value());
+  CHECK(*job->reference_launch == make_cuda_launch(spec, shape, spec.default_config).value());
+
+  SECTION("the launches and the device survive JSON") {
+    job->cuda_device = 2;
+    auto back = BenchJob::from_json(job->to_json());
+    REQUIRE(back.ok());
+    CHECK(back->launch == job->launch);
+    CHECK(back->reference_launch == job->reference_launch);
+    CHECK(back->cuda_device == 2);
+  }
+  SECTION("a CPU job has no launch and none in its JSON") {
+    BenchJob cpu = *job;
+    cpu.launch.reset();
+    cpu.reference_launch.reset();
+    const auto j = cpu.to_json();
+    CHECK_FALSE(j.contains("launch"));
+    CHECK_FALSE(j.contains("cuda_device"));
+    auto back = BenchJob::from_json(j);
+    REQUIRE(back.ok());
+    CHECK_FALSE(back->launch.has_value());
+  }
+  SECTION("a malformed launch is a bad_request naming it") {
+    auto j = job->to_json();
+    j["reference_launch"]["block"] = {0, 1, 1};
+    auto back = BenchJob::from_json(j);
+    REQUIRE_FALSE(back.ok());
+    CHECK(back.error().code == "bad_request");
+    CHECK_THAT(back.error().message, Contains("reference_launch"));
+  }
+  SECTION("a reference config that cannot launch fails the job") {
+    KernelSpec broken = spec;
+    broken.default_config = {{"BM", 64}, {"BN", 2048}}; // 2048 x 4 threads per block
+    auto failed = make_bench_job(broken, shape, {{"BM", 64}, {"BN", 16}}, "f32", "/c.cubin",
+                                 "/r.cubin", MeasureSettings{});
+    REQUIRE_FALSE(failed.ok());
+    CHECK(failed.error().code == "invalid_config");
+  }
+}
+
+TEST_CASE("bench outcomes carry the candidate's resources", "[cuda]") {
+  BenchOutcome outcome;
+  CHECK(outcome.registers == -1);
+  outcome.registers = 40;
+  outcome.spills = 0;
+  outcome.shared_bytes = 8192;
+  auto back = BenchOutcome::from_json(outcome.to_json());
+  REQUIRE(back.ok());
+  CHECK(back->registers == 40);
+  CHECK(back->spills == 0);
+  CHECK(back->shared_bytes == 8192);
+  auto old = outcome.to_json();
+  old.erase("registers");
+  CHECK(BenchOutcome::from_json(old)->registers == -1);
 }

@@ -161,7 +161,7 @@ TEST_CASE("CUDA runner: a write past a buffer is mismatch", "[cuda][gpu]") {
   const std::string overrun = compile(dir, *runner, k_vadd_source, {{"OVERRUN", 1}});
   const CudaRunOutcome result = runner->run_cuda(vadd_job(overrun, ""), linear_launch(128), std::nullopt);
   CHECK(result.outcome.status == CandidateStatus::mismatch);
-  CHECK_THAT(result.outcome.reason, Contains("wrote outside buffer 'Z'"));
+  CHECK_THAT(result.outcome.reason, Contains("wrote past buffer end of 'Z'"));
 }
 
 TEST_CASE("CUDA runner: a block over the kernel's limit is launch_error", "[cuda][gpu]") {

@@ -82,14 +82,14 @@ TEST_CASE("the schema list matches the schema version", "[db]") {
   }
 }
 
-TEST_CASE("migrating a fresh database creates schema v1 once", "[db]") {
+TEST_CASE("migrating a fresh database creates the current schema once", "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
-  CHECK(run(connection, db::schema_migrations()) == 1);
-  CHECK(connection.integer("PRAGMA user_version") == 1);
+  CHECK(run(connection, db::schema_migrations()) == k_schema_version);
+  CHECK(connection.integer("PRAGMA user_version") == k_schema_version);
   CHECK(connection.integer("PRAGMA application_id") == k_application_id);
   CHECK(run(connection, db::schema_migrations()) == 0);
-  CHECK(connection.integer("PRAGMA user_version") == 1);
+  CHECK(connection.integer("PRAGMA user_version") == k_schema_version);
 
   CHECK(connection.columns("kernels") ==
         std::vector<std::string>{"name", "source_hash", "spec_text", "created_at"});
@@ -104,7 +104,7 @@ TEST_CASE("migrating a fresh database creates schema v1 once", "[db]") {
                                  "fingerprint", "config", "config_index", "status", "reason",
                                  "log", "n", "min_ms", "max_ms", "median_ms", "mean_ms",
                                  "stddev_ms", "q1_ms", "q3_ms", "gflops", "gbps", "compile_ms",
-                                 "created_at"});
+                                 "created_at", "registers", "spill_bytes"});
   CHECK(connection.columns("winners") ==
         std::vector<std::string>{"kernel", "source_hash", "shape", "dtype", "fingerprint",
                                  "result_id", "job_id", "config", "median_ms", "gflops",
@@ -114,7 +114,7 @@ TEST_CASE("migrating a fresh database creates schema v1 once", "[db]") {
 TEST_CASE("schema v1 constraints hold", "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
-  REQUIRE(run(connection, db::schema_migrations()) == 1);
+  REQUIRE(run(connection, db::schema_migrations()) == k_schema_version);
   connection.exec("PRAGMA foreign_keys = ON");
   connection.exec(
       "INSERT INTO jobs (id, kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
@@ -203,4 +203,24 @@ TEST_CASE("migrations run in order, in one transaction", "[db]") {
     CHECK(applied.error().message.find("newer") != std::string::npos);
     CHECK(connection.integer("PRAGMA user_version") == 5);
   }
+}
+
+TEST_CASE("schema v2 adds results.registers and spill_bytes to a v1 database", "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  REQUIRE(all.size() >= 2);
+  CHECK(run(connection, all.subspan(0, 1)) == 1);
+  connection.exec(
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, total, done, failed, error, created_at, started_at, finished_at) VALUES "
+      "('gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'exhaustive', 'done', 1, 1, 0, '', 1, 1, 1)");
+  connection.exec(
+      "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
+      "config_index, status, reason, log, n, compile_ms, created_at) VALUES "
+      "(1, 'gemm', 'h', 'M=1', 'f32', 'fp', '{}', 0, 'ok', '', '', 1, 1.0, 1)");
+  CHECK(run(connection, all.subspan(0, 2)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 2);
+  CHECK(connection.integer("SELECT registers FROM results") == -1);
+  CHECK(connection.integer("SELECT spill_bytes FROM results") == -1);
 }

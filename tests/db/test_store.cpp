@@ -226,7 +226,7 @@ TEST_CASE("opening read-write creates schema v1 in WAL mode", "[db]") {
 
   RawDb raw(path, SQLITE_OPEN_READONLY);
   CHECK(raw.text("PRAGMA journal_mode") == "wal");
-  CHECK(raw.integer("PRAGMA user_version") == 1);
+  CHECK(raw.integer("PRAGMA user_version") == k_schema_version);
   CHECK(raw.integer("PRAGMA application_id") == k_application_id);
   for (const char* table : {"kernels", "devices", "jobs", "results", "winners"}) {
     INFO(table);
@@ -717,7 +717,7 @@ TEST_CASE("a database from a newer ktune is refused", "[db]") {
   CHECK(raw.integer("SELECT count(*) FROM jobs") == 1);
 }
 
-TEST_CASE("reopening a v1 database migrates nothing and keeps the data", "[db]") {
+TEST_CASE("reopening a current database migrates nothing and keeps the data", "[db]") {
   test::TempDir dir;
   const std::string path = dir.str() + "/ktune.db";
   std::int64_t job_id = 0;
@@ -733,7 +733,7 @@ TEST_CASE("reopening a v1 database migrates nothing and keeps the data", "[db]")
   const auto version_before = watcher.integer("PRAGMA data_version");
   {
     Store store = open_store(path);
-    CHECK(store.schema_version() == 1);
+    CHECK(store.schema_version() == k_schema_version);
     CHECK(must(store.job_results(job_id)).size() == 1);
     CHECK(must(store.all_winners()).size() == 1);
   }

@@ -155,7 +155,7 @@ TEST_CASE("ktuned tunes a kernel and stores every candidate and serves the winne
     json before = lookup(c, shape);
     CHECK(before.at("rung") == "default");
     CHECK(before.at("exact") == false);
-    CHECK(before.at("reason") == "not_tuned");
+    CHECK(before.at("reason") == "device_never_tuned");
     CHECK(before.at("config").at("BM") == 64);
 
     std::vector<json> events;
@@ -217,8 +217,11 @@ TEST_CASE("ktuned tunes a kernel and stores every candidate and serves the winne
     CHECK(hit.at("job") == job_id);
 
     json miss = lookup(c, "M=48,N=48,K=48");
-    CHECK(miss.at("rung") == "default");
-    CHECK(miss.at("reason") == "not_tuned");
+    CHECK(miss.at("rung") == "nearest");
+    CHECK(miss.at("exact") == false);
+    CHECK(miss.at("from_shape") == shape);
+    CHECK(miss.at("config") == winner_config);
+    CHECK(miss.at("reason") == "shape_not_tuned");
 
     json jobs = ok_result(c, {{"op", "jobs"}, {"limit", 10}});
     REQUIRE(!jobs.at("jobs").empty());

@@ -1,0 +1,340 @@
+// bench_strategies: every search strategy on every recorded GPU space of the shared dataset,
+// at budgets of 0.5%, 1%, 2% and 5% of each space's valid configs, 20 repeats each.
+//
+//   bench_strategies DATA_DIR [--repeats N] [--threads N] [--strategies a,b] [--only SUBSTRING]
+//
+// DATA_DIR is ../shared/datasets/gpu-cache (README.md, FORMAT.md there). Every .json and .json.gz
+// under it is read except spaces/ (search-space specifications, not results); files replay
+// cannot use (the "score" objective of published/) are listed as skipped with the reason.
+// Prints per-file tables, the mean over files, and as its last line one JSON object:
+//   {"bench":"strategies","best_strategy":..,"frac_at_1pct":..,"frac_at_2pct":..,
+//    "beats_random_at_1pct_every_file":..,"table":{strategy:{budget:frac}}, ...}
+// best_strategy = the highest mean fraction at 2% (then at 1%). It beats random at 1% on a file
+// when its mean there exceeds both the simulated random strategy and the exact expectation of
+// uniform random sampling (computed from the recorded times, no sampling noise).
+// A run's proposals do not depend on its budget, so one run of 5% gives all four budgets.
+#include "replay/file_reader.hpp"
+#include "replay/recorded_space.hpp"
+#include "replay/replay.hpp"
+#include "search/strategy.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fs = std::filesystem;
+using ktune::replay::RecordedSpace;
+
+namespace {
+
+constexpr double k_budget_percent[] = {0.5, 1.0, 2.0, 5.0};
+constexpr std::size_t k_budgets = std::size(k_budget_percent);
+constexpr const char* k_budget_names[] = {"0.5%", "1%", "2%", "5%"};
+constexpr std::uint64_t k_seed = 20240601;
+
+struct DataFile {
+  std::string relative; // to the data directory
+  std::string path;
+  std::optional<RecordedSpace> space;
+  std::string skipped; // why the file was not used
+  std::size_t evaluations[k_budgets] = {};
+  double random_expected[k_budgets] = {};
+};
+
+// Exact mean fraction of optimum of uniform sampling without replacement of `m` of the n valid
+// configs (failed ones contribute nothing): P(best rank >= k) = C(n-k+1, m) / C(n, m).
+double expected_random_fraction(const RecordedSpace& space, std::size_t m) {
+  std::vector<double> times;
+  for (const auto& t : space.time_ms) {
+    if (t) times.push_back(*t);
+  }
+  std::sort(times.begin(), times.end());
+  const auto n = static_cast<double>(space.time_ms.size());
+  const auto md = static_cast<double>(m);
+  auto log_choose = [](double a, double b) { return std::lgamma(a + 1) - std::lgamma(b + 1) - std::lgamma(a - b + 1); };
+  double expected = 0;
+  double p_at_least = 1; // P(best rank >= k), k = 1
+  for (std::size_t k = 1; k <= times.size(); ++k) {
+    const double rest = n - static_cast<double>(k);
+    const double p_next = rest >= md ? std::exp(log_choose(rest, md) - log_choose(n, md)) : 0.0;
+    expected += (p_at_least - p_next) * space.optimum_ms / times[k - 1];
+    p_at_least = p_next;
+  }
+  return expected;
+}
+
+std::string fixed(double v, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, v);
+  return buffer;
+}
+
+std::string pad(const std::string& s, std::size_t width, bool left = false) {
+  if (s.size() >= width) return s;
+  return left ? s + std::string(width - s.size(), ' ') : std::string(width - s.size(), ' ') + s;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+template <class Work>
+void parallel_for(std::size_t count, unsigned threads, Work work) {
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(1u, threads); ++t) {
+    pool.emplace_back([&] {
+      for (std::size_t i = next++; i < count; i = next++) work(i);
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+
+int usage() {
+  std::cerr << "usage: bench_strategies DATA_DIR [--repeats N] [--threads N] [--strategies a,b] [--only SUBSTRING]\n";
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  const fs::path data_dir = argv[1];
+  std::size_t repeats = 20;
+  unsigned threads = 2;
+  std::vector<std::string> strategies = ktune::search::strategy_names();
+  std::string only;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) return usage();
+    const std::string value = argv[++i];
+    try {
+      if (arg == "--repeats") {
+        repeats = std::stoul(value);
+      } else if (arg == "--threads") {
+        threads = static_cast<unsigned>(std::stoul(value));
+      } else if (arg == "--strategies") {
+        strategies = split(value);
+      } else if (arg == "--only") {
+        only = value;
+      } else {
+        return usage();
+      }
+    } catch (const std::exception&) {
+      return usage();
+    }
+  }
+  if (repeats == 0 || strategies.empty()) return usage();
+  if (std::find(strategies.begin(), strategies.end(), "random") == strategies.end()) strategies.push_back("random");
+  const auto started = std::chrono::steady_clock::now();
+
+  std::error_code ec;
+  if (!fs::is_directory(data_dir, ec)) {
+    std::cerr << "bench_strategies: " << data_dir.string() << ": not a directory (expected the gpu-cache dataset)\n";
+    return 1;
+  }
+  std::vector<DataFile> files;
+  for (auto it = fs::recursive_directory_iterator(data_dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_regular_file()) continue;
+    const std::string name = it->path().filename().string();
+    const bool json = name.ends_with(".json") || name.ends_with(".json.gz");
+    const std::string relative = fs::relative(it->path(), data_dir).generic_string();
+    if (!json || relative.starts_with("spaces/")) continue;
+    if (!only.empty() && relative.find(only) == std::string::npos) continue;
+    files.push_back(DataFile{relative, it->path().string(), std::nullopt, "", {}, {}});
+  }
+  std::sort(files.begin(), files.end(), [](const DataFile& a, const DataFile& b) { return a.relative < b.relative; });
+  if (files.empty()) {
+    std::cerr << "bench_strategies: no .json or .json.gz result files under " << data_dir.string() << '\n';
+    return 1;
+  }
+
+  parallel_for(files.size(), threads, [&](std::size_t i) {
+    DataFile& f = files[i];
+    auto text = ktune::replay::read_text_file(f.path);
+    if (!text) {
+      f.skipped = text.error().message + " (" + text.error().code + ")";
+      return;
+    }
+    auto parsed = ktune::replay::parse_recorded_space(*text, f.relative);
+    if (!parsed) {
+      f.skipped = parsed.error().message + " (" + parsed.error().code + ")"; // the message names the file
+      return;
+    }
+    f.space = std::move(parsed).value();
+    for (std::size_t b = 0; b < k_budgets; ++b) {
+      const double count = std::round(k_budget_percent[b] / 100.0 * static_cast<double>(f.space->space.size()));
+      f.evaluations[b] = std::max<std::size_t>(1, static_cast<std::size_t>(count));
+      f.random_expected[b] = expected_random_fraction(*f.space, f.evaluations[b]);
+    }
+  });
+  std::vector<std::size_t> used;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (files[i].space) used.push_back(i);
+  }
+  if (used.empty()) {
+    std::cerr << "bench_strategies: no usable result file under " << data_dir.string() << '\n';
+    return 1;
+  }
+
+  // fraction[file][strategy][budget][repeat]
+  const std::size_t n_strategies = strategies.size();
+  std::vector<double> fraction(used.size() * n_strategies * k_budgets * repeats, 0.0);
+  auto slot = [&](std::size_t f, std::size_t s, std::size_t b, std::size_t r) -> double& {
+    return fraction[((f * n_strategies + s) * k_budgets + b) * repeats + r];
+  };
+  std::mutex error_mutex;
+  std::string first_error;
+  const std::size_t jobs = used.size() * n_strategies * repeats;
+  // Largest spaces first, so that the two threads finish together.
+  std::vector<std::size_t> order(jobs);
+  for (std::size_t j = 0; j < jobs; ++j) order[j] = j;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return files[used[a / (n_strategies * repeats)]].space->space.size() >
+           files[used[b / (n_strategies * repeats)]].space->space.size();
+  });
+  parallel_for(jobs, threads, [&](std::size_t k) {
+    const std::size_t j = order[k];
+    const std::size_t f = j / (n_strategies * repeats);
+    const std::size_t s = (j / repeats) % n_strategies;
+    const std::size_t r = j % repeats;
+    const DataFile& file = files[used[f]];
+    const RecordedSpace& space = *file.space;
+    auto run = ktune::replay::replay_run(space, strategies[s], file.evaluations[k_budgets - 1],
+                                         ktune::replay::repeat_seed(k_seed, r));
+    if (!run) {
+      std::lock_guard lock(error_mutex);
+      if (first_error.empty()) first_error = run.error().message;
+      return;
+    }
+    for (std::size_t b = 0; b < k_budgets; ++b) {
+      const auto& best_after = run->best_after;
+      if (best_after.empty()) continue;
+      const double best = best_after[std::min(file.evaluations[b], best_after.size()) - 1];
+      slot(f, s, b, r) = std::isfinite(best) ? space.optimum_ms / best : 0.0;
+    }
+  });
+  if (!first_error.empty()) {
+    std::cerr << "bench_strategies: " << first_error << '\n';
+    return 1;
+  }
+
+  auto mean_of = [&](std::size_t f, std::size_t s, std::size_t b) {
+    double sum = 0;
+    for (std::size_t r = 0; r < repeats; ++r) sum += slot(f, s, b, r);
+    return sum / static_cast<double>(repeats);
+  };
+
+  std::cout << "bench strategies: " << used.size() << " recorded spaces, " << n_strategies << " strategies, "
+            << repeats << " repeats, budgets 0.5% 1% 2% 5% of the valid configs; mean fraction of optimum\n";
+  for (const auto& f : files) {
+    if (!f.space) std::cout << "skipped " << f.skipped << '\n';
+  }
+  for (std::size_t f = 0; f < used.size(); ++f) {
+    const DataFile& file = files[used[f]];
+    std::cout << "\n" << file.relative << "  (" << file.space->space.size() << " valid configs, " << file.space->failed
+              << " failed; evaluations";
+    for (std::size_t b = 0; b < k_budgets; ++b) std::cout << ' ' << file.evaluations[b];
+    std::cout << ")\n  " << pad("strategy", 18, true);
+    for (const char* name : k_budget_names) std::cout << pad(name, 8);
+    std::cout << '\n';
+    for (std::size_t s = 0; s < n_strategies; ++s) {
+      std::cout << "  " << pad(strategies[s], 18, true);
+      for (std::size_t b = 0; b < k_budgets; ++b) std::cout << pad(fixed(mean_of(f, s, b), 3), 8);
+      std::cout << '\n';
+    }
+    std::cout << "  " << pad("(random, exact)", 18, true);
+    for (std::size_t b = 0; b < k_budgets; ++b) std::cout << pad(fixed(file.random_expected[b], 3), 8);
+    std::cout << '\n';
+  }
+
+  // Means over files.
+  std::vector<std::vector<double>> table(n_strategies, std::vector<double>(k_budgets, 0.0));
+  std::vector<double> random_exact(k_budgets, 0.0);
+  for (std::size_t s = 0; s < n_strategies; ++s) {
+    for (std::size_t b = 0; b < k_budgets; ++b) {
+      for (std::size_t f = 0; f < used.size(); ++f) table[s][b] += mean_of(f, s, b);
+      table[s][b] /= static_cast<double>(used.size());
+    }
+  }
+  for (std::size_t b = 0; b < k_budgets; ++b) {
+    for (std::size_t f = 0; f < used.size(); ++f) random_exact[b] += files[used[f]].random_expected[b];
+    random_exact[b] /= static_cast<double>(used.size());
+  }
+  std::cout << "\nmean over " << used.size() << " files\n  " << pad("strategy", 18, true);
+  for (const char* name : k_budget_names) std::cout << pad(name, 8);
+  std::cout << '\n';
+  for (std::size_t s = 0; s < n_strategies; ++s) {
+    std::cout << "  " << pad(strategies[s], 18, true);
+    for (std::size_t b = 0; b < k_budgets; ++b) std::cout << pad(fixed(table[s][b], 3), 8);
+    std::cout << '\n';
+  }
+  std::cout << "  " << pad("(random, exact)", 18, true);
+  for (std::size_t b = 0; b < k_budgets; ++b) std::cout << pad(fixed(random_exact[b], 3), 8);
+  std::cout << '\n';
+
+  std::size_t best = 0;
+  for (std::size_t s = 1; s < n_strategies; ++s) {
+    if (table[s][2] > table[best][2] || (table[s][2] == table[best][2] && table[s][1] > table[best][1])) best = s;
+  }
+  const std::size_t random_index =
+      static_cast<std::size_t>(std::find(strategies.begin(), strategies.end(), "random") - strategies.begin());
+  bool beats_everywhere = true;
+  std::cout << "\nbest strategy " << strategies[best] << " at 1% vs random (simulated / exact):\n";
+  for (std::size_t f = 0; f < used.size(); ++f) {
+    const double mine = mean_of(f, best, 1);
+    const double simulated = mean_of(f, random_index, 1);
+    const double exact = files[used[f]].random_expected[1];
+    const bool beats = mine > simulated && mine > exact;
+    beats_everywhere = beats_everywhere && beats;
+    std::cout << "  " << pad(files[used[f]].relative, 58, true) << fixed(mine, 3) << "  vs " << fixed(simulated, 3)
+              << " / " << fixed(exact, 3) << (beats ? "" : "  NOT BEATEN") << '\n';
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::cout << "elapsed " << fixed(seconds, 1) << " s on " << threads << " threads\n";
+
+  nlohmann::json table_json = nlohmann::json::object();
+  for (std::size_t s = 0; s < n_strategies; ++s) {
+    nlohmann::json row = nlohmann::json::object();
+    for (std::size_t b = 0; b < k_budgets; ++b) row[k_budget_names[b]] = std::round(table[s][b] * 1e4) / 1e4;
+    table_json[strategies[s]] = row;
+  }
+  nlohmann::json random_json = nlohmann::json::object();
+  for (std::size_t b = 0; b < k_budgets; ++b) random_json[k_budget_names[b]] = std::round(random_exact[b] * 1e4) / 1e4;
+  nlohmann::json files_json = nlohmann::json::array();
+  for (std::size_t f : used) files_json.push_back(files[f].relative);
+  const nlohmann::json summary{
+      {"bench", "strategies"},
+      {"best_strategy", strategies[best]},
+      {"frac_at_1pct", std::round(table[best][1] * 1e4) / 1e4},
+      {"frac_at_2pct", std::round(table[best][2] * 1e4) / 1e4},
+      {"beats_random_at_1pct_every_file", beats_everywhere},
+      {"table", table_json},
+      {"random_exact", random_json},
+      {"files", files_json},
+      {"repeats", repeats},
+  };
+  std::cout << summary.dump() << std::endl;
+  return 0;
+}

@@ -1,0 +1,40 @@
+#pragma once
+// Auto-start, in sccache's model: a `ktune` command that needs the daemon connects to it, and
+// when nothing answers starts one and then connects.
+//
+// connect_or_start(socket):
+//   1. connect; done when a daemon answers.
+//   2. take the start lock (<socket>.start.lock, flock, waiting at most `lock_timeout`), so that
+//      racing starters run one at a time; connect again (the previous holder may have started it).
+//   3. clean up after a killed daemon: when the instance lock (core/paths.hpp lock_file) is free,
+//      no ktuned runs, so a socket file and pid file left behind are stale and removed. Only the
+//      start-lock holder does this, and never while a daemon holds the instance lock.
+//   4. spawn ktuned detached (setsid, stdin /dev/null, stdout and stderr appended to
+//      <log_dir>/ktuned.log) with --ready-fd and --idle-s `idle_s` ($KTUNE_AUTOSTART_IDLE_S
+//      overrides it), and wait at most
+//      `ready_timeout` for its "ready <pid>" line on the notify pipe; then connect.
+//   A daemon started concurrently by someone not using the start lock (`ktune daemon start`)
+//   makes ours exit with already_running; the starter then connects to that one.
+// The daemon binary is $KTUNE_DAEMON, else `ktuned` next to the running executable.
+// KTUNE_NO_AUTOSTART set (and not "0") turns step 2 onwards off: the connect error is returned.
+#include "client/client.hpp"
+#include "core/result.hpp"
+
+#include <chrono>
+#include <string>
+
+namespace ktune::cli {
+
+struct AutostartOptions {
+  std::string socket;                      // "" = the instance's default socket
+  double idle_s = 600;                     // passed as ktuned --idle-s
+  std::chrono::milliseconds ready_timeout{10'000};
+  std::chrono::milliseconds lock_timeout{30'000};
+};
+
+// Errors: not_found (no ktuned executable), io_error (lock, log, pipe, spawn),
+// daemon_failed (ktuned exited or did not report ready in time; the message carries the end of
+// its log), and Connection::connect's errors.
+[[nodiscard]] Result<Connection> connect_or_start(const AutostartOptions& options);
+
+} // namespace ktune::cli

@@ -1,0 +1,223 @@
+#include "daemon/compile_check.hpp"
+
+#include "core/param_space.hpp"
+#include "core/shape.hpp"
+#include "daemon/replies.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+namespace ktune::daemon {
+
+namespace code = protocol::code;
+
+namespace {
+
+// "sm_" followed by digits and an optional 'a' or 'f' (the same rule as is_cuda_arch, which is
+// compiled only with the CUDA backend).
+bool looks_like_arch(const std::string& arch) {
+  if (arch.size() < 4 || arch.rfind("sm_", 0) != 0) return false;
+  std::size_t end = arch.size();
+  if (arch.back() == 'a' || arch.back() == 'f') --end;
+  if (end <= 3) return false;
+  return std::all_of(arch.begin() + 3, arch.begin() + static_cast<std::ptrdiff_t>(end),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
+}
+
+std::string first_line(const std::string& log) {
+  std::size_t start = 0;
+  while (start < log.size()) {
+    std::size_t end = log.find('\n', start);
+    if (end == std::string::npos) end = log.size();
+    std::string line = log.substr(start, end - start);
+    if (line.find_first_not_of(" \t\r") != std::string::npos) return line;
+    start = end + 1;
+  }
+  return {};
+}
+
+struct Task {
+  std::size_t config = 0;
+  std::string arch;
+  CompileJob job;
+};
+
+// One running check; kept alive by the reply handlers of its requests.
+struct CheckRun : std::enable_shared_from_this<CheckRun> {
+  std::weak_ptr<Session> session;
+  nlohmann::json id;
+  WorkerPool* workers = nullptr;
+  nlohmann::json header;
+  std::vector<Config> configs;
+  std::vector<Task> tasks;
+  std::vector<nlohmann::json> rows;
+  std::size_t next = 0;
+  std::size_t in_flight = 0;
+  std::size_t errors = 0;
+  bool finished = false;
+
+  void finish_with(const Error& error) {
+    if (finished) return;
+    finished = true;
+    if (auto s = session.lock()) s->send(protocol::encode_error(id, error.code, error.message));
+  }
+
+  void pump() {
+    if (finished) return;
+    if (session.expired()) {
+      finished = true; // nobody to answer: stop handing out compiles
+      return;
+    }
+    while (next < tasks.size()) {
+      auto worker = workers->idle_worker(WorkerRole::compile);
+      if (!worker) return finish_with(worker.error());
+      if (!*worker) break;
+      const std::size_t index = next++;
+      ++in_flight;
+      (*worker)->request("compile", tasks[index].job.to_json(),
+                         [self = shared_from_this(), index](Result<nlohmann::json> reply) {
+                           self->on_reply(index, std::move(reply));
+                         });
+    }
+    if (in_flight == 0 && next < tasks.size()) {
+      return finish_with(make_error(
+          code::no_device, "compile_check: every compile worker is busy with a tune job; retry "
+                           "when it ends"));
+    }
+    if (in_flight == 0 && next == tasks.size()) reply();
+  }
+
+  void on_reply(std::size_t index, Result<nlohmann::json> reply) {
+    --in_flight;
+    if (finished) return;
+    const Task& task = tasks[index];
+    nlohmann::json row{{"config", config_to_json(configs[task.config])}, {"arch", task.arch}};
+    if (!reply) {
+      row.update({{"status", "compile_error"},
+                  {"message", reply.error().code + ": " + reply.error().message},
+                  {"registers", -1}, {"spills", -1}, {"compile_ms", 0}, {"cached", false}});
+    } else {
+      auto outcome = CompileOutcome::from_json(*reply);
+      if (!outcome) {
+        row.update({{"status", "compile_error"}, {"message", outcome.error().message},
+                    {"registers", -1}, {"spills", -1}, {"compile_ms", 0}, {"cached", false}});
+      } else {
+        const bool ok = outcome->status == CandidateStatus::ok;
+        row.update({{"status", std::string(to_string(outcome->status))},
+                    {"message", ok ? std::string() : first_line(outcome->log)},
+                    {"registers", outcome->registers},
+                    {"spills", outcome->spills},
+                    {"compile_ms", outcome->compile_ms},
+                    {"cached", outcome->cached}});
+      }
+    }
+    if (row["status"] != "ok") ++errors;
+    rows[index] = std::move(row);
+    pump();
+  }
+
+  void reply() {
+    finished = true;
+    nlohmann::json out = header;
+    out["compiled"] = tasks.size();
+    out["errors"] = errors;
+    out["rows"] = std::move(rows);
+    if (auto s = session.lock()) s->send(protocol::encode_ok(id, out));
+  }
+};
+
+} // namespace
+
+Result<CompileCheckRequest> CompileCheckRequest::from_json(const nlohmann::json& body) {
+  CompileCheckRequest req;
+  const auto bad = [](const std::string& message) {
+    return make_error(code::bad_request, "compile_check: " + message);
+  };
+  const auto kernel = body.find("kernel");
+  if (kernel == body.end() || !kernel->is_string() || kernel->get<std::string>().empty()) {
+    return bad("field 'kernel' is missing (expected a family name)");
+  }
+  req.kernel = kernel->get<std::string>();
+  const auto arch = body.find("arch");
+  if (arch == body.end()) return bad("field 'arch' is missing (expected [\"sm_90\", ...])");
+  if (arch->is_string()) {
+    req.archs.push_back(arch->get<std::string>());
+  } else if (arch->is_array()) {
+    for (const auto& a : *arch) {
+      if (!a.is_string()) return bad("field 'arch' must hold strings, found " + a.dump());
+      req.archs.push_back(a.get<std::string>());
+    }
+  } else {
+    return bad(std::string("field 'arch' must be an array of strings, found ") + arch->type_name());
+  }
+  if (req.archs.empty()) return bad("field 'arch' is empty (expected at least one sm_XX)");
+  for (const auto& a : req.archs) {
+    if (!looks_like_arch(a)) return bad("arch '" + a + "' is not an architecture like sm_90");
+  }
+  for (auto [key, field] : {std::pair{"shape", &req.shape}, std::pair{"dtype", &req.dtype}}) {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) continue;
+    if (!it->is_string()) {
+      return bad(std::string("field '") + key + "' must be a string, found " + it->type_name());
+    }
+    *field = it->get<std::string>();
+  }
+  return req;
+}
+
+void start_compile_check(const std::shared_ptr<Session>& session, const protocol::Request& request,
+                         KernelRegistry& registry, WorkerPool& workers,
+                         const std::string& cache_dir) {
+  auto fail = [&](const Error& error) {
+    session->send(protocol::encode_error(request.id, error.code, error.message));
+  };
+  auto req = CompileCheckRequest::from_json(request.body);
+  if (!req) return fail(req.error());
+  auto kernel = registry.find(req->kernel, Language::cuda);
+  if (!kernel) return fail(kernel.error());
+  const KernelSpec& spec = kernel->spec;
+
+  std::string shape_text = req->shape;
+  if (shape_text.empty()) {
+    for (const auto& dim : spec.shape_dims) {
+      shape_text += (shape_text.empty() ? "" : ",") + dim + "=4096";
+    }
+  }
+  auto shape = Shape::parse(shape_text);
+  if (!shape) return fail(shape.error());
+  auto conformed = conform_shape(*shape, spec.shape_dims, spec.name);
+  if (!conformed) return fail(conformed.error());
+  const std::string dtype = req->dtype.empty() ? spec.dtypes.front() : req->dtype;
+
+  auto space = ParamSpace::create(spec, *conformed);
+  if (!space) return fail(space.error());
+  auto configs = space->enumerate();
+  if (!configs) return fail(configs.error());
+  if (configs->empty()) {
+    return fail(make_error(code::empty_space, "kernel " + spec.name + " admits no config at " +
+                                                  conformed->to_string()));
+  }
+
+  auto run = std::make_shared<CheckRun>();
+  run->session = session;
+  run->id = request.id;
+  run->workers = &workers;
+  run->configs = std::move(*configs);
+  for (std::size_t c = 0; c < run->configs.size(); ++c) {
+    for (const auto& arch : req->archs) {
+      auto job = make_compile_job(*kernel, run->configs[c], dtype, cache_dir);
+      if (!job) return fail(job.error());
+      job->arch = arch;
+      run->tasks.push_back(Task{c, arch, std::move(*job)});
+    }
+  }
+  run->rows.resize(run->tasks.size());
+  run->header = {{"kernel", spec.name},
+                 {"shape", conformed->to_string()},
+                 {"dtype", dtype},
+                 {"arch", req->archs},
+                 {"configs", run->configs.size()}};
+  run->pump();
+}
+
+} // namespace ktune::daemon

@@ -1,0 +1,249 @@
+#include "daemon/winner_index.hpp"
+
+#include "daemon/replies.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+namespace ktune::daemon {
+
+namespace {
+
+constexpr char k_sep = '\x1f';
+
+std::string pair_key(std::string_view a, std::string_view b) {
+  std::string key;
+  key.reserve(a.size() + b.size() + 1);
+  key.append(a).push_back(k_sep);
+  key.append(b);
+  return key;
+}
+
+void append_double(std::string& out, double value) {
+  if (!std::isfinite(value)) {
+    out += "null";
+    return;
+  }
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, value);
+  out.append(buf, r.ptr);
+}
+
+void append_int(std::string& out, std::int64_t value) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, value);
+  out.append(buf, r.ptr);
+}
+
+// Shapes and names in the index are identifiers, digits, '=' and ','; quoting needs no escapes
+// beyond what nlohmann's dump gives for safety on anything else.
+void append_string(std::string& out, std::string_view text) {
+  const bool plain = std::all_of(text.begin(), text.end(), [](char c) {
+    return c != '"' && c != '\\' && static_cast<unsigned char>(c) >= 0x20;
+  });
+  if (plain) {
+    out.push_back('"');
+    out.append(text);
+    out.push_back('"');
+  } else {
+    out += nlohmann::json(std::string(text)).dump();
+  }
+}
+
+} // namespace
+
+std::string WinnerIndex::group_key(std::string_view kernel, std::string_view dtype,
+                                   std::string_view fingerprint) {
+  std::string key;
+  key.reserve(kernel.size() + dtype.size() + fingerprint.size() + 2);
+  key.append(kernel).push_back(k_sep);
+  key.append(dtype).push_back(k_sep);
+  key.append(fingerprint);
+  return key;
+}
+
+void WinnerIndex::clear() {
+  m_groups.clear();
+  m_kernel_device.clear();
+  m_devices.clear();
+  m_size = 0;
+}
+
+void WinnerIndex::put(const WinnerRecord& record) {
+  auto& group = m_groups[group_key(record.kernel, record.dtype, record.fingerprint)];
+  IndexedWinner entry{record.shape,        shape_log_dims(record.shape), record.source_hash,
+                      record.config,       record.median_ms,             record.gflops,
+                      record.job_id};
+  for (auto& existing : group) {
+    if (existing.shape == record.shape && existing.source_hash == record.source_hash) {
+      existing = std::move(entry);
+      return;
+    }
+  }
+  group.push_back(std::move(entry));
+  ++m_kernel_device[pair_key(record.kernel, record.fingerprint)];
+  ++m_devices[record.fingerprint];
+  ++m_size;
+}
+
+const std::vector<IndexedWinner>* WinnerIndex::group(std::string_view kernel, std::string_view dtype,
+                                                     std::string_view fingerprint) const {
+  const auto it = m_groups.find(group_key(kernel, dtype, fingerprint));
+  return it == m_groups.end() ? nullptr : &it->second;
+}
+
+bool WinnerIndex::kernel_has_winners_on(std::string_view kernel,
+                                        std::string_view fingerprint) const {
+  return m_kernel_device.count(pair_key(kernel, fingerprint)) != 0;
+}
+
+bool WinnerIndex::device_has_winners(std::string_view fingerprint) const {
+  return m_devices.count(std::string(fingerprint)) != 0;
+}
+
+double shape_distance(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size() || a.empty()) return std::numeric_limits<double>::infinity();
+  double sum = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) sum += (a[i] - b[i]) * (a[i] - b[i]);
+  return std::sqrt(sum);
+}
+
+std::vector<double> shape_log_dims(std::string_view shape) {
+  std::vector<double> dims;
+  while (!shape.empty()) {
+    const auto comma = shape.find(',');
+    const std::string_view item = shape.substr(0, comma);
+    const auto eq = item.find('=');
+    if (eq == std::string_view::npos) return {};
+    std::int64_t value = 0;
+    const auto digits = item.substr(eq + 1);
+    const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (r.ec != std::errc() || r.ptr != digits.data() + digits.size() || value <= 0) return {};
+    dims.push_back(std::log(static_cast<double>(value)));
+    if (comma == std::string_view::npos) break;
+    shape.remove_prefix(comma + 1);
+  }
+  return dims;
+}
+
+Result<const CachedKernel*> KernelCache::get(const std::string& name,
+                                             std::chrono::steady_clock::time_point now) {
+  auto it = m_kernels.find(name);
+  if (it != m_kernels.end() && now - it->second.checked_at < k_kernel_refresh) return &it->second;
+  auto loaded = m_registry.find(name);
+  if (!loaded) {
+    if (it != m_kernels.end()) m_kernels.erase(it);
+    return loaded.error();
+  }
+  CachedKernel entry;
+  entry.name = loaded->spec.name;
+  entry.source_hash = loaded->source_hash;
+  entry.dims = loaded->spec.shape_dims;
+  entry.dtypes = loaded->spec.dtypes;
+  entry.runs_on_cpu = loaded->spec.language == Language::cpp;
+  entry.default_config = config_json_text(loaded->spec.default_config);
+  entry.checked_at = now;
+  auto& slot = m_kernels[name];
+  slot = std::move(entry);
+  return &slot;
+}
+
+std::string_view rung_name(Rung rung) {
+  switch (rung) {
+  case Rung::exact: return "exact";
+  case Rung::nearest: return "nearest";
+  case Rung::fallback_default: return "default";
+  }
+  return "default";
+}
+
+LadderAnswer climb_ladder(const WinnerIndex& index, const CachedKernel& kernel,
+                          std::string_view shape, std::string_view dtype,
+                          std::string_view fingerprint) {
+  LadderAnswer answer;
+  bool source_changed = false;
+  if (const auto* group = index.group(kernel.name, dtype, fingerprint)) {
+    const IndexedWinner* nearest = nullptr;
+    double best = std::numeric_limits<double>::infinity();
+    std::vector<double> wanted;
+    for (const auto& w : *group) {
+      if (w.shape == shape) {
+        if (w.source_hash == kernel.source_hash) {
+          answer.rung = Rung::exact;
+          answer.winner = &w;
+          answer.config = &w.config;
+          return answer;
+        }
+        source_changed = true;
+        continue;
+      }
+      if (w.source_hash != kernel.source_hash) continue;
+      if (wanted.empty()) wanted = shape_log_dims(shape);
+      const double d = shape_distance(wanted, w.log_dims);
+      // Ties (equal up to rounding) go to the shape that sorts first, so the answer does not
+      // depend on the order the winners were stored in.
+      constexpr double k_tie = 1e-9;
+      const bool tie = nearest && std::abs(d - best) <= k_tie;
+      if ((!tie && d < best) || (tie && w.shape < nearest->shape)) {
+        best = d;
+        nearest = &w;
+      }
+    }
+    if (nearest) {
+      answer.rung = Rung::nearest;
+      answer.winner = nearest;
+      answer.config = &nearest->config;
+      answer.reason = source_changed ? "source_changed" : "shape_not_tuned";
+      return answer;
+    }
+    // Winners exist for this kernel, dtype and device, all under other source hashes.
+    source_changed = true;
+  }
+  answer.rung = Rung::fallback_default;
+  answer.config = &kernel.default_config;
+  if (source_changed) {
+    answer.reason = "source_changed";
+  } else if (!index.device_has_winners(fingerprint)) {
+    answer.reason = "device_never_tuned";
+  } else if (index.kernel_has_winners_on(kernel.name, fingerprint)) {
+    answer.reason = "dtype_not_tuned";
+  } else {
+    answer.reason = "no_results_for_kernel";
+  }
+  return answer;
+}
+
+void append_lookup_result(std::string& out, const LadderAnswer& answer,
+                          std::optional<std::int64_t> tune_job) {
+  out += "{\"rung\":\"";
+  out += rung_name(answer.rung);
+  out += answer.rung == Rung::exact ? "\",\"exact\":true" : "\",\"exact\":false";
+  out += ",\"config\":";
+  out += answer.config && !answer.config->empty() ? *answer.config : std::string("{}");
+  if (answer.winner) {
+    if (answer.rung == Rung::nearest) {
+      out += ",\"from_shape\":";
+      append_string(out, answer.winner->shape);
+    }
+    out += ",\"median_ms\":";
+    append_double(out, answer.winner->median_ms);
+    out += ",\"gflops\":";
+    append_double(out, answer.winner->gflops);
+    out += ",\"job\":";
+    append_int(out, answer.winner->job_id);
+  }
+  if (!answer.reason.empty()) {
+    out += ",\"reason\":\"";
+    out += answer.reason;
+    out += '"';
+  }
+  if (tune_job) {
+    out += ",\"tune_job\":";
+    append_int(out, *tune_job);
+  }
+  out += '}';
+}
+
+} // namespace ktune::daemon

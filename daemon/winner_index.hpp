@@ -1,0 +1,120 @@
+#pragma once
+// WinnerIndex: every stored winner, in memory, so that a lookup never queries SQLite. Loaded from
+// Store::all_winners at start and updated with one put() per finished job.
+//
+// LookupLadder answers a lookup from the index (docs/protocol.md § lookup):
+//   exact   the winner of (kernel, current source hash, shape, dtype, device fingerprint);
+//   nearest the winner of the closest tuned shape of the same kernel, source hash, dtype and
+//           device, by Euclidean distance between the logs of the shape dims (exact:false,
+//           from_shape names the shape the config was tuned at);
+//   default the kernel's [default] config.
+// A reply below `exact` carries a reason: source_changed, shape_not_tuned, dtype_not_tuned,
+// device_never_tuned or no_results_for_kernel.
+//
+// KernelCache keeps, per kernel, what a lookup needs from the kernel registry (current source
+// hash, dims, dtypes, language, [default] as JSON text); an entry is re-read from the registry
+// when it is older than `k_kernel_refresh`, so an edited kernel is seen within about a second and
+// the registry (a few file reads) stays off the per-lookup path.
+//
+// Not thread-safe: everything runs on ktuned's io thread.
+#include "compiler/kernel_registry.hpp"
+#include "core/result.hpp"
+#include "db/store.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace ktune::daemon {
+
+struct IndexedWinner {
+  std::string shape;               // canonical text, the kernel's dim order
+  std::vector<double> log_dims;    // log of every dim value, in the same order
+  std::string source_hash;
+  std::string config;              // canonical JSON object text
+  double median_ms = 0;
+  double gflops = 0;
+  std::int64_t job_id = 0;
+};
+
+class WinnerIndex {
+public:
+  void clear();
+  // Replaces the winner of the record's key (kernel, source hash, shape, dtype, fingerprint).
+  void put(const WinnerRecord& record);
+  [[nodiscard]] std::size_t size() const { return m_size; }
+
+  // All winners of (kernel, dtype, fingerprint), any source hash; nullptr when none.
+  [[nodiscard]] const std::vector<IndexedWinner>* group(std::string_view kernel,
+                                                        std::string_view dtype,
+                                                        std::string_view fingerprint) const;
+  [[nodiscard]] bool kernel_has_winners_on(std::string_view kernel,
+                                           std::string_view fingerprint) const;
+  [[nodiscard]] bool device_has_winners(std::string_view fingerprint) const;
+
+private:
+  static std::string group_key(std::string_view kernel, std::string_view dtype,
+                               std::string_view fingerprint);
+  std::unordered_map<std::string, std::vector<IndexedWinner>> m_groups;
+  std::unordered_map<std::string, int> m_kernel_device;   // "kernel\x1f fingerprint" -> count
+  std::unordered_map<std::string, int> m_devices;         // fingerprint -> count
+  std::size_t m_size = 0;
+};
+
+// The log-space distance between two shapes of one kernel (same dims, same order).
+[[nodiscard]] double shape_distance(const std::vector<double>& a, const std::vector<double>& b);
+// Logs of the values of a canonical shape text "M=1,N=2"; empty when the text does not parse.
+[[nodiscard]] std::vector<double> shape_log_dims(std::string_view shape);
+
+struct CachedKernel {
+  std::string name;
+  std::string source_hash;
+  std::vector<std::string> dims;
+  std::vector<std::string> dtypes;
+  bool runs_on_cpu = true;         // language cpp
+  std::string default_config;      // JSON object text, params order
+  std::chrono::steady_clock::time_point checked_at;
+};
+
+class KernelCache {
+public:
+  static constexpr auto k_kernel_refresh = std::chrono::seconds(1);
+
+  explicit KernelCache(KernelRegistry& registry) : m_registry(registry) {}
+  // The cached entry, re-read through the registry when missing or older than k_kernel_refresh.
+  // Errors: the registry's (unknown_kernel, spec_error).
+  [[nodiscard]] Result<const CachedKernel*> get(const std::string& name,
+                                                std::chrono::steady_clock::time_point now);
+  void invalidate() { m_kernels.clear(); }
+
+private:
+  KernelRegistry& m_registry;
+  std::unordered_map<std::string, CachedKernel> m_kernels;
+};
+
+enum class Rung { exact, nearest, fallback_default };
+
+struct LadderAnswer {
+  Rung rung = Rung::fallback_default;
+  const std::string* config = nullptr;       // JSON object text (points into index or cache)
+  const IndexedWinner* winner = nullptr;     // exact and nearest
+  std::string_view reason;                   // empty for exact
+};
+
+[[nodiscard]] std::string_view rung_name(Rung rung);
+
+// Walks the ladder for an already-validated key (`shape` canonical for `kernel`).
+[[nodiscard]] LadderAnswer climb_ladder(const WinnerIndex& index, const CachedKernel& kernel,
+                                        std::string_view shape, std::string_view dtype,
+                                        std::string_view fingerprint);
+
+// Appends the lookup result object ({"rung":...}, docs/protocol.md) for `answer` to `out`;
+// a `tune_job` adds "tune_job": the id of the tune-on-miss job for this key.
+void append_lookup_result(std::string& out, const LadderAnswer& answer,
+                          std::optional<std::int64_t> tune_job);
+
+} // namespace ktune::daemon

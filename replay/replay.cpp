@@ -1,0 +1,110 @@
+#include "replay/replay.hpp"
+
+#include "search/stop_condition.hpp"
+#include "search/strategy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace ktune::replay {
+
+std::uint64_t repeat_seed(std::uint64_t seed, std::size_t repeat) {
+  std::uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (static_cast<std::uint64_t>(repeat) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+Result<ReplayRun> replay_run(const RecordedSpace& recorded, const std::string& strategy,
+                                       std::size_t budget, std::uint64_t seed, std::size_t batch) {
+  auto made = search::make_strategy(strategy, recorded.space, seed);
+  if (!made) return made.error();
+  search::Strategy& s = **made;
+  const auto start = search::StopCondition::Clock::time_point{};
+  search::StopCondition stop(search::Budget{budget, std::nullopt, std::nullopt, std::nullopt}, recorded.space.size(),
+                             start);
+  ReplayRun run;
+  run.proposals.reserve(stop.evaluation_limit());
+  run.best_after.reserve(stop.evaluation_limit());
+  double best = std::numeric_limits<double>::infinity();
+  while (!stop.reached(start)) {
+    const auto proposed = s.propose(std::min(std::max<std::size_t>(batch, 1), stop.proposals_left(s.pending_count())));
+    if (proposed.empty()) break; // cannot happen with nothing pending unless exhausted
+    for (std::size_t id : proposed) {
+      const auto& t = recorded.time_ms[id];
+      // Proposals are valid and new by contract; an error here is a bug in a strategy.
+      const auto observed = s.observe(id, t);
+      if (!observed) return observed.error();
+      stop.record(t);
+      if (t) {
+        best = std::min(best, *t);
+      } else {
+        ++run.failed;
+      }
+      run.proposals.push_back(id);
+      run.best_after.push_back(best);
+    }
+  }
+  return run;
+}
+
+std::vector<std::size_t> even_checkpoints(std::size_t budget, std::size_t steps) {
+  std::vector<std::size_t> out;
+  if (budget == 0) return out;
+  steps = std::max<std::size_t>(1, steps);
+  for (std::size_t i = 1; i <= steps; ++i) {
+    const auto k = static_cast<std::size_t>(std::llround(static_cast<double>(budget) * static_cast<double>(i) /
+                                                         static_cast<double>(steps)));
+    if (k >= 1 && (out.empty() || k > out.back())) out.push_back(k);
+  }
+  if (out.empty() || out.back() != budget) out.push_back(budget);
+  return out;
+}
+
+Result<ReplayReport> run_replay(const RecordedSpace& recorded, const ReplayOptions& options) {
+  if (options.budget == 0) return make_error("bad_budget", "replay: expected a budget of at least 1 evaluation");
+  if (options.repeats == 0) return make_error("bad_budget", "replay: expected at least 1 repeat");
+  if (options.batch == 0) return make_error("bad_budget", "replay: expected a batch of at least 1 config");
+  ReplayReport report;
+  report.strategy = options.strategy;
+  report.repeats = options.repeats;
+  report.budget = std::min(options.budget, recorded.space.size());
+  std::vector<std::size_t> checkpoints = options.checkpoints;
+  if (checkpoints.empty()) checkpoints.push_back(options.budget);
+  for (std::size_t i = 0; i < checkpoints.size(); ++i) {
+    if (checkpoints[i] == 0 || checkpoints[i] > options.budget || (i > 0 && checkpoints[i] <= checkpoints[i - 1])) {
+      return make_error("bad_budget", "replay: checkpoints must ascend within [1, " + std::to_string(options.budget) +
+                                          "], found " + std::to_string(checkpoints[i]) + " at position " + std::to_string(i));
+    }
+  }
+  for (auto& c : checkpoints) c = std::min(c, report.budget);
+  checkpoints.erase(std::unique(checkpoints.begin(), checkpoints.end()), checkpoints.end());
+  for (std::size_t c : checkpoints) report.checkpoints.push_back(CheckpointStats{c, 0, 1, 0, 0});
+
+  double failed_total = 0;
+  for (std::size_t r = 0; r < options.repeats; ++r) {
+    auto run = replay_run(recorded, options.strategy, report.budget, repeat_seed(options.seed, r), options.batch);
+    if (!run) return run.error();
+    const auto& best_after = run->best_after;
+    for (auto& cp : report.checkpoints) {
+      const double best = best_after.empty() ? std::numeric_limits<double>::infinity()
+                                             : best_after[std::min(cp.evaluations, best_after.size()) - 1];
+      const double fraction = std::isfinite(best) ? recorded.optimum_ms / best : 0.0;
+      cp.mean_fraction += fraction;
+      cp.min_fraction = std::min(cp.min_fraction, fraction);
+      cp.max_fraction = std::max(cp.max_fraction, fraction);
+      if (best <= recorded.optimum_ms) cp.optimum_rate += 1;
+    }
+    failed_total += static_cast<double>(run->failed);
+  }
+  const auto n = static_cast<double>(options.repeats);
+  for (auto& cp : report.checkpoints) {
+    cp.mean_fraction /= n;
+    cp.optimum_rate /= n;
+  }
+  report.mean_failed = failed_total / n;
+  return report;
+}
+
+} // namespace ktune::replay

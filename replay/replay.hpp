@@ -1,0 +1,65 @@
+#pragma once
+// Replay: runs a strategy against a RecordedSpace, answering every proposed config from the
+// recorded times instead of compiling and measuring it. The strategy code is the one live tuning
+// runs (search/strategy.hpp); no device, no files, no clock.
+//
+// Fraction of optimum after k evaluations = optimum time in the file / time of the best config
+// found within the first k evaluations (0 while no evaluation succeeded); 1.0 = optimum found.
+#include "core/result.hpp"
+#include "replay/recorded_space.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ktune::replay {
+
+struct ReplayOptions {
+  std::string strategy;       // a name of search::strategy_names()
+  std::size_t budget = 0;     // evaluations per run, >= 1; capped at the space size
+  std::size_t repeats = 1;    // independent runs, >= 1
+  std::uint64_t seed = 0;     // run r uses repeat_seed(seed, r)
+  std::size_t batch = 1;      // configs asked of the strategy at a time, >= 1
+  // Evaluation counts to report, ascending, each in [1, budget]; empty = {budget}.
+  std::vector<std::size_t> checkpoints;
+};
+
+struct CheckpointStats {
+  std::size_t evaluations = 0;
+  double mean_fraction = 0; // over the repeats
+  double min_fraction = 0;
+  double max_fraction = 0;
+  double optimum_rate = 0;  // share of the repeats that found the optimum
+};
+
+struct ReplayReport {
+  std::string strategy;
+  std::size_t budget = 0; // after capping at the space size
+  std::size_t repeats = 0;
+  std::vector<CheckpointStats> checkpoints;
+  double mean_failed = 0; // failed evaluations per run, averaged
+};
+
+// The seed of run `repeat` (splitmix64 of both): runs differ, and are reproducible one by one.
+[[nodiscard]] std::uint64_t repeat_seed(std::uint64_t seed, std::size_t repeat);
+
+struct ReplayRun {
+  std::vector<std::size_t> proposals; // config ids in the order they were evaluated
+  std::vector<double> best_after;     // best time after each evaluation; +infinity until one succeeds
+  std::size_t failed = 0;             // evaluations of configs recorded as failed
+};
+
+// One run of at most `budget` evaluations. Errors: "unknown_strategy".
+[[nodiscard]] Result<ReplayRun> replay_run(const RecordedSpace& recorded, const std::string& strategy,
+                                                     std::size_t budget, std::uint64_t seed, std::size_t batch = 1);
+
+// `repeats` runs, summarised at the checkpoints. Errors: "unknown_strategy", "bad_budget"
+// (budget 0, repeats 0, batch 0, checkpoints not ascending within [1, budget]).
+[[nodiscard]] Result<ReplayReport> run_replay(const RecordedSpace& recorded, const ReplayOptions& options);
+
+// Evaluation counts at which a convergence table shows progress: `steps` (>= 1) points spread
+// evenly up to `budget`, ascending, without duplicates, always ending with `budget`.
+[[nodiscard]] std::vector<std::size_t> even_checkpoints(std::size_t budget, std::size_t steps);
+
+} // namespace ktune::replay

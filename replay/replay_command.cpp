@@ -1,0 +1,159 @@
+#include "replay/replay_command.hpp"
+
+#include "replay/file_reader.hpp"
+#include "replay/recorded_space.hpp"
+#include "replay/replay.hpp"
+#include "search/stop_condition.hpp"
+#include "search/strategy.hpp"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+namespace ktune::replay {
+
+namespace {
+
+constexpr int k_exit_ok = 0;
+constexpr int k_exit_error = 1;
+constexpr int k_exit_usage = 2;
+
+std::string fixed(double v, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, v);
+  return buffer;
+}
+
+std::string pad_left(const std::string& s, std::size_t width) {
+  return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
+}
+
+std::string strategy_list() {
+  std::string out;
+  for (const auto& n : search::strategy_names()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+} // namespace
+
+int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, std::ostream& err) {
+  auto fail = [&](const Error& e, int code) {
+    err << "ktune: " << e.code << ": " << e.message << '\n';
+    return code;
+  };
+  const auto& names = search::strategy_names();
+  if (std::find(names.begin(), names.end(), options.strategy) == names.end()) {
+    return fail(make_error("unknown_strategy", "unknown strategy '" + options.strategy + "'; expected one of: " +
+                                                   strategy_list()),
+                k_exit_usage);
+  }
+  if (options.repeats == 0) return fail(make_error("bad_repeats", "--repeats: expected at least 1"), k_exit_usage);
+  if (options.batch == 0) return fail(make_error("bad_batch", "--batch: expected at least 1"), k_exit_usage);
+
+  auto text = read_text_file(options.file);
+  if (!text) return fail(text.error(), k_exit_error);
+  const std::string label = std::filesystem::path(options.file).filename().string();
+  auto recorded = parse_recorded_space(*text, label);
+  if (!recorded) return fail(recorded.error(), k_exit_error);
+  text->clear();
+  text->shrink_to_fit();
+
+  const std::size_t valid = recorded->space.size();
+  auto budget = search::parse_evaluation_budget(options.budget, valid);
+  if (!budget) return fail(budget.error(), k_exit_usage);
+  const std::size_t evaluations = std::min(*budget, valid);
+
+  ReplayOptions replay_options;
+  replay_options.strategy = options.strategy;
+  replay_options.budget = evaluations;
+  replay_options.repeats = options.repeats;
+  replay_options.seed = options.seed;
+  replay_options.batch = options.batch;
+  replay_options.checkpoints = even_checkpoints(evaluations, options.json ? 1 : std::max<std::size_t>(1, options.steps));
+  auto report = run_replay(*recorded, replay_options);
+  if (!report) return fail(report.error(), k_exit_error);
+  const CheckpointStats& final_stats = report->checkpoints.back();
+
+  if (options.json) {
+    const nlohmann::json result{
+        {"file", options.file},
+        {"strategy", options.strategy},
+        {"budget", evaluations},
+        {"space_size", recorded->space.cartesian_size()},
+        {"valid_configs", valid},
+        {"failed_configs", recorded->failed},
+        {"optimum_ms", recorded->optimum_ms},
+        {"mean_fraction", final_stats.mean_fraction},
+        {"min_fraction", final_stats.min_fraction},
+        {"repeats", options.repeats},
+        {"seed", options.seed},
+    };
+    out << result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    return k_exit_ok;
+  }
+
+  out << "file       " << options.file << " (" << to_string(recorded->format)
+      << (recorded->was_unterminated ? ", unterminated: read up to its last complete entry" : "") << ")\n";
+  if (!recorded->kernel_name.empty() || !recorded->device_name.empty()) {
+    out << "kernel     " << (recorded->kernel_name.empty() ? "-" : recorded->kernel_name) << " on "
+        << (recorded->device_name.empty() ? "-" : recorded->device_name) << '\n';
+  }
+  out << "space      " << valid << " valid configs of " << recorded->space.cartesian_size() << " ("
+      << recorded->measured << " measured, " << recorded->failed << " failed)\n";
+  out << "optimum    " << recorded->optimum_ms << " ms  " << recorded->config_text(recorded->optimum_config) << '\n';
+  out << "strategy   " << options.strategy << ", budget " << evaluations << " evaluations ("
+      << fixed(100.0 * static_cast<double>(evaluations) / static_cast<double>(valid), 2) << "% of valid), "
+      << options.repeats << " repeats, seed " << options.seed;
+  if (options.batch > 1) out << ", batches of " << options.batch;
+  out << "\n\n";
+  out << " EVALS  %VALID  MEAN_FRAC  MIN_FRAC  MAX_FRAC  FOUND_OPT\n";
+  for (const auto& cp : report->checkpoints) {
+    out << pad_left(std::to_string(cp.evaluations), 6) << "  "
+        << pad_left(fixed(100.0 * static_cast<double>(cp.evaluations) / static_cast<double>(valid), 2), 6) << "  "
+        << pad_left(fixed(cp.mean_fraction, 4), 9) << "  " << pad_left(fixed(cp.min_fraction, 4), 8) << "  "
+        << pad_left(fixed(cp.max_fraction, 4), 8) << "  " << pad_left(fixed(100.0 * cp.optimum_rate, 0) + "%", 9)
+        << '\n';
+  }
+  out << "\nfraction of optimum = optimum time / best time found (1 = optimum), averaged over "
+      << options.repeats << " repeats; failed evaluations per run: " << fixed(report->mean_failed, 1) << '\n';
+  return k_exit_ok;
+}
+
+ReplayCommand::ReplayCommand(CLI::App& app) {
+  m_command = app.add_subcommand("replay", "Replay a recorded GPU search space with a search strategy");
+  m_command->add_option("file", m_options.file,
+                        "Kernel Tuner cache (.json or .json.gz), T4 results file or old results list")
+      ->required();
+  m_command->add_option("--strategy", m_options.strategy, "search strategy: " + strategy_list())
+      ->check(CLI::IsMember(search::strategy_names()));
+  m_command->add_option("--budget", m_options.budget,
+                        "evaluations per run, or a percentage of the valid configs (e.g. 2%)");
+  m_command->add_option("--repeats", m_options.repeats, "independent runs to average")->check(CLI::PositiveNumber);
+  m_command->add_option("--seed", m_options.seed, "seed of the first run (the runs' seeds derive from it)");
+  m_command->add_option("--steps", m_options.steps, "rows of the convergence table")->check(CLI::PositiveNumber);
+  m_command->add_option("--batch", m_options.batch, "configs proposed at a time, as with parallel workers")
+      ->check(CLI::PositiveNumber);
+  m_command->add_flag("--json", m_options.json, "print one JSON object instead of the table");
+  m_command->footer(
+      "Every proposed config is answered from the file: configs recorded as failed fail,\n"
+      "configs absent from the file are invalid and never proposed. The strategy code is the\n"
+      "one `ktune tune --strategy` runs. Prints the fraction of the optimum (optimum time /\n"
+      "best time found) after each budget step, averaged over the repeats.\n\n"
+      "Examples:\n"
+      "  ktune replay A100.json.gz --strategy bayes --budget 2% --repeats 20\n"
+      "  ktune replay RTX_3090.json.gz --strategy genetic --budget 400 --repeats 50 --seed 7 --json\n\n"
+      "Exit codes: 0 ok, 1 error (unreadable or unsupported file), 2 usage error.");
+}
+
+bool ReplayCommand::parsed() const { return m_command->parsed(); }
+
+int ReplayCommand::run(bool json, std::ostream& out, std::ostream& err) const {
+  ReplayCommandOptions options = m_options;
+  options.json = options.json || json;
+  return run_replay_command(options, out, err);
+}
+
+} // namespace ktune::replay

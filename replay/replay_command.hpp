@@ -1,0 +1,59 @@
+#pragma once
+// `ktune replay FILE --strategy S --budget N --repeats R [--seed X] [--json]`: replays a recorded
+// GPU search space (Kernel Tuner cache, .json or .json.gz, T4 file, old results list) with a
+// search strategy and prints the fraction of the optimum after each budget step, averaged over
+// the repeats, as a convergence table; with --json one object
+// {"file","strategy","budget","space_size","valid_configs","failed_configs","optimum_ms",
+//  "mean_fraction","min_fraction","repeats","seed"}.
+//
+// space_size = the cartesian product of the parameter values; valid_configs = the configs present
+// in the file (the restricted space searched, including those recorded as failed);
+// `--budget 10%` means 10% of valid_configs.
+//
+// Exit codes as the rest of `ktune`: 0 ok, 1 error (unreadable or unsupported file), 2 usage.
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace ktune::replay {
+
+struct ReplayCommandOptions {
+  std::string file;
+  std::string strategy = "bayes";
+  std::string budget = "2%";  // evaluations, or a percentage of the valid configs
+  std::size_t repeats = 20;
+  std::uint64_t seed = 0;
+  std::size_t steps = 10;     // rows of the convergence table
+  std::size_t batch = 1;      // configs proposed at a time (parallel workers in live tuning)
+  bool json = false;
+};
+
+// Runs the command; results go to `out`, errors to `err` as "ktune: <code>: <message>".
+[[nodiscard]] int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, std::ostream& err);
+
+// Registers the `replay` subcommand on a CLI11 app. Usage in the `ktune` front end:
+//   replay::ReplayCommand replay_command(app);          // before app.parse()
+//   if (replay_command.parsed()) return replay_command.run(global.json, io.out, io.err);
+// The subcommand also accepts --json itself, so both `ktune --json replay F` and
+// `ktune replay F --json` work. Holds pointers into itself for CLI11: neither copied nor moved.
+class ReplayCommand {
+public:
+  explicit ReplayCommand(CLI::App& app);
+  ReplayCommand(const ReplayCommand&) = delete;
+  ReplayCommand& operator=(const ReplayCommand&) = delete;
+
+  [[nodiscard]] bool parsed() const;
+  // `json`: the front end's own --json flag.
+  [[nodiscard]] int run(bool json, std::ostream& out, std::ostream& err) const;
+
+private:
+  CLI::App* m_command = nullptr;
+  ReplayCommandOptions m_options;
+};
+
+} // namespace ktune::replay

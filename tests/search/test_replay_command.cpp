@@ -1,0 +1,164 @@
+#include "replay/replay_command.hpp"
+
+#include "tests/support/temp_dir.hpp"
+
+#include <CLI/CLI.hpp>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+using ktune::replay::ReplayCommandOptions;
+using ktune::replay::run_replay_command;
+
+namespace {
+
+// 4 x 3 configs, one failed, (3, 2) absent; optimum 1.0 ms at a=8, b=2... written as KT writes it.
+std::string cache_text() {
+  std::string text = R"({"device_name": "GPU", "kernel_name": "k", "tune_params_keys": ["a", "b"],
+"tune_params": {"a": [1, 2, 4, 8], "b": [1, 2, 3]}, "objective": "time", "cache": {
+)";
+  const int a_values[] = {1, 2, 4, 8};
+  bool first = true;
+  for (int ai = 0; ai < 4; ++ai) {
+    for (int b = 1; b <= 3; ++b) {
+      if (ai == 3 && b == 3) continue;
+      const int a = a_values[ai];
+      const std::string time = (ai == 0 && b == 3) ? "\"RuntimeFailedConfig\""
+                                                  : std::to_string(1.0 + (3 - ai) * 0.5 + std::abs(b - 2) * 0.25);
+      text += std::string(first ? "" : ",\n") + "\"" + std::to_string(a) + "," + std::to_string(b) +
+              "\": {\"a\": " + std::to_string(a) + ", \"b\": " + std::to_string(b) + ", \"time\": " + time + "}";
+      first = false;
+    }
+  }
+  return text + "\n}\n}\n";
+}
+
+struct Outcome {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Outcome run(const ReplayCommandOptions& options) {
+  std::ostringstream out;
+  std::ostringstream err;
+  const int code = run_replay_command(options, out, err);
+  return {code, out.str(), err.str()};
+}
+
+} // namespace
+
+TEST_CASE("replay/replay_command: table and JSON", "[replay][replay_command]") {
+  ktune::test::TempDir dir;
+  const std::string file = dir.write("k.json", cache_text()).string();
+
+  SECTION("--json prints one object") {
+    ReplayCommandOptions options;
+    options.file = file;
+    options.strategy = "exhaustive";
+    options.budget = "100%";
+    options.repeats = 2;
+    options.json = true;
+    const Outcome o = run(options);
+    REQUIRE(o.code == 0);
+    CHECK(o.err.empty());
+    const auto j = nlohmann::json::parse(o.out);
+    CHECK(j["file"] == file);
+    CHECK(j["strategy"] == "exhaustive");
+    CHECK(j["budget"] == 11);
+    CHECK(j["space_size"] == 12);
+    CHECK(j["valid_configs"] == 11);
+    CHECK(j["failed_configs"] == 1);
+    CHECK(j["optimum_ms"] == 1.0);
+    CHECK(j["mean_fraction"] == 1.0);
+    CHECK(j["min_fraction"] == 1.0);
+    CHECK(j["repeats"] == 2);
+  }
+  SECTION("the table shows each budget step") {
+    ReplayCommandOptions options;
+    options.file = file;
+    options.strategy = "random";
+    options.budget = "6";
+    options.repeats = 3;
+    options.steps = 3;
+    const Outcome o = run(options);
+    REQUIRE(o.code == 0);
+    CHECK_THAT(o.out, Catch::Contains("11 valid configs of 12 (10 measured, 1 failed)"));
+    CHECK_THAT(o.out, Catch::Contains("optimum    1 ms  a=8,b=2"));
+    CHECK_THAT(o.out, Catch::Contains("EVALS"));
+    // Rows for 2, 4 and 6 evaluations.
+    CHECK_THAT(o.out, Catch::Contains("\n     2 ") && Catch::Contains("\n     4 ") && Catch::Contains("\n     6 "));
+  }
+  SECTION("errors and exit codes") {
+    ReplayCommandOptions options;
+    options.file = (dir.path() / "missing.json").string();
+    Outcome o = run(options);
+    CHECK(o.code == 1);
+    CHECK_THAT(o.err, Catch::StartsWith("ktune: io_error: ") && Catch::Contains("missing.json"));
+
+    options.file = dir.write("score.json", R"({"objective": "score", "tune_params": {"m": [1]}, "cache": {}})").string();
+    o = run(options);
+    CHECK(o.code == 1);
+    CHECK_THAT(o.err, Catch::Contains("unsupported_objective"));
+
+    options.file = file;
+    options.budget = "12 evaluations";
+    o = run(options);
+    CHECK(o.code == 2);
+    CHECK_THAT(o.err, Catch::Contains("bad_budget"));
+
+    options.budget = "5";
+    options.strategy = "tabu";
+    o = run(options);
+    CHECK(o.code == 2);
+    CHECK_THAT(o.err, Catch::Contains("unknown_strategy"));
+  }
+}
+
+TEST_CASE("replay/replay_command: registered on a CLI11 app", "[replay][replay_command]") {
+  ktune::test::TempDir dir;
+  const std::string file = dir.write("k.json", cache_text()).string();
+  auto parse_and_run = [&](std::vector<std::string> args, bool& parsed, Outcome& outcome) {
+    CLI::App app{"test", "ktune"};
+    app.fallthrough();
+    bool global_json = false;
+    app.add_flag("--json", global_json, "JSON");
+    ktune::replay::ReplayCommand command(app);
+    std::vector<const char*> argv{"ktune"};
+    for (const auto& a : args) argv.push_back(a.c_str());
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    parsed = command.parsed();
+    std::ostringstream out;
+    std::ostringstream err;
+    if (parsed) outcome = {command.run(global_json, out, err), out.str(), err.str()};
+  };
+  bool parsed = false;
+  Outcome outcome{};
+  SECTION("options after the file, --json on the subcommand") {
+    parse_and_run({"replay", file, "--strategy", "genetic", "--budget", "50%", "--repeats", "2", "--seed", "3", "--json"},
+                  parsed, outcome);
+    REQUIRE(parsed);
+    REQUIRE(outcome.code == 0);
+    const auto j = nlohmann::json::parse(outcome.out);
+    CHECK(j["strategy"] == "genetic");
+    CHECK(j["budget"] == 6);
+    CHECK(j["seed"] == 3);
+  }
+  SECTION("the front end's own --json") {
+    parse_and_run({"--json", "replay", file, "--budget", "3"}, parsed, outcome);
+    REQUIRE(parsed);
+    CHECK(nlohmann::json::parse(outcome.out)["budget"] == 3);
+  }
+  SECTION("unknown strategies are usage errors of the parser") {
+    CHECK_THROWS_AS(parse_and_run({"replay", file, "--strategy", "tabu"}, parsed, outcome), CLI::ValidationError);
+  }
+  SECTION("another command leaves it alone") {
+    CLI::App app{"test", "ktune"};
+    ktune::replay::ReplayCommand command(app);
+    app.add_subcommand("jobs", "list jobs");
+    const char* argv[] = {"ktune", "jobs"};
+    app.parse(2, argv);
+    CHECK_FALSE(command.parsed());
+  }
+}
