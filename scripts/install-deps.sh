@@ -13,6 +13,7 @@ packages=(
   libtomlplusplus-dev
   libmuparser-dev
   libxxhash-dev         # content hashes (XXH3-128)
+  zlib1g-dev            # gzip-compressed recorded spaces (ktune replay)
   python3
 )
 
