@@ -51,7 +51,10 @@ private:
       }
       if (candidates.empty()) {
         if (out.empty() && pending_count() == 0) {
-          if (const auto jump = random_unproposed()) out.push_back(*jump);
+          if (const auto jump = random_unproposed()) {
+            out.push_back(*jump);
+            m_jump = *jump;
+          }
         }
         return;
       }
@@ -68,6 +71,11 @@ private:
     if (m_temperature < k_t_min) {
       m_temperature = k_t_start;
       if (best()) set_current(best()->config);
+    }
+    if (m_jump == config) {
+      m_jump.reset();
+      if (time_ms) set_current(config); // the walk continues from where it jumped to
+      return;
     }
     consider(config, time_ms);
   }
@@ -93,6 +101,7 @@ private:
   std::optional<std::size_t> m_current;
   std::optional<std::vector<std::size_t>> m_neighbours; // of m_current, computed on demand
   double m_temperature = k_t_start;
+  std::optional<std::size_t> m_jump; // a random config proposed because the walk was stuck
 };
 
 } // namespace

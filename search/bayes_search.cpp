@@ -1,11 +1,12 @@
 // bayes: Bayesian optimisation with a Gaussian-process surrogate and expected improvement.
 //
 // The first k_initial configs are drawn at random. From then on every proposal refits a
-// Gaussian process (Matern 5/2, one length scale per feature) to the log time of the successful
-// results and proposes the candidate with the largest expected improvement over the best log
-// time, times the chance that it runs at all: a regression forest over every result, failures
-// counted as 1, estimates the failure probability once a failure has been seen. Failed configs
-// thus shrink the attraction of their region without distorting the time model.
+// Gaussian process (Matern 5/2, one length scale per feature) to the log time of the results and
+// proposes the candidate with the largest expected improvement over the best log time, times the
+// chance that it runs at all. Failures are learned twice: the k_max_failures most recent ones
+// enter the time model as the slowest time seen, and a regression forest over every result
+// (failures counted as 1) estimates the failure probability. Configs next to the optimum often
+// sit next to resource limits, so a failure region is made unattractive, not forbidden.
 //
 // Features (search/surrogate_support.hpp): each param's value index scaled to [0, 1], plus the
 // power-of-two alignment of values like 16, 32, 48, ...
@@ -28,7 +29,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 namespace ktune::search {
 
@@ -41,6 +41,7 @@ constexpr std::size_t k_elite = 4;
 constexpr std::size_t k_max_train = 120;
 constexpr std::size_t k_always_refit_below = 30; // results; hyper-parameters refitted every time
 constexpr double k_refit_growth = 1.15;
+constexpr std::size_t k_max_failures = 30;       // failed results added to the time model
 constexpr std::size_t k_failure_trees = 16;
 constexpr std::size_t k_trust_every = 2;
 constexpr std::size_t k_trust_radius = 2;
@@ -48,7 +49,7 @@ constexpr std::size_t k_trust_radius = 2;
 class BayesSearch final : public Strategy {
 public:
   BayesSearch(const SearchSpace& space, std::uint64_t seed)
-      : Strategy(space, seed), m_encoder(space, FeatureEncoder::Scale::unit_index) {}
+      : Strategy(space, seed), m_encoder(space) {}
   [[nodiscard]] std::string_view name() const override { return "bayes"; }
 
 private:
@@ -95,7 +96,7 @@ private:
     for (const auto& [negative_bound, i] : bound) {
       if (-negative_bound <= best_score) break;
       double score = expected_improvement(means[i], m_gp.finish_stddev(covariances[i]), best_y);
-      if (m_failures_seen) score *= 1.0 - failure_chance(pool[i], &rows[i * d]);
+      if (m_failures_seen) score *= 1.0 - std::clamp(m_failure_forest.predict(&rows[i * d]).mean, 0.0, 1.0);
       if (score > best_score) {
         best_score = score;
         best_id = pool[i];
@@ -140,22 +141,6 @@ private:
     return pool;
   }
 
-  double failure_chance(std::size_t id, const double* row) const {
-    static const int mode = std::getenv("KB_FAIL") ? std::atoi(std::getenv("KB_FAIL")) : 0;
-    const double forest = std::clamp(m_failure_forest.predict(row).mean, 0.0, 1.0);
-    if (mode == 0) return forest;
-    const double prior = static_cast<double>(failed_count()) / static_cast<double>(observed_count());
-    double failed = 0;
-    double seen = 0;
-    for (std::size_t n : space().neighbours(id, Neighbourhood::hamming)) {
-      if (state(n) == State::failed) failed += 1;
-      if (state(n) == State::failed || state(n) == State::ok) seen += 1;
-    }
-    const double near = (failed + prior) / (seen + 1.0);
-    if (mode == 1) return near;
-    return std::max(near, forest);
-  }
-
   void fit() {
     m_fitted_at = observed_count();
     std::vector<std::pair<double, std::size_t>> ok;
@@ -186,12 +171,23 @@ private:
       m_encoder.append(id, x);
       y.push_back(std::log(time(id)));
     }
+    // The most recent failures enter the time model as the slowest time seen.
+    if (!y.empty()) {
+      const double worst = *std::max_element(y.begin(), y.end());
+      std::size_t added = 0;
+      for (auto it = m_observed_ids.rbegin(); it != m_observed_ids.rend() && added < k_max_failures; ++it) {
+        if (state(*it) != State::failed) continue;
+        m_encoder.append(*it, x);
+        y.push_back(worst);
+        ++added;
+      }
+    }
     const bool refit = m_hyper_fitted_at == 0 || train.size() < k_always_refit_below ||
                        static_cast<double>(train.size()) >= k_refit_growth * static_cast<double>(m_hyper_fitted_at);
     if (refit) m_hyper_fitted_at = train.size();
     // A failed factorisation leaves a model that predicts the mean with the prior's variance:
     // the search then degrades to exploring, it does not stop.
-    (void)m_gp.fit(x, y, m_encoder.size(), refit);
+    (void)m_gp.fit(x, y, m_encoder.size(), refit ? HyperParameters::optimise : HyperParameters::keep);
 
     m_failures_seen = failed_count() > 0;
     if (m_failures_seen) {

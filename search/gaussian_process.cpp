@@ -79,7 +79,7 @@ double GaussianProcess::kernel(const double* a, const double* b) const {
 }
 
 bool GaussianProcess::fit(const std::vector<double>& x, const std::vector<double>& y, std::size_t features,
-                          bool optimise) {
+                          HyperParameters hyper) {
   m_valid = false;
   m_features = features;
   m_rows = y.size();
@@ -109,7 +109,7 @@ bool GaussianProcess::fit(const std::vector<double>& x, const std::vector<double
     m_initialised = true;
   }
 
-  if (optimise && m_rows >= 2) {
+  if (hyper == HyperParameters::optimise && m_rows >= 2) {
     std::vector<double> theta(features + 2);
     for (std::size_t j = 0; j < features; ++j) theta[j] = std::log(m_length[j]);
     theta[features] = std::log(m_signal);

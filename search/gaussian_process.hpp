@@ -18,13 +18,17 @@ struct GpPrediction {
   double stddev = 0;
 };
 
+// Whether fit() re-estimates the hyper-parameters or keeps those of the previous fit.
+enum class HyperParameters { optimise, keep };
+
 class GaussianProcess {
 public:
   // `x`: `rows` x `features` values, row-major, features roughly in [0, 1]; `y`: one target per
-  // row. `optimise`: refit the hyper-parameters (else keep the previous ones). Returns false when
-  // the kernel matrix could not be factorised even with added jitter (the model then predicts
-  // the mean of y with the prior variance).
-  bool fit(const std::vector<double>& x, const std::vector<double>& y, std::size_t features, bool optimise);
+  // row. Returns false for no rows, mismatched sizes or non-finite values, and when the kernel
+  // matrix cannot be factorised even with added jitter; the model then predicts the mean of y
+  // (0 without data) with the prior's standard deviation.
+  [[nodiscard]] bool fit(const std::vector<double>& x, const std::vector<double>& y, std::size_t features,
+                         HyperParameters hyper);
 
   // Mean and standard deviation (of the latent function) at `row` (`features` values).
   [[nodiscard]] GpPrediction predict(const double* row) const;
@@ -37,8 +41,6 @@ public:
   [[nodiscard]] double finish_stddev(std::vector<double>& covariances) const;
   // Largest possible standard deviation (the prior's), in the caller's units.
   [[nodiscard]] double prior_stddev() const;
-
-  [[nodiscard]] const std::vector<double>& length_scales() const { return m_length; }
 
 private:
   [[nodiscard]] double kernel(const double* a, const double* b) const;

@@ -1,9 +1,9 @@
 // genetic: a steady-state genetic algorithm whose offspring are always valid configs.
 //
 // The population is the k_population fastest configs measured so far. Each child takes every
-// param from one of two parents chosen by tournament (the fittest of three) (uniform crossover), then each
-// tunable param mutates with probability 1/(tunable params), to a neighbouring value or, less
-// often, to any value. A child outside the space (or proposed before) is repaired: it snaps to a
+// param from one of two parents (uniform crossover), each parent the fittest of k_tournament
+// members drawn at random; then each tunable param mutates with probability 1/(tunable params),
+// to a neighbouring value or, less often, to any value. A child outside the space (or proposed before) is repaired: it snaps to a
 // random unproposed valid config that differs from it in one param; when none exists a new child
 // is bred. Until k_seed_configs configs have been measured successfully, configs are drawn at
 // random. Failed configs never enter the population.
@@ -74,7 +74,7 @@ private:
         } else if (child[p] + 1 == n) {
           child[p] = n - 2;
         } else {
-          child[p] += uniform_real() < 0.5 ? 1 : static_cast<std::uint32_t>(-1);
+          child[p] = uniform_real() < 0.5 ? child[p] + 1 : child[p] - 1;
         }
       } else {
         child[p] = static_cast<std::uint32_t>(uniform_index(n));
@@ -105,7 +105,7 @@ private:
     return found[uniform_index(found.size())];
   }
 
-  std::vector<std::size_t> m_tunable;                           // params with more than one value
+  std::vector<std::size_t> m_tunable;                       // params with more than one value
   std::vector<std::pair<double, std::size_t>> m_population; // (time, config), fastest first
 };
 

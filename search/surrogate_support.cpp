@@ -36,15 +36,15 @@ bool wants_alignment_feature(const std::vector<double>& values) {
   return false;
 }
 
-FeatureEncoder::FeatureEncoder(const SearchSpace& space, Scale scale) : m_space(space), m_scale(scale) {
+FeatureEncoder::FeatureEncoder(const SearchSpace& space) : m_space(space) {
   for (std::size_t p = 0; p < space.param_count(); ++p) {
     const auto& values = space.params()[p].values;
     if (values.size() < 2) continue;
-    m_features.push_back({p, false, scale == Scale::unit_index ? 1.0 / static_cast<double>(values.size() - 1) : 1.0});
+    m_features.push_back({p, false, 1.0 / static_cast<double>(values.size() - 1)});
     if (wants_alignment_feature(values)) {
       double most = 1;
       for (double v : values) most = std::max(most, alignment(v));
-      m_features.push_back({p, true, scale == Scale::unit_index ? 1.0 / most : 1.0});
+      m_features.push_back({p, true, 1.0 / most});
     }
   }
 }
@@ -52,13 +52,8 @@ FeatureEncoder::FeatureEncoder(const SearchSpace& space, Scale scale) : m_space(
 void FeatureEncoder::append(std::size_t config, std::vector<double>& out) const {
   const auto indices = m_space.indices(config);
   for (const Feature& f : m_features) {
-    if (f.alignment) {
-      out.push_back(alignment(m_space.value(config, f.param)) * f.scale);
-    } else if (m_scale == Scale::unit_index) {
-      out.push_back(static_cast<double>(indices[f.param]) * f.scale);
-    } else {
-      out.push_back(m_space.value(config, f.param));
-    }
+    const double raw = f.alignment ? alignment(m_space.value(config, f.param)) : static_cast<double>(indices[f.param]);
+    out.push_back(raw * f.scale);
   }
 }
 

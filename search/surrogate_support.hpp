@@ -18,17 +18,15 @@ namespace ktune::search {
 // 64, ... does; 1, 2, 4, 8 does not).
 [[nodiscard]] bool wants_alignment_feature(const std::vector<double>& values);
 
-// How configs become model inputs: every param with more than one value gives one feature, plus
-// an alignment feature where wants_alignment_feature().
+// How configs become model inputs: every param with more than one value gives one feature, its
+// value index in the declared order scaled to [0, 1]; a param that wants_alignment_feature()
+// gives a second one, its value's alignment scaled to [0, 1]. The space must outlive the encoder.
 class FeatureEncoder {
 public:
-  enum class Scale {
-    value,      // the param's value (trees are indifferent to monotone rescaling)
-    unit_index, // the value's index in the declared order, scaled to [0, 1]
-  };
-  FeatureEncoder(const SearchSpace& space, Scale scale);
+  explicit FeatureEncoder(const SearchSpace& space);
 
   [[nodiscard]] std::size_t size() const { return m_features.size(); }
+  // Appends the size() features of `config` to `out`.
   void append(std::size_t config, std::vector<double>& out) const;
 
 private:
@@ -38,7 +36,6 @@ private:
     double scale = 1;
   };
   const SearchSpace& m_space;
-  Scale m_scale;
   std::vector<Feature> m_features;
 };
 

@@ -1,13 +1,10 @@
-#include "search/gaussian_process.hpp"
 #include "search/regression_forest.hpp"
-#include "search/surrogate_support.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
 
 using ktune::search::ForestOptions;
-using ktune::search::GaussianProcess;
 using ktune::search::RegressionForest;
 
 namespace {
@@ -57,63 +54,4 @@ TEST_CASE("search/regression_forest: fits and predicts", "[search][surrogate]") 
     constant.fit({1.0, 2.0}, {4.0, 4.0}, 1, ForestOptions{}, rng);
     CHECK(constant.predict(probe).mean == 4.0);
   }
-}
-
-TEST_CASE("search/gaussian_process: fits and predicts", "[search][surrogate]") {
-  std::vector<double> x;
-  std::vector<double> y;
-  training_data(x, y);
-  for (std::size_t i = 0; i < x.size(); i += 2) x[i] /= 6.0; // features in [0, 1]
-  GaussianProcess gp;
-  REQUIRE(gp.fit(x, y, 2, true));
-  SECTION("interpolates the training data, with little variance there") {
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      const auto p = gp.predict(&x[i * 2]);
-      CHECK(p.mean == Approx(y[i]).margin(0.3));
-      CHECK(p.stddev < 0.5);
-    }
-  }
-  SECTION("uncertainty grows away from the data") {
-    const double inside[] = {0.5, 0.0};
-    const double outside[] = {3.0, 4.0};
-    CHECK(gp.predict(outside).stddev > gp.predict(inside).stddev);
-    CHECK(gp.predict(outside).stddev <= gp.prior_stddev() * (1 + 1e-9));
-  }
-  SECTION("the screening bound never undercuts the exact standard deviation") {
-    for (double a = 0; a <= 1.0; a += 0.1) {
-      const double row[] = {a, 0.3};
-      std::vector<double> covariances;
-      const auto bounded = gp.predict_bounded(row, covariances);
-      const double exact = gp.finish_stddev(covariances);
-      CHECK(bounded.stddev >= exact - 1e-12);
-      CHECK(bounded.mean == Approx(gp.predict(row).mean));
-    }
-  }
-  SECTION("no data") {
-    GaussianProcess empty;
-    CHECK_FALSE(empty.fit({}, {}, 2, true));
-    const double row[] = {0.1, 0.2};
-    CHECK(empty.predict(row).mean == 0.0);
-  }
-}
-
-TEST_CASE("search/surrogate_support: features and expected improvement", "[search][surrogate]") {
-  using ktune::search::alignment;
-  using ktune::search::expected_improvement;
-  using ktune::search::wants_alignment_feature;
-  CHECK(alignment(48) == 4);
-  CHECK(alignment(64) == 6);
-  CHECK(alignment(7) == 0);
-  CHECK(alignment(0) == 0);
-  CHECK(alignment(2.5) == 0);
-  CHECK(wants_alignment_feature({16, 32, 48, 64, 80}));
-  CHECK_FALSE(wants_alignment_feature({1, 2, 4, 8}));
-  CHECK_FALSE(wants_alignment_feature({0, 1}));
-  CHECK_FALSE(wants_alignment_feature({1.5, 3, 6}));
-
-  CHECK(expected_improvement(1.0, 0.0, 2.0) == 1.0);
-  CHECK(expected_improvement(3.0, 0.0, 2.0) == 0.0);
-  CHECK(expected_improvement(2.0, 1.0, 2.0) == Approx(0.3989422804));
-  CHECK(expected_improvement(1.0, 1.0, 2.0) > expected_improvement(3.0, 1.0, 2.0));
-  CHECK(expected_improvement(3.0, 2.0, 2.0) > expected_improvement(3.0, 1.0, 2.0));
 }

@@ -203,7 +203,8 @@ TEST_CASE("search/strategy: model-based and local strategies learn", "[search][s
 }
 
 TEST_CASE("search/strategy: bayes learns where configs fail", "[search][strategy]") {
-  // Half of the space fails (A >= 16); after its random start, bayes should mostly stay out.
+  // Half of the space fails (A >= 16), including the region where the bowl would be lowest;
+  // after its random start, bayes should mostly stay out.
   const SearchSpace space = synthetic_space();
   std::size_t failures = 0;
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
@@ -217,7 +218,7 @@ TEST_CASE("search/strategy: bayes learns where configs fail", "[search][strategy
     }
   }
   // Random sampling would fail about 45 times in these 90 evaluations.
-  CHECK(failures < 25);
+  CHECK(failures < 30);
 }
 
 TEST_CASE("search/strategy: degenerate spaces", "[search][strategy]") {
