@@ -1,5 +1,6 @@
 #include "cli/commands.hpp"
 #include "cli/cuda_commands.hpp"
+#include "replay/replay_command.hpp"
 
 #include "cli/autostart.hpp"
 #include "cli/table.hpp"
@@ -927,6 +928,7 @@ int run(int argc, const char* const* argv, Output& io) {
 
   CudaCommands cuda_commands;
   add_cuda_commands(app, cuda_commands);
+  replay::ReplayCommand replay_command(app);
 
   // kernels
   auto* kernels = app.add_subcommand("kernels", "List the kernel families ktuned loaded");
@@ -1031,6 +1033,7 @@ int run(int argc, const char* const* argv, Output& io) {
     if (job->parsed()) return show_job(global, job_id, io);
     if (jobs->parsed()) return list_jobs(global, limit, io);
     if (query_cmd->parsed()) return query(global, query_options, io);
+    if (replay_command.parsed()) return replay_command.run(global.json, io.out, io.err);
   } catch (const json::exception& e) {
     // Only a reply that breaks the protocol's types reaches here.
     io.err << "ktune: bad_reply: unexpected reply from ktuned: " << e.what() << '\n';
