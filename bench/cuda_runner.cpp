@@ -165,24 +165,7 @@ struct DeviceArgs {
   std::vector<std::pair<std::string, Snapshot>> references; // reference identity -> outputs
 };
 
-std::string buffers_key(const BenchJob& job) {
-  std::string key = job.shape + "|seed=" + std::to_string(job.settings.seed);
-  for (const auto& arg : job.args) {
-    key += "|" + arg.name + ":" + arg.kind + ":" + arg.dtype + ":" + std::to_string(arg.count) + ":" +
-           arg.init + ":" + std::to_string(std::bit_cast<std::uint64_t>(arg.value));
-  }
-  return key;
-}
 
-// A reference is identified by its path and the file's identity, so a rebuilt file at the same
-// path is run again.
-std::string reference_identity(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return path;
-  return path + "|" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
-         std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
-         std::to_string(st.st_mtim.tv_nsec);
-}
 
 std::optional<std::string> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -1,6 +1,7 @@
 #include "bench/host_buffers.hpp"
 
 #include <bit>
+#include <sys/stat.h>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -299,6 +300,23 @@ std::optional<ElementMismatch> compare_elements(DType dtype, const void* got, co
       break;
   }
   return mismatch;
+}
+
+std::string buffers_key(const BenchJob& job) {
+  std::string key = job.shape + "|seed=" + std::to_string(job.settings.seed);
+  for (const auto& arg : job.args) {
+    key += "|" + arg.name + ":" + arg.kind + ":" + arg.dtype + ":" + std::to_string(arg.count) +
+           ":" + arg.init + ":" + std::to_string(std::bit_cast<std::uint64_t>(arg.value));
+  }
+  return key;
+}
+
+std::string reference_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return path;
+  return path + "|" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+         std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
 }
 
 } // namespace ktune

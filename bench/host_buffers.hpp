@@ -4,6 +4,7 @@
 // initialisation from a seed, and the element-wise output comparison.
 //
 // Thread safety: none of these share state; a HostBuffer is used from one thread at a time.
+#include "bench/runner.hpp"
 #include "core/result.hpp"
 
 #include <cstddef>
@@ -111,5 +112,13 @@ struct ElementMismatch {
                                                               const void* expected,
                                                               std::size_t count, double rtol,
                                                               double atol);
+
+// Identity of the argument buffers a job needs (shape, seed and every arg's layout and init):
+// runners reuse their buffers while it stays the same.
+[[nodiscard]] std::string buffers_key(const BenchJob& job);
+
+// A reference artifact is identified by its path and the file's identity (device, inode, size,
+// mtime), so a rebuilt file at the same path is run again.
+[[nodiscard]] std::string reference_identity(const std::string& path);
 
 } // namespace ktune
