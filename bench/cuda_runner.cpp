@@ -1,6 +1,7 @@
 #include "bench/cuda_runner.hpp"
 
 #include "bench/host_buffers.hpp"
+#include "bench/sampler.hpp"
 #include "core/protocol.hpp"
 #include "cuda/cuda_api.hpp"
 
@@ -562,11 +563,7 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
     }
 
     stage = "timed launch";
-    std::vector<double> samples;
-    samples.reserve(static_cast<std::size_t>(std::clamp(settings.max_samples, 1, 4096)));
-    double measured_s = 0;
-    double mean = 0, m2 = 0; // Welford's running moments, for the stopping test
-    const auto loop_start = Clock::now();
+    Sampler sampler(settings, job.prune_above_ms, Clock::now());
     while (true) {
       if (settings.flush_cache) {
         KTUNE_CU(drv(), cuMemsetD8Async(flush->get(), static_cast<unsigned char>(++flush_round & 0xff),
@@ -579,27 +576,13 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
       KTUNE_CU(drv(), cuEventSynchronize(stop->get()));
       float ms = 0;
       KTUNE_CU(drv(), cuEventElapsedTime(&ms, start->get(), stop->get()));
-      const auto now = Clock::now();
-      samples.push_back(ms);
-      measured_s += ms / 1000.0;
-
-      const auto n = static_cast<double>(samples.size());
-      const double delta = ms - mean;
-      mean += delta / n;
-      m2 += delta * (ms - mean);
-      const double rsd = (samples.size() >= 2 && mean > 0) ? std::sqrt(m2 / (n - 1)) / mean : 0.0;
-
-      const auto count = static_cast<std::int64_t>(samples.size());
-      const bool converged =
-          count >= settings.min_samples && measured_s >= settings.min_time_s && rsd < settings.target_rsd;
-      const bool wall_capped =
-          count >= settings.min_samples && elapsed_ms(loop_start, now) / 1000.0 >= settings.max_time_s;
-      const bool capped = measured_s >= settings.max_time_s || count >= settings.max_samples || wall_capped;
-      if (converged || capped) break;
+      if (sampler.add(ms, Clock::now()) != SampleStop::more) break;
     }
 
     result.outcome.status = CandidateStatus::ok;
-    result.outcome.stats = summarize(std::move(samples));
+    result.outcome.pruned = sampler.reason() == SampleStop::pruned;
+    result.outcome.stop = std::string(to_string(sampler.reason()));
+    result.outcome.stats = summarize(sampler.take_samples());
     if (result.outcome.stats.median_ms > 0) {
       if (job.flops > 0) result.outcome.gflops = job.flops / (result.outcome.stats.median_ms * 1e6);
       if (job.bytes > 0) result.outcome.gbps = job.bytes / (result.outcome.stats.median_ms * 1e6);

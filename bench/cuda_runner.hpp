@@ -23,9 +23,7 @@
 // integers exactly). Then warm-up for warmup_ms, then samples timed with CUDA events around the
 // one launch, each preceded (untimed, on the same stream) by an L2 flush -- cuMemsetD8Async over
 // a buffer of twice the L2 size -- and, for inplace jobs, a restore of the inout buffers, until
-//   (n >= min_samples and measured >= min_time_s and rsd < target_rsd)
-//   or measured >= max_time_s or n >= max_samples,
-// or, once n >= min_samples, the loop's wall time reaches max_time_s.
+// the Sampler (bench/sampler.hpp) stops them: converged, noise settled, capped or pruned.
 //
 // Outcomes: mismatch (outputs or guards), launch_error (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, an
 // invalid launch, a block or shared memory over the device's or the function's limit),

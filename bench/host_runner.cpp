@@ -1,5 +1,7 @@
 #include "bench/host_runner.hpp"
 
+#include "bench/sampler.hpp"
+
 #include "bench/host_buffers.hpp"
 #include "bench/host_device.hpp"
 #include "bench/shared_library.hpp"
@@ -322,40 +324,21 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
     } while (elapsed_ms(start, Clock::now()) < settings.warmup_ms);
   }
 
-  std::vector<double> samples;
-  samples.reserve(static_cast<std::size_t>(std::clamp(settings.max_samples, 1, 4096)));
-  double measured_s = 0;
-  double mean = 0, m2 = 0;  // Welford's running moments, for the stopping test
-  const auto loop_start = Clock::now();
+  Sampler sampler(settings, job.prune_above_ms, Clock::now());
   while (true) {
     if (settings.flush_cache) flush_cache();
     if (job.inplace) set.restore_inputs();
     const auto t0 = Clock::now();
     entry(set.pointers.data());
     const auto t1 = Clock::now();
-    const double ms = elapsed_ms(t0, t1);
-    samples.push_back(ms);
-    measured_s += ms / 1000.0;
-
-    const auto n = static_cast<double>(samples.size());
-    const double delta = ms - mean;
-    mean += delta / n;
-    m2 += delta * (ms - mean);
-    const double rsd = (samples.size() >= 2 && mean > 0) ? std::sqrt(m2 / (n - 1)) / mean : 0.0;
-
-    const auto count = static_cast<std::int64_t>(samples.size());
-    const bool converged = count >= settings.min_samples && measured_s >= settings.min_time_s &&
-                           rsd < settings.target_rsd;
-    const bool wall_capped = count >= settings.min_samples &&
-                             elapsed_ms(loop_start, t1) / 1000.0 >= settings.max_time_s;
-    const bool capped =
-        measured_s >= settings.max_time_s || count >= settings.max_samples || wall_capped;
-    if (converged || capped) break;
+    if (sampler.add(elapsed_ms(t0, t1), t1) != SampleStop::more) break;
   }
 
   BenchOutcome outcome;
   outcome.status = CandidateStatus::ok;
-  outcome.stats = summarize(std::move(samples));
+  outcome.pruned = sampler.reason() == SampleStop::pruned;
+  outcome.stop = std::string(to_string(sampler.reason()));
+  outcome.stats = summarize(sampler.take_samples());
   if (outcome.stats.median_ms > 0) {
     if (job.flops > 0) outcome.gflops = job.flops / (outcome.stats.median_ms * 1e6);
     if (job.bytes > 0) outcome.gbps = job.bytes / (outcome.stats.median_ms * 1e6);

@@ -19,12 +19,10 @@
 // integer outputs must match exactly). A load or symbol failure, a failing reference and an
 // allocation failure are `runtime_error` with the reason. Then warm-up for warmup_ms, then
 // samples (cache flush -- write then read a buffer of 2 x the last-level cache, allocated on
-// first use -- and, for inplace jobs, input restore before each, both untimed) until
-//   (n >= min_samples and measured >= min_time_s and rsd < target_rsd)
-//   or measured >= max_time_s or n >= max_samples,
-// and also, once n >= min_samples, when the sampling loop's wall time (flushes and restores
-// included) reaches max_time_s, so a cheap kernel behind an expensive flush cannot run far past
-// the cap. At least one sample is always taken.
+// first use -- and, for inplace jobs, input restore before each, both untimed) until the
+// Sampler (bench/sampler.hpp) stops them: converged, noise settled, capped (the wall-time cap
+// counts flushes and restores, so a cheap kernel behind an expensive flush cannot run far past
+// it) or pruned (slower than BenchJob::prune_above_ms). At least one sample is always taken.
 // Not thread-safe: one runner per bench worker.
 #include "bench/runner.hpp"
 

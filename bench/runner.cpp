@@ -127,7 +127,9 @@ nlohmann::json MeasureSettings::to_json() const {
   return json{{"min_samples", min_samples}, {"max_samples", max_samples},
               {"target_rsd", target_rsd},   {"min_time_s", min_time_s},
               {"max_time_s", max_time_s},   {"warmup_ms", warmup_ms},
-              {"flush_cache", flush_cache}, {"seed", seed}};
+              {"flush_cache", flush_cache}, {"seed", seed},
+              {"prune_after", prune_after}, {"prune_factor", prune_factor},
+              {"remeasure_max", remeasure_max}};
 }
 
 Result<MeasureSettings> MeasureSettings::parse(const nlohmann::json& j) {
@@ -142,6 +144,9 @@ Result<MeasureSettings> MeasureSettings::parse(const nlohmann::json& j) {
   if (auto r = read_double(j, "max_time_s", what, s.max_time_s); !r) return r.error();
   if (auto r = read_double(j, "warmup_ms", what, s.warmup_ms); !r) return r.error();
   if (auto r = read_bool(j, "flush_cache", what, s.flush_cache); !r) return r.error();
+  if (auto r = read_int(j, "prune_after", what, s.prune_after); !r) return r.error();
+  if (auto r = read_double(j, "prune_factor", what, s.prune_factor); !r) return r.error();
+  if (auto r = read_int(j, "remeasure_max", what, s.remeasure_max); !r) return r.error();
   if (const auto it = j.find("seed"); it != j.end()) {
     if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<std::int64_t>() >= 0)) {
       return field_error(what, "seed", "an unsigned integer", *it);
@@ -167,6 +172,9 @@ MeasureSettings MeasureSettings::from_json(const nlohmann::json& j) {
     else if (key == "warmup_ms") defaults.warmup_ms = p.warmup_ms;
     else if (key == "flush_cache") defaults.flush_cache = p.flush_cache;
     else if (key == "seed") defaults.seed = p.seed;
+    else if (key == "prune_after") defaults.prune_after = p.prune_after;
+    else if (key == "prune_factor") defaults.prune_factor = p.prune_factor;
+    else if (key == "remeasure_max") defaults.remeasure_max = p.remeasure_max;
   }
   return defaults;
 }
@@ -218,7 +226,8 @@ nlohmann::json BenchJob::to_json() const {
               {"rtol", rtol},
               {"atol", atol},
               {"inplace", inplace},
-              {"settings", settings.to_json()}};
+              {"settings", settings.to_json()},
+              {"prune_above_ms", prune_above_ms}};
   if (launch) out["launch"] = launch->to_json();
   if (reference_launch) out["reference_launch"] = reference_launch->to_json();
   if (launch) out["cuda_device"] = cuda_device;
@@ -251,6 +260,7 @@ Result<BenchJob> BenchJob::from_json(const nlohmann::json& j) {
   if (auto r = read_double(j, "rtol", what, job.rtol); !r) return r.error();
   if (auto r = read_double(j, "atol", what, job.atol); !r) return r.error();
   if (auto r = read_bool(j, "inplace", what, job.inplace); !r) return r.error();
+  if (auto r = read_double(j, "prune_above_ms", what, job.prune_above_ms); !r) return r.error();
   if (const auto it = j.find("settings"); it != j.end()) {
     auto settings = MeasureSettings::parse(*it);
     if (!settings) return settings.error();
@@ -278,7 +288,9 @@ nlohmann::json BenchOutcome::to_json() const {
               {"gbps", gbps},
               {"registers", registers},
               {"spills", spills},
-              {"shared_bytes", shared_bytes}};
+              {"shared_bytes", shared_bytes},
+              {"pruned", pruned},
+              {"stop", stop}};
 }
 
 Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
@@ -301,6 +313,8 @@ Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
   if (auto r = read_int(j, "registers", what, o.registers); !r) return r.error();
   if (auto r = read_int(j, "spills", what, o.spills); !r) return r.error();
   if (auto r = read_int(j, "shared_bytes", what, o.shared_bytes); !r) return r.error();
+  if (auto r = read_bool(j, "pruned", what, o.pruned); !r) return r.error();
+  if (auto r = read_string(j, "stop", what, o.stop, Presence::optional); !r) return r.error();
   return o;
 }
 

@@ -41,6 +41,9 @@ struct MeasureSettings {
   double warmup_ms = 25.0;
   bool flush_cache = true;     // flush the LLC between samples
   std::uint64_t seed = 42;     // buffer initialisation
+  int prune_after = 3;         // samples taken before the prune test (bench/sampler.hpp)
+  double prune_factor = 2.0;   // the scheduler prunes above prune_factor x the best median; 0 = off
+  int remeasure_max = 8;       // near-ties of the best the scheduler measures again; 0 = none
 
   [[nodiscard]] nlohmann::json to_json() const;
   // Missing fields, and fields of the wrong type, keep their defaults.
@@ -62,6 +65,10 @@ struct BenchJob {
   double rtol = 1e-3, atol = 1e-5;
   bool inplace = false;
   MeasureSettings settings;
+  // Stop early, recording the candidate as pruned, when the median of its first
+  // settings.prune_after samples is above this (the scheduler passes prune_factor x the best
+  // median so far); 0 = never (JSON "prune_above_ms").
+  double prune_above_ms = 0;
   // CUDA candidates only: the candidate's launch geometry and the reference config's (absent
   // for CPU jobs). JSON "launch" and "reference_launch", CudaLaunch::to_json(), omitted when
   // absent.
@@ -86,10 +93,13 @@ struct BenchOutcome {
   int registers = -1;
   int spills = -1;             // spill bytes
   int shared_bytes = -1;       // static shared memory per block
+  bool pruned = false;         // sampling stopped early: slower than BenchJob::prune_above_ms
+  std::string stop;            // why sampling ended (SampleStop: converged, settled, capped, pruned)
 
   // {"status":"ok","reason":"","stats":{"n":..,"min_ms":..,"max_ms":..,"median_ms":..,
   //  "mean_ms":..,"stddev_ms":..,"q1_ms":..,"q3_ms":..},"gflops":..,"gbps":..,
-  //  "registers":-1,"spills":-1,"shared_bytes":-1} (the last three optional, default -1)
+  //  "registers":-1,"spills":-1,"shared_bytes":-1,"pruned":false,"stop":"converged"} (the last
+  //  five optional: -1, false, "")
   [[nodiscard]] nlohmann::json to_json() const;
   // Errors: "bad_request" naming the field; status must be a known candidate status.
   [[nodiscard]] static Result<BenchOutcome> from_json(const nlohmann::json& j);

@@ -433,6 +433,13 @@ void print_job_header(Output& io, const json& job, const json& winner) {
     if (seconds >= 0) finished += " (took " + format_duration(seconds) + ")";
   }
   io.out << "  finished  " << finished << '\n';
+  const json& timing = field(job, "timing");
+  if (timing.is_object() && as_double(field(timing, "bench_ms")) + as_double(field(timing, "compile_ms")) > 0) {
+    auto seconds = [&](const char* key) { return format_duration(as_double(field(timing, key)) / 1000); };
+    io.out << "  time      queue " << seconds("queue_ms") << ", compile " << seconds("compile_ms")
+           << ", bench " << seconds("bench_ms") << ", overhead " << seconds("overhead_ms")
+           << " (" << as_int(field(timing, "compiles")) << " compiled, the rest cached or reused)\n";
+  }
   const json& error = field(job, "error");
   if (error.is_string() && !error.get<std::string>().empty())
     io.out << "  error     " << first_line(error.get<std::string>()) << '\n';
@@ -693,6 +700,33 @@ int list_kernels(const GlobalOptions& global, Output& io) {
   return k_exit_ok;
 }
 
+Result<void> parse_budget_option(const std::string& text, TuneOptions& options) {
+  auto bad = [&] {
+    return make_error("bad_budget", "expected a number of candidates (e.g. 30) or a share of the "
+                                    "admitted configs (e.g. 5%), found '" + text + "'");
+  };
+  if (text.empty()) return bad();
+  const bool percent = text.back() == '%';
+  const std::string number = percent ? text.substr(0, text.size() - 1) : text;
+  std::size_t used = 0;
+  try {
+    if (percent) {
+      const double value = std::stod(number, &used);
+      if (used != number.size() || !(value > 0 && value <= 100)) return bad();
+      options.budget_fraction = value / 100.0;
+      options.budget.reset();
+    } else {
+      const long long value = std::stoll(number, &used);
+      if (used != number.size() || value < 1) return bad();
+      options.budget = value;
+      options.budget_fraction.reset();
+    }
+  } catch (const std::exception&) {
+    return bad();
+  }
+  return {};
+}
+
 int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
   const std::string socket = socket_path(global);
   protocol::TuneRequest request;
@@ -702,6 +736,9 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
   request.device = options.device;
   request.strategy = options.strategy;
   request.budget = options.budget;
+  request.budget_fraction = options.budget_fraction;
+  request.seed = options.seed;
+  request.remeasure = options.remeasure;
   request.wait = options.wait;
   json body = request.to_json();
   body["op"] = "tune";
@@ -789,6 +826,8 @@ int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io) {
     marked = marked || is_winner;
     std::string status = as_text(field(*r, "status"));
     bool ok = status == "ok";
+    if (ok && field(*r, "pruned") == json(true)) status = "ok (pruned)";
+    if (ok && field(*r, "tied") == json(true)) status = "ok (tie)";
     const json& median = field(*r, "median_ms");
     const json& reason = field(*r, "reason");
     table.add_row({(is_winner ? "* " : "  ") + format_config(config, ","), status,
@@ -800,6 +839,23 @@ int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io) {
   }
   io.out << '\n';
   table.print(io.out);
+  return k_exit_ok;
+}
+
+int cancel_job(const GlobalOptions& global, std::int64_t job_id, Output& io) {
+  const std::string socket = socket_path(global);
+  protocol::JobRequest request;
+  request.job = job_id;
+  json body = request.to_json();
+  body["op"] = "cancel";
+  auto result = call_daemon(socket, global, std::move(body), k_request_timeout);
+  if (!result) return report(io, result.error(), socket);
+  if (global.json) {
+    print_json(io, *result);
+    return k_exit_ok;
+  }
+  io.out << "job " << job_id << " " << as_text(field(*result, "state"))
+         << " (results measured so far are kept; see `ktune job " << job_id << "`)\n";
   return k_exit_ok;
 }
 
@@ -940,7 +996,7 @@ int run(int argc, const char* const* argv, Output& io) {
 
   // tune
   TuneOptions tune_options;
-  std::int64_t budget = 0;
+  std::string budget;
   auto* tune_cmd = app.add_subcommand("tune", "Tune a kernel for one shape, dtype and device");
   tune_cmd->add_option("kernel", tune_options.kernel, "kernel family, e.g. gemm")->required();
   tune_cmd->add_option("--shape", tune_options.shape,
@@ -949,11 +1005,19 @@ int run(int argc, const char* const* argv, Output& io) {
   tune_cmd->add_option("--dtype", tune_options.dtype, "element type (f32, f16, f64, ...)");
   tune_cmd->add_option("--device", tune_options.device, "device: cpu or cuda:N");
   tune_cmd->add_option("--strategy", tune_options.strategy,
-                       "search strategy (exhaustive, random, ...)");
-  auto* budget_option =
-      tune_cmd->add_option("--budget", budget, "at most this many candidates (default: all)")
-          ->check(CLI::PositiveNumber)
-          ->default_str("");
+                       "search strategy: exhaustive (default), random, local, annealing, "
+                       "genetic or bayes");
+  auto* budget_option = tune_cmd->add_option(
+      "--budget", budget,
+      "evaluate at most this many candidates, or this share of the admitted configs with a "
+      "'%' (e.g. 30 or 5%); default: all");
+  tune_cmd->add_option("--seed", tune_options.seed,
+                       "seed of the strategy's random choices (default 0): the same seed "
+                       "proposes the same configs")
+      ->check(CLI::NonNegativeNumber);
+  tune_cmd->add_flag("--remeasure", tune_options.remeasure,
+                     "measure configs again that an earlier job already measured for this "
+                     "kernel, shape, dtype and device (default: reuse those results)");
   tune_cmd->add_flag("--wait", tune_options.wait,
                      "stay attached: progress on stderr, then the winner");
   tune_cmd->add_flag("--retry-failed", tune_options.retry_failed,
@@ -973,7 +1037,9 @@ int run(int argc, const char* const* argv, Output& io) {
       "the job keeps running in ktuned (see `ktune job N`).\n\n"
       "Examples:\n  ktune tune gemm --shape M=256,N=256,K=256 --device cpu --wait\n"
       "  ktune tune gemm --shape M=4096,N=4096,K=4096 --device cuda:0 --strategy random "
-      "--budget 200" + exit_codes);
+      "--budget 200\n"
+      "  ktune tune gemm --shape M=256,N=256,K=256 --strategy genetic --budget 30 --seed 7 "
+      "--wait" + exit_codes);
 
   // job
   std::int64_t job_id = 0;
@@ -984,8 +1050,21 @@ int run(int argc, const char* const* argv, Output& io) {
   job->footer(
       "Prints kernel, shape, dtype, device, state, counts and times, then each candidate in\n"
       "config order: CONFIG, STATUS (ok, compile_error, crash, timeout, mismatch, ...),\n"
-      "MEDIAN(ms), GFLOP/s and the REASON a candidate failed. '*' marks the winner.\n\n"
+      "MEDIAN(ms), GFLOP/s and the REASON a candidate failed. '*' marks the winner; 'ok (tie)'\n"
+      "marks candidates statistically tied with it (overlapping 95% confidence intervals),\n"
+      "'ok (pruned)' those stopped early as clearly slower than the best. The time line splits\n"
+      "the job's wall time into queue wait, compile (the bench worker waited for a compile),\n"
+      "bench and overhead.\n\n"
       "Example:\n  ktune job 3" + exit_codes);
+
+  // cancel
+  std::int64_t cancel_id = 0;
+  auto* cancel = app.add_subcommand("cancel", "Cancel a queued or running job");
+  cancel->add_option("id", cancel_id, "job id")->required()->check(CLI::PositiveNumber);
+  cancel->footer(
+      "A queued job is cancelled at once; a running one once the candidates in flight finish.\n"
+      "Its results so far stay in the database; the job ends in state cancelled.\n\n"
+      "Example:\n  ktune cancel 3" + exit_codes);
 
   // jobs
   std::int64_t limit = 50;
@@ -1021,7 +1100,12 @@ int run(int argc, const char* const* argv, Output& io) {
     int code = app.exit(e, io.out, io.err);
     return code == 0 ? k_exit_ok : k_exit_usage;
   }
-  if (budget_option->count() > 0) tune_options.budget = budget;
+  if (budget_option->count() > 0) {
+    if (auto r = parse_budget_option(budget, tune_options); !r) {
+      io.err << "ktune tune: --budget: " << r.error().message << '\n';
+      return k_exit_usage;
+    }
+  }
 
   try {
     if (start->parsed()) return daemon_start(global, start_options, io);
@@ -1031,6 +1115,7 @@ int run(int argc, const char* const* argv, Output& io) {
     if (auto code = run_cuda_commands(cuda_commands, global, io)) return *code;
     if (tune_cmd->parsed()) return tune(global, tune_options, io);
     if (job->parsed()) return show_job(global, job_id, io);
+    if (cancel->parsed()) return cancel_job(global, cancel_id, io);
     if (jobs->parsed()) return list_jobs(global, limit, io);
     if (query_cmd->parsed()) return query(global, query_options, io);
     if (replay_command.parsed()) return replay_command.run(global.json, io.out, io.err);

@@ -5,6 +5,8 @@
 // Exit codes: 0 ok, 1 error (daemon not running, an error reply, an I/O failure, a failed job),
 // 2 usage error (bad command line), 3 not tuned (`query` answered with a fallback config).
 // Errors go to `err` as "ktune: <code>: <message>"; results go to `out`.
+#include "core/result.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -46,12 +48,19 @@ struct TuneOptions {
   std::string dtype = "f32";
   std::string device = "cpu";
   std::string strategy = "exhaustive";
-  std::optional<std::int64_t> budget;
+  std::optional<std::int64_t> budget;        // evaluations ...
+  std::optional<double> budget_fraction;     // ... or a share of the admitted configs
+  std::optional<std::int64_t> seed;          // the strategy's seed
+  bool remeasure = false;                    // measure configs that already have a result again
   bool wait = false;
   bool retry_failed = false;                 // run quarantined configs again
   std::optional<double> compile_timeout_s;   // per-job deadlines; unset = ktuned's settings
   std::optional<double> bench_timeout_s;
 };
+
+// "--budget" text: "30" (evaluations) or "10%" (share of the admitted configs). Errors (code
+// "bad_budget") say what was expected.
+[[nodiscard]] Result<void> parse_budget_option(const std::string& text, TuneOptions& options);
 
 struct QueryOptions {
   std::string kernel;
@@ -72,6 +81,8 @@ struct QueryOptions {
 // `tune`: with `wait`, 0 only when the job finished with a winner.
 [[nodiscard]] int tune(const GlobalOptions& global, const TuneOptions& options, Output& io);
 [[nodiscard]] int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io);
+// `cancel N`: cancels a queued or running job (results measured so far are kept).
+[[nodiscard]] int cancel_job(const GlobalOptions& global, std::int64_t job_id, Output& io);
 [[nodiscard]] int list_jobs(const GlobalOptions& global, std::int64_t limit, Output& io);
 // `query`: 0 for an exact (tuned) winner, 3 for a fallback answer.
 [[nodiscard]] int query(const GlobalOptions& global, const QueryOptions& options, Output& io);

@@ -69,6 +69,19 @@ public:
     return std::nullopt;
   }
 
+  // A number in (min, max] (exclusive below, inclusive above).
+  [[nodiscard]] std::optional<Error> number(std::string_view field, std::optional<double>& target,
+                                            double min, double max) const {
+    const json* value = find(field);
+    if (value == nullptr) return std::nullopt;
+    const std::string range = "a number in (" + dump(json(min)) + ", " + dump(json(max)) + "]";
+    if (!value->is_number()) return field_error(m_op, field, "must be " + range + ", found " + json_type(*value));
+    const auto v = value->get<double>();
+    if (!(v > min && v <= max)) return field_error(m_op, field, "must be " + range + ", found " + dump(*value));
+    target = v;
+    return std::nullopt;
+  }
+
   [[nodiscard]] std::optional<Error> boolean(std::string_view field, bool& target) const {
     const json* value = find(field);
     if (value == nullptr) return std::nullopt;
@@ -147,7 +160,13 @@ Result<TuneRequest> TuneRequest::from_json(const json& body) {
   if (!error) error = r.string("device", request.device, false);
   if (!error) error = r.string("strategy", request.strategy, false);
   if (!error) error = r.integer("budget", request.budget, 1, k_int64_max);
+  if (!error) error = r.number("budget_fraction", request.budget_fraction, 0.0, 1.0);
+  if (!error) error = r.integer("seed", request.seed, 0, k_int64_max);
+  if (!error) error = r.boolean("remeasure", request.remeasure);
   if (!error) error = r.boolean("wait", request.wait);
+  if (!error && request.budget && request.budget_fraction) {
+    error = make_error(code::bad_request, "tune: give 'budget' or 'budget_fraction', not both");
+  }
   if (error) return *error;
   return request;
 }
@@ -156,6 +175,9 @@ json TuneRequest::to_json() const {
   json out = {{"v", k_version}, {"op", "tune"},       {"kernel", kernel},     {"shape", shape},
               {"dtype", dtype}, {"device", device}, {"strategy", strategy}, {"wait", wait}};
   if (budget) out["budget"] = *budget;
+  if (budget_fraction) out["budget_fraction"] = *budget_fraction;
+  if (seed) out["seed"] = *seed;
+  if (remeasure) out["remeasure"] = true;
   return out;
 }
 

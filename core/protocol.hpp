@@ -73,7 +73,10 @@ struct TuneRequest {
   std::string dtype = "f32";
   std::string device = "cpu";
   std::string strategy = "exhaustive";
-  std::optional<std::int64_t> budget; // >= 1 when given
+  std::optional<std::int64_t> budget; // evaluations, >= 1 when given
+  std::optional<double> budget_fraction; // or a share of the valid configs, in (0, 1]
+  std::optional<std::int64_t> seed;   // the strategy's seed (default 0), >= 0
+  bool remeasure = false;          // measure configs again that already have a result for the key
   bool wait = false;               // stream progress events until the job ends, then reply
   [[nodiscard]] static Result<TuneRequest> from_json(const nlohmann::json& body);
   [[nodiscard]] nlohmann::json to_json() const; // includes "op":"tune"

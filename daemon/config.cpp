@@ -155,10 +155,14 @@ Result<void> apply_daemon_table(const toml::table& table, const FileReader& read
       KTUNE_CONFIG_SET(config.worker_idle_s, reader.number(node, name, 0.0));
     } else if (key == "stop_grace_s") {
       KTUNE_CONFIG_SET(config.stop_grace_s, reader.number(node, name, 0.0));
+    } else if (key == "compile_ahead") {
+      KTUNE_CONFIG_SET(config.compile_ahead, reader.integer(node, name, 0, 1 << 20));
+    } else if (key == "search_batch") {
+      KTUNE_CONFIG_SET(config.search_batch, reader.integer(node, name, 1, 1 << 20));
     } else {
       return reader.error(name, "unknown key (expected socket, db, cache_dir, kernel_dirs, "
-                                "compile_workers, max_message_bytes, idle_s, worker_idle_s or "
-                                "stop_grace_s)");
+                                "compile_workers, compile_ahead, search_batch, max_message_bytes, idle_s, "
+                                "worker_idle_s or stop_grace_s)");
     }
   }
   return {};
@@ -209,9 +213,16 @@ Result<void> apply_measure_table(const toml::table& table, const FileReader& rea
     } else if (key == "seed") {
       KTUNE_CONFIG_SET(measure.seed,
                        reader.integer(node, name, 0, std::numeric_limits<std::int64_t>::max()));
+    } else if (key == "prune_factor") {
+      KTUNE_CONFIG_SET(measure.prune_factor, reader.number(node, name, 0.0));
+    } else if (key == "prune_after") {
+      KTUNE_CONFIG_SET(measure.prune_after, reader.integer(node, name, 1, 1'000'000));
+    } else if (key == "remeasure_max") {
+      KTUNE_CONFIG_SET(measure.remeasure_max, reader.integer(node, name, 0, 1'000'000));
     } else {
       return reader.error(name, "unknown key (expected min_samples, max_samples, target_rsd, "
-                                "min_time_s, max_time_s, warmup_ms, flush_cache or seed)");
+                                "min_time_s, max_time_s, warmup_ms, flush_cache, seed, "
+                                "prune_factor, prune_after or remeasure_max)");
     }
   }
   return {};

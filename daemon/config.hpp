@@ -3,12 +3,12 @@
 // key), then the command line. Each layer overrides the one before it key by key.
 //
 // File keys:
-//   [daemon]  socket, db, cache_dir, kernel_dirs, compile_workers, max_message_bytes, idle_s,
-//             worker_idle_s, stop_grace_s
+//   [daemon]  socket, db, cache_dir, kernel_dirs, compile_workers, compile_ahead, search_batch,
+//             max_message_bytes, idle_s, worker_idle_s, stop_grace_s
 //   [limits]  compile_timeout_s, bench_timeout_s, bench_timeout_min_s, bench_timeout_max_s,
 //             worker_memory_mb
 //   [measure] min_samples, max_samples, target_rsd, min_time_s, max_time_s, warmup_ms,
-//             flush_cache, seed
+//             flush_cache, seed, prune_factor, prune_after, remeasure_max
 // Relative paths in a file are taken relative to that file's directory; relative paths on the
 // command line relative to the working directory. Every resolved path is absolute.
 #include "bench/runner.hpp"
@@ -36,6 +36,8 @@ struct DaemonConfig {
   std::string cache_dir;
   std::vector<std::string> kernel_dirs;
   int compile_workers = 0;                 // 0 = online cores - 1 (at least 1); resolved by resolve_config
+  int compile_ahead = 0;                   // compiled candidates kept ready for the bench worker; 0 = 2 x compile_workers
+  int search_batch = 4;                    // proposals per batch of a search strategy (not exhaustive)
   std::size_t max_message_bytes = 1 << 20;
   std::string worker_path;                 // the ktune-worker executable
   int ready_fd = -1;                       // -1 = no readiness handshake

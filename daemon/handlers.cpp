@@ -1,5 +1,7 @@
 #include "daemon/handlers.hpp"
 
+#include "search/strategy.hpp"
+
 #include "daemon/compile_check.hpp"
 #include "daemon/devices.hpp"
 #include "daemon/log.hpp"
@@ -149,14 +151,35 @@ Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request) 
   if (op == "jobs") return jobs(request);
   if (op == "kernels") return kernels();
   if (op == "stats") return stats();
+  if (op == "cancel") return cancel(request);
   if (op == "shutdown") {
     KTUNE_LOG(info) << "shutdown requested by a client";
     m_ctx.request_stop();
     return nlohmann::json{{"stopping", true}};
   }
   return make_error(code::unknown_op, "unknown op '" + op +
-                                          "' (expected lookup, tune, job, jobs, kernels, stats, "
-                                          "devices, compile_check or shutdown)");
+                                          "' (expected lookup, tune, job, jobs, cancel, kernels, "
+                                          "stats, devices, compile_check or shutdown)");
+}
+
+Result<nlohmann::json> RequestHandler::cancel(const protocol::Request& request) {
+  auto req = protocol::JobRequest::from_json(request.body);
+  if (!req) return req.error();
+  if (m_ctx.scheduler.cancel(req->job)) {
+    auto job = m_ctx.store.get_job(req->job);
+    if (!job) return internal_error(job.error());
+    return nlohmann::json{{"job", req->job},
+                          {"state", job->has_value() ? std::string(to_string((*job)->state))
+                                                     : std::string("cancelled")}};
+  }
+  auto job = m_ctx.store.get_job(req->job);
+  if (!job) return internal_error(job.error());
+  if (!job->has_value()) {
+    return make_error(code::unknown_job, "no job with id " + std::to_string(req->job));
+  }
+  return make_error(code::bad_request, "job " + std::to_string(req->job) + " is " +
+                                           std::string(to_string((*job)->state)) +
+                                           ", not queued or running; nothing to cancel");
 }
 
 Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel_name,
@@ -234,9 +257,12 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
 
   auto target = resolve(req.kernel, req.shape, req.dtype, req.device);
   if (!target) return fail(target.error());
-  if (req.strategy != "exhaustive") {
-    return fail(make_error(code::bad_request, "unknown strategy '" + req.strategy +
-                                                  "' (this ktuned supports: exhaustive)"));
+  const auto& strategies = search::strategy_names();
+  if (std::find(strategies.begin(), strategies.end(), req.strategy) == strategies.end()) {
+    std::string known;
+    for (const auto& name : strategies) known += (known.empty() ? "" : ", ") + name;
+    return fail(make_error(code::bad_request,
+                           "unknown strategy '" + req.strategy + "' (expected " + known + ")"));
   }
   if (req.budget && *req.budget < 1) {
     return fail(make_error(code::bad_request,
@@ -301,16 +327,13 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
                                  " quarantined); tune with retry_failed to run them again"));
     }
   }
-  if (req.budget && static_cast<std::uint64_t>(*req.budget) < configs->size()) {
-    configs->resize(static_cast<std::size_t>(*req.budget));
+  // The budget in evaluations: a count, or a share of the admitted configs (at least 1).
+  std::optional<std::int64_t> budget = req.budget;
+  if (req.budget_fraction) {
+    budget = std::max<std::int64_t>(
+        1, std::llround(*req.budget_fraction * static_cast<double>(configs->size())));
   }
-
-  if (auto r = m_ctx.store.upsert_kernel(spec.name, target->kernel.source_hash,
-                                         read_text(target->kernel.spec_path));
-      !r) {
-    return fail(internal_error(r.error()));
-  }
-  if (auto r = m_ctx.store.upsert_device(device); !r) return fail(internal_error(r.error()));
+  if (budget && static_cast<std::uint64_t>(*budget) >= configs->size()) budget.reset();
 
   JobRecord record;
   record.kernel = spec.name;
@@ -320,9 +343,38 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   record.device = device.name;
   record.fingerprint = device.fingerprint;
   record.strategy = req.strategy;
-  record.budget = req.budget;
+  record.budget = budget;
+  record.seed = req.seed.value_or(0);
   record.state = JobState::queued;
-  record.total = static_cast<std::int64_t>(configs->size());
+  record.total = budget ? *budget : static_cast<std::int64_t>(configs->size());
+
+  // Identical requests share one job; asking to remeasure always starts a new one.
+  if (auto same = req.remeasure ? std::nullopt : m_ctx.scheduler.find_same(record)) {
+    KTUNE_LOG(info) << "tune " << spec.name << " " << record.shape << " joins job " << *same;
+    if (!req.wait) {
+      session->send(protocol::encode_ok(request.id, {{"job", *same},
+                                                     {"total", record.total},
+                                                     {"state", "queued"},
+                                                     {"joined", true},
+                                                     {"quarantined", quarantined}}));
+      return;
+    }
+    return watch_job(session, request, *same);
+  }
+  std::vector<ResultRecord> reusable;
+  if (!req.remeasure) {
+    auto rows = reusable_results(m_ctx.store, record);
+    if (!rows) return fail(internal_error(rows.error()));
+    reusable = std::move(*rows);
+  }
+
+  if (auto r = m_ctx.store.upsert_kernel(spec.name, target->kernel.source_hash,
+                                         read_text(target->kernel.spec_path));
+      !r) {
+    return fail(internal_error(r.error()));
+  }
+  if (auto r = m_ctx.store.upsert_device(device); !r) return fail(internal_error(r.error()));
+
   auto id = m_ctx.store.create_job(record);
   if (!id) return fail(internal_error(id.error()));
   record.id = *id;
@@ -333,6 +385,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   plan.kernel = std::move(target->kernel);
   plan.shape = std::move(target->shape);
   plan.configs = std::move(*configs);
+  plan.reusable = std::move(reusable);
   plan.compile_timeout_s = deadlines[0];
   plan.bench_timeout_s = deadlines[1];
   m_ctx.scheduler.enqueue(std::move(plan));
@@ -344,20 +397,26 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     return;
   }
 
+  watch_job(session, request, *id);
+}
+
+void RequestHandler::watch_job(const std::shared_ptr<Session>& session,
+                               const protocol::Request& request, std::int64_t job_id) {
   std::weak_ptr<Session> weak = session;
   JobWatcher watcher;
   watcher.on_progress = [weak, request_id = request.id](const nlohmann::json& progress) {
     if (auto s = weak.lock()) s->send(protocol::encode_event(request_id, "progress", progress));
   };
-  watcher.on_finished = [this, weak, request_id = request.id](std::int64_t job_id) {
+  watcher.on_finished = [this, weak, request_id = request.id](std::int64_t finished) {
     auto s = weak.lock();
     if (!s) return;
-    auto summary = job_summary(m_ctx.store, job_id, WithResults::no);
+    auto summary = job_summary(m_ctx.store, finished, WithResults::no);
     s->send(summary ? protocol::encode_ok(request_id, *summary)
                     : protocol::encode_error(request_id, code::internal, summary.error().message));
   };
-  if (!m_ctx.scheduler.watch(*id, std::move(watcher))) {
-    fail(make_error(code::internal, "job " + std::to_string(*id) + " vanished before it started"));
+  if (!m_ctx.scheduler.watch(job_id, std::move(watcher))) {
+    session->send(protocol::encode_error(
+        request.id, code::internal, "job " + std::to_string(job_id) + " vanished before it started"));
   }
 }
 

@@ -69,6 +69,12 @@ private:
   [[nodiscard]] Result<nlohmann::json> stats() const;
   // `tune` answers later when it waits; the reply (or error) is sent by tune itself.
   void tune(const std::shared_ptr<Session>& session, const protocol::Request& request);
+  // {"job": N}: cancels a queued or running job (Scheduler::cancel).
+  [[nodiscard]] Result<nlohmann::json> cancel(const protocol::Request& request);
+  // Streams a queued or running job's progress to the session as events of `request`, then its
+  // summary as the reply.
+  void watch_job(const std::shared_ptr<Session>& session, const protocol::Request& request,
+                 std::int64_t job_id);
 
   // Lookup path (winner_index.hpp): the fast path answers a lookup line of the plain shape
   // {"v":1,"id":..,"op":"lookup","kernel":..,...} without building a JSON tree; false = not

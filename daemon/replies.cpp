@@ -48,6 +48,15 @@ nlohmann::json job_to_json(const JobRecord& job) {
       {"created_at", optional_int(job.created_at)},
       {"started_at", optional_int(job.started_at)},
       {"finished_at", optional_int(job.finished_at)},
+      {"seed", job.seed ? nlohmann::json(*job.seed) : nlohmann::json(nullptr)},
+      {"timing",
+       {{"queue_ms", job.timing.queue_ms},
+        {"compile_ms", job.timing.compile_ms},
+        {"bench_ms", job.timing.bench_ms},
+        {"overhead_ms", job.timing.overhead_ms},
+        {"compile_sum_ms", job.timing.compile_sum_ms},
+        {"bench_sum_ms", job.timing.bench_sum_ms},
+        {"compiles", job.timing.compiles}}},
   };
 }
 
@@ -65,6 +74,11 @@ nlohmann::json result_to_json(const ResultRecord& r) {
       {"gflops", r.gflops},
       {"gbps", r.gbps},
       {"compile_ms", r.compile_ms},
+      {"q1_ms", r.stats.q1_ms},
+      {"q3_ms", r.stats.q3_ms},
+      {"pruned", r.pruned},
+      {"remeasured", r.remeasured},
+      {"tied", r.tied},
   };
 }
 
@@ -75,13 +89,36 @@ bool better_result(const ResultRecord& candidate, const ResultRecord& best) {
   return candidate.config_index < best.config_index;
 }
 
-const ResultRecord* pick_winner(const std::vector<ResultRecord>& results) {
-  const ResultRecord* best = nullptr;
-  for (const auto& r : results) {
-    if (r.status != CandidateStatus::ok) continue;
-    if (best == nullptr || better_result(r, *best)) best = &r;
+bool preferred_tie(const ResultRecord& a, const ResultRecord& b) {
+  if (a.registers >= 0 && b.registers >= 0 && a.registers != b.registers) {
+    return a.registers < b.registers;
   }
-  return best;
+  if (a.shared_bytes >= 0 && b.shared_bytes >= 0 && a.shared_bytes != b.shared_bytes) {
+    return a.shared_bytes < b.shared_bytes;
+  }
+  return a.config_index < b.config_index;
+}
+
+const ResultRecord* fastest_result(const std::vector<ResultRecord>& results) {
+  for (const bool with_pruned : {false, true}) {
+    const ResultRecord* best = nullptr;
+    for (const auto& r : results) {
+      if (r.status != CandidateStatus::ok || (r.pruned && !with_pruned)) continue;
+      if (best == nullptr || better_result(r, *best)) best = &r;
+    }
+    if (best != nullptr) return best;
+  }
+  return nullptr;
+}
+
+const ResultRecord* pick_winner(const std::vector<ResultRecord>& results) {
+  const ResultRecord* tie = nullptr;
+  for (const auto& r : results) {
+    if (r.status == CandidateStatus::ok && r.tied && (tie == nullptr || preferred_tie(r, *tie))) {
+      tie = &r;
+    }
+  }
+  return tie != nullptr ? tie : fastest_result(results);
 }
 
 nlohmann::json winner_to_json(const ResultRecord* winner) {

@@ -25,7 +25,14 @@ namespace ktune::daemon {
 
 // Whether `candidate` beats `best`: lower median, ties to the lower config index.
 [[nodiscard]] bool better_result(const ResultRecord& candidate, const ResultRecord& best);
-// The best `ok` result, or nullptr when there is none.
+// Among declared ties: fewer registers, then less shared memory (each compared only when known
+// for both), then the lower config index.
+[[nodiscard]] bool preferred_tie(const ResultRecord& a, const ResultRecord& b);
+// The `ok` result with the lowest median (ties: lower config index), pruned ones only when every
+// ok result was pruned; nullptr when there is none.
+[[nodiscard]] const ResultRecord* fastest_result(const std::vector<ResultRecord>& results);
+// A job's winner: the preferred of its declared ties (results.tied) when it has any, else the
+// best `ok` result; nullptr when there is none.
 [[nodiscard]] const ResultRecord* pick_winner(const std::vector<ResultRecord>& results);
 // {"config","median_ms","gflops","result"} or null.
 [[nodiscard]] nlohmann::json winner_to_json(const ResultRecord* winner);

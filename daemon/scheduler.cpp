@@ -5,6 +5,8 @@
 #include "compiler/compiler.hpp"
 #include "daemon/log.hpp"
 #include "daemon/replies.hpp"
+#include "search/stop_condition.hpp"
+#include "search/strategy.hpp"
 
 #include <boost/asio/post.hpp>
 
@@ -50,6 +52,29 @@ std::chrono::milliseconds seconds_to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
 }
 
+double ms_since(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+}
+
+// The 95% confidence interval of a result's median: median +- 1.96 x its standard error, which
+// for n samples is about 1.2533 x sigma / sqrt(n) (the asymptotic efficiency of the median).
+// sigma is estimated robustly from the interquartile range (IQR / 1.349 for normal noise), so
+// that a few outlying samples -- a preempted run on a busy machine -- do not widen it; the
+// sample standard deviation only when the quartiles are unknown.
+std::pair<double, double> median_interval(const ResultRecord& r) {
+  const double n = static_cast<double>(std::max<std::size_t>(r.stats.n, 1));
+  const double iqr = r.stats.q3_ms - r.stats.q1_ms;
+  const double sigma = iqr > 0 ? iqr / 1.349 : r.stats.stddev_ms;
+  const double half = 1.96 * 1.2533 * sigma / std::sqrt(n);
+  return {r.stats.median_ms - half, r.stats.median_ms + half};
+}
+
+bool intervals_overlap(const ResultRecord& a, const ResultRecord& b) {
+  const auto [a_lo, a_hi] = median_interval(a);
+  const auto [b_lo, b_hi] = median_interval(b);
+  return a_lo <= b_hi && b_lo <= a_hi;
+}
+
 std::string describe_failures(const std::map<CandidateStatus, int>& failures) {
   std::ostringstream text;
   bool first = true;
@@ -88,21 +113,114 @@ Result<std::size_t> drop_quarantined(const Store& store, const std::string& kern
   return before - configs.size();
 }
 
+Result<std::vector<ResultRecord>> reusable_results(const Store& store, const JobRecord& record) {
+  auto rows = store.results_for_key(record.kernel, record.source_hash, record.shape, record.dtype,
+                                    record.fingerprint);
+  if (!rows) return rows.error();
+  std::map<std::string, ResultRecord> newest; // rows come oldest first
+  for (auto& row : *rows) {
+    if (row.job_id == record.id || quarantines(row.status)) continue;
+    newest[row.config] = std::move(row);
+  }
+  std::vector<ResultRecord> out;
+  out.reserve(newest.size());
+  for (auto& [config, row] : newest) out.push_back(std::move(row));
+  return out;
+}
+
+struct Scheduler::ActiveJob {
+  JobPlan plan;
+  std::int64_t total = 0;               // evaluations the budget allows (progress denominator)
+  search::SearchSpace space;
+  std::unique_ptr<search::Strategy> strategy;
+  std::optional<search::StopCondition> stop;
+  std::map<std::string, const ResultRecord*> existing; // config text -> this job's row
+  std::map<std::string, const ResultRecord*> reusable; // config text -> another job's row
+  ReferenceState reference = ReferenceState::pending;
+  std::string reference_path;
+  Phase phase = Phase::search;
+  // Batch mode (every strategy but exhaustive): proposals come in batches of search_batch, and a
+  // batch's results are told to the strategy together, in proposal order, once all are in; so
+  // the proposals depend on the seed and the measured times only, never on which compile
+  // finished first.
+  bool batched = false;
+  std::vector<std::size_t> batch;       // the open batch, in proposal order
+  std::map<std::size_t, std::optional<double>> batch_results;
+  std::deque<std::size_t> to_compile;   // proposed, waiting for a compile worker
+  int compiling = 0;                    // candidate compiles in flight
+  int in_flight = 0;                    // worker requests sent for this job
+  std::deque<Compiled> compiled;        // waiting for the bench worker
+  bool benchmarking = false;
+  std::map<std::size_t, Compiled> artifacts; // ok candidates measured in this job
+  std::map<std::size_t, ResultRecord> ok_rows; // config index -> its ok row
+  std::deque<Compiled> remeasure;       // near-ties to measure again
+  std::int64_t done = 0;
+  std::int64_t failed = 0;
+  std::map<CandidateStatus, int> failures;
+  std::optional<ResultRecord> best;
+  std::string error;                    // set once the job has failed (or was cancelled)
+  bool cancelled = false;
+  std::chrono::steady_clock::time_point started;
+  std::chrono::steady_clock::time_point mark; // last account()
+  JobTiming timing;
+};
+
 Scheduler::Scheduler(asio::io_context& io, Store& store, WorkerPool& workers,
                      SchedulerSettings settings)
-    : m_io(io), m_store(store), m_workers(workers), m_settings(std::move(settings)) {}
+    : m_io(io), m_store(store), m_workers(workers), m_settings(std::move(settings)) {
+  if (m_settings.compile_ahead == 0) {
+    m_settings.compile_ahead = 2 * std::max<std::size_t>(1, m_settings.compile_workers);
+  }
+}
+
+Scheduler::~Scheduler() = default;
 
 void Scheduler::enqueue(JobPlan plan) {
   KTUNE_LOG(info) << "job " << plan.record.id << " queued: " << plan.record.kernel << " "
                   << plan.record.shape << " " << plan.record.dtype << " on " << plan.record.device
-                  << ", " << plan.configs.size() << " candidates";
-  m_queue.push_back(std::move(plan));
+                  << ", " << plan.configs.size() << " configs, strategy " << plan.record.strategy
+                  << (plan.record.budget ? ", budget " + std::to_string(*plan.record.budget) : "");
+  m_queue.emplace_back(std::move(plan), std::chrono::steady_clock::now());
   asio::post(m_io, [this] { start_next(); });
+}
+
+std::optional<std::int64_t> Scheduler::find_same(const JobRecord& record) const {
+  auto same = [&](const JobRecord& other) {
+    return other.kernel == record.kernel && other.source_hash == record.source_hash &&
+           other.shape == record.shape && other.dtype == record.dtype &&
+           other.fingerprint == record.fingerprint && other.strategy == record.strategy &&
+           other.budget == record.budget && other.seed.value_or(0) == record.seed.value_or(0);
+  };
+  if (m_stopped) return std::nullopt;
+  if (m_active && m_active->error.empty() && same(m_active->plan.record)) {
+    return m_active->plan.record.id;
+  }
+  for (const auto& [plan, queued_at] : m_queue) {
+    if (same(plan.record)) return plan.record.id;
+  }
+  return std::nullopt;
+}
+
+bool Scheduler::cancel(std::int64_t job_id) {
+  if (m_stopped) return false;
+  for (auto it = m_queue.begin(); it != m_queue.end(); ++it) {
+    if (it->first.record.id != job_id) continue;
+    m_queue.erase(it);
+    end_job(job_id, JobState::cancelled, "cancelled by a client before it started");
+    return true;
+  }
+  if (!is_current(job_id)) return false;
+  m_active->cancelled = true;
+  fail(*m_active, "cancelled by a client");
+  KTUNE_LOG(info) << "job " << job_id << " cancelled; " << m_active->in_flight
+                  << " request(s) in flight finish first";
+  asio::post(m_io, [this] { advance(); });
+  return true;
 }
 
 bool Scheduler::watch(std::int64_t job_id, JobWatcher watcher) {
   bool known = is_current(job_id);
-  for (const auto& plan : m_queue) known = known || plan.record.id == job_id;
+  for (const auto& [plan, queued_at] : m_queue) known = known || plan.record.id == job_id;
   if (!known || m_stopped) return false;
   m_watchers[job_id].push_back(std::move(watcher));
   return true;
@@ -119,84 +237,189 @@ void Scheduler::fail(ActiveJob& job, const std::string& error) {
 void Scheduler::start_next() {
   if (m_stopped || m_active || m_queue.empty()) return;
   m_active = std::make_unique<ActiveJob>();
-  m_active->plan = std::move(m_queue.front());
+  ActiveJob& job = *m_active;
+  job.plan = std::move(m_queue.front().first);
+  const auto queued_at = m_queue.front().second;
   m_queue.pop_front();
-  m_active->started = std::chrono::steady_clock::now();
-  const auto id = m_active->plan.record.id;
-  {
-    ActiveJob& job = *m_active;
-    std::set<std::string> have;
-    for (const auto& row : job.plan.existing) {
-      have.insert(row.config);
-      ++job.done;
-      if (row.status == CandidateStatus::ok) {
-        if (!job.best || better_result(row, *job.best)) job.best = row;
-      } else {
-        ++job.failed;
-        ++job.failures[row.status];
-      }
+  job.started = job.mark = std::chrono::steady_clock::now();
+  job.timing.queue_ms = ms_since(queued_at);
+  const JobRecord& rec = job.plan.record;
+  const auto id = rec.id;
+
+  auto space = search::SearchSpace::from_configs(job.plan.kernel.spec.params, job.plan.configs);
+  auto strategy = space ? Result<int>(0) : Result<int>(space.error());
+  if (space) {
+    job.space = std::move(*space);
+    auto made = search::make_strategy(rec.strategy, job.space,
+                                      static_cast<std::uint64_t>(rec.seed.value_or(0)));
+    if (made) {
+      job.strategy = std::move(*made);
+    } else {
+      strategy = made.error();
     }
-    for (std::size_t i = 0; i < job.plan.configs.size(); ++i) {
-      if (have.count(config_json_text(job.plan.configs[i])) == 0) job.pending.push_back(i);
-    }
-    // Rows of configs no longer in the list (a changed budget) count, but never block the end.
-    job.done = static_cast<std::int64_t>(job.plan.configs.size() - job.pending.size());
+  }
+  if (!strategy) {
+    fail(job, "cannot search the configs: " + strategy.error().message);
+  } else {
+    search::Budget budget;
+    if (rec.budget) budget.max_evaluations = static_cast<std::size_t>(*rec.budget);
+    job.stop.emplace(budget, job.space.size(), job.started);
+    job.total = static_cast<std::int64_t>(job.stop->evaluation_limit());
+    job.batched = rec.strategy != "exhaustive";
+    for (const auto& row : job.plan.existing) job.existing[row.config] = &row;
+    for (const auto& row : job.plan.reusable) job.reusable[row.config] = &row;
     if (!job.plan.existing.empty()) {
-      KTUNE_LOG(info) << "job " << id << " resumes: " << job.done << " of "
-                      << job.plan.configs.size() << " candidates already measured";
+      KTUNE_LOG(info) << "job " << id << " resumes: " << job.plan.existing.size()
+                      << " candidate(s) already measured";
     }
   }
   if (auto r = m_store.set_job_state(id, JobState::running); !r) {
-    fail(*m_active, "database: " + r.error().message);
+    fail(job, "database: " + r.error().message);
   } else {
     KTUNE_LOG(info) << "job " << id << " running";
   }
   advance();
 }
 
+// Books the time since the last call to what the job was doing meanwhile.
+void Scheduler::account(ActiveJob& job) {
+  const auto now = std::chrono::steady_clock::now();
+  const double ms = std::chrono::duration<double, std::milli>(now - job.mark).count();
+  job.mark = now;
+  if (job.benchmarking) {
+    job.timing.bench_ms += ms;
+  } else if (job.compiling > 0 || job.reference == ReferenceState::compiling) {
+    job.timing.compile_ms += ms;
+  } else {
+    job.timing.overhead_ms += ms;
+  }
+}
+
+// Asks the strategy for candidates while fewer than compile_ahead are compiling or compiled
+// ahead of the bench worker. Configs this job or an earlier one already measured are answered
+// at once.
+void Scheduler::propose(ActiveJob& job) {
+  while (job.error.empty() && job.phase == Phase::search) {
+    const std::size_t ahead =
+        job.to_compile.size() + static_cast<std::size_t>(job.compiling) + job.compiled.size();
+    if (job.batched ? !job.batch.empty() : ahead >= m_settings.compile_ahead) return;
+    if (job.stop->reached(std::chrono::steady_clock::now())) return;
+    const std::size_t allowed = job.stop->proposals_left(job.strategy->pending_count());
+    if (allowed == 0) return;
+    const std::size_t room = job.batched ? m_settings.search_batch : m_settings.compile_ahead - ahead;
+    const auto batch = job.strategy->propose(std::min(allowed, room));
+    if (batch.empty()) return;
+    if (job.batched) job.batch = batch;
+    for (const std::size_t index : batch) {
+      const std::string text = config_json_text(job.plan.configs[index]);
+      if (const auto it = job.existing.find(text); it != job.existing.end()) {
+        ResultRecord row = *it->second;
+        row.config_index = static_cast<std::int64_t>(index);
+        ++job.done;
+        learn(job, index, row);
+      } else if (const auto reuse = job.reusable.find(text); reuse != job.reusable.end()) {
+        ResultRecord row = *reuse->second;
+        row.reason = "reused from job " + std::to_string(row.job_id) +
+                     (row.reason.empty() ? "" : ": " + row.reason);
+        row.remeasured = false;
+        row.tied = false;
+        row.created_at = 0;
+        record(job, index, std::move(row));
+      } else {
+        job.to_compile.push_back(index);
+      }
+    }
+  }
+}
+
+bool Scheduler::search_over(const ActiveJob& job) const {
+  if (job.strategy->pending_count() > 0 || !job.to_compile.empty() || job.compiling > 0 ||
+      !job.compiled.empty() || job.benchmarking) {
+    return false;
+  }
+  return job.strategy->exhausted() || job.stop->reached(std::chrono::steady_clock::now()) ||
+         job.stop->proposals_left(0) == 0;
+}
+
 void Scheduler::advance() {
   if (!m_active) return;
   ActiveJob& job = *m_active;
-  const auto total = job.plan.configs.size();
   if (m_stopped) {
     if (job.in_flight == 0) finish_stop();
     return;
   }
+  account(job);
 
   if (job.error.empty() && job.reference == ReferenceState::pending) start_reference(job);
   if (job.error.empty() && job.reference == ReferenceState::ready) {
-    while (job.error.empty() && job.next_compile < job.pending.size()) {
+    propose(job);
+    while (job.error.empty() && !job.to_compile.empty()) {
       auto worker = m_workers.idle_worker(WorkerRole::compile);
       if (!worker) {
         fail(job, "cannot start a compile worker: " + worker.error().message);
         break;
       }
       if (!*worker) break; // all busy: the next reply calls advance() again
-      start_compile(job, job.pending[job.next_compile++], std::move(*worker));
+      const std::size_t index = job.to_compile.front();
+      job.to_compile.pop_front();
+      start_compile(job, index, std::move(*worker));
     }
-    while (job.error.empty() && !job.benchmarking && !job.compiled.empty()) {
+    std::deque<Compiled>& waiting = job.phase == Phase::search ? job.compiled : job.remeasure;
+    while (job.error.empty() && !job.benchmarking && !waiting.empty()) {
       auto worker = m_workers.idle_worker(WorkerRole::bench);
       if (!worker) {
         fail(job, "cannot start the bench worker: " + worker.error().message);
         break;
       }
       if (!*worker) break;
-      Compiled candidate = std::move(job.compiled.front());
-      job.compiled.pop_front();
+      Compiled candidate = std::move(waiting.front());
+      waiting.pop_front();
       start_bench(job, std::move(candidate), std::move(*worker));
+    }
+    if (job.error.empty() && job.phase == Phase::search && search_over(job)) {
+      start_remeasure(job);
+      if (!job.remeasure.empty()) {
+        advance();
+        return;
+      }
     }
   }
 
   if (!job.error.empty()) {
-    end_job(job.plan.record.id, JobState::failed, job.error);
-  } else if (job.reference == ReferenceState::ready &&
-             static_cast<std::size_t>(job.done) == total) {
+    if (job.in_flight > 0) return; // let the replies land before the next job starts
+    end_job(job.plan.record.id, job.cancelled ? JobState::cancelled : JobState::failed, job.error);
+  } else if (job.reference == ReferenceState::ready && job.phase == Phase::remeasure &&
+             job.remeasure.empty() && !job.benchmarking) {
     finish(job);
   } else {
     return; // replies in flight will call advance() again
   }
   m_active.reset();
   asio::post(m_io, [this] { start_next(); });
+}
+
+// Picks the near-ties of the best to measure again and switches the job to that phase.
+void Scheduler::start_remeasure(ActiveJob& job) {
+  job.phase = Phase::remeasure;
+  if (!job.best) return;
+  std::vector<const ResultRecord*> near;
+  for (const auto& [index, row] : job.ok_rows) {
+    if (row.pruned || !intervals_overlap(row, *job.best)) continue;
+    if (job.artifacts.count(index) == 0) continue; // not measured in this job
+    near.push_back(&row);
+  }
+  const auto most = static_cast<std::size_t>(std::max(0, m_settings.measure.remeasure_max));
+  if (near.size() < 2 || most == 0) return; // the best alone: nothing is close
+  std::sort(near.begin(), near.end(), [](const ResultRecord* a, const ResultRecord* b) {
+    return a->stats.median_ms != b->stats.median_ms ? a->stats.median_ms < b->stats.median_ms
+                                                    : a->config_index < b->config_index;
+  });
+  if (near.size() > most) near.resize(most);
+  for (const ResultRecord* row : near) {
+    job.remeasure.push_back(job.artifacts.at(static_cast<std::size_t>(row->config_index)));
+  }
+  KTUNE_LOG(info) << "job " << job.plan.record.id << ": measuring " << near.size()
+                  << " near-ties of the best again";
 }
 
 void Scheduler::start_reference(ActiveJob& job) {
@@ -231,6 +454,7 @@ void Scheduler::start_reference(ActiveJob& job) {
   (*worker)->request("compile", compile_job->to_json(),
                      [this, id = plan.record.id](Result<nlohmann::json> reply) {
                        if (is_current(id)) {
+                         account(*m_active);
                          --m_active->in_flight;
                          on_reference_compiled(*m_active, std::move(reply));
                        }
@@ -258,6 +482,7 @@ void Scheduler::on_reference_compiled(ActiveJob& job, Result<nlohmann::json> rep
   }
   KTUNE_LOG(info) << "job " << job.plan.record.id << ": " << name << " compiled in "
                   << outcome->compile_ms << " ms" << (outcome->cached ? " (cached)" : "");
+  if (!outcome->cached) ++job.timing.compiles;
   job.reference_path = outcome->artifact_path;
   job.reference = ReferenceState::ready;
 }
@@ -275,11 +500,16 @@ void Scheduler::start_compile(ActiveJob& job, std::size_t index,
     return;
   }
   ++job.in_flight;
+  ++job.compiling;
   worker->request("compile", compile_job->to_json(),
-                  [this, id = plan.record.id, index, worker](Result<nlohmann::json> reply) {
+                  [this, id = plan.record.id, index, worker,
+                   sent = std::chrono::steady_clock::now()](Result<nlohmann::json> reply) {
                     if (is_current(id)) {
+                      account(*m_active);
                       --m_active->in_flight;
-                      on_compiled(*m_active, index, std::move(reply), worker->stderr_tail());
+                      --m_active->compiling;
+                      on_compiled(*m_active, index, std::move(reply), worker->stderr_tail(),
+                                  ms_since(sent));
                     }
                     advance();
                   },
@@ -287,7 +517,8 @@ void Scheduler::start_compile(ActiveJob& job, std::size_t index,
 }
 
 void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::json> reply,
-                            const std::string& stderr_tail) {
+                            const std::string& stderr_tail, double request_ms) {
+  job.timing.compile_sum_ms += request_ms;
   if (!reply) {
     record(job, index,
            worker_failure(reply.error(), CandidateStatus::compile_error,
@@ -301,13 +532,15 @@ void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::
                          "unreadable compile outcome: " + outcome.error().message));
     return;
   }
+  if (!outcome->cached) ++job.timing.compiles;
   if (outcome->status != CandidateStatus::ok) {
     record(job, index,
            failed_result(outcome->status, first_error_line(outcome->log), outcome->log,
                          outcome->compile_ms));
     return;
   }
-  job.compiled.push_back(Compiled{index, outcome->artifact_path, outcome->compile_ms});
+  job.compiled.push_back(Compiled{index, outcome->artifact_path, outcome->compile_ms,
+                                  outcome->registers, outcome->spills, outcome->shared_bytes});
 }
 
 void Scheduler::start_bench(ActiveJob& job, Compiled candidate,
@@ -323,14 +556,25 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate,
                          candidate.compile_ms));
     return;
   }
+  const bool again = job.phase == Phase::remeasure;
+  if (!again && job.best && m_settings.measure.prune_factor > 0) {
+    bench_job->prune_above_ms = m_settings.measure.prune_factor * job.best->stats.median_ms;
+  }
   job.benchmarking = true;
   ++job.in_flight;
   worker->request("bench", bench_job->to_json(),
-                  [this, id = plan.record.id, candidate, worker](Result<nlohmann::json> reply) {
+                  [this, id = plan.record.id, candidate, worker, again,
+                   sent = std::chrono::steady_clock::now()](Result<nlohmann::json> reply) {
                     if (is_current(id)) {
+                      account(*m_active);
                       m_active->benchmarking = false;
                       --m_active->in_flight;
-                      on_benched(*m_active, candidate, std::move(reply), worker->stderr_tail());
+                      m_active->timing.bench_sum_ms += ms_since(sent);
+                      if (again) {
+                        on_remeasured(*m_active, candidate, std::move(reply));
+                      } else {
+                        on_benched(*m_active, candidate, std::move(reply), worker->stderr_tail());
+                      }
                     }
                     advance();
                   },
@@ -360,10 +604,70 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
   r.gflops = outcome->gflops;
   r.gbps = outcome->gbps;
   r.compile_ms = candidate.compile_ms;
-  r.registers = outcome->registers;
-  r.spill_bytes = outcome->spills;
+  r.registers = outcome->registers >= 0 ? outcome->registers : candidate.registers;
+  r.spill_bytes = outcome->spills >= 0 ? outcome->spills : candidate.spills;
+  r.shared_bytes = outcome->shared_bytes >= 0 ? outcome->shared_bytes : candidate.shared_bytes;
+  r.pruned = outcome->pruned;
   if (r.status != CandidateStatus::ok) r.log = stderr_tail;
+  if (r.status == CandidateStatus::ok) job.artifacts[candidate.index] = candidate;
   record(job, candidate.index, std::move(r));
+}
+
+void Scheduler::on_remeasured(ActiveJob& job, const Compiled& candidate,
+                              Result<nlohmann::json> reply) {
+  const auto row = job.ok_rows.find(candidate.index);
+  if (row == job.ok_rows.end()) return;
+  auto outcome = reply ? BenchOutcome::from_json(*reply) : Result<BenchOutcome>(reply.error());
+  if (!outcome || outcome->status != CandidateStatus::ok) {
+    KTUNE_LOG(warn) << "job " << job.plan.record.id << ": measuring "
+                    << config_to_string(job.plan.configs[candidate.index])
+                    << " again failed; its first measurement stands ("
+                    << (outcome ? outcome->reason : outcome.error().message) << ")";
+    return;
+  }
+  ResultRecord& r = row->second;
+  if (auto w = m_store.update_measurement(r.id, outcome->stats, outcome->gflops, outcome->gbps);
+      !w) {
+    fail(job, "database: cannot store a second measurement: " + w.error().message);
+    return;
+  }
+  r.stats = outcome->stats;
+  r.gflops = outcome->gflops;
+  r.gbps = outcome->gbps;
+  r.remeasured = true;
+  r.pruned = false;
+}
+
+// Tells the strategy and the stop condition about a result, and keeps the job's tallies.
+void Scheduler::learn(ActiveJob& job, std::size_t index, const ResultRecord& result) {
+  const bool ok = result.status == CandidateStatus::ok;
+  const std::optional<double> time =
+      ok && result.stats.median_ms > 0 ? std::optional<double>(result.stats.median_ms) : std::nullopt;
+  auto observe = [&](std::size_t config, std::optional<double> t) {
+    if (auto r = job.strategy->observe(config, t); !r) {
+      KTUNE_LOG(error) << "job " << job.plan.record.id << ": strategy refused a result: "
+                       << r.error().message;
+    }
+    job.stop->record(t);
+  };
+  if (!job.batched) {
+    observe(index, time);
+  } else {
+    job.batch_results[index] = time;
+    if (job.batch_results.size() == job.batch.size()) {
+      for (const std::size_t config : job.batch) observe(config, job.batch_results.at(config));
+      job.batch.clear();
+      job.batch_results.clear();
+    }
+  }
+  if (ok) {
+    job.ok_rows[index] = result;
+    // A pruned median is of a few samples only: it never sets the pace.
+    if (!result.pruned && (!job.best || better_result(result, *job.best))) job.best = result;
+  } else {
+    ++job.failed;
+    ++job.failures[result.status];
+  }
 }
 
 void Scheduler::record(ActiveJob& job, std::size_t index, ResultRecord result) {
@@ -385,17 +689,13 @@ void Scheduler::record(ActiveJob& job, std::size_t index, ResultRecord result) {
   }
   result.id = *id;
   ++job.done;
-  if (result.status == CandidateStatus::ok) {
-    if (!job.best || better_result(result, *job.best)) job.best = result;
-  } else {
-    ++job.failed;
-    ++job.failures[result.status];
-  }
-  KTUNE_LOG(debug) << "job " << rec.id << " [" << job.done << "/" << job.plan.configs.size()
-                   << "] " << config_to_string(job.plan.configs[index]) << ": "
+  learn(job, index, result);
+  KTUNE_LOG(debug) << "job " << rec.id << " [" << job.done << "/" << job.total << "] "
+                   << config_to_string(job.plan.configs[index]) << ": "
                    << to_string(result.status)
                    << (result.status == CandidateStatus::ok
-                           ? " median " + std::to_string(result.stats.median_ms) + " ms"
+                           ? " median " + std::to_string(result.stats.median_ms) + " ms" +
+                                 (result.pruned ? " (pruned)" : "")
                            : " " + result.reason);
   if (auto r = m_store.update_job_progress(rec.id, job.done, job.failed); !r) {
     fail(job, "database: cannot update progress: " + r.error().message);
@@ -413,7 +713,7 @@ nlohmann::json Scheduler::progress(const ActiveJob& job, const ResultRecord& las
   nlohmann::json event = {
       {"job", job.plan.record.id},
       {"done", job.done},
-      {"total", static_cast<std::int64_t>(job.plan.configs.size())},
+      {"total", job.total},
       {"failed", job.failed},
       {"best_config", nullptr},
       {"best_median_ms", nullptr},
@@ -435,30 +735,55 @@ nlohmann::json Scheduler::progress(const ActiveJob& job, const ResultRecord& las
 
 void Scheduler::finish(ActiveJob& job) {
   const JobRecord& rec = job.plan.record;
-  if (!job.best) {
+  account(job);
+  if (auto r = m_store.set_job_timing(rec.id, job.timing); !r) {
+    KTUNE_LOG(warn) << "job " << rec.id << ": cannot store its timing: " << r.error().message;
+  }
+  if (job.ok_rows.empty()) {
     end_job(rec.id, JobState::failed,
             "no candidate succeeded (" + describe_failures(job.failures) + ")");
     return;
   }
+  // After the second measurements: the best median, its declared ties, the preferred tie.
+  std::vector<ResultRecord> rows;
+  rows.reserve(job.ok_rows.size());
+  for (auto& [index, row] : job.ok_rows) rows.push_back(row);
+  const ResultRecord best = *fastest_result(rows);
+  std::vector<std::int64_t> tie_ids;
+  for (auto& row : rows) {
+    row.tied = !row.pruned && intervals_overlap(row, best);
+    if (row.tied) tie_ids.push_back(row.id);
+  }
+  if (tie_ids.size() < 2) {
+    for (auto& row : rows) row.tied = false;
+  } else if (auto r = m_store.mark_ties(rec.id, tie_ids); !r) {
+    end_job(rec.id, JobState::failed, "database: cannot mark ties: " + r.error().message);
+    return;
+  }
+  const ResultRecord* chosen = pick_winner(rows);
   WinnerRecord winner;
   winner.kernel = rec.kernel;
   winner.source_hash = rec.source_hash;
   winner.shape = rec.shape;
   winner.dtype = rec.dtype;
   winner.fingerprint = rec.fingerprint;
-  winner.result_id = job.best->id;
-  winner.job_id = rec.id;
-  winner.config = job.best->config;
-  winner.median_ms = job.best->stats.median_ms;
-  winner.gflops = job.best->gflops;
+  winner.result_id = chosen->id;
+  winner.job_id = chosen->job_id;
+  winner.config = chosen->config;
+  winner.median_ms = chosen->stats.median_ms;
+  winner.gflops = chosen->gflops;
   if (auto r = m_store.upsert_winner(winner); !r) {
     end_job(rec.id, JobState::failed, "database: cannot store the winner: " + r.error().message);
     return;
   }
   KTUNE_LOG(info) << "job " << rec.id << " done in " << log::elapsed_ms(job.started)
-                  << " ms: winner " << winner.config << " median " << winner.median_ms << " ms, "
-                  << job.failed << " of " << job.done << " candidates failed"
-                  << (job.failures.empty() ? "" : " (" + describe_failures(job.failures) + ")");
+                  << " ms: winner " << winner.config << " median " << winner.median_ms << " ms"
+                  << (tie_ids.size() > 1 ? " (" + std::to_string(tie_ids.size()) + "-way tie)" : "")
+                  << ", " << job.failed << " of " << job.done << " candidates failed"
+                  << (job.failures.empty() ? "" : " (" + describe_failures(job.failures) + ")")
+                  << "; compile " << static_cast<std::int64_t>(job.timing.compile_ms)
+                  << " ms, bench " << static_cast<std::int64_t>(job.timing.bench_ms)
+                  << " ms, overhead " << static_cast<std::int64_t>(job.timing.overhead_ms) << " ms";
   end_job(rec.id, JobState::done, {});
 }
 
@@ -493,7 +818,7 @@ void Scheduler::stop(std::chrono::milliseconds grace, std::function<void()> on_s
   m_stopped = true;
   m_on_stopped = std::move(on_stopped);
   while (!m_queue.empty()) {
-    const auto id = m_queue.front().record.id;
+    const auto id = m_queue.front().first.record.id;
     m_queue.pop_front();
     end_job(id, JobState::interrupted, "ktuned stopped before the job started");
   }

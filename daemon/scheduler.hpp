@@ -3,11 +3,28 @@
 // worker requests driven by their replies (no thread of its own; everything on the io thread).
 //
 // For one job: the reference config (the spec's [default]) is compiled first; its artifact is
-// what every candidate's output is checked against. Then up to `compile_workers` candidates
-// compile at once, and compiled candidates wait for the single bench worker, which measures one
-// at a time. Every candidate ends with exactly one results row, inserted the moment its outcome
-// is known; the job's progress is updated with it and watchers are told. At the end the `ok`
-// result with the lowest median (ties: lower config index) becomes the winner.
+// what every candidate's output is checked against. Then the job's search strategy
+// (search/strategy.hpp; `exhaustive` proposes every config in index order) proposes candidates,
+// as many as keep `compile_ahead` candidates compiling or compiled ahead of the single bench
+// worker, within the job's evaluation budget (StopCondition). Every other strategy proposes in
+// batches of `search_batch` and learns a batch's results together, in proposal order, once all
+// are in: its proposals are a function of the seed, search_batch and the measured times only
+// (not of which compile finished first), so the same seed with the same times proposes the same
+// configs. Up to `compile_workers` compile at
+// once; compiled candidates wait for the bench worker, which measures one at a time. Every
+// result is reported back to the strategy, which decides what to propose next.
+//
+// No wasted work: a proposed config that already has a row in this job (resume) is answered from
+// it; one measured for the same winner key by an earlier job (`reusable`, unless the request
+// asked to remeasure) gets a copy of that row (reason "reused from job N") and is not run.
+// Early stop: once a best exists, a candidate is measured with prune_above_ms = prune_factor x
+// the best median; one slower than that after its first samples is recorded ok with pruned.
+//
+// Sound winners: when the search is over, the candidates whose 95% confidence intervals of the
+// median overlap the best's are measured a second time (at most measure.remeasure_max, nearest first);
+// then every candidate whose interval still overlaps the best's is a declared tie (results.tied),
+// and the winner among the ties is the one with fewer registers, then less shared memory, then
+// the lower config index, so re-tuning is reproducible.
 //
 // A worker that dies mid-request yields a `crash` (signal) or `worker_lost` row and is replaced
 // on the next request; one that passes its deadline (compile: `compile_timeout`; bench: derived
@@ -16,9 +33,10 @@
 // as its log. The job fails when the reference does not compile, a worker cannot be started, the
 // store refuses a write, or no candidate succeeds.
 //
-// Resume: a plan may carry the rows its job already has (`existing`); those configs are not run
-// again and count towards progress and the winner. Quarantine: configs that crashed, hung or lost
-// their worker in earlier jobs of the same kernel source and device (drop_quarantined).
+// Every job records where its wall time went (JobTiming in db/store.hpp).
+//
+// Quarantine: configs that crashed, hung or lost their worker in earlier jobs of the same kernel
+// source and device are dropped from the candidates (drop_quarantined) by whoever builds a plan.
 #include "bench/runner.hpp"
 #include "compiler/kernel_registry.hpp"
 #include "db/store.hpp"
@@ -42,7 +60,10 @@ namespace ktune::daemon {
 
 struct SchedulerSettings {
   std::string cache_dir;          // compile cache shared by every job
-  MeasureSettings measure;
+  MeasureSettings measure;        // prune_factor too
+  std::size_t compile_workers = 1;
+  std::size_t compile_ahead = 0;  // candidates compiling or compiled ahead of the bench worker; 0 = 2 x compile_workers
+  std::size_t search_batch = 4;   // proposals per batch of a strategy other than exhaustive
   double compile_timeout_s = 120;
   double bench_timeout_s = 0;     // 0 = derived from `measure` (bench_deadline)
   double bench_timeout_min_s = 10;
@@ -67,13 +88,21 @@ struct SchedulerSettings {
                                                    std::vector<Config>& configs,
                                                    std::int64_t except_job = 0);
 
+// The rows measured for the job's winner key by other jobs, newest per config: what a new job
+// reuses instead of measuring again (quarantining statuses excluded; drop_quarantined removes
+// those configs). Errors: db_error.
+[[nodiscard]] Result<std::vector<ResultRecord>> reusable_results(const Store& store,
+                                                                 const JobRecord& record);
+
 // A validated tune request, ready to run.
 struct JobPlan {
-  JobRecord record;               // as stored by create_job: id set, state queued
+  JobRecord record;               // as stored by create_job: id set, state queued; strategy,
+                                  // budget (evaluations) and seed drive the search
   LoadedKernel kernel;
   Shape shape;                    // conformed to the kernel's dims
-  std::vector<Config> configs;    // the candidates; a candidate's config_index is its position
+  std::vector<Config> configs;    // the search space; a candidate's config_index is its position
   std::vector<ResultRecord> existing; // rows the job already has (resume): not run again
+  std::vector<ResultRecord> reusable; // rows of other jobs for the same key: copied, not run
   std::optional<double> compile_timeout_s; // per-job overrides of the settings
   std::optional<double> bench_timeout_s;
 };
@@ -89,11 +118,21 @@ struct JobWatcher {
 class Scheduler {
 public:
   Scheduler(asio::io_context& io, Store& store, WorkerPool& workers, SchedulerSettings settings);
+  ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues the job; it starts from the io loop (never inside this call).
   void enqueue(JobPlan plan);
+
+  // A queued or running job doing exactly what `record` asks (same kernel, source, shape, dtype,
+  // device fingerprint, strategy, budget and seed): a second client's identical request joins it.
+  [[nodiscard]] std::optional<std::int64_t> find_same(const JobRecord& record) const;
+
+  // Cancels a queued job at once, or the running job once its requests in flight are answered
+  // (their results are kept); it ends `cancelled`. False when the job is neither queued nor
+  // running.
+  bool cancel(std::int64_t job_id);
 
   // Adds a watcher to a queued or running job. False when the job is neither.
   bool watch(std::int64_t job_id, JobWatcher watcher);
@@ -118,39 +157,31 @@ private:
     std::size_t index = 0;
     std::string artifact_path;
     double compile_ms = 0;
+    int registers = -1, spills = -1, shared_bytes = -1;
   };
   enum class ReferenceState { pending, compiling, ready };
-
-  struct ActiveJob {
-    JobPlan plan;
-    ReferenceState reference = ReferenceState::pending;
-    std::string reference_path;
-    std::vector<std::size_t> pending;     // config indices without a row, in order
-    std::size_t next_compile = 0;         // position in `pending`
-    int in_flight = 0;                    // worker requests sent for this job
-    std::deque<Compiled> compiled;        // waiting for the bench worker
-    bool benchmarking = false;
-    std::int64_t done = 0;
-    std::int64_t failed = 0;
-    std::map<CandidateStatus, int> failures;
-    std::optional<ResultRecord> best;
-    std::string error;                    // set once the job has failed
-    std::chrono::steady_clock::time_point started;
-  };
+  enum class Phase { search, remeasure };
+  struct ActiveJob;
 
   void start_next();
   void finish_stop();
   void advance();
+  void account(ActiveJob& job);
+  void propose(ActiveJob& job);
+  [[nodiscard]] bool search_over(const ActiveJob& job) const;
+  void start_remeasure(ActiveJob& job);
   void start_reference(ActiveJob& job);
   void start_compile(ActiveJob& job, std::size_t index, std::shared_ptr<WorkerProcess> worker);
   void start_bench(ActiveJob& job, Compiled candidate, std::shared_ptr<WorkerProcess> worker);
   void on_reference_compiled(ActiveJob& job, Result<nlohmann::json> reply);
   void on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::json> reply,
-                   const std::string& stderr_tail);
+                   const std::string& stderr_tail, double request_ms);
   void on_benched(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply,
                   const std::string& stderr_tail);
+  void on_remeasured(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply);
   [[nodiscard]] std::chrono::milliseconds compile_deadline(const ActiveJob& job) const;
   void record(ActiveJob& job, std::size_t index, ResultRecord result);
+  void learn(ActiveJob& job, std::size_t index, const ResultRecord& result);
   void finish(ActiveJob& job);
   static void fail(ActiveJob& job, const std::string& error);
   void end_job(std::int64_t job_id, JobState state, const std::string& error);
@@ -161,7 +192,7 @@ private:
   Store& m_store;
   WorkerPool& m_workers;
   SchedulerSettings m_settings;
-  std::deque<JobPlan> m_queue;
+  std::deque<std::pair<JobPlan, std::chrono::steady_clock::time_point>> m_queue; // plan, queued at
   std::unique_ptr<ActiveJob> m_active;
   std::map<std::int64_t, std::vector<JobWatcher>> m_watchers;
   bool m_stopped = false;

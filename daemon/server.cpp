@@ -67,17 +67,17 @@ Result<JobPlan> resume_plan(const Store& store, KernelRegistry& registry, const 
   auto dropped = drop_quarantined(store, job.kernel, job.source_hash, job.fingerprint, *configs,
                                   job.id);
   if (!dropped) return dropped.error();
-  if (job.budget && static_cast<std::uint64_t>(*job.budget) < configs->size()) {
-    configs->resize(static_cast<std::size_t>(*job.budget));
-  }
   auto existing = store.job_results(job.id);
   if (!existing) return existing.error();
+  auto reusable = reusable_results(store, job);
+  if (!reusable) return reusable.error();
   JobPlan plan;
   plan.record = job;
   plan.kernel = std::move(*kernel);
   plan.shape = std::move(*conformed);
   plan.configs = std::move(*configs);
   plan.existing = std::move(*existing);
+  plan.reusable = std::move(*reusable);
   plan.record.state = JobState::queued;
   return plan;
 }
@@ -127,8 +127,11 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
       cfg.worker_memory_mb);
   server->m_scheduler = std::make_unique<Scheduler>(
       server->m_io, *server->m_store, *server->m_workers,
-      SchedulerSettings{cfg.cache_dir, cfg.measure, cfg.compile_timeout_s, cfg.bench_timeout_s,
-                        cfg.bench_timeout_min_s, cfg.bench_timeout_max_s});
+      SchedulerSettings{cfg.cache_dir, cfg.measure,
+                        static_cast<std::size_t>(cfg.compile_workers),
+                        static_cast<std::size_t>(cfg.compile_ahead),
+                        static_cast<std::size_t>(cfg.search_batch), cfg.compile_timeout_s,
+                        cfg.bench_timeout_s, cfg.bench_timeout_min_s, cfg.bench_timeout_max_s});
   Server* self = server.get();
   server->m_handler = std::make_unique<RequestHandler>(HandlerContext{
       cfg, *server->m_store, *server->m_scheduler, *server->m_workers, server->m_cpu,

@@ -110,9 +110,32 @@ Result<void> add_result_resources_v2(DbRef db) {
   return db.exec("migration to schema v2", k_schema_v2);
 }
 
+// Schema v3 (pipelined, reproducible tuning): per result whether sampling was pruned, static
+// shared bytes, whether it was re-measured as a near-tie, whether it is a declared tie of the
+// winner; per job the search seed and the wall-time breakdown (ms).
+constexpr const char* k_schema_v3 = R"sql(
+ALTER TABLE results ADD COLUMN pruned       INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE results ADD COLUMN shared_bytes INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE results ADD COLUMN remeasured   INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE results ADD COLUMN tied         INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN seed           INTEGER;
+ALTER TABLE jobs ADD COLUMN queue_ms       REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN compile_ms     REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN bench_ms       REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN overhead_ms    REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN compile_sum_ms REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN bench_sum_ms   REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN compiles       INTEGER NOT NULL DEFAULT 0;
+)sql";
+
+Result<void> add_pipeline_columns_v3(DbRef db) {
+  return db.exec("migration to schema v3", k_schema_v3);
+}
+
 constexpr std::array k_migrations{
     Migration{"create kernels, devices, jobs, results and winners", &create_schema_v1},
     Migration{"add results.registers and results.spill_bytes", &add_result_resources_v2},
+    Migration{"add pruned/remeasured/tied results and job timing", &add_pipeline_columns_v3},
 };
 static_assert(k_migrations.size() == static_cast<std::size_t>(k_schema_version),
               "k_schema_version must equal the number of migrations");

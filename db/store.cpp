@@ -51,7 +51,8 @@ Error unknown_job(DbRef db, std::string_view op, std::int64_t job_id) {
 
 constexpr const char* k_job_columns =
     "id, kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, state, total, "
-    "done, failed, error, created_at, started_at, finished_at";
+    "done, failed, error, created_at, started_at, finished_at, seed, queue_ms, compile_ms, "
+    "bench_ms, overhead_ms, compile_sum_ms, bench_sum_ms, compiles";
 
 Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) {
   JobRecord job;
@@ -78,13 +79,21 @@ Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) 
   job.created_at = row.column_int(14);
   job.started_at = row.column_int(15);
   job.finished_at = row.column_int(16);
+  if (!row.column_is_null(17)) job.seed = row.column_int(17);
+  job.timing.queue_ms = row.column_double(18);
+  job.timing.compile_ms = row.column_double(19);
+  job.timing.bench_ms = row.column_double(20);
+  job.timing.overhead_ms = row.column_double(21);
+  job.timing.compile_sum_ms = row.column_double(22);
+  job.timing.bench_sum_ms = row.column_double(23);
+  job.timing.compiles = row.column_int(24);
   return job;
 }
 
 constexpr const char* k_result_columns =
     "id, job_id, kernel, source_hash, shape, dtype, fingerprint, config, config_index, status, "
     "reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, q1_ms, q3_ms, gflops, gbps, "
-    "compile_ms, created_at, registers, spill_bytes";
+    "compile_ms, created_at, registers, spill_bytes, pruned, shared_bytes, remeasured, tied";
 
 Result<ResultRecord> read_result(DbRef db, std::string_view op, const Statement& row) {
   ResultRecord result;
@@ -120,6 +129,10 @@ Result<ResultRecord> read_result(DbRef db, std::string_view op, const Statement&
   result.created_at = row.column_int(23);
   result.registers = static_cast<int>(row.column_int(24));
   result.spill_bytes = static_cast<int>(row.column_int(25));
+  result.pruned = row.column_int(26) != 0;
+  result.shared_bytes = static_cast<int>(row.column_int(27));
+  result.remeasured = row.column_int(28) != 0;
+  result.tied = row.column_int(29) != 0;
   return result;
 }
 
@@ -190,9 +203,10 @@ Result<Statement*> cached(DbRef db, std::string_view op, Statement& slot, const 
 constexpr const char* k_insert_result_sql =
     "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
     "config_index, status, reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, q1_ms, "
-    "q3_ms, gflops, gbps, compile_ms, created_at, registers, spill_bytes) "
+    "q3_ms, gflops, gbps, compile_ms, created_at, registers, spill_bytes, pruned, shared_bytes, "
+    "remeasured, tied) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-    "?20, ?21, ?22, ?23, ?24, ?25)";
+    "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)";
 
 constexpr const char* k_find_winner_sql =
     "SELECT kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, config, median_ms, "
@@ -400,8 +414,8 @@ Result<std::int64_t> Store::create_job(const JobRecord& job) {
   const DbRef db{m_db, m_path};
   auto statement = Statement::prepare(db, op,
       "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, "
-      "state, total, done, failed, error, created_at, started_at, finished_at) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)");
+      "state, total, done, failed, error, created_at, started_at, finished_at, seed) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)");
   if (!statement) return statement.error();
   statement->bind_text(1, job.kernel);
   statement->bind_text(2, job.source_hash);
@@ -419,6 +433,7 @@ Result<std::int64_t> Store::create_job(const JobRecord& job) {
   statement->bind_int(14, job.created_at != 0 ? job.created_at : now_ms());
   statement->bind_int(15, job.started_at);
   statement->bind_int(16, job.finished_at);
+  statement->bind_optional_int(17, job.seed);
 
   auto tx = Transaction::begin(db, op);
   if (!tx) return tx.error();
@@ -509,6 +524,10 @@ Result<std::int64_t> Store::insert_result(const ResultRecord& result) {
   insert.bind_int(23, result.created_at != 0 ? result.created_at : now_ms());
   insert.bind_int(24, result.registers);
   insert.bind_int(25, result.spill_bytes);
+  insert.bind_int(26, result.pruned ? 1 : 0);
+  insert.bind_int(27, result.shared_bytes);
+  insert.bind_int(28, result.remeasured ? 1 : 0);
+  insert.bind_int(29, result.tied ? 1 : 0);
 
   if (auto ran = insert.run(db, op); !ran) {
     const int code = sqlite3_extended_errcode(m_db);
@@ -547,6 +566,80 @@ Result<void> Store::upsert_winner(const WinnerRecord& winner) {
   upsert.bind_int(11, winner.updated_at != 0 ? winner.updated_at : now_ms());
   auto written = write_one(db, op, upsert);
   if (!written) return written.error();
+  return {};
+}
+
+Result<void> Store::update_measurement(std::int64_t result_id, const SampleStats& stats,
+                                       double gflops, double gbps) {
+  constexpr std::string_view op = "update_measurement";
+  if (auto writable = require_writable(op); !writable) return writable;
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "UPDATE results SET n = ?2, min_ms = ?3, max_ms = ?4, median_ms = ?5, mean_ms = ?6, "
+      "stddev_ms = ?7, q1_ms = ?8, q3_ms = ?9, gflops = ?10, gbps = ?11, remeasured = 1, "
+      "pruned = 0 WHERE id = ?1");
+  if (!statement) return statement.error();
+  statement->bind_int(1, result_id);
+  statement->bind_int(2, static_cast<std::int64_t>(stats.n));
+  statement->bind_double(3, stats.min_ms);
+  statement->bind_double(4, stats.max_ms);
+  statement->bind_double(5, stats.median_ms);
+  statement->bind_double(6, stats.mean_ms);
+  statement->bind_double(7, stats.stddev_ms);
+  statement->bind_double(8, stats.q1_ms);
+  statement->bind_double(9, stats.q3_ms);
+  statement->bind_double(10, gflops);
+  statement->bind_double(11, gbps);
+  auto changed = write_one(db, op, *statement);
+  if (!changed) return changed.error();
+  if (*changed == 0) {
+    return make_error("unknown_result", std::string(op) + " on " + m_path +
+                                            ": no result with id " + std::to_string(result_id));
+  }
+  return {};
+}
+
+Result<void> Store::mark_ties(std::int64_t job_id, const std::vector<std::int64_t>& result_ids) {
+  constexpr std::string_view op = "mark_ties";
+  if (auto writable = require_writable(op); !writable) return writable;
+  const DbRef db{m_db, m_path};
+  auto clear = Statement::prepare(db, op, "UPDATE results SET tied = 0 WHERE job_id = ?1");
+  if (!clear) return clear.error();
+  auto set = Statement::prepare(db, op, "UPDATE results SET tied = 1 WHERE job_id = ?1 AND id = ?2");
+  if (!set) return set.error();
+  auto tx = Transaction::begin(db, op);
+  if (!tx) return tx.error();
+  clear->bind_int(1, job_id);
+  if (auto ran = clear->run(db, op); !ran) return ran.error();
+  for (const std::int64_t id : result_ids) {
+    set->reset();
+    set->bind_int(1, job_id);
+    set->bind_int(2, id);
+    if (auto ran = set->run(db, op); !ran) return ran.error();
+  }
+  set->reset();
+  return tx->commit();
+}
+
+Result<void> Store::set_job_timing(std::int64_t job_id, const JobTiming& timing) {
+  constexpr std::string_view op = "set_job_timing";
+  if (auto writable = require_writable(op); !writable) return writable;
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "UPDATE jobs SET queue_ms = ?2, compile_ms = ?3, bench_ms = ?4, overhead_ms = ?5, "
+      "compile_sum_ms = ?6, bench_sum_ms = ?7, compiles = ?8 WHERE id = ?1");
+  if (!statement) return statement.error();
+  statement->bind_int(1, job_id);
+  statement->bind_double(2, timing.queue_ms);
+  statement->bind_double(3, timing.compile_ms);
+  statement->bind_double(4, timing.bench_ms);
+  statement->bind_double(5, timing.overhead_ms);
+  statement->bind_double(6, timing.compile_sum_ms);
+  statement->bind_double(7, timing.bench_sum_ms);
+  statement->bind_int(8, timing.compiles);
+  auto changed = write_one(db, op, *statement);
+  if (!changed) return changed.error();
+  if (*changed == 0) return unknown_job(db, op, job_id);
   return {};
 }
 

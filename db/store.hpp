@@ -31,8 +31,20 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 2;
+inline constexpr int k_schema_version = 3;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
+
+// Where a job's wall time went (ms). While it ran, every moment counts once: bench (the bench
+// worker measured), else compile (a compile was in flight, the bench worker waited), else
+// overhead (neither). queue is the wait before it started. The sums are the total compile and
+// bench request times (compiles overlap each other; the pipeline bound is
+// max(compile_sum / compile workers, bench_sum)); compiles counts candidates actually compiled
+// (not cache hits).
+struct JobTiming {
+  double queue_ms = 0, compile_ms = 0, bench_ms = 0, overhead_ms = 0;
+  double compile_sum_ms = 0, bench_sum_ms = 0;
+  std::int64_t compiles = 0;
+};
 
 struct JobRecord {
   std::int64_t id = 0;             // assigned by create_job
@@ -43,6 +55,8 @@ struct JobRecord {
   std::int64_t total = 0, done = 0, failed = 0;
   std::string error;               // why the job failed, if it did
   std::int64_t created_at = 0, started_at = 0, finished_at = 0; // unix ms, 0 = not yet
+  std::optional<std::int64_t> seed;// the strategy's seed
+  JobTiming timing;                // set by set_job_timing
 };
 
 struct ResultRecord {
@@ -59,6 +73,10 @@ struct ResultRecord {
   std::int64_t created_at = 0;     // unix ms; set by insert_result when 0
   int registers = -1;              // per thread (CUDA), -1 = unknown
   int spill_bytes = -1;            // spill stores + loads (CUDA), -1 = unknown
+  int shared_bytes = -1;           // static shared memory per block (CUDA), -1 = unknown
+  bool pruned = false;             // ok, but sampling stopped early: clearly slower than the best
+  bool remeasured = false;         // measured a second time as a near-tie of the best
+  bool tied = false;               // a declared tie of its job's winner (the winner included)
 };
 
 struct WinnerRecord {
@@ -103,6 +121,13 @@ public:
   // ("duplicate_result"); a job_id that does not exist is "unknown_job".
   [[nodiscard]] Result<std::int64_t> insert_result(const ResultRecord& result);
   [[nodiscard]] Result<void> upsert_winner(const WinnerRecord& winner);
+  // Replaces a result's measurement (stats, gflops, gbps) with a second one and sets remeasured.
+  // Errors: "unknown_result" for an id that does not exist.
+  [[nodiscard]] Result<void> update_measurement(std::int64_t result_id, const SampleStats& stats,
+                                                double gflops, double gbps);
+  // Sets tied on exactly the given results of the job (clearing it on the others).
+  [[nodiscard]] Result<void> mark_ties(std::int64_t job_id, const std::vector<std::int64_t>& result_ids);
+  [[nodiscard]] Result<void> set_job_timing(std::int64_t job_id, const JobTiming& timing);
 
   // Reads. A miss is an empty optional, not an error.
   [[nodiscard]] Result<std::optional<JobRecord>> get_job(std::int64_t job_id) const;

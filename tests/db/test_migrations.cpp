@@ -98,13 +98,16 @@ TEST_CASE("migrating a fresh database creates the current schema once", "[db]") 
   CHECK(connection.columns("jobs") ==
         std::vector<std::string>{"id", "kernel", "source_hash", "shape", "dtype", "device",
                                  "fingerprint", "strategy", "budget", "state", "total", "done",
-                                 "failed", "error", "created_at", "started_at", "finished_at"});
+                                 "failed", "error", "created_at", "started_at", "finished_at",
+                                 "seed", "queue_ms", "compile_ms", "bench_ms", "overhead_ms",
+                                 "compile_sum_ms", "bench_sum_ms", "compiles"});
   CHECK(connection.columns("results") ==
         std::vector<std::string>{"id", "job_id", "kernel", "source_hash", "shape", "dtype",
                                  "fingerprint", "config", "config_index", "status", "reason",
                                  "log", "n", "min_ms", "max_ms", "median_ms", "mean_ms",
                                  "stddev_ms", "q1_ms", "q3_ms", "gflops", "gbps", "compile_ms",
-                                 "created_at", "registers", "spill_bytes"});
+                                 "created_at", "registers", "spill_bytes", "pruned",
+                                 "shared_bytes", "remeasured", "tied"});
   CHECK(connection.columns("winners") ==
         std::vector<std::string>{"kernel", "source_hash", "shape", "dtype", "fingerprint",
                                  "result_id", "job_id", "config", "median_ms", "gflops",

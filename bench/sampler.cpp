@@ -1,0 +1,71 @@
+#include "bench/sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+
+namespace ktune {
+
+std::string_view to_string(SampleStop stop) {
+  switch (stop) {
+    case SampleStop::more: return "more";
+    case SampleStop::pruned: return "pruned";
+    case SampleStop::converged: return "converged";
+    case SampleStop::settled: return "settled";
+    case SampleStop::capped: return "capped";
+  }
+  return "more";
+}
+
+Sampler::Sampler(const MeasureSettings& settings, double prune_above_ms, Clock::time_point start)
+    : m_settings(settings), m_prune_above_ms(prune_above_ms), m_start(start) {
+  m_samples.reserve(static_cast<std::size_t>(std::clamp(settings.max_samples, 1, 4096)));
+}
+
+double Sampler::rsd() const {
+  const auto n = static_cast<double>(m_samples.size());
+  if (m_samples.size() < 2 || m_mean <= 0) return 0.0;
+  return std::sqrt(m_m2 / (n - 1)) / m_mean;
+}
+
+bool Sampler::settled() const {
+  if (m_rsd_history.size() < k_settle_window) return false;
+  const double now = m_rsd_history.back();
+  const auto window = std::span(m_rsd_history).last(k_settle_window);
+  const auto [lo, hi] = std::minmax_element(window.begin(), window.end());
+  return *hi - *lo <= k_settle_band * now;
+}
+
+SampleStop Sampler::add(double ms, Clock::time_point now) {
+  if (m_stop != SampleStop::more) return m_stop;
+  m_samples.push_back(ms);
+  m_measured_s += ms / 1000.0;
+  const auto n = static_cast<double>(m_samples.size());
+  const double delta = ms - m_mean;
+  m_mean += delta / n;
+  m_m2 += delta * (ms - m_mean);
+
+  const auto count = static_cast<std::int64_t>(m_samples.size());
+  const MeasureSettings& s = m_settings;
+  if (m_prune_above_ms > 0 && count == std::max(1, s.prune_after)) {
+    std::vector<double> first(m_samples);
+    std::nth_element(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(first.size() / 2),
+                     first.end());
+    if (first[first.size() / 2] > m_prune_above_ms) return m_stop = SampleStop::pruned;
+  }
+  const bool enough = count >= s.min_samples && m_measured_s >= s.min_time_s;
+  const double current_rsd = rsd();
+  if (enough) {
+    if (current_rsd < s.target_rsd) return m_stop = SampleStop::converged;
+    m_rsd_history.push_back(current_rsd);
+    if (settled()) return m_stop = SampleStop::settled;
+  }
+  const double wall_s = std::chrono::duration<double>(now - m_start).count();
+  if (m_measured_s >= s.max_time_s || count >= s.max_samples ||
+      (count >= s.min_samples && wall_s >= s.max_time_s)) {
+    return m_stop = SampleStop::capped;
+  }
+  return SampleStop::more;
+}
+
+} // namespace ktune

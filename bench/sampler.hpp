@@ -1,0 +1,63 @@
+#pragma once
+// Sampler: when to stop taking timed samples of one candidate (DESIGN.md § Measurement). The
+// host and CUDA runners feed it one sample at a time and stop when add() says so.
+//
+// Sampling stops, checked after every sample, at the first of:
+//   pruned     prune_above_ms > 0, prune_after samples taken and their median is above it: the
+//              candidate is clearly slower than the best so far (prune_factor x its median), so
+//              measuring it precisely is wasted time;
+//   converged  n >= min_samples, measured >= min_time_s and rsd < target_rsd;
+//   settled    n >= min_samples, measured >= min_time_s, and the rsd estimate has stopped moving:
+//              over the last k_settle_window samples it stayed within k_settle_band of its
+//              current value (relative). A candidate whose noise is real, not a warm-up transient,
+//              never converges under target_rsd; more samples then only cost time;
+//   capped     measured >= max_time_s, n >= max_samples, or (with n >= min_samples) the wall time
+//              since the first sample >= max_time_s (flushes and restores count there).
+// "measured" is the sum of the samples. rsd is the sample standard deviation over the mean.
+#include "bench/runner.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+namespace ktune {
+
+enum class SampleStop { more, pruned, converged, settled, capped };
+
+[[nodiscard]] std::string_view to_string(SampleStop stop);
+
+class Sampler {
+public:
+  using Clock = std::chrono::steady_clock;
+
+  static constexpr std::size_t k_settle_window = 32;
+  static constexpr double k_settle_band = 0.05;
+
+  // `prune_above_ms` <= 0 never prunes. `start` is the time of the first timed launch.
+  Sampler(const MeasureSettings& settings, double prune_above_ms, Clock::time_point start);
+
+  // Records one sample (ms) taken before `now`; returns SampleStop::more to go on, otherwise why
+  // sampling is over (then reason() returns the same).
+  SampleStop add(double ms, Clock::time_point now);
+
+  [[nodiscard]] SampleStop reason() const { return m_stop; }
+  [[nodiscard]] std::size_t count() const { return m_samples.size(); }
+  [[nodiscard]] double rsd() const;
+  // The samples so far, in order; leaves the sampler empty.
+  [[nodiscard]] std::vector<double> take_samples() { return std::move(m_samples); }
+
+private:
+  [[nodiscard]] bool settled() const;
+
+  MeasureSettings m_settings;
+  double m_prune_above_ms;
+  Clock::time_point m_start;
+  std::vector<double> m_samples;
+  std::vector<double> m_rsd_history; // rsd after each sample once min_samples/min_time are met
+  double m_measured_s = 0;
+  double m_mean = 0, m_m2 = 0;       // Welford's running moments
+  SampleStop m_stop = SampleStop::more;
+};
+
+} // namespace ktune

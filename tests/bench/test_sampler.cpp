@@ -1,0 +1,93 @@
+#include "bench/sampler.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+
+using ktune::MeasureSettings;
+using ktune::Sampler;
+using ktune::SampleStop;
+
+namespace {
+
+MeasureSettings settings() {
+  MeasureSettings s;
+  s.min_samples = 10;
+  s.max_samples = 1000;
+  s.target_rsd = 0.01;
+  s.min_time_s = 0.0;
+  s.max_time_s = 100.0;
+  s.prune_after = 3;
+  return s;
+}
+
+// Feeds `value(i)` until the sampler stops (at most `limit` samples); returns the stop and count.
+template <typename F>
+std::pair<SampleStop, std::size_t> run(Sampler& sampler, F value, std::size_t limit = 5000) {
+  const auto start = Sampler::Clock::now();
+  for (std::size_t i = 0; i < limit; ++i) {
+    const auto stop = sampler.add(value(i), start);
+    if (stop != SampleStop::more) return {stop, sampler.count()};
+  }
+  return {SampleStop::more, sampler.count()};
+}
+
+} // namespace
+
+TEST_CASE("Sampler stops when the rsd converges, not before min_samples", "[bench][sampler]") {
+  Sampler sampler(settings(), 0, Sampler::Clock::now());
+  auto [stop, n] = run(sampler, [](std::size_t i) { return 1.0 + 0.001 * static_cast<double>(i % 2); });
+  CHECK(stop == SampleStop::converged);
+  CHECK(n == 10);
+  CHECK(sampler.take_samples().size() == 10);
+}
+
+TEST_CASE("Sampler stops when real noise has settled", "[bench][sampler]") {
+  // A steady 10% alternation never gets under a 1% rsd; its rsd estimate settles.
+  Sampler sampler(settings(), 0, Sampler::Clock::now());
+  auto [stop, n] = run(sampler, [](std::size_t i) { return i % 2 == 0 ? 1.0 : 1.2; });
+  CHECK(stop == SampleStop::settled);
+  CHECK(n >= 10 + Sampler::k_settle_window - 1);
+  CHECK(n < 1000);
+}
+
+TEST_CASE("Sampler caps at max_samples and max measured time", "[bench][sampler]") {
+  SECTION("max_samples") {
+    auto s = settings();
+    s.max_samples = 12;
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    // Growing noise: the rsd never settles or converges.
+    auto [stop, n] = run(sampler, [](std::size_t i) { return 1.0 + static_cast<double>(i * i); });
+    CHECK(stop == SampleStop::capped);
+    CHECK(n == 12);
+  }
+  SECTION("measured time") {
+    auto s = settings();
+    s.max_time_s = 0.005; // 5 ms
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    auto [stop, n] = run(sampler, [](std::size_t i) { return 1.0 + static_cast<double>(i * i); });
+    CHECK(stop == SampleStop::capped);
+    CHECK(n == 3); // 1 + 2 + 5 ms
+  }
+}
+
+TEST_CASE("Sampler prunes a candidate slower than the threshold after prune_after samples",
+          "[bench][sampler]") {
+  SECTION("slow: pruned after 3 samples") {
+    Sampler sampler(settings(), 2.0, Sampler::Clock::now());
+    auto [stop, n] = run(sampler, [](std::size_t) { return 2.5; });
+    CHECK(stop == SampleStop::pruned);
+    CHECK(n == 3);
+  }
+  SECTION("one slow outlier among fast first samples is not pruned") {
+    Sampler sampler(settings(), 2.0, Sampler::Clock::now());
+    auto [stop, n] = run(sampler, [](std::size_t i) { return i == 0 ? 9.0 : 1.0; });
+    CHECK(stop != SampleStop::pruned);
+    CHECK(n >= 10);
+  }
+  SECTION("no threshold: never pruned") {
+    Sampler sampler(settings(), 0, Sampler::Clock::now());
+    auto [stop, n] = run(sampler, [](std::size_t) { return 50.0; });
+    CHECK(stop == SampleStop::converged);
+  }
+}

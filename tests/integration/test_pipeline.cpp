@@ -1,0 +1,258 @@
+// Pipelined, strategy-driven tuning end to end: the real ktuned and workers, the real compiler,
+// a real socket and database. Search strategies with a budget and a seed, shared jobs for
+// identical requests, reuse of measured configs, pruning, declared ties and the timing breakdown.
+#include "client/client.hpp"
+#include "tests/integration/daemon_process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace std::chrono_literals;
+using ktune::Connection;
+using ktune::test::DaemonProcess;
+using ktune::test::TempDir;
+using nlohmann::json;
+
+namespace {
+
+constexpr auto k_start_timeout = 60s;
+constexpr auto k_reply_timeout = 30s;
+constexpr auto k_tune_timeout = 600s;
+
+// Tiny measurement settings; `extra` adds keys to [measure].
+std::string config(const std::string& extra = {}) {
+  return "[measure]\nmin_samples = 3\nmax_samples = 20\nmax_time_s = 0.02\nmin_time_s = 0\n"
+         "warmup_ms = 1\nflush_cache = false\n" + extra;
+}
+
+std::vector<std::string> daemon_args(const TempDir& home) {
+  return {"--config", (home.path() / "ktuned.toml").string(), "--kernel-dir",
+          KTUNE_SOURCE_DIR "/kernels_src", "--log-level", "info"};
+}
+
+Connection connect(const DaemonProcess& daemon) {
+  auto c = Connection::connect(daemon.socket());
+  INFO((c ? std::string() : c.error().message));
+  REQUIRE(c.ok());
+  return std::move(*c);
+}
+
+json ok_result(Connection& c, json request, std::chrono::milliseconds timeout = k_reply_timeout) {
+  auto reply = c.request(std::move(request), {}, timeout);
+  INFO((reply ? std::string() : reply.error().message));
+  REQUIRE(reply.ok());
+  INFO(reply->dump());
+  REQUIRE(reply->value("ok", false));
+  return reply->at("result");
+}
+
+json tune(const std::string& shape, json extra = json::object()) {
+  json request = {{"op", "tune"}, {"kernel", "gemm"}, {"shape", shape}, {"device", "cpu"}};
+  for (const auto& [key, value] : extra.items()) request[key] = value;
+  return request;
+}
+
+// Runs a tune to its end and returns the job with its results.
+json tune_and_wait(Connection& c, const std::string& shape, json extra = json::object()) {
+  json waiting = tune(shape, std::move(extra));
+  waiting["wait"] = true;
+  const json summary = ok_result(c, waiting, k_tune_timeout);
+  REQUIRE(summary.at("job").at("state") == "done");
+  return ok_result(c, {{"op", "job"}, {"job", summary.at("job").at("id")}});
+}
+
+std::set<std::int64_t> config_indices(const json& job) {
+  std::set<std::int64_t> out;
+  for (const auto& r : job.at("results")) out.insert(r.at("config_index").get<std::int64_t>());
+  return out;
+}
+
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.rfind(prefix, 0) == 0;
+}
+
+} // namespace
+
+TEST_CASE("a genetic search with a budget of 30 ends with a winner, and its seed fixes its "
+          "proposals",
+          "[integration][search]") {
+  TempDir home;
+  // No second measurements: the reused rows below then hold exactly the times the first job's
+  // strategy learned.
+  home.write("ktuned.toml", config("remeasure_max = 0\n"));
+  DaemonProcess daemon(home.str(), daemon_args(home));
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto c = connect(daemon);
+  const std::string shape = "M=256,N=256,K=256";
+  const json genetic = {{"strategy", "genetic"}, {"budget", 30}, {"seed", 7}};
+
+  const json first = tune_and_wait(c, shape, genetic);
+  CHECK(first.at("job").at("strategy") == "genetic");
+  CHECK(first.at("job").at("seed") == 7);
+  CHECK(first.at("job").at("total") == 30);
+  CHECK(first.at("job").at("done") == 30);
+  REQUIRE(first.at("results").size() == 30);
+  REQUIRE(first.at("winner").is_object());
+  const auto proposed = config_indices(first);
+  CHECK(proposed.size() == 30);
+
+  // The same seed, answered with the same times (every config is reused from the first job):
+  // the same 30 proposals.
+  const json again = tune_and_wait(c, shape, genetic);
+  CHECK(again.at("job").at("id") != first.at("job").at("id"));
+  CHECK(config_indices(again) == proposed);
+  for (const auto& r : again.at("results")) {
+    INFO(r.dump());
+    CHECK(starts_with(r.at("reason").get<std::string>(), "reused from job "));
+  }
+  CHECK(again.at("job").at("timing").at("compiles") == 0);
+
+  // Another seed explores elsewhere.
+  json other_seed = genetic;
+  other_seed["seed"] = 8;
+  CHECK(config_indices(tune_and_wait(c, shape, other_seed)) != proposed);
+
+  // A share of the admitted configs as the budget (the admitted count: an exhaustive job's total).
+  const json all = ok_result(c, tune(shape, {{"remeasure", true}}));
+  const auto admitted = all.at("total").get<std::int64_t>();
+  ok_result(c, {{"op", "cancel"}, {"job", all.at("job")}});
+  const json bayes = tune_and_wait(c, shape, {{"strategy", "bayes"}, {"budget_fraction", 0.1}});
+  CHECK(bayes.at("job").at("total") ==
+        std::max<std::int64_t>(1, std::llround(0.1 * static_cast<double>(admitted))));
+  CHECK(bayes.at("job").at("done") == bayes.at("job").at("total"));
+
+  // Bad strategy input is a bad_request naming the field.
+  auto reply = c.request(tune(shape, {{"strategy", "genetic"}, {"budget", 3}, {"budget_fraction", 0.5}}),
+                         {}, k_reply_timeout);
+  REQUIRE(reply.ok());
+  CHECK(reply->at("error").at("code") == "bad_request");
+  reply = c.request(tune(shape, {{"budget_fraction", 1.5}}), {}, k_reply_timeout);
+  REQUIRE(reply.ok());
+  CHECK(reply->at("error").at("code") == "bad_request");
+}
+
+TEST_CASE("identical tunes share a job; a finished key is reused unless asked to remeasure",
+          "[integration][pipeline]") {
+  TempDir home;
+  home.write("ktuned.toml", config());
+  DaemonProcess daemon(home.str(), daemon_args(home));
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto a = connect(daemon);
+  auto b = connect(daemon);
+
+  // Two clients at once: one job. A remeasure request is a job of its own.
+  const std::string big = "M=256,N=256,K=256";
+  const json first = ok_result(a, tune(big));
+  const json second = ok_result(b, tune(big));
+  CHECK(second.at("job") == first.at("job"));
+  CHECK(second.value("joined", false));
+  const json third = ok_result(b, tune(big, {{"remeasure", true}}));
+  CHECK(third.at("job") != first.at("job"));
+  // Different budgets are different jobs.
+  const json fourth = ok_result(a, tune(big, {{"budget", 5}}));
+  CHECK(fourth.at("job") != first.at("job"));
+  CHECK(fourth.at("job") != third.at("job"));
+  for (const auto& job : {first, third, fourth}) {
+    ok_result(a, {{"op", "cancel"}, {"job", job.at("job")}});
+  }
+
+  // A small key tuned once, then again: every config reused, nothing compiled or measured.
+  const std::string shape = "M=32,N=32,K=32";
+  const json cold = tune_and_wait(a, shape);
+  const auto total = cold.at("job").at("total").get<std::int64_t>();
+  REQUIRE(total > 0);
+  const json& timing = cold.at("job").at("timing");
+  CHECK(timing.at("compiles").get<std::int64_t>() >= total);  // candidates plus the reference
+  CHECK(timing.at("bench_sum_ms").get<double>() > 0);
+  CHECK(timing.at("compile_sum_ms").get<double>() > 0);
+  // The breakdown accounts for the job's wall time: every moment counted once.
+  const double parts = timing.at("queue_ms").get<double>() + timing.at("compile_ms").get<double>() +
+                       timing.at("bench_ms").get<double>() + timing.at("overhead_ms").get<double>();
+  const double wall = cold.at("job").at("finished_at").get<double>() -
+                      cold.at("job").at("created_at").get<double>();
+  CHECK(parts <= wall + 50);
+  CHECK(parts >= 0.5 * wall - 50);
+
+  const json reused = tune_and_wait(a, shape);
+  CHECK(reused.at("job").at("done") == total);
+  CHECK(reused.at("job").at("timing").at("compiles") == 0);
+  CHECK(reused.at("job").at("timing").at("bench_sum_ms") == 0);
+  for (const auto& r : reused.at("results")) {
+    CHECK(starts_with(r.at("reason").get<std::string>(), "reused from job "));
+  }
+  CHECK(reused.at("winner").at("config") == cold.at("winner").at("config"));
+
+  // Remeasure: measured again, but every artifact comes from the compile cache.
+  const json warm = tune_and_wait(a, shape, {{"remeasure", true}});
+  CHECK(warm.at("job").at("timing").at("compiles") == 0);
+  CHECK(warm.at("job").at("timing").at("bench_sum_ms").get<double>() > 0);
+  for (const auto& r : warm.at("results")) {
+    CHECK_FALSE(starts_with(r.at("reason").get<std::string>(), "reused"));
+  }
+}
+
+TEST_CASE("slow candidates are pruned after their first samples and never win",
+          "[integration][pipeline]") {
+  TempDir home;
+  // Prune anything slower than 1% of the best: every candidate after the first measured one.
+  home.write("ktuned.toml", config("prune_factor = 0.01\nprune_after = 3\n"));
+  DaemonProcess daemon(home.str(), daemon_args(home));
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto c = connect(daemon);
+  const json job = tune_and_wait(c, "M=32,N=32,K=32");
+  const auto& results = job.at("results");
+  REQUIRE(results.size() >= 2);
+  std::size_t pruned = 0;
+  for (const auto& r : results) {
+    INFO(r.dump());
+    CHECK(r.at("status") == "ok");
+    if (r.at("pruned") == true) {
+      ++pruned;
+      CHECK(r.at("n") == 3);
+      CHECK(r.at("config") != job.at("winner").at("config"));
+    }
+  }
+  CHECK(pruned == results.size() - 1);
+}
+
+TEST_CASE("near-ties of the best are measured again and declared ties, the winner among them "
+          "by config order",
+          "[integration][pipeline]") {
+  TempDir home;
+  home.write("ktuned.toml", config("prune_factor = 0\n"));
+  DaemonProcess daemon(home.str(), daemon_args(home));
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto c = connect(daemon);
+  const json job = tune_and_wait(c, "M=64,N=64,K=64");
+  const json& winner = job.at("winner");
+  REQUIRE(winner.is_object());
+  std::vector<const json*> tied;
+  const json* fastest = nullptr;
+  for (const auto& r : job.at("results")) {
+    if (r.at("status") != "ok") continue;
+    if (r.at("tied") == true) tied.push_back(&r);
+    if (fastest == nullptr || r.at("median_ms") < fastest->at("median_ms")) fastest = &r;
+  }
+  REQUIRE(fastest != nullptr);
+  if (tied.empty()) {
+    CHECK(winner.at("config") == fastest->at("config"));  // a clear winner
+  } else {
+    REQUIRE(tied.size() >= 2);
+    // The fastest is among the ties and the winner is the tie with the lowest config index.
+    const json* first = tied.front();
+    bool has_fastest = false;
+    for (const json* r : tied) {
+      if (r->at("config_index") < first->at("config_index")) first = r;
+      has_fastest = has_fastest || r->at("config") == fastest->at("config");
+    }
+    CHECK(has_fastest);
+    CHECK(winner.at("config") == first->at("config"));
+  }
+}
