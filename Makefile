@@ -1,11 +1,12 @@
 # ktune: the two commands a new user runs. Everything else is CMake (CMakePresets.json).
 #   make demo   install missing Debian packages, build (release), start ktuned, tune gemm on the CPU
-#   make test   same setup, then the whole suite through ctest: the Catch2 tests and the CUDA
+#   make test   same setup, then the whole suite through ctest: the Catch2 tests, the CUDA
 #               compile check (every admitted config of every CUDA family for sm_80 and sm_90)
+#               and, with clang, a short run of every libFuzzer target
 JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps release dev demo test test-dev compile-check clean
+.PHONY: all deps release dev demo test test-dev compile-check fuzz-smoke clean
 
 all: release
 
@@ -25,6 +26,14 @@ demo: release
 
 test: release
 	@ctest --preset release -j $(JOBS) --output-on-failure
+	@$(MAKE) fuzz-smoke
+
+# libFuzzer targets (tests/fuzz): 20 s each over their seed corpora, two at a time; needs clang.
+# scripts/fuzz.sh runs them for as long as you like.
+fuzz-smoke:
+	@if command -v clang++ >/dev/null 2>&1; then \
+	  cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j $(JOBS) && ctest --preset fuzz; \
+	else echo "make test: clang++ not found, fuzz targets skipped"; fi
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-dev: dev

@@ -44,6 +44,7 @@ struct MeasureSettings {
   int prune_after = 3;         // samples taken before the prune test (bench/sampler.hpp)
   double prune_factor = 2.0;   // the scheduler prunes above prune_factor x the best median; 0 = off
   int remeasure_max = 8;       // near-ties of the best the scheduler measures again; 0 = none
+  double tie_margin = 0.03;    // a tie is also within this share of the best median
 
   [[nodiscard]] nlohmann::json to_json() const;
   // Missing fields, and fields of the wrong type, keep their defaults.

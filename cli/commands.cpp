@@ -1,5 +1,9 @@
 #include "cli/commands.hpp"
 #include "cli/cuda_commands.hpp"
+#include "cli/daemon_calls.hpp"
+#include "cli/report_command.hpp"
+#include "cli/sweep_command.hpp"
+#include "cli/table_commands.hpp"
 #include "replay/replay_command.hpp"
 
 #include "cli/autostart.hpp"
@@ -40,8 +44,6 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr milliseconds k_connect_timeout{2000};
-constexpr milliseconds k_request_timeout{60'000};   // every op except `tune --wait`
 constexpr milliseconds k_probe_timeout{5000};       // stats while starting or stopping
 constexpr std::chrono::seconds k_ready_timeout{10};
 constexpr std::chrono::seconds k_stop_timeout{10};
@@ -128,65 +130,7 @@ std::string format_duration(double seconds) {
 
 // ---- talking to the daemon ---------------------------------------------------------------------
 
-std::string socket_path(const GlobalOptions& global) {
-  return global.socket.empty() ? resolve_paths(path_env_from_process()).socket : global.socket;
-}
-
-// {"ok":true,"result":R} -> R; {"ok":false,"error":{code,message}} -> that error.
-Result<json> unwrap_reply(const json& reply) {
-  const json& ok = field(reply, "ok");
-  if (ok.is_boolean() && ok.get<bool>()) {
-    const json& result = field(reply, "result");
-    return result.is_null() ? json::object() : result;
-  }
-  const json& error = field(reply, "error");
-  if (ok.is_boolean() && error.is_object()) {
-    const json& code = field(error, "code");
-    const json& message = field(error, "message");
-    return make_error(code.is_string() ? code.get<std::string>() : "internal",
-                      message.is_string() ? message.get<std::string>() : dump(error));
-  }
-  return make_error("bad_reply", "expected a reply with \"ok\" and \"result\" or \"error\" from "
-                                 "ktuned, found " + first_line(dump(reply)));
-}
-
-Result<json> call(Connection& conn, json request, milliseconds timeout,
-                  const Connection::EventHandler& on_event = {}) {
-  auto reply = conn.request(std::move(request), on_event, timeout);
-  if (!reply) return reply.error();
-  return unwrap_reply(*reply);
-}
-
-Result<json> call(const std::string& socket, json request, milliseconds timeout,
-                  const Connection::EventHandler& on_event = {}) {
-  auto conn = Connection::connect(socket, k_connect_timeout);
-  if (!conn) return conn.error();
-  return call(*conn, std::move(request), timeout, on_event);
-}
-
 json op(const char* name) { return json{{"op", name}}; }
-
-// For the commands that need the daemon: connect, starting ktuned when none answers
-// (cli/autostart.hpp).
-Result<json> call_daemon(const std::string& socket, const GlobalOptions& global, json request,
-                         milliseconds timeout) {
-  AutostartOptions autostart;
-  autostart.socket = global.socket.empty() ? std::string() : socket;
-  auto conn = connect_or_start(autostart);
-  if (!conn) return conn.error();
-  return call(*conn, std::move(request), timeout);
-}
-
-int report(Output& io, const Error& error, const std::string& socket) {
-  if (error.code == "not_running")
-    io.err << "ktune: ktuned is not running (socket " << socket
-           << "); start it with `ktune daemon start`\n";
-  else
-    io.err << "ktune: " << error.code << ": " << error.message << '\n';
-  return k_exit_error;
-}
-
-void print_json(Output& io, const json& result) { io.out << dump(result, 2) << '\n'; }
 
 // ---- processes and files -----------------------------------------------------------------------
 
@@ -984,6 +928,12 @@ int run(int argc, const char* const* argv, Output& io) {
 
   CudaCommands cuda_commands;
   add_cuda_commands(app, cuda_commands);
+  TableCommands table_commands;
+  add_table_commands(app, table_commands);
+  SweepCommand sweep_command;
+  add_sweep_command(app, sweep_command);
+  ReportCommand report_command;
+  add_report_command(app, report_command);
   replay::ReplayCommand replay_command(app);
 
   // kernels
@@ -1113,6 +1063,9 @@ int run(int argc, const char* const* argv, Output& io) {
     if (status->parsed()) return daemon_status(global, io);
     if (kernels->parsed()) return list_kernels(global, io);
     if (auto code = run_cuda_commands(cuda_commands, global, io)) return *code;
+    if (auto code = run_table_commands(table_commands, global, io)) return *code;
+    if (auto code = run_sweep_command(sweep_command, global, io)) return *code;
+    if (auto code = run_report_command(report_command, io)) return *code;
     if (tune_cmd->parsed()) return tune(global, tune_options, io);
     if (job->parsed()) return show_job(global, job_id, io);
     if (cancel->parsed()) return cancel_job(global, cancel_id, io);

@@ -1,5 +1,6 @@
 #include "cli/cuda_commands.hpp"
 
+#include "cli/daemon_calls.hpp"
 #include "cli/table.hpp"
 #include "client/client.hpp"
 #include "core/paths.hpp"
@@ -16,35 +17,7 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
-constexpr milliseconds k_connect_timeout{2000};
 constexpr milliseconds k_devices_timeout{60'000};
-
-std::string socket_of(const GlobalOptions& global) {
-  return global.socket.empty() ? resolve_paths(path_env_from_process()).socket : global.socket;
-}
-
-// One request; the reply's result, or its error.
-Result<json> call(const std::string& socket, json request, milliseconds timeout) {
-  auto conn = Connection::connect(socket, k_connect_timeout);
-  if (!conn) return conn.error();
-  auto reply = conn->request(std::move(request), {}, timeout);
-  if (!reply) return reply.error();
-  const json& r = *reply;
-  if (r.value("ok", false)) return r.contains("result") ? r["result"] : json::object();
-  const json error = r.value("error", json::object());
-  return make_error(error.value("code", std::string("bad_reply")),
-                    error.value("message", "unexpected reply from ktuned: " + r.dump()));
-}
-
-int report(Output& io, const Error& error, const std::string& socket) {
-  if (error.code == "not_running") {
-    io.err << "ktune: ktuned is not running (socket " << socket
-           << "); start it with `ktune daemon start`\n";
-  } else {
-    io.err << "ktune: " << error.code << ": " << error.message << '\n';
-  }
-  return k_exit_error;
-}
 
 std::string text_of(const json& j) {
   if (j.is_string()) return j.get<std::string>();
@@ -110,7 +83,7 @@ std::optional<int> run_cuda_commands(const CudaCommands& commands, const GlobalO
 }
 
 int list_devices(const GlobalOptions& global, Output& io) {
-  const std::string socket = socket_of(global);
+  const std::string socket = socket_path(global);
   auto result = call(socket, json{{"op", "devices"}}, k_devices_timeout);
   if (!result) return report(io, result.error(), socket);
   if (global.json) {
@@ -179,7 +152,7 @@ int print_compile_check(const json& result, bool errors_only, std::ostream& out)
 }
 
 int compile_check(const GlobalOptions& global, const CompileCheckOptions& options, Output& io) {
-  const std::string socket = socket_of(global);
+  const std::string socket = socket_path(global);
   json request{{"op", "compile_check"}, {"kernel", options.kernel}, {"arch", options.archs}};
   if (!options.shape.empty()) request["shape"] = options.shape;
   if (!options.dtype.empty()) request["dtype"] = options.dtype;

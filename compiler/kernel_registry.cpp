@@ -66,11 +66,26 @@ std::vector<std::string> quoted_includes(const std::string& text) {
   return names;
 }
 
+// True when `path` (an existing file), with every symbolic link resolved, lies inside `dir`
+// (resolved too). `real` receives the resolved path.
+bool resolves_inside(const fs::path& dir, const fs::path& path, fs::path& real) {
+  std::error_code ec;
+  const fs::path real_dir = fs::canonical(dir, ec);
+  if (ec) return false;
+  real = fs::canonical(path, ec);
+  if (ec) return false;
+  const fs::path relative = real.lexically_relative(real_dir);
+  return !relative.empty() && *relative.begin() != ".." && *relative.begin() != ".";
+}
+
 // Hashes the headers `text` (at `file`) includes with quotes, depth first in include order, each
 // once. A header is looked up next to the including file, then in the family directory; names
-// that resolve to neither are left to the compiler's search path and not hashed.
-void hash_includes(Hasher& hasher, const fs::path& family_dir, const fs::path& file,
-                   const std::string& text, std::set<fs::path>& seen) {
+// that resolve to neither are left to the compiler's search path and not hashed. A header found
+// outside the family directory (an absolute name, '..', a symbolic link leading out) is an
+// error: a kernel reads nothing but its own directory.
+Result<void> hash_includes(Hasher& hasher, const fs::path& spec_file, const fs::path& family_dir,
+                           const fs::path& file, const std::string& text,
+                           std::set<fs::path>& seen) {
   for (const auto& name : quoted_includes(text)) {
     std::error_code ec;
     fs::path found;
@@ -82,13 +97,21 @@ void hash_includes(Hasher& hasher, const fs::path& family_dir, const fs::path& f
       }
     }
     if (found.empty()) continue;
-    const fs::path canonical = fs::weakly_canonical(found, ec);
-    if (!seen.insert(ec ? found : canonical).second) continue;
+    fs::path real;
+    if (!resolves_inside(family_dir, found, real)) {
+      return make_error(protocol::code::spec_error,
+                        spec_file.string() + ": [kernel].source: #include \"" + name + "\" in " +
+                            file.string() + " resolves to " +
+                            (real.empty() ? found.string() : real.string()) +
+                            ", outside the family directory " + family_dir.string());
+    }
+    if (!seen.insert(real).second) continue;
     std::string header, reason;
     if (!read_text(found, header, reason)) continue;
     hasher.update(found.lexically_relative(family_dir).string()).update(header);
-    hash_includes(hasher, family_dir, found, header, seen);
+    if (auto r = hash_includes(hasher, spec_file, family_dir, found, header, seen); !r) return r;
   }
+  return {};
 }
 
 // A family name usable as a directory name: no separators, not "." or "..".
@@ -134,6 +157,16 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path) {
   const fs::path source_file = (spec_file.parent_path() / spec->source).lexically_normal();
   kernel.source_path = source_file.string();
 
+  fs::path real_source;
+  std::error_code exists_ec;
+  if (fs::exists(source_file, exists_ec) &&
+      !resolves_inside(spec_file.parent_path(), source_file, real_source)) {
+    return make_error(protocol::code::spec_error,
+                      kernel.spec_path + ": [kernel].source: '" + spec->source + "' resolves to " +
+                          (real_source.empty() ? kernel.source_path : real_source.string()) +
+                          ", outside the family directory " + kernel.dir);
+  }
+
   std::string source_text;
   if (spec->source.empty() || !read_text(source_file, source_text, reason)) {
     return make_error(protocol::code::spec_error,
@@ -144,10 +177,12 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path) {
 
   Hasher hasher;
   hasher.update(spec_text).update(source_text);
-  std::error_code ec;
-  const fs::path canonical_source = fs::weakly_canonical(source_file, ec);
-  std::set<fs::path> seen{ec ? source_file : canonical_source};
-  hash_includes(hasher, spec_file.parent_path(), source_file, source_text, seen);
+  std::set<fs::path> seen{real_source};
+  if (auto r = hash_includes(hasher, spec_file, spec_file.parent_path(), source_file, source_text,
+                             seen);
+      !r) {
+    return r.error();
+  }
   kernel.source_hash = hasher.hex_digest();
   kernel.spec = std::move(*spec);
   return kernel;

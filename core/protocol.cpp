@@ -1,5 +1,8 @@
 #include "core/protocol.hpp"
 
+#include "core/json_depth.hpp"
+
+#include <algorithm>
 #include <limits>
 
 namespace ktune::protocol {
@@ -97,11 +100,20 @@ private:
 
 constexpr std::int64_t k_int64_max = std::numeric_limits<std::int64_t>::max();
 
+// Requests are flat objects. Deeper values are refused before anything walks them: copying or
+// dumping a JSON value recurses once per level, and a 1 MiB line can nest 500,000 levels.
+constexpr std::size_t k_max_nesting = 64;
+
+
 } // namespace
 
 Result<Request> decode_request(std::string_view line) {
   json body = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return make_error(code::bad_json, "the request line is not valid JSON");
+  if (const std::size_t depth = json_nesting_depth(line); depth > k_max_nesting) {
+    return make_error(code::bad_request, "the request nests arrays and objects " + std::to_string(depth) +
+                                             " levels deep (at most " + std::to_string(k_max_nesting) + ")");
+  }
   if (!body.is_object()) {
     return make_error(code::bad_request, "expected a JSON object as the request, found " + json_type(body));
   }
@@ -163,6 +175,9 @@ Result<TuneRequest> TuneRequest::from_json(const json& body) {
   if (!error) error = r.number("budget_fraction", request.budget_fraction, 0.0, 1.0);
   if (!error) error = r.integer("seed", request.seed, 0, k_int64_max);
   if (!error) error = r.boolean("remeasure", request.remeasure);
+  std::optional<std::int64_t> priority;
+  if (!error) error = r.integer("priority", priority, -100, 100);
+  if (priority) request.priority = *priority;
   if (!error) error = r.boolean("wait", request.wait);
   if (!error && request.budget && request.budget_fraction) {
     error = make_error(code::bad_request, "tune: give 'budget' or 'budget_fraction', not both");
@@ -178,6 +193,7 @@ json TuneRequest::to_json() const {
   if (budget_fraction) out["budget_fraction"] = *budget_fraction;
   if (seed) out["seed"] = *seed;
   if (remeasure) out["remeasure"] = true;
+  if (priority != 0) out["priority"] = priority;
   return out;
 }
 

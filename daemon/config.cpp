@@ -113,6 +113,19 @@ public:
     return v;
   }
 
+  [[nodiscard]] Result<std::vector<std::int64_t>> ids(const toml::node& node,
+                                                      const std::string& key) const {
+    const auto* array = node.as_array();
+    if (array == nullptr) return error(key, "expected an array of ids, found " + describe(node));
+    std::vector<std::int64_t> out;
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      auto id = integer(*array->get(i), key + "[" + std::to_string(i) + "]", 0, 4294967294LL);
+      if (!id) return id.error();
+      out.push_back(*id);
+    }
+    return out;
+  }
+
   [[nodiscard]] Result<bool> boolean(const toml::node& node, const std::string& key) const {
     const auto* b = node.as_boolean();
     if (b == nullptr) return error(key, "expected true or false, found " + describe(node));
@@ -183,9 +196,37 @@ Result<void> apply_limits_table(const toml::table& table, const FileReader& read
       KTUNE_CONFIG_SET(config.bench_timeout_max_s, reader.number(node, name, 0.001));
     } else if (key == "worker_memory_mb") {
       KTUNE_CONFIG_SET(config.worker_memory_mb, reader.integer(node, name, 0, 1 << 30));
+    } else if (key == "max_connections") {
+      KTUNE_CONFIG_SET(config.max_connections, reader.integer(node, name, 1, 1 << 20));
+    } else if (key == "message_timeout_s") {
+      KTUNE_CONFIG_SET(config.message_timeout_s, reader.number(node, name, 0.0));
+    } else if (key == "connection_idle_s") {
+      KTUNE_CONFIG_SET(config.connection_idle_s, reader.number(node, name, 0.0));
+    } else if (key == "max_queued_jobs_per_client") {
+      KTUNE_CONFIG_SET(config.max_queued_jobs_per_client, reader.integer(node, name, 1, 1 << 30));
     } else {
       return reader.error(name, "unknown key (expected compile_timeout_s, bench_timeout_s, "
-                                "bench_timeout_min_s, bench_timeout_max_s or worker_memory_mb)");
+                                "bench_timeout_min_s, bench_timeout_max_s, worker_memory_mb, "
+                                "max_connections, message_timeout_s, connection_idle_s or "
+                                "max_queued_jobs_per_client)");
+    }
+  }
+  return {};
+}
+
+Result<void> apply_access_table(const toml::table& table, const FileReader& reader,
+                                DaemonConfig& config) {
+  for (const auto& [key_node, node] : table) {
+    const std::string key(key_node.str());
+    const std::string name = "[access]." + key;
+    if (key == "allow_uids") {
+      KTUNE_CONFIG_SET(config.allow_uids, reader.ids(node, name));
+    } else if (key == "allow_gids") {
+      KTUNE_CONFIG_SET(config.allow_gids, reader.ids(node, name));
+    } else if (key == "allow_root") {
+      KTUNE_CONFIG_SET(config.allow_root, reader.boolean(node, name));
+    } else {
+      return reader.error(name, "unknown key (expected allow_uids, allow_gids or allow_root)");
     }
   }
   return {};
@@ -219,10 +260,12 @@ Result<void> apply_measure_table(const toml::table& table, const FileReader& rea
       KTUNE_CONFIG_SET(measure.prune_after, reader.integer(node, name, 1, 1'000'000));
     } else if (key == "remeasure_max") {
       KTUNE_CONFIG_SET(measure.remeasure_max, reader.integer(node, name, 0, 1'000'000));
+    } else if (key == "tie_margin") {
+      KTUNE_CONFIG_SET(measure.tie_margin, reader.number(node, name, 0.0));
     } else {
       return reader.error(name, "unknown key (expected min_samples, max_samples, target_rsd, "
                                 "min_time_s, max_time_s, warmup_ms, flush_cache, seed, "
-                                "prune_factor, prune_after or remeasure_max)");
+                                "prune_factor, prune_after, remeasure_max or tie_margin)");
     }
   }
   return {};
@@ -331,10 +374,13 @@ Result<void> apply_config_text(std::string_view toml_text, const std::string& la
       if (auto r = apply_measure_table(*table, reader, config.measure); !r) return r;
     } else if (key == "limits" && table != nullptr) {
       if (auto r = apply_limits_table(*table, reader, config); !r) return r;
-    } else if (key == "daemon" || key == "measure" || key == "limits") {
+    } else if (key == "access" && table != nullptr) {
+      if (auto r = apply_access_table(*table, reader, config); !r) return r;
+    } else if (key == "daemon" || key == "measure" || key == "limits" || key == "access") {
       return reader.error("[" + key + "]", "expected a table, found " + describe(node));
     } else {
-      return reader.error(key, "unknown key (expected the tables [daemon], [limits] and [measure])");
+      return reader.error(key, "unknown key (expected the tables [daemon], [limits], [access] "
+                               "and [measure])");
     }
   }
   return {};

@@ -6,9 +6,11 @@
 //   [daemon]  socket, db, cache_dir, kernel_dirs, compile_workers, compile_ahead, search_batch,
 //             max_message_bytes, idle_s, worker_idle_s, stop_grace_s
 //   [limits]  compile_timeout_s, bench_timeout_s, bench_timeout_min_s, bench_timeout_max_s,
-//             worker_memory_mb
+//             worker_memory_mb, max_connections, message_timeout_s, connection_idle_s,
+//             max_queued_jobs_per_client
+//   [access]  allow_uids, allow_gids, allow_root
 //   [measure] min_samples, max_samples, target_rsd, min_time_s, max_time_s, warmup_ms,
-//             flush_cache, seed, prune_factor, prune_after, remeasure_max
+//             flush_cache, seed, prune_factor, prune_after, remeasure_max, tie_margin
 // Relative paths in a file are taken relative to that file's directory; relative paths on the
 // command line relative to the working directory. Every resolved path is absolute.
 #include "bench/runner.hpp"
@@ -53,6 +55,16 @@ struct DaemonConfig {
   double bench_timeout_min_s = 10;
   double bench_timeout_max_s = 600;
   std::int64_t worker_memory_mb = 0;       // RLIMIT_AS of every worker; 0 = unlimited
+  // Client connections (docs/protocol.md § Limits).
+  std::size_t max_connections = 256;       // open at once; more get too_many_connections
+  double message_timeout_s = 10;           // a started line must end within this; 0 = no deadline
+  double connection_idle_s = 600;          // no request in flight and no byte for this long; 0 = never
+  std::int64_t max_queued_jobs_per_client = 64; // queued or running tune jobs per client uid
+  // Access: ktuned's own uid is always allowed; these uids and gids (the peer's primary or
+  // supplementary groups) too. Root is allowed unless allow_root is false.
+  std::vector<std::int64_t> allow_uids;
+  std::vector<std::int64_t> allow_gids;
+  bool allow_root = true;
 };
 
 struct CommandLine {

@@ -6,6 +6,7 @@
 #include "daemon/devices.hpp"
 #include "daemon/log.hpp"
 #include "daemon/replies.hpp"
+#include "daemon/table_import.hpp"
 
 #include <unistd.h>
 
@@ -152,14 +153,20 @@ Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request) 
   if (op == "kernels") return kernels();
   if (op == "stats") return stats();
   if (op == "cancel") return cancel(request);
+  if (op == "import") {
+    std::vector<WinnerRecord> upserted;
+    auto reply = import_op(m_ctx.store, request.body, &upserted);
+    for (const auto& winner : upserted) m_index.put(winner);
+    return reply;
+  }
   if (op == "shutdown") {
     KTUNE_LOG(info) << "shutdown requested by a client";
     m_ctx.request_stop();
     return nlohmann::json{{"stopping", true}};
   }
   return make_error(code::unknown_op, "unknown op '" + op +
-                                          "' (expected lookup, tune, job, jobs, cancel, kernels, "
-                                          "stats, devices, compile_check or shutdown)");
+                                          "' (expected lookup, tune, job, jobs, cancel, import, "
+                                          "kernels, stats, devices, compile_check or shutdown)");
 }
 
 Result<nlohmann::json> RequestHandler::cancel(const protocol::Request& request) {
@@ -386,6 +393,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   plan.shape = std::move(target->shape);
   plan.configs = std::move(*configs);
   plan.reusable = std::move(reusable);
+  plan.priority = static_cast<int>(req.priority);
   plan.compile_timeout_s = deadlines[0];
   plan.bench_timeout_s = deadlines[1];
   m_ctx.scheduler.enqueue(std::move(plan));

@@ -75,6 +75,14 @@ bool intervals_overlap(const ResultRecord& a, const ResultRecord& b) {
   return a_lo <= b_hi && b_lo <= a_hi;
 }
 
+// A near-tie of `best`: the confidence intervals overlap and the median is within `margin`
+// (a share) of the best's. The margin keeps a noisy machine, whose intervals are wide, from
+// declaring a much slower candidate a tie.
+bool near_tie(const ResultRecord& row, const ResultRecord& best, double margin) {
+  return !row.pruned && row.stats.median_ms <= best.stats.median_ms * (1.0 + margin) &&
+         intervals_overlap(row, best);
+}
+
 std::string describe_failures(const std::map<CandidateStatus, int>& failures) {
   std::ostringstream text;
   bool first = true;
@@ -236,11 +244,15 @@ void Scheduler::fail(ActiveJob& job, const std::string& error) {
 
 void Scheduler::start_next() {
   if (m_stopped || m_active || m_queue.empty()) return;
+  auto next = m_queue.begin();
+  for (auto it = m_queue.begin(); it != m_queue.end(); ++it) {
+    if (it->first.priority > next->first.priority) next = it;
+  }
   m_active = std::make_unique<ActiveJob>();
   ActiveJob& job = *m_active;
-  job.plan = std::move(m_queue.front().first);
-  const auto queued_at = m_queue.front().second;
-  m_queue.pop_front();
+  job.plan = std::move(next->first);
+  const auto queued_at = next->second;
+  m_queue.erase(next);
   job.started = job.mark = std::chrono::steady_clock::now();
   job.timing.queue_ms = ms_since(queued_at);
   const JobRecord& rec = job.plan.record;
@@ -404,7 +416,7 @@ void Scheduler::start_remeasure(ActiveJob& job) {
   if (!job.best) return;
   std::vector<const ResultRecord*> near;
   for (const auto& [index, row] : job.ok_rows) {
-    if (row.pruned || !intervals_overlap(row, *job.best)) continue;
+    if (!near_tie(row, *job.best, m_settings.measure.tie_margin)) continue;
     if (job.artifacts.count(index) == 0) continue; // not measured in this job
     near.push_back(&row);
   }
@@ -751,7 +763,7 @@ void Scheduler::finish(ActiveJob& job) {
   const ResultRecord best = *fastest_result(rows);
   std::vector<std::int64_t> tie_ids;
   for (auto& row : rows) {
-    row.tied = !row.pruned && intervals_overlap(row, best);
+    row.tied = near_tie(row, best, m_settings.measure.tie_margin);
     if (row.tied) tie_ids.push_back(row.id);
   }
   if (tie_ids.size() < 2) {

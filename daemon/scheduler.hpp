@@ -1,5 +1,6 @@
 #pragma once
-// Scheduler: runs tune jobs one at a time, in the order they were queued, as a pipeline of
+// Scheduler: runs tune jobs one at a time -- the queued job of highest priority first, in the
+// order they were queued among equals -- as a pipeline of
 // worker requests driven by their replies (no thread of its own; everything on the io thread).
 //
 // For one job: the reference config (the spec's [default]) is compiled first; its artifact is
@@ -103,6 +104,7 @@ struct JobPlan {
   std::vector<Config> configs;    // the search space; a candidate's config_index is its position
   std::vector<ResultRecord> existing; // rows the job already has (resume): not run again
   std::vector<ResultRecord> reusable; // rows of other jobs for the same key: copied, not run
+  int priority = 0;               // a queued job of higher priority starts first (sweeps: < 0)
   std::optional<double> compile_timeout_s; // per-job overrides of the settings
   std::optional<double> bench_timeout_s;
 };

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -34,6 +35,36 @@ constexpr auto k_accept_retry = std::chrono::milliseconds(100);
 Error io_error(const std::string& message) { return make_error("io_error", message); }
 
 std::string parent_dir(const std::string& path) { return fs::path(path).parent_path().string(); }
+
+// "uid 1000 (alice)", or "uid 1000" when the user has no name.
+std::string user_text(uid_t uid) {
+  std::string text = "uid " + std::to_string(uid);
+  passwd entry{};
+  passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
+    text += std::string(" (") + found->pw_name + ")";
+  }
+  return text;
+}
+
+// The socket's directory must be ktuned's user's (or root's), and writable by nobody else
+// unless sticky (as /tmp): otherwise another user could replace the socket under clients.
+Result<void> check_socket_dir(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    return io_error("cannot inspect socket directory " + dir + ": " + std::strerror(errno));
+  }
+  if (st.st_uid != ::geteuid() && st.st_uid != 0) {
+    return io_error("socket directory " + dir + " is owned by " + user_text(st.st_uid) +
+                    ", not by ktuned's " + user_text(::geteuid()) + " or root; refusing to listen there");
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+    return io_error("socket directory " + dir + " is writable by other users and not sticky; "
+                    "refusing to listen there");
+  }
+  return {};
+}
 
 // The compiler the compile workers use (HostCompiler's rule), for the device fingerprint.
 std::string host_cxx() {
@@ -155,16 +186,51 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   return server;
 }
 
+namespace {
+
+// systemd socket activation (sd_listen_fds(3)): LISTEN_PID names this process and LISTEN_FDS is
+// at least 1, so fd 3 is a listening socket systemd created (configs/deploy/ktuned.socket).
+// Returns that fd, or -1 when ktuned was not started that way. The variables are cleared so
+// that workers never see them.
+int activated_socket() {
+  const char* pid = std::getenv("LISTEN_PID");
+  const char* fds = std::getenv("LISTEN_FDS");
+  const bool ours = pid != nullptr && fds != nullptr && std::to_string(::getpid()) == pid &&
+                    std::atoi(fds) >= 1;
+  ::unsetenv("LISTEN_PID");
+  ::unsetenv("LISTEN_FDS");
+  ::unsetenv("LISTEN_FDNAMES");
+  return ours ? 3 : -1;
+}
+
+} // namespace
+
 Result<void> Server::listen() {
   const std::string& path = m_config.socket;
+  if (const int fd = activated_socket(); fd >= 0) {
+    boost::system::error_code ec;
+    m_acceptor.assign(asio::local::stream_protocol(), fd, ec);
+    if (ec) return io_error("cannot use the socket systemd passed (fd 3): " + ec.message());
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    // systemd owns the socket file: never unlinked by ktuned (m_listening stays false).
+    KTUNE_LOG(info) << "listening on the socket systemd passed (fd 3); --socket is not used";
+    return {};
+  }
   if (path.size() >= sizeof(sockaddr_un::sun_path)) {
     return io_error("socket path " + path + " is " + std::to_string(path.size()) +
                     " bytes; Unix sockets allow at most " +
                     std::to_string(sizeof(sockaddr_un::sun_path) - 1));
   }
-  // Holding the instance lock, any socket file left here is a dead daemon's.
+  if (auto r = check_socket_dir(parent_dir(path)); !r) return r.error();
+  // Holding the instance lock, any socket file left here is a dead daemon's, unless another
+  // user put it there: then it is not ours to remove, and a client could be talking to them.
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
+    if (st.st_uid != ::geteuid()) {
+      return io_error("socket path " + path + " exists and is owned by " + user_text(st.st_uid) +
+                      ", not by ktuned's " + user_text(::geteuid()) +
+                      "; refusing to use or remove it");
+    }
     if (!S_ISSOCK(st.st_mode)) return io_error(path + " exists and is not a socket; not removing it");
     KTUNE_LOG(info) << "removing stale socket " << path;
     if (::unlink(path.c_str()) != 0) {
@@ -183,7 +249,12 @@ Result<void> Server::listen() {
   ::umask(old_mask);
   if (ec) return io_error("cannot bind " + path + ": " + ec.message());
   m_listening = true;
-  ::chmod(path.c_str(), 0600);
+  // Only ktuned's user can connect, unless [access] lets others in: then every user may reach
+  // the socket and each connection's credentials decide (admit).
+  const bool shared = !m_config.allow_uids.empty() || !m_config.allow_gids.empty();
+  if (::chmod(path.c_str(), shared ? 0666 : 0600) != 0) {
+    return io_error("cannot set the mode of " + path + ": " + std::strerror(errno));
+  }
   m_acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return io_error("cannot listen on " + path + ": " + ec.message());
   return {};
@@ -291,25 +362,115 @@ void Server::accept_next() {
       });
       return;
     }
-    ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
-    ucred peer{};
-    socklen_t len = sizeof peer;
-    if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 &&
-        peer.uid != ::geteuid() && peer.uid != 0) {
-      KTUNE_LOG(warn) << "refused a connection from uid " << peer.uid << " (pid " << peer.pid << ")";
-    } else {
-      auto session = std::make_shared<Session>(
-          std::move(socket), m_config.max_message_bytes,
-          [this](const std::shared_ptr<Session>& s, std::string_view line) { dispatch(s, line); },
-          [this](const std::shared_ptr<Session>& s) { m_sessions.erase(s); });
-      m_sessions.insert(session);
-      session->start();
-    }
+    admit(std::move(socket));
     accept_next();
   });
 }
 
+void Server::admit(asio::local::stream_protocol::socket socket) {
+  const int fd = socket.native_handle();
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  PeerCredentials peer;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    KTUNE_LOG(warn) << "refused a connection whose credentials cannot be read: "
+                    << std::strerror(errno);
+    return; // closed with the socket
+  }
+  peer.pid = cred.pid;
+  peer.uid = cred.uid;
+  peer.gid = cred.gid;
+  if (auto why = access_refusal(fd, peer)) {
+    KTUNE_LOG(warn) << "refused a connection from uid " << peer.uid << " (pid " << peer.pid
+                    << "): " << *why;
+    send_and_close(fd, limit_code::permission_denied, *why);
+    return;
+  }
+  if (m_sessions.size() >= m_config.max_connections) {
+    KTUNE_LOG(warn) << "refused a connection from uid " << peer.uid << " (pid " << peer.pid
+                    << "): " << m_sessions.size() << " connections open, the limit";
+    send_and_close(fd, limit_code::too_many_connections,
+                   "ktuned serves at most " + std::to_string(m_config.max_connections) +
+                       " connections at once ([limits].max_connections) and all are in use; "
+                       "try again later");
+    return;
+  }
+  const SessionLimits limits{m_config.max_message_bytes, seconds_to_ms(m_config.message_timeout_s),
+                             seconds_to_ms(m_config.connection_idle_s)};
+  auto session = std::make_shared<Session>(
+      std::move(socket), limits, peer,
+      [this](const std::shared_ptr<Session>& s, std::string_view line) { dispatch(s, line); },
+      [this](const std::shared_ptr<Session>& s) { m_sessions.erase(s); });
+  m_sessions.insert(session);
+  session->start();
+}
+
+std::optional<std::string> Server::access_refusal(int fd, const PeerCredentials& peer) const {
+  const uid_t self = ::geteuid();
+  if (peer.uid == self) return std::nullopt;
+  if (peer.uid == 0 && m_config.allow_root) return std::nullopt;
+  const auto listed = [](const std::vector<std::int64_t>& ids, std::int64_t id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  if (listed(m_config.allow_uids, peer.uid)) return std::nullopt;
+  if (!m_config.allow_gids.empty()) {
+    if (listed(m_config.allow_gids, peer.gid)) return std::nullopt;
+    // The peer's supplementary groups, as they were when it connected.
+    std::vector<gid_t> groups(64);
+    for (;;) {
+      socklen_t bytes = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+      if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &bytes) == 0) {
+        groups.resize(bytes / sizeof(gid_t));
+        break;
+      }
+      if (errno != ERANGE || groups.size() >= 65536) {
+        groups.clear();
+        break;
+      }
+      groups.resize(std::max<std::size_t>(groups.size() * 2, bytes / sizeof(gid_t)));
+    }
+    for (const gid_t gid : groups) {
+      if (listed(m_config.allow_gids, gid)) return std::nullopt;
+    }
+  }
+  std::string why = "uid " + std::to_string(peer.uid) + " (gid " + std::to_string(peer.gid) +
+                    ") may not use this ktuned: it serves uid " + std::to_string(self);
+  if (!m_config.allow_uids.empty() || !m_config.allow_gids.empty()) {
+    why += " and the uids and gids in [access].allow_uids and allow_gids";
+  }
+  if (peer.uid == 0) why += " ([access].allow_root is false)";
+  return why;
+}
+
+void Server::send_and_close(int fd, const char* code, const std::string& message) {
+  // One short line on a fresh connection fits the socket buffer: never blocks.
+  const std::string line = protocol::encode_error(nullptr, code, message) + "\n";
+  [[maybe_unused]] const ssize_t n =
+      ::send(fd, line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  ::shutdown(fd, SHUT_RDWR);
+  // The socket object closes the descriptor when it goes out of scope.
+}
+
 void Server::dispatch(const std::shared_ptr<Session>& session, std::string_view line) {
+  // Tune requests count against their uid's quota of queued and running jobs.
+  std::optional<std::int64_t> newest_before;
+  if (line.find("tune") != std::string_view::npos) {
+    if (auto request = protocol::decode_request(line); request && request->op == "tune") {
+      const uid_t uid = session->peer().uid;
+      const std::size_t active = active_jobs_of(uid);
+      if (active >= static_cast<std::size_t>(m_config.max_queued_jobs_per_client)) {
+        session->send(protocol::encode_error(
+            request->id, limit_code::too_many_jobs,
+            "uid " + std::to_string(uid) + " has " + std::to_string(active) +
+                " tune jobs queued or running, the limit ([limits].max_queued_jobs_per_client = " +
+                std::to_string(m_config.max_queued_jobs_per_client) +
+                "); wait for one to end or cancel one"));
+        return;
+      }
+      newest_before = newest_job_id();
+    }
+  }
   try {
     m_handler->handle(session, line);
   } catch (const std::exception& e) {
@@ -318,6 +479,35 @@ void Server::dispatch(const std::shared_ptr<Session>& session, std::string_view 
     session->send(protocol::encode_error(protocol::decode_id(line), protocol::code::internal,
                                          std::string("internal error: ") + e.what()));
   }
+  if (newest_before) {
+    // The jobs this request created (a request that joined an identical job created none).
+    const std::int64_t newest_after = newest_job_id();
+    auto& jobs = m_client_jobs[session->peer().uid];
+    for (std::int64_t id = *newest_before + 1; id <= newest_after; ++id) jobs.insert(id);
+  }
+}
+
+std::int64_t Server::newest_job_id() const {
+  auto jobs = m_store->list_jobs(1);
+  if (!jobs || jobs->empty()) return 0;
+  return jobs->front().id;
+}
+
+std::size_t Server::active_jobs_of(uid_t uid) {
+  const auto it = m_client_jobs.find(uid);
+  if (it == m_client_jobs.end()) return 0;
+  auto& jobs = it->second;
+  for (auto job = jobs.begin(); job != jobs.end();) {
+    auto record = m_store->get_job(*job);
+    const bool active = record && record->has_value() &&
+                        ((*record)->state == JobState::queued || (*record)->state == JobState::running);
+    // A job whose state cannot be read stays counted until it can.
+    if (!record || active) ++job;
+    else job = jobs.erase(job);
+  }
+  const std::size_t n = jobs.size();
+  if (n == 0) m_client_jobs.erase(it);
+  return n;
 }
 
 void Server::wait_signal() {

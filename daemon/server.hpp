@@ -28,9 +28,11 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
 #include <string_view>
 
 namespace ktune::daemon {
@@ -51,6 +53,15 @@ private:
   explicit Server(DaemonConfig config);
   [[nodiscard]] Result<void> listen();
   void accept_next();
+  // Checks the peer's credentials and the connection limit, then starts a session or refuses
+  // the connection with one error line.
+  void admit(asio::local::stream_protocol::socket socket);
+  // Why `peer` may not connect ([access]); nullopt when it may.
+  [[nodiscard]] std::optional<std::string> access_refusal(int fd, const PeerCredentials& peer) const;
+  static void send_and_close(int fd, const char* code, const std::string& message);
+  // Tune jobs queued or running that `uid`'s requests created; forgets those that ended.
+  [[nodiscard]] std::size_t active_jobs_of(uid_t uid);
+  [[nodiscard]] std::int64_t newest_job_id() const;
   void wait_signal();
   void dispatch(const std::shared_ptr<Session>& session, std::string_view line);
   void announce_ready();
@@ -74,6 +85,7 @@ private:
   std::unique_ptr<Scheduler> m_scheduler;
   std::unique_ptr<RequestHandler> m_handler;
   std::set<std::shared_ptr<Session>> m_sessions;
+  std::map<uid_t, std::set<std::int64_t>> m_client_jobs; // tune jobs created per client uid
   std::chrono::steady_clock::time_point m_started;
   bool m_listening = false;                   // the socket file is ours to remove
   bool m_stopping = false;

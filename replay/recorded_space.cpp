@@ -1,5 +1,7 @@
 #include "replay/recorded_space.hpp"
 
+#include "core/json_depth.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -552,6 +554,11 @@ Result<RecordedSpace> parse_results_list(const json& root, std::string_view labe
   return out;
 }
 
+// Recorded files nest at most 5 levels (T4: results, entry, times, runtimes). Deeper values are
+// refused before anything walks them: dumping a JSON value for a message recurses once per level.
+constexpr std::size_t k_max_nesting = 32;
+
+
 struct Parsed {
   json root;
   bool repaired = false;
@@ -614,6 +621,10 @@ std::string RecordedSpace::config_text(std::size_t config) const {
 
 Result<RecordedSpace> parse_recorded_space(std::string_view text, std::string_view label) {
   try {
+    if (const std::size_t depth = json_nesting_depth(text); depth > k_max_nesting) {
+      return record_error(label, "expected at most " + std::to_string(k_max_nesting) +
+                                     " levels of nested arrays and objects, found " + std::to_string(depth));
+    }
     Parsed parsed;
     if (!parse_json(text, parsed)) {
       if (!repair_unterminated(text, parsed)) {

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs ktune's build and test dependencies from Debian 12 packages. Idempotent: packages
-# already present are not touched and apt is not called when nothing is missing.
+# Installs ktune's build and test dependencies from Debian 12 packages, and the charting library
+# that `ktune report` embeds from the npm registry (`npm ci` in report/, the version pinned in
+# report/package-lock.json). Idempotent: packages already present are not touched, apt is not
+# called when nothing is missing, and npm is not called when report/node_modules already holds
+# that lock file's packages.
 set -euo pipefail
 
 packages=(
@@ -15,7 +18,14 @@ packages=(
   libxxhash-dev         # content hashes (XXH3-128)
   zlib1g-dev            # gzip-compressed recorded spaces (ktune replay)
   python3
+  chromium              # renders `ktune report` pages headless in tests/report
+  clang libclang-rt-14-dev  # libFuzzer targets (tests/fuzz, make fuzz-smoke)
 )
+# npm installs the report's charting library; Debian's npm only when none is on PATH (a Node.js
+# installed another way brings its own).
+if ! command -v npm >/dev/null 2>&1; then
+  packages+=(npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -24,17 +34,27 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "ktune: missing Debian packages: ${missing[*]}" >&2
+    echo "run: sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "ktune: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# report/node_modules: `npm ci` reinstalls it exactly as package-lock.json pins it; a stamp of
+# the lock file's hash, written after a successful install, says it is current.
+report_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/report"
+lock_hash="$(sha256sum "$report_dir/package-lock.json" | cut -d' ' -f1)"
+stamp="$report_dir/node_modules/.ktune-lock.sha256"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$lock_hash" ] &&
+   [ -f "$report_dir/node_modules/chart.js/dist/chart.umd.min.js" ]; then
   exit 0
 fi
-
-if [ "$(id -u)" -ne 0 ]; then
-  echo "ktune: missing Debian packages: ${missing[*]}" >&2
-  echo "run: sudo apt-get install -y ${missing[*]}" >&2
-  exit 1
-fi
-
-echo "ktune: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "ktune: installing report/node_modules (npm ci)" >&2
+(cd "$report_dir" && npm ci --no-audit --no-fund --loglevel=error)
+echo "$lock_hash" > "$stamp"

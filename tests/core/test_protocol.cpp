@@ -46,6 +46,25 @@ TEST_CASE("core/protocol: decode_request", "[core][protocol]") {
     CHECK(p::decode_id("{bad").is_null());
     CHECK(p::decode_id("[1]").is_null());
   }
+  SECTION("deeply nested values are refused before anything walks them") {
+    // Half a million levels in a 1 MiB line: dumping "v" for the version error used to recurse
+    // once per level and overflow the stack.
+    const std::size_t levels = 500000;
+    const std::string deep = std::string(levels, '[') + std::string(levels, ']');
+    for (const std::string& line : {R"({"id":4,"op":"x","v":)" + deep + "}",
+                                    R"({"id":4,"op":"tune","kernel":)" + deep + "}"}) {
+      auto r = p::decode_request(line);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.error().code == p::code::bad_request);
+      CHECK_THAT(r.error().message, Catch::Contains("500001 levels deep (at most 64)"));
+      CHECK(p::decode_id(line) == 4);
+    }
+    const std::string nested = std::string(63, '[') + std::string(63, ']');
+    auto ok = p::decode_request(R"({"op":"x","extra":)" + nested + R"(,"s":"[[[[{{{{\"[[["})");
+    CHECK(ok.ok());
+    auto over = p::decode_request(R"({"op":"x","extra":[)" + nested + "]}");
+    CHECK_FALSE(over.ok());
+  }
 }
 
 TEST_CASE("core/protocol: encode", "[core][protocol]") {

@@ -9,7 +9,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <variant>
 #include <vector>
@@ -172,4 +175,81 @@ TEST_CASE("quarantine: crashed and hung configs of the same source and device",
   REQUIRE(configs.size() == 2);
   CHECK(ktune::daemon::config_json_text(configs[0]) == R"({"FAULT":0})");
   CHECK(ktune::daemon::config_json_text(configs[1]) == R"({"FAULT":2})");
+}
+
+TEST_CASE("connection limits and access settings", "[daemon][limits][hardening]") {
+  DaemonConfig config;
+
+  SECTION("defaults: 256 connections, 10 s per line, 600 s idle, 64 jobs per uid, root allowed") {
+    CHECK(config.max_connections == 256);
+    CHECK(config.message_timeout_s == 10);
+    CHECK(config.connection_idle_s == 600);
+    CHECK(config.max_queued_jobs_per_client == 64);
+    CHECK(config.allow_uids.empty());
+    CHECK(config.allow_gids.empty());
+    CHECK(config.allow_root);
+  }
+  SECTION("every key is read") {
+    const auto r = apply_config_text(R"(
+[limits]
+max_connections = 8
+message_timeout_s = 0.5
+connection_idle_s = 0
+max_queued_jobs_per_client = 3
+[access]
+allow_uids = [1001, 1002]
+allow_gids = [100]
+allow_root = false
+)",
+                                     "ktuned.toml", "/", config);
+    INFO((r ? std::string() : r.error().message));
+    REQUIRE(r.ok());
+    CHECK(config.max_connections == 8);
+    CHECK(config.message_timeout_s == 0.5);
+    CHECK(config.connection_idle_s == 0);
+    CHECK(config.max_queued_jobs_per_client == 3);
+    CHECK(config.allow_uids == std::vector<std::int64_t>{1001, 1002});
+    CHECK(config.allow_gids == std::vector<std::int64_t>{100});
+    CHECK_FALSE(config.allow_root);
+  }
+  SECTION("out-of-range and mistyped values name the key") {
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {"[limits]\nmax_connections = 0\n", "[limits].max_connections"},
+        {"[limits]\nmax_connections = \"many\"\n", "[limits].max_connections"},
+        {"[limits]\nmessage_timeout_s = -1\n", "[limits].message_timeout_s"},
+        {"[limits]\nconnection_idle_s = true\n", "[limits].connection_idle_s"},
+        {"[limits]\nmax_queued_jobs_per_client = 0\n", "[limits].max_queued_jobs_per_client"},
+        {"[access]\nallow_uids = 1000\n", "[access].allow_uids"},
+        {"[access]\nallow_uids = [1000, -1]\n", "[access].allow_uids[1]"},
+        {"[access]\nallow_gids = [\"wheel\"]\n", "[access].allow_gids[0]"},
+        {"[access]\nallow_root = 1\n", "[access].allow_root"},
+        {"[access]\nallow_users = [1]\n", "[access].allow_users"},
+        {"access = 3\n", "[access]"},
+    };
+    for (const auto& [text, key] : bad) {
+      INFO(text);
+      const auto r = apply_config_text(text, "ktuned.toml", "/", config);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.error().code == ktune::daemon::k_config_error);
+      CHECK_THAT(r.error().message, Catch::Contains(key));
+    }
+  }
+  SECTION("the shipped configs/ktuned.toml reads and sets the defaults") {
+    DaemonConfig shipped;
+    const auto r = apply_config_text(
+        [] {
+          std::ifstream in(KTUNE_SOURCE_DIR "/configs/ktuned.toml");
+          std::stringstream text;
+          text << in.rdbuf();
+          return text.str();
+        }(),
+        "configs/ktuned.toml", KTUNE_SOURCE_DIR "/configs", shipped);
+    INFO((r ? std::string() : r.error().message));
+    REQUIRE(r.ok());
+    CHECK(shipped.max_connections == 256);
+    CHECK(shipped.message_timeout_s == 10);
+    CHECK(shipped.connection_idle_s == 600);
+    CHECK(shipped.max_queued_jobs_per_client == 64);
+    CHECK(shipped.allow_root);
+  }
 }

@@ -138,7 +138,7 @@ TEST_CASE("a genetic search with a budget of 30 ends with a winner, and its seed
   CHECK(reply->at("error").at("code") == "bad_request");
 }
 
-TEST_CASE("identical tunes share a job; a finished key is reused unless asked to remeasure",
+TEST_CASE("identical tunes share a job, and a finished key is reused unless asked to remeasure",
           "[integration][pipeline]") {
   TempDir home;
   home.write("ktuned.toml", config());

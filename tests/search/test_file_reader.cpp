@@ -75,3 +75,38 @@ TEST_CASE("replay/file_reader: plain and gzip files", "[replay][file_reader]") {
     CHECK(read.error().code == "io_error");
   }
 }
+
+TEST_CASE("replay/file_reader: decode_text reads bytes in memory like a file", "[replay][file_reader]") {
+  using ktune::replay::decode_text;
+  ktune::test::TempDir dir;
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += "{\"line\": " + std::to_string(i) + "}\n";
+  const std::string path = (dir.path() / "cache.json.gz").string();
+  write_gzip(path, text);
+  const std::string gzip = read_bytes(path);
+
+  SECTION("plain bytes come back unchanged, gzip is decompressed") {
+    auto plain = decode_text(text, "cache.json");
+    REQUIRE(plain.ok());
+    CHECK(*plain == text);
+    auto unzipped = decode_text(gzip, "cache.json.gz");
+    REQUIRE(unzipped.ok());
+    CHECK(*unzipped == text);
+    auto empty = decode_text("", "empty.json");
+    REQUIRE(empty.ok());
+    CHECK(empty->empty());
+    const std::string binary("\x1f\x00\x8b", 3);
+    auto odd = decode_text(binary, "odd.bin");
+    REQUIRE(odd.ok());
+    CHECK(*odd == binary);
+  }
+  SECTION("errors name the label") {
+    auto cut = decode_text(gzip.substr(0, gzip.size() / 2), "cut.json.gz");
+    REQUIRE_FALSE(cut.ok());
+    CHECK(cut.error().code == "io_error");
+    CHECK_THAT(cut.error().message, Catch::StartsWith("cut.json.gz: cannot read"));
+    auto too_big = decode_text(gzip, "big.json.gz", 1000);
+    REQUIRE_FALSE(too_big.ok());
+    CHECK_THAT(too_big.error().message, Catch::StartsWith("big.json.gz: larger than 1000 bytes"));
+  }
+}

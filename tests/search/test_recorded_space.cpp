@@ -214,6 +214,24 @@ TEST_CASE("replay/recorded_space: hostile input never crashes", "[replay][record
     const std::string open_only(100000, '{');
     CHECK_FALSE(parse_recorded_space(open_only, "deep.json").ok());
   }
+  SECTION("deep nesting inside a value an error message quotes") {
+    // Quoting the value (its JSON dump) used to recurse once per level and overflow the stack.
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    for (const std::string& text :
+         {R"({"tune_params_keys": ["a"], "tune_params": {"a": [1]}, "cache": {"1": {"a": 1, "time": )" + deep + "}}}",
+          R"({"tune_params_keys": ["a"], "tune_params": {"a": [)" + deep + "]}, \"cache\": {}}",
+          R"({"schema_version": "1.0.0", "results": [{"configuration": {"a": )" + deep + "}}]}"}) {
+      auto parsed = parse_recorded_space(text, "deep.json");
+      REQUIRE_FALSE(parsed.ok());
+      CHECK(parsed.error().code == "bad_record");
+      CHECK_THAT(parsed.error().message,
+                 Catch::StartsWith("deep.json: ") && Catch::Contains("at most 32 levels of nested arrays and objects, found 1000"));
+    }
+    // Brackets inside strings do not count.
+    auto brackets = parse_recorded_space(
+        R"([[{"a": 1, "time": 2.0, "note": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"{{{{"}], {}])", "list.json");
+    CHECK(brackets.ok());
+  }
   SECTION("truncations and byte flips of valid files") {
     std::mt19937_64 rng(11);
     for (const std::string* text : {&k_cache, &k_t4, &k_results_list}) {

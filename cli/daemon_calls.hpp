@@ -1,0 +1,47 @@
+#pragma once
+// How every `ktune` command talks to ktuned: one request, its reply unwrapped into the result or
+// the daemon's error, and errors reported the same way everywhere.
+#include "cli/commands.hpp"
+#include "client/client.hpp"
+#include "core/result.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <string>
+
+namespace ktune::cli {
+
+inline constexpr std::chrono::milliseconds k_connect_timeout{2000};
+inline constexpr std::chrono::milliseconds k_request_timeout{60'000}; // every op except waits
+
+// The socket of --socket, else the instance's (core/paths.hpp).
+[[nodiscard]] std::string socket_path(const GlobalOptions& global);
+
+// {"ok":true,"result":R} -> R (an empty object when R is null); {"ok":false,"error":{code,
+// message}} -> that error; anything else -> "bad_reply".
+[[nodiscard]] Result<nlohmann::json> unwrap_reply(const nlohmann::json& reply);
+
+// One request on `conn` (events go to `on_event`), unwrapped.
+[[nodiscard]] Result<nlohmann::json> call(Connection& conn, nlohmann::json request,
+                                          std::chrono::milliseconds timeout,
+                                          const Connection::EventHandler& on_event = {});
+// Connects to `socket` (no auto-start: "not_running" when nothing answers), then as above.
+[[nodiscard]] Result<nlohmann::json> call(const std::string& socket, nlohmann::json request,
+                                          std::chrono::milliseconds timeout,
+                                          const Connection::EventHandler& on_event = {});
+// For the commands that need the daemon: connects, starting ktuned when none answers
+// (cli/autostart.hpp), then as above.
+[[nodiscard]] Result<nlohmann::json> call_daemon(const std::string& socket,
+                                                 const GlobalOptions& global,
+                                                 nlohmann::json request,
+                                                 std::chrono::milliseconds timeout);
+
+// Prints "ktune: <code>: <message>" (or how to start ktuned for "not_running") to io.err;
+// returns k_exit_error.
+int report(Output& io, const Error& error, const std::string& socket);
+
+// The result as indented JSON on io.out.
+void print_json(Output& io, const nlohmann::json& result);
+
+} // namespace ktune::cli

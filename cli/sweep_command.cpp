@@ -1,0 +1,305 @@
+#include "cli/sweep_command.hpp"
+
+#include "cli/autostart.hpp"
+#include "cli/daemon_calls.hpp"
+#include "cli/output_file.hpp"
+#include "cli/table.hpp"
+#include "db/store.hpp"
+#include "replay/file_reader.hpp"
+#include "sweep/sweep_file.hpp"
+#include "tableio/compare.hpp"
+#include "tableio/formats.hpp"
+#include "tableio/table.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+#include <tuple>
+
+namespace ktune::cli {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto k_poll_interval = std::chrono::milliseconds(500);
+constexpr auto k_plain_progress_interval = std::chrono::seconds(10);
+// Jobs of one sweep queued or running at once: below ktuned's default per-user queue limit
+// ([limits] max_queued_jobs_per_client = 64), leaving room for the user's interactive tunes.
+constexpr std::size_t k_max_outstanding = 32;
+
+bool is_final(const std::string& state) {
+  return state == "done" || state == "failed" || state == "cancelled" || state == "interrupted";
+}
+
+// "5%" -> 0.05; "0.05" -> 0.05. Errors name the option.
+Result<double> parse_regression(const std::string& text) {
+  const bool percent = !text.empty() && text.back() == '%';
+  const std::string number = percent ? text.substr(0, text.size() - 1) : text;
+  double value = -1;
+  const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if (ec == std::errc() && end == number.data() + number.size() && value >= 0) {
+    if (percent) return value / 100.0;
+    if (value < 1) return value;
+  }
+  return make_error("bad_request", "--max-regression: expected a share like 5% (or 0.05), found '" +
+                                       text + "'");
+}
+
+std::string duration_text(double seconds) {
+  char buf[32];
+  const auto s = static_cast<long long>(seconds + 0.5);
+  if (s < 60) std::snprintf(buf, sizeof buf, "%llds", s);
+  else if (s < 3600) std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, (s / 60) % 60);
+  return buf;
+}
+
+std::string describe(const sweep::SweepJob& job) {
+  std::string text = job.kernel + " " + job.shape + " " + job.dtype + " " + job.device;
+  if (job.strategy != "exhaustive") text += " (" + job.strategy + ")";
+  return text;
+}
+
+// One progress line: a bar over the candidates of every job, job counts and an ETA.
+std::string progress_line(std::int64_t jobs_done, std::size_t jobs, std::int64_t done,
+                          std::int64_t total, double elapsed_s) {
+  constexpr int width = 30;
+  const double share = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 0.0;
+  const int filled = static_cast<int>(share * width);
+  std::string bar = "[" + std::string(static_cast<std::size_t>(filled), '#') +
+                    std::string(static_cast<std::size_t>(width - filled), '-') + "]";
+  std::string eta = "-";
+  if (done > 0 && total > done) eta = duration_text(elapsed_s * static_cast<double>(total - done) / static_cast<double>(done));
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s %lld/%zu jobs, %lld/%lld candidates, %s elapsed, ETA %s",
+                bar.c_str(), static_cast<long long>(jobs_done), jobs, static_cast<long long>(done),
+                static_cast<long long>(total), duration_text(elapsed_s).c_str(), eta.c_str());
+  return buf;
+}
+
+
+// The markdown summary of a sweep without a baseline: one row per key.
+std::string winners_markdown(const tableio::Table& table) {
+  std::string out = "| kernel | shape | dtype | device | median (ms) | winner |\n|---|---|---|---|---:|---|\n";
+  for (const auto& row : table.rows) {
+    char median[32];
+    std::snprintf(median, sizeof median, "%.4g", row.median_ms);
+    out += "| " + row.kernel + " | " + row.shape + " | " + row.dtype + " | " + row.device_name +
+           " | " + median + " | `" + row.config_text() + "` |\n";
+  }
+  return out;
+}
+
+} // namespace
+
+void add_sweep_command(CLI::App& app, SweepCommand& command) {
+  SweepOptions& o = command.options;
+  command.command = app.add_subcommand("sweep", "Tune a grid of kernels and shapes unattended (CI)");
+  CLI::App* cmd = command.command;
+  cmd->add_option("file", o.file, "sweep file (configs/sweeps/*.toml)")->required();
+  cmd->add_option("--shard", o.shard, "run shard i of N (e.g. 2/4): jobs whose number is i-1 mod N");
+  cmd->add_option("--baseline", o.baseline, "a table (ktune export --format json, or T4) to compare with");
+  cmd->add_option("--max-regression", o.max_regression,
+                  "slowdown beyond which a key regressed, when also outside the noise (default 5%)");
+  cmd->add_option("--out", o.out, "write the sweep's winners here (JSON table)");
+  cmd->add_option("--junit", o.junit, "write the comparison as JUnit XML here");
+  cmd->add_flag("--dry-run", o.dry_run, "list the shard's jobs; submit nothing");
+  cmd->footer(
+      "Submits every job of the sweep (or of one shard) to ktuned below interactive tunes, shows\n"
+      "one progress bar with an ETA, waits, exports the winners of the sweep's keys and, with\n"
+      "--baseline, compares them key by key: winner changed, time ratio; a key regressed when\n"
+      "it is slower by more than --max-regression and the 95% confidence intervals do not\n"
+      "overlap. Shards split the jobs deterministically, so N machines running 1/N .. N/N cover\n"
+      "the sweep exactly once; merge their tables with `ktune import`.\n\n"
+      "Exit codes: 0 all done, nothing regressed; 1 a regression, a failed job or an error; 2 usage.\n\n"
+      "Examples:\n  ktune sweep configs/sweeps/nightly.toml --out table.json\n"
+      "  ktune sweep configs/sweeps/nightly.toml --baseline last-good.json --junit sweep.xml\n"
+      "  ktune sweep configs/sweeps/nightly.toml --shard 2/4 --out shard2.json");
+}
+
+std::optional<int> run_sweep_command(const SweepCommand& command, const GlobalOptions& global,
+                                     Output& io) {
+  if (command.command == nullptr || !command.command->parsed()) return std::nullopt;
+  return run_sweep(global, command.options, io);
+}
+
+int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& io) {
+  auto shard = sweep::parse_shard(options.shard);
+  if (!shard) {
+    io.err << "ktune sweep: --shard: " << shard.error().message << '\n';
+    return k_exit_usage;
+  }
+  auto max_regression = parse_regression(options.max_regression);
+  if (!max_regression) {
+    io.err << "ktune sweep: " << max_regression.error().message << '\n';
+    return k_exit_usage;
+  }
+  auto parsed = sweep::load_sweep(options.file);
+  if (!parsed) {
+    io.err << "ktune sweep: " << parsed.error().message << '\n';
+    return k_exit_error;
+  }
+  const auto jobs = sweep::shard_jobs(*parsed, *shard);
+  io.err << "sweep " << parsed->name << ": " << jobs.size() << " of " << parsed->jobs.size()
+         << " jobs (shard " << shard->index << "/" << shard->count << ")\n";
+  if (options.dry_run) {
+    Table table({{"#", Align::right}, {"KERNEL"}, {"SHAPE"}, {"DTYPE"}, {"DEVICE"}, {"STRATEGY"}});
+    for (const auto& job : jobs) {
+      table.add_row({std::to_string(job.number + 1), job.kernel, job.shape, job.dtype, job.device,
+                     job.strategy});
+    }
+    table.print(io.out);
+    return k_exit_ok;
+  }
+
+  const std::string socket = socket_path(global);
+  AutostartOptions autostart;
+  autostart.socket = global.socket.empty() ? std::string() : socket;
+  auto conn = connect_or_start(autostart);
+  if (!conn) return report(io, conn.error(), socket);
+
+  // Submit and wait: at most k_max_outstanding jobs of the sweep queued or running at once (ktuned
+  // limits the jobs one user may queue), topped up as jobs end; one progress bar over all.
+  std::map<std::int64_t, std::vector<const sweep::SweepJob*>> by_id; // identical jobs share an id
+  std::map<std::int64_t, json> states;
+  std::size_t next = 0;
+  int rejected = 0;
+  const auto start = Clock::now();
+  auto last_plain = start - k_plain_progress_interval;
+  while (true) {
+    std::size_t outstanding = 0;
+    for (const auto& [id, members] : by_id) {
+      if (!is_final(states[id].value("state", std::string()))) ++outstanding;
+    }
+    while (next < jobs.size() && outstanding < k_max_outstanding) {
+      const sweep::SweepJob& job = jobs[next];
+      json request = {{"op", "tune"},       {"kernel", job.kernel}, {"shape", job.shape},
+                      {"dtype", job.dtype}, {"device", job.device}, {"strategy", job.strategy},
+                      {"priority", parsed->priority}};
+      if (job.budget) request["budget"] = *job.budget;
+      if (job.budget_fraction) request["budget_fraction"] = *job.budget_fraction;
+      auto reply = call(*conn, request, k_request_timeout);
+      if (!reply && reply.error().code == "too_many_jobs") break; // try again as jobs end
+      ++next;
+      if (!reply) {
+        if (reply.error().code == "not_running" || reply.error().code == "io_error") {
+          return report(io, reply.error(), socket);
+        }
+        io.err << "sweep job #" << job.number + 1 << " " << describe(job) << ": "
+               << reply.error().code << ": " << reply.error().message << '\n';
+        ++rejected;
+        continue;
+      }
+      const auto id = reply->value("job", std::int64_t{0});
+      if (by_id.count(id) == 0) ++outstanding;
+      by_id[id].push_back(&job);
+    }
+
+    auto listed = call(*conn, {{"op", "jobs"}, {"limit", 10000}}, k_request_timeout);
+    if (!listed) return report(io, listed.error(), socket);
+    for (const auto& j : listed->value("jobs", json::array())) {
+      const auto id = j.value("id", std::int64_t{0});
+      if (by_id.count(id) != 0) states[id] = j;
+    }
+    std::int64_t done = 0, total = 0, jobs_done = 0;
+    for (const auto& [id, members] : by_id) {
+      const json& j = states[id];
+      done += j.value("done", std::int64_t{0});
+      total += j.value("total", std::int64_t{0});
+      if (is_final(j.value("state", std::string()))) jobs_done += static_cast<std::int64_t>(members.size());
+    }
+    const bool finished = next == jobs.size() &&
+                          jobs_done == static_cast<std::int64_t>(jobs.size()) - rejected;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::string line = progress_line(jobs_done, jobs.size(), done, total, elapsed);
+    if (io.err_is_tty) {
+      io.err << '\r' << line << "\x1b[K" << (finished ? "\n" : "") << std::flush;
+    } else if (finished || Clock::now() - last_plain >= k_plain_progress_interval) {
+      io.err << line << '\n';
+      last_plain = Clock::now();
+    }
+    if (finished) break;
+    std::this_thread::sleep_for(k_poll_interval);
+  }
+
+  // The sweep's keys, from the store (read-only; ktuned names its database).
+  auto stats = call(*conn, {{"op", "stats"}}, k_request_timeout);
+  if (!stats) return report(io, stats.error(), socket);
+  auto store = Store::open(stats->value("db", std::string()), OpenMode::read_only);
+  if (!store) return report(io, store.error(), socket);
+  std::set<std::tuple<std::string, std::string, std::string, std::string, std::string>> keys;
+  int failed = 0;
+  for (const auto& [id, members] : by_id) {
+    auto record = store->get_job(id);
+    if (!record) return report(io, record.error(), socket);
+    if (!record->has_value()) continue;
+    const JobRecord& r = **record;
+    if (r.state != JobState::done) {
+      for (const auto* job : members) {
+        io.err << "sweep job #" << job->number + 1 << " " << describe(*job) << ": job " << id
+               << " " << to_string(r.state) << (r.error.empty() ? "" : ": " + r.error) << '\n';
+      }
+      ++failed;
+      continue;
+    }
+    keys.emplace(r.kernel, r.shape, r.dtype, r.fingerprint, r.source_hash);
+  }
+  auto all = tableio::load_table(*store, {});
+  if (!all) return report(io, all.error(), socket);
+  tableio::Table table = std::move(*all);
+  std::erase_if(table.rows, [&](const tableio::TableRow& row) {
+    return keys.count({row.kernel, row.shape, row.dtype, row.fingerprint, row.source_hash}) == 0;
+  });
+  std::erase_if(table.kernels, [&](const tableio::KernelSource& k) {
+    return std::none_of(table.rows.begin(), table.rows.end(), [&](const tableio::TableRow& row) {
+      return row.kernel == k.name && row.source_hash == k.source_hash;
+    });
+  });
+  if (!options.out.empty()) {
+    if (auto w = write_file_atomic(options.out, tableio::write_json(table)); !w) return report(io, w.error(), socket);
+    io.err << "wrote " << table.rows.size() << " winners to " << options.out << '\n';
+  }
+
+  std::size_t regressions = 0;
+  json summary = {{"sweep", parsed->name},
+                  {"shard", options.shard},
+                  {"jobs", jobs.size()},
+                  {"rejected", rejected},
+                  {"failed", failed},
+                  {"keys", table.rows.size()}};
+  if (!options.baseline.empty()) {
+    auto text = replay::read_text_file(options.baseline);
+    if (!text) return report(io, text.error(), socket);
+    auto baseline = tableio::read_table(*text, options.baseline);
+    if (!baseline) return report(io, baseline.error(), socket);
+    const auto comparison = tableio::compare(table, *baseline, *max_regression);
+    regressions = comparison.regressions();
+    summary["regressions"] = regressions;
+    json regressed = json::array();
+    for (const auto& key : comparison.keys) {
+      if (key.regressed) regressed.push_back(tableio::to_string(key.key));
+    }
+    summary["regressed"] = regressed;
+    if (!global.json) io.out << tableio::render_markdown(comparison);
+    if (!options.junit.empty()) {
+      if (auto w = write_file_atomic(options.junit, tableio::render_junit(comparison, "ktune.sweep." + parsed->name)); !w) {
+        return report(io, w.error(), socket);
+      }
+    }
+  } else if (!global.json) {
+    io.out << winners_markdown(table);
+  }
+  if (global.json) print_json(io, summary);
+  if (regressions > 0) io.err << "sweep " << parsed->name << ": " << regressions << " key(s) regressed\n";
+  return regressions > 0 || failed > 0 || rejected > 0 ? k_exit_error : k_exit_ok;
+}
+
+} // namespace ktune::cli

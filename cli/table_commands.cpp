@@ -1,0 +1,210 @@
+#include "cli/table_commands.hpp"
+
+#include "cli/output_file.hpp"
+#include "cli/table.hpp"
+#include "client/client.hpp"
+#include "core/paths.hpp"
+#include "db/store.hpp"
+#include "replay/file_reader.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace ktune::cli {
+
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+constexpr milliseconds k_connect_timeout{2000};
+constexpr milliseconds k_import_timeout{120'000};
+
+int report(Output& io, const Error& error) {
+  io.err << "ktune: " << error.code << ": " << error.message << '\n';
+  return k_exit_error;
+}
+
+
+std::string value_text(const json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_null()) return "-";
+  return j.dump();
+}
+
+std::string config_text(const json& config) {
+  if (!config.is_object() || config.empty()) return "-";
+  std::string out;
+  for (auto it = config.begin(); it != config.end(); ++it) {
+    if (!out.empty()) out += ' ';
+    out += it.key() + "=" + value_text(it.value());
+  }
+  return out;
+}
+
+} // namespace
+
+void add_table_commands(CLI::App& app, TableCommands& commands) {
+  auto& e = commands.export_options;
+  commands.export_cmd =
+      app.add_subcommand("export", "Write the tuned winners as json, csv, a C++ header or T4");
+  commands.export_cmd->add_option("--kernel", e.kernel, "only this kernel family");
+  commands.export_cmd->add_option("--device", e.device,
+                                  "only this device: a name (cpu, cuda:0) or a fingerprint prefix");
+  commands.export_cmd->add_option("--format", e.format, "json, csv, cpp-header or t4")
+      ->required()
+      ->check(CLI::IsMember({"json", "csv", "cpp-header", "t4"}));
+  commands.export_cmd->add_option("-o,--output", e.output, "write to this file (default: stdout)");
+  commands.export_cmd->add_option("--db", e.db,
+                                  "database to read (default: the instance's, as ktuned uses)");
+  commands.export_cmd->footer(
+      "\nReads the store read-only; ktuned need not run. One row per winner key (kernel, shape,\n"
+      "dtype, device fingerprint, source hash) with its config, statistics and provenance.\n"
+      "Formats: docs/export-format.md.\n\nExamples:\n"
+      "  ktune export --format json -o winners.json\n"
+      "  ktune export --kernel gemm --device cpu --format cpp-header -o tuned.hpp");
+
+  auto& i = commands.import_options;
+  commands.import_cmd =
+      app.add_subcommand("import", "Merge an exported table (json or T4) into ktuned's winners");
+  commands.import_cmd->add_option("file", i.file, "a json export or a T4 results file (.gz too)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  commands.import_cmd->add_option("--policy", i.policy,
+                                  "for a key ktuned already has: faster (lower median), newer "
+                                  "(measured later) or keep (the existing winner)")
+      ->check(CLI::IsMember({"faster", "newer", "keep"}));
+  commands.import_cmd->add_flag("--json", i.json, "print ktuned's reply as JSON");
+  commands.import_cmd->add_option("--kernel", i.t4.kernel, "T4 from elsewhere: the kernel family");
+  commands.import_cmd->add_option("--shape", i.t4.shape, "T4 from elsewhere: the shape (M=..,N=..)");
+  commands.import_cmd->add_option("--dtype", i.t4.dtype, "T4 from elsewhere: the dtype (default f32)");
+  commands.import_cmd->add_option("--device", i.t4.device_name,
+                                  "T4 from elsewhere: a name for the device (default imported)");
+  commands.import_cmd->add_option("--fingerprint", i.t4.fingerprint,
+                                  "T4 from elsewhere: the device fingerprint (default: derived "
+                                  "from --device)");
+  commands.import_cmd->add_option("--source-hash", i.t4.source_hash,
+                                  "T4 from elsewhere: the kernel source hash (default: unknown)");
+  commands.import_cmd->footer(
+      "\nThe whole table goes to ktuned in one request (it must fit ktuned's max_message_bytes).\n"
+      "Every imported row is kept as history (a job with strategy \"import\"); the winner of a key\n"
+      "changes when the policy says so. A T4 file written by another tool holds one tuning run:\n"
+      "its best correct result becomes the winner of --kernel/--shape/--dtype on --device.\n\n"
+      "Examples:\n  ktune import winners.json --policy newer\n"
+      "  ktune import A100_T4.json.gz --kernel convolution --shape W=4096,H=4096 --device a100");
+}
+
+std::optional<int> run_table_commands(const TableCommands& commands, const GlobalOptions& global,
+                                      Output& io) {
+  if (commands.export_cmd && commands.export_cmd->parsed()) {
+    return export_table(commands.export_options, io);
+  }
+  if (commands.import_cmd && commands.import_cmd->parsed()) {
+    return import_table_file(global, commands.import_options, io);
+  }
+  return std::nullopt;
+}
+
+int export_table(const ExportOptions& options, Output& io) {
+  const auto format = tableio::parse_format(options.format);
+  if (!format) {
+    io.err << "ktune: unknown format '" << options.format
+           << "' (expected json, csv, cpp-header or t4)\n";
+    return k_exit_usage;
+  }
+  const std::string db =
+      options.db.empty() ? resolve_paths(path_env_from_process()).db : options.db;
+  auto store = Store::open(db, OpenMode::read_only);
+  if (!store) return report(io, store.error());
+  auto table = tableio::load_table(*store, {options.kernel, options.device});
+  if (!table) return report(io, table.error());
+  table->exported_at_ms = std::chrono::duration_cast<milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  auto text = tableio::write_table(*table, *format);
+  if (!text) return report(io, text.error());
+  if (options.output.empty()) {
+    io.out << *text << std::flush;
+    return io.out ? k_exit_ok : k_exit_error;
+  }
+  if (auto written = write_file_atomic(options.output, *text); !written) return report(io, written.error());
+  io.err << "exported " << table->rows.size() << " winner(s) to " << options.output << '\n';
+  return k_exit_ok;
+}
+
+json import_request(const tableio::Table& table, tableio::Policy policy) {
+  return json{{"op", "import"},
+              {"table", json(tableio::table_to_json(table))},
+              {"policy", tableio::to_string(policy)}};
+}
+
+int import_table_file(const GlobalOptions& global, const ImportOptions& options, Output& io) {
+  const auto policy = tableio::parse_policy(options.policy);
+  if (!policy) {
+    io.err << "ktune: unknown policy '" << options.policy << "' (expected faster, newer or keep)\n";
+    return k_exit_usage;
+  }
+  auto text = replay::read_text_file(options.file);
+  if (!text) return report(io, text.error());
+  tableio::T4Defaults t4 = options.t4;
+  if (t4.host.empty()) t4.host = tableio::local_host_name();  // a foreign T4 file names no host
+  auto table = tableio::read_table(*text, options.file, t4);
+  if (!table) return report(io, table.error());
+
+  const std::string socket =
+      global.socket.empty() ? resolve_paths(path_env_from_process()).socket : global.socket;
+  auto conn = Connection::connect(socket, k_connect_timeout);
+  if (!conn) {
+    if (conn.error().code == "not_running") {
+      io.err << "ktune: ktuned is not running (socket " << socket
+             << "); start it with `ktune daemon start`\n";
+      return k_exit_error;
+    }
+    return report(io, conn.error());
+  }
+  auto reply = conn->request(import_request(*table, *policy), {}, k_import_timeout);
+  if (!reply) return report(io, reply.error());
+  const json& r = *reply;
+  if (!r.value("ok", false)) {
+    const json error = r.value("error", json::object());
+    return report(io, make_error(error.value("code", std::string("bad_reply")),
+                                 error.value("message", "unexpected reply from ktuned: " + r.dump())));
+  }
+  const json result = r.contains("result") ? r["result"] : json::object();
+  if (global.json || options.json) {
+    io.out << result.dump(2) << '\n';
+  } else {
+    print_import_reply(result, io.out);
+  }
+  return k_exit_ok;
+}
+
+void print_import_reply(const json& result, std::ostream& out) {
+  auto count = [&](const char* name) { return std::to_string(result.value(name, 0LL)); };
+  out << "rows " << count("rows") << ": imported " << count("imported") << ", replaced "
+      << count("replaced") << ", kept " << count("kept") << ", unchanged " << count("unchanged")
+      << " (policy " << result.value("policy", std::string("?")) << ")\n";
+  const json conflicts = result.value("conflicts", json::array());
+  if (conflicts.empty()) return;
+  out << '\n' << conflicts.size() << " conflict(s):\n";
+  Table table({{"KERNEL"}, {"SHAPE"}, {"DTYPE"}, {"DEVICE"}, {"KEPT"}, {"DROPPED"}, {"WHY"}});
+  for (const auto& c : conflicts) {
+    const json kept = c.value("kept", json::object());
+    const json dropped = c.value("dropped", json::object());
+    auto side = [](const json& s) {
+      return config_text(s.value("config", json())) + " (" + s.value("from", std::string("?")) +
+             ")";
+    };
+    table.add_row({value_text(c.value("kernel", json())), value_text(c.value("shape", json())),
+                   value_text(c.value("dtype", json())),
+                   value_text(c.value("fingerprint", json())).substr(0, 12), side(kept),
+                   side(dropped), value_text(c.value("why", json()))});
+  }
+  table.print(out);
+}
+
+} // namespace ktune::cli

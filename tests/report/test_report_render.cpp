@@ -1,0 +1,193 @@
+// `ktune report` end to end: a real store with finished jobs, the command writing the page, and
+// the page rendered in headless Chromium (--dump-dom after its scripts ran, and a screenshot).
+// The page records how many charts it created (body[data-charts]), how many hold pixels
+// (body[data-drawn]) and every script error or console.error (body[data-errors], <pre id=status>).
+// Set KTUNE_REPORT_SCREENSHOT=<file.png> to keep the screenshot (docs/report-example.png).
+#include "cli/report_command.hpp"
+#include "tests/cuda/skip.hpp"
+#include "tests/report/sample_jobs.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+using namespace ktune;
+using ktune::test::must;
+
+namespace {
+
+struct Run {
+  int code = 0;
+  std::string out, err;
+};
+
+// `ktune report ARGS...` through the command's own CLI11 registration.
+Run ktune_report(std::vector<std::string> args) {
+  CLI::App app{"ktune", "ktune"};
+  cli::ReportCommand command;
+  cli::add_report_command(app, command);
+  args.insert(args.begin(), {"ktune", "report"});
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  cli::Output io{out, err, false};
+  Run run;
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    run.code = cli::run_report_command(command, io).value_or(-1);
+  } catch (const CLI::ParseError& e) {
+    run.code = cli::k_exit_usage;
+    err << e.what();
+  }
+  run.out = out.str();
+  run.err = err.str();
+  return run;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string quoted(const std::string& text) {
+  std::string out = "'";
+  for (const char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// $KTUNE_CHROMIUM, else chromium or chromium-browser on PATH; "" when none.
+std::string find_chromium() {
+  if (const char* env = std::getenv("KTUNE_CHROMIUM"); env && *env) return env;
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    for (const char* name : {"chromium", "chromium-browser"}) {
+      const auto candidate = std::filesystem::path(dir) / name;
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    }
+  }
+  return {};
+}
+
+// Runs headless Chromium on `page` with `extra` arguments (stdout to `out`), at most 120 s.
+int chromium(const std::string& binary, const ktune::test::TempDir& dir, const std::string& extra,
+             const std::filesystem::path& page, const std::filesystem::path& out) {
+  const std::string command =
+      "timeout 120 " + quoted(binary) +
+      " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
+      " --disable-background-networking --disable-component-update --disable-sync"
+      " --disable-crash-reporter --hide-scrollbars --user-data-dir=" +
+      quoted((dir.path() / "profile").string()) + " " + extra + " " +
+      quoted("file://" + page.string()) + " >" + quoted(out.string()) + " 2>>" +
+      quoted((dir.path() / "chromium.log").string());
+  return std::system(command.c_str());
+}
+
+std::string body_attribute(const std::string& dom, const std::string& name) {
+  std::smatch match;
+  const std::regex body_tag("<body[^>]*>");
+  if (!std::regex_search(dom, match, body_tag)) return "<no body>";
+  const std::string tag = match.str();
+  const std::regex attribute(name + "=\"([^\"]*)\"");
+  if (!std::regex_search(tag, match, attribute)) return "<no " + name + ">";
+  return match[1].str();
+}
+
+} // namespace
+
+TEST_CASE("ktune report refuses bad input with the documented exit codes", "[report]") {
+  ktune::test::TempDir dir;
+  const std::string db = (dir.path() / "ktune.db").string();
+  const std::string page = (dir.path() / "r.html").string();
+
+  SECTION("no database") {
+    const Run run = ktune_report({"1", "-o", page, "--db", db});
+    CHECK(run.code == cli::k_exit_error);
+    CHECK_THAT(run.err, Catch::Contains("no database at " + db));
+  }
+  {
+    auto store = must(Store::open(db, OpenMode::read_write));
+    (void)ktune::test::write_sample_jobs(store);
+  }
+  SECTION("a bad job list is a usage error") {
+    const Run run = ktune_report({"3-1", "-o", page, "--db", db});
+    CHECK(run.code == cli::k_exit_usage);
+    CHECK_THAT(run.err, Catch::Contains("3-1"));
+  }
+  SECTION("an unknown job") {
+    const Run run = ktune_report({"1,77", "-o", page, "--db", db});
+    CHECK(run.code == cli::k_exit_error);
+    CHECK_THAT(run.err, Catch::Contains("unknown_job") && Catch::Contains("job 77"));
+    CHECK_FALSE(std::filesystem::exists(page));
+  }
+  SECTION("an output directory that does not exist") {
+    const Run run = ktune_report({"1", "-o", (dir.path() / "missing" / "r.html").string(), "--db", db});
+    CHECK(run.code == cli::k_exit_error);
+    CHECK_THAT(run.err, Catch::Contains("io_error"));
+  }
+  SECTION("the database is only read") {
+    const auto before = std::filesystem::last_write_time(db);
+    const Run run = ktune_report({"1", "-o", page, "--db", db});
+    REQUIRE(run.code == cli::k_exit_ok);
+    CHECK(std::filesystem::last_write_time(db) == before);
+    CHECK_THAT(run.err, Catch::Contains("1 job(s), 18 result(s)"));
+  }
+}
+
+TEST_CASE("ktune report's page draws every chart in headless Chromium", "[report][chromium]") {
+  const std::string binary = find_chromium();
+  if (binary.empty()) {
+    ktune::test::skip_test("chromium is not installed (scripts/install-deps.sh installs it)");
+  }
+  ktune::test::TempDir dir;
+  const std::string db = (dir.path() / "ktune.db").string();
+  ktune::test::SampleJobs ids;
+  {
+    auto store = must(Store::open(db, OpenMode::read_write));
+    ids = ktune::test::write_sample_jobs(store);
+    // A third job still queued: no results, so no parameters, yet its three charts draw.
+    const auto queued = must(store.create_job(ktune::test::sample_job("M=64,N=64,K=64", 9)));
+    REQUIRE(queued == ids.second + 1);
+  }
+  const auto page = dir.path() / "sweep.html";
+  const std::string jobs = std::to_string(ids.first) + "-" + std::to_string(ids.second + 1);
+  const Run run = ktune_report({jobs, "-o", page.string(), "--db", db});
+  INFO(run.err);
+  REQUIRE(run.code == cli::k_exit_ok);
+
+  const auto dom_file = dir.path() / "dom.html";
+  const int code = chromium(binary, dir, "--virtual-time-budget=5000 --dump-dom", page, dom_file);
+  INFO("chromium log:\n" << read_file(dir.path() / "chromium.log"));
+  REQUIRE(code == 0);
+  const std::string dom = read_file(dom_file);
+  INFO("status: " << dom.substr(std::min(dom.size(), dom.find("<pre id=\"status\"")), 400));
+
+  // Per job: progress, histogram, statuses, and one chart per parameter (3, 3 and none).
+  CHECK(body_attribute(dom, "data-errors") == "0");
+  CHECK(body_attribute(dom, "data-charts") == "15");
+  CHECK(body_attribute(dom, "data-drawn") == "15");
+  CHECK(dom.find("drew 15 of 15 charts") != std::string::npos);
+  CHECK(dom.find("Example CPU @ 3.0GHz &lt;fast&gt;") != std::string::npos);
+  CHECK(dom.find("BM=64 BN=16 UNROLL=4") != std::string::npos);  // the winner
+
+  const auto png = dir.path() / "report.png";
+  REQUIRE(chromium(binary, dir, "--virtual-time-budget=5000 --window-size=1400,1800 --screenshot=" +
+                                    quoted(png.string()),
+                   page, dir.path() / "screenshot.out") == 0);
+  const std::string image = read_file(png);
+  REQUIRE(image.size() > 10'000);
+  CHECK(image.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+  if (const char* keep = std::getenv("KTUNE_REPORT_SCREENSHOT"); keep && *keep) {
+    std::filesystem::copy_file(png, keep, std::filesystem::copy_options::overwrite_existing);
+  }
+}
