@@ -1001,7 +1001,7 @@ int run(int argc, const char* const* argv, Output& io) {
       "Prints kernel, shape, dtype, device, state, counts and times, then each candidate in\n"
       "config order: CONFIG, STATUS (ok, compile_error, crash, timeout, mismatch, ...),\n"
       "MEDIAN(ms), GFLOP/s and the REASON a candidate failed. '*' marks the winner; 'ok (tie)'\n"
-      "marks candidates statistically tied with it (overlapping 95% confidence intervals),\n"
+      "marks candidates tied with it (median within [measure].tie_margin, 3%, of the best),\n"
       "'ok (pruned)' those stopped early as clearly slower than the best. The time line splits\n"
       "the job's wall time into queue wait, compile (the bench worker waited for a compile),\n"
       "bench and overhead.\n\n"

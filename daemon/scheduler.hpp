@@ -21,11 +21,11 @@
 // Early stop: once a best exists, a candidate is measured with prune_above_ms = prune_factor x
 // the best median; one slower than that after its first samples is recorded ok with pruned.
 //
-// Sound winners: when the search is over, the candidates whose 95% confidence intervals of the
-// median overlap the best's are measured a second time (at most measure.remeasure_max, nearest first);
-// then every candidate whose interval still overlaps the best's is a declared tie (results.tied),
-// and the winner among the ties is the one with fewer registers, then less shared memory, then
-// the lower config index, so re-tuning is reproducible.
+// Sound winners: when the search is over, the near-ties of the best -- medians within
+// measure.tie_margin (3%) of it -- are measured a second time (at most measure.remeasure_max,
+// nearest first); those still near are declared ties (results.tied), and the winner among the
+// ties is the one with fewer registers, then less shared memory, then the lower config index,
+// so re-tuning is reproducible.
 //
 // A worker that dies mid-request yields a `crash` (signal) or `worker_lost` row and is replaced
 // on the next request; one that passes its deadline (compile: `compile_timeout`; bench: derived

@@ -241,6 +241,13 @@ TEST_CASE("near-ties of the best are measured again and declared ties, the winne
     if (fastest == nullptr || r.at("median_ms") < fastest->at("median_ms")) fastest = &r;
   }
   REQUIRE(fastest != nullptr);
+  // A tie is exactly a candidate (not pruned) within tie_margin (3%) of the fastest median.
+  for (const auto& r : job.at("results")) {
+    if (r.at("status") != "ok" || r.at("pruned") == true) continue;
+    INFO(r.dump());
+    const bool near = r.at("median_ms").get<double>() <= fastest->at("median_ms").get<double>() * 1.03;
+    CHECK(r.at("tied").get<bool>() == (near && tied.size() >= 2));
+  }
   if (tied.empty()) {
     CHECK(winner.at("config") == fastest->at("config"));  // a clear winner
   } else {
