@@ -1,6 +1,7 @@
 #include "cli/autostart.hpp"
 
 #include "core/paths.hpp"
+#include "core/unique_fd.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -37,32 +38,6 @@ constexpr milliseconds k_poll_step{20};
 constexpr int k_ready_fd = 3;
 constexpr std::size_t k_log_tail_lines = 20;
 
-class Fd {
-public:
-  Fd() = default;
-  explicit Fd(int fd) : m_fd(fd) {}
-  Fd(Fd&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      m_fd = std::exchange(other.m_fd, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  [[nodiscard]] int get() const { return m_fd; }
-  [[nodiscard]] bool valid() const { return m_fd >= 0; }
-  void reset() {
-    if (m_fd >= 0) ::close(m_fd);
-    m_fd = -1;
-  }
-
-private:
-  int m_fd = -1;
-};
-
 Error io_error(const std::string& what, int err) {
   return make_error("io_error", what + ": " + std::strerror(err));
 }
@@ -94,8 +69,8 @@ Result<std::string> daemon_executable() {
 }
 
 // Takes an exclusive flock on `path`, waiting at most `timeout`.
-Result<Fd> lock_file(const std::string& path, milliseconds timeout) {
-  Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+Result<UniqueFd> lock_file(const std::string& path, milliseconds timeout) {
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!fd.valid()) return io_error("cannot open the start lock " + path, errno);
   const auto deadline = Clock::now() + timeout;
   while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
@@ -111,7 +86,7 @@ Result<Fd> lock_file(const std::string& path, milliseconds timeout) {
 
 // True when no process holds the instance lock, i.e. no ktuned runs for this instance.
 bool instance_free(const std::string& instance_lock) {
-  Fd fd(::open(instance_lock.c_str(), O_RDWR | O_CLOEXEC));
+  UniqueFd fd(::open(instance_lock.c_str(), O_RDWR | O_CLOEXEC));
   if (!fd.valid()) return errno == ENOENT;
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return false;
   ::flock(fd.get(), LOCK_UN);
@@ -146,18 +121,18 @@ struct Started {
 // Spawns ktuned detached and waits for its ready line.
 Result<Started> start_daemon(const std::string& exe, const std::vector<std::string>& args,
                              const std::string& log_path, milliseconds ready_timeout) {
-  Fd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  UniqueFd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
   if (!log.valid()) return io_error("cannot open the log " + log_path, errno);
   struct stat st {};
   const std::streamoff offset = ::fstat(log.get(), &st) == 0 ? st.st_size : 0;
 
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return io_error("cannot create the ready pipe", errno);
-  Fd ready(fds[0]);
-  Fd write_end(fds[1]);
+  UniqueFd ready(fds[0]);
+  UniqueFd write_end(fds[1]);
   // dup2 onto 0..3 below must not clobber the descriptors it reads from.
-  Fd raised_write(::fcntl(write_end.get(), F_DUPFD_CLOEXEC, 10));
-  Fd raised_log(::fcntl(log.get(), F_DUPFD_CLOEXEC, 10));
+  UniqueFd raised_write(::fcntl(write_end.get(), F_DUPFD_CLOEXEC, 10));
+  UniqueFd raised_log(::fcntl(log.get(), F_DUPFD_CLOEXEC, 10));
   if (!raised_write.valid() || !raised_log.valid()) return io_error("fcntl", errno);
   write_end.reset();
   log.reset();

@@ -4,6 +4,7 @@
 #include "cli/report_command.hpp"
 #include "cli/sweep_command.hpp"
 #include "cli/table_commands.hpp"
+#include "core/unique_fd.hpp"
 #include "replay/replay_command.hpp"
 
 #include "cli/autostart.hpp"
@@ -133,32 +134,6 @@ std::string format_duration(double seconds) {
 json op(const char* name) { return json{{"op", name}}; }
 
 // ---- processes and files -----------------------------------------------------------------------
-
-class UniqueFd {
-public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : m_fd(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      m_fd = std::exchange(other.m_fd, -1);
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { reset(); }
-
-  [[nodiscard]] int get() const { return m_fd; }
-  void reset() {
-    if (m_fd >= 0) ::close(m_fd);
-    m_fd = -1;
-  }
-
-private:
-  int m_fd = -1;
-};
 
 // Moves `fd` to a number >= 10 (close-on-exec), so the spawn's dup2 onto 0-3 cannot clobber it.
 Result<UniqueFd> raise_fd(UniqueFd fd, const char* what) {

@@ -1,8 +1,8 @@
 #include "cli/table_commands.hpp"
 
+#include "cli/daemon_calls.hpp"
 #include "cli/output_file.hpp"
 #include "cli/table.hpp"
-#include "client/client.hpp"
 #include "core/paths.hpp"
 #include "db/store.hpp"
 #include "replay/file_reader.hpp"
@@ -21,7 +21,6 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
-constexpr milliseconds k_connect_timeout{2000};
 constexpr milliseconds k_import_timeout{120'000};
 
 int report(Output& io, const Error& error) {
@@ -155,26 +154,10 @@ int import_table_file(const GlobalOptions& global, const ImportOptions& options,
   auto table = tableio::read_table(*text, options.file, t4);
   if (!table) return report(io, table.error());
 
-  const std::string socket =
-      global.socket.empty() ? resolve_paths(path_env_from_process()).socket : global.socket;
-  auto conn = Connection::connect(socket, k_connect_timeout);
-  if (!conn) {
-    if (conn.error().code == "not_running") {
-      io.err << "ktune: ktuned is not running (socket " << socket
-             << "); start it with `ktune daemon start`\n";
-      return k_exit_error;
-    }
-    return report(io, conn.error());
-  }
-  auto reply = conn->request(import_request(*table, *policy), {}, k_import_timeout);
-  if (!reply) return report(io, reply.error());
-  const json& r = *reply;
-  if (!r.value("ok", false)) {
-    const json error = r.value("error", json::object());
-    return report(io, make_error(error.value("code", std::string("bad_reply")),
-                                 error.value("message", "unexpected reply from ktuned: " + r.dump())));
-  }
-  const json result = r.contains("result") ? r["result"] : json::object();
+  const std::string socket = socket_path(global);
+  auto reply = call(socket, import_request(*table, *policy), k_import_timeout);
+  if (!reply) return report(io, reply.error(), socket);
+  const json& result = *reply;
   if (global.json || options.json) {
     io.out << result.dump(2) << '\n';
   } else {

@@ -11,16 +11,6 @@ extern char** environ;
 
 namespace ktune {
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
-  if (this != &other) reset(other.release());
-  return *this;
-}
-
-void UniqueFd::reset(int fd) {
-  if (m_fd >= 0) ::close(m_fd);
-  m_fd = fd;
-}
-
 namespace {
 
 // posix_spawn_file_actions_t with a destructor.

@@ -2,36 +2,13 @@
 // Child processes without a shell: posix_spawnp with an explicit argv, output captured through a
 // pipe. Used for the host compiler and its version query.
 #include "core/result.hpp"
+#include "core/unique_fd.hpp"
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
 namespace ktune {
-
-// Move-only owner of a file descriptor; closes it on destruction. -1 means empty.
-class UniqueFd {
-public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : m_fd(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : m_fd(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { reset(); }
-
-  [[nodiscard]] int get() const { return m_fd; }
-  [[nodiscard]] bool valid() const { return m_fd >= 0; }
-  [[nodiscard]] int release() {
-    const int fd = m_fd;
-    m_fd = -1;
-    return fd;
-  }
-  void reset(int fd = -1);
-
-private:
-  int m_fd = -1;
-};
 
 enum class ProcessEnd {
   exited,     // `code` is the exit status

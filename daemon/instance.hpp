@@ -4,7 +4,7 @@
 // scripts. The kernel drops the lock when the process dies, so a crashed daemon never leaves a
 // lock behind; the lock file itself is kept (removing it would race with a starting daemon).
 #include "core/result.hpp"
-#include "daemon/unique_fd.hpp"
+#include "core/unique_fd.hpp"
 
 #include <string>
 

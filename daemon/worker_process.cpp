@@ -1,7 +1,7 @@
 #include "daemon/worker_process.hpp"
 
 #include "daemon/log.hpp"
-#include "daemon/unique_fd.hpp"
+#include "core/unique_fd.hpp"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/read_until.hpp>

@@ -1,10 +1,11 @@
 #pragma once
-// UniqueFd: the owner of one file descriptor; closes it on destruction. Move-only.
+// UniqueFd: the owner of one file descriptor; closes it on destruction. Move-only; -1 is empty.
+// The one fd owner of every binary (daemon, workers, compiler spawns, CLI).
 #include <unistd.h>
 
 #include <utility>
 
-namespace ktune::daemon {
+namespace ktune {
 
 class UniqueFd {
 public:
@@ -32,4 +33,4 @@ private:
   int m_fd = -1;
 };
 
-} // namespace ktune::daemon
+} // namespace ktune
