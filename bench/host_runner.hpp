@@ -18,8 +18,10 @@
 // ("C[17]: got 1.5, expected 2.25 (rtol 0.001, atol 1e-05); 312 of 65536 elements differ";
 // integer outputs must match exactly). A load or symbol failure, a failing reference and an
 // allocation failure are `runtime_error` with the reason. Then warm-up for warmup_ms, then
-// samples (cache flush -- write then read a buffer of 2 x the last-level cache, allocated on
-// first use -- and, for inplace jobs, input restore before each, both untimed) until the
+// samples (for inplace jobs an input restore, then cold caches: the argument buffers' cache lines
+// evicted with clflush / dc civac when they are smaller than the flush buffer, else a sweep --
+// write then read a buffer of 2 x the last-level cache, allocated on first use -- both untimed
+// before each sample) until the
 // Sampler (bench/sampler.hpp) stops them: converged, noise settled, capped (the wall-time cap
 // counts flushes and restores, so a cheap kernel behind an expensive flush cannot run far past
 // it) or pruned (slower than BenchJob::prune_above_ms). At least one sample is always taken.

@@ -43,8 +43,13 @@ struct MeasureSettings {
   std::uint64_t seed = 42;     // buffer initialisation
   int prune_after = 3;         // samples taken before the prune test (bench/sampler.hpp)
   double prune_factor = 2.0;   // the scheduler prunes above prune_factor x the best median; 0 = off
-  int remeasure_max = 8;       // near-ties of the best the scheduler measures again; 0 = none
-  double tie_margin = 0.03;    // a tie is also within this share of the best median
+  // The finals (daemon/scheduler.hpp): when the search is over, the best and the candidates
+  // within final_margin of it, at most `finalists` of them (0 or 1: no finals), are measured
+  // again in final_rounds interleaved rounds; tie_margin decides the ties (judge_finals).
+  int finalists = 32;
+  double final_margin = 0.30;
+  int final_rounds = 5;
+  double tie_margin = 0.03;
 
   [[nodiscard]] nlohmann::json to_json() const;
   // Missing fields, and fields of the wrong type, keep their defaults.

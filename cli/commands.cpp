@@ -737,6 +737,10 @@ int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io) {
   });
   const json& winner_config = field(winner, "config");
   bool marked = false;
+  // `tied` marks the winning group, the winner included: a tie needs two.
+  const auto tied_count = std::count_if(rows.begin(), rows.end(), [](const json* r) {
+    return field(*r, "tied") == json(true);
+  });
   Table table({{"  CONFIG"}, {"STATUS"}, {"MEDIAN(ms)", Align::right},
                {"GFLOP/s", Align::right}, {"REASON"}});
   for (const json* r : rows) {
@@ -746,7 +750,7 @@ int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io) {
     std::string status = as_text(field(*r, "status"));
     bool ok = status == "ok";
     if (ok && field(*r, "pruned") == json(true)) status = "ok (pruned)";
-    if (ok && field(*r, "tied") == json(true)) status = "ok (tie)";
+    if (ok && tied_count >= 2 && field(*r, "tied") == json(true)) status = "ok (tie)";
     const json& median = field(*r, "median_ms");
     const json& reason = field(*r, "reason");
     table.add_row({(is_winner ? "* " : "  ") + format_config(config, ","), status,
@@ -976,7 +980,8 @@ int run(int argc, const char* const* argv, Output& io) {
       "Prints kernel, shape, dtype, device, state, counts and times, then each candidate in\n"
       "config order: CONFIG, STATUS (ok, compile_error, crash, timeout, mismatch, ...),\n"
       "MEDIAN(ms), GFLOP/s and the REASON a candidate failed. '*' marks the winner; 'ok (tie)'\n"
-      "marks candidates tied with it (median within [measure].tie_margin, 3%, of the best),\n"
+      "marks the finalists tied with it (measured again in rounds after the search; within\n"
+      "[measure].tie_margin, 3%, of the best at 95% confidence),\n"
       "'ok (pruned)' those stopped early as clearly slower than the best. The time line splits\n"
       "the job's wall time into queue wait, compile (the bench worker waited for a compile),\n"
       "bench and overhead.\n\n"

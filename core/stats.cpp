@@ -44,4 +44,92 @@ SampleStats summarize(std::vector<double> samples_ms) {
   return s;
 }
 
+SampleStats pool_rounds(const std::vector<SampleStats>& rounds) {
+  SampleStats s;
+  std::vector<double> medians, q1s, q3s;
+  double sum = 0;
+  for (const auto& r : rounds) {
+    if (r.n == 0) continue;
+    s.min_ms = s.n == 0 ? r.min_ms : std::min(s.min_ms, r.min_ms);
+    s.max_ms = s.n == 0 ? r.max_ms : std::max(s.max_ms, r.max_ms);
+    s.n += r.n;
+    sum += r.mean_ms * static_cast<double>(r.n);
+    medians.push_back(r.median_ms);
+    q1s.push_back(r.q1_ms);
+    q3s.push_back(r.q3_ms);
+  }
+  if (s.n == 0) return s;
+  s.mean_ms = sum / static_cast<double>(s.n);
+  // Squares about the pooled mean: each round's own (n-1) s^2 plus n (its mean - pooled mean)^2.
+  double squares = 0;
+  for (const auto& r : rounds) {
+    if (r.n == 0) continue;
+    const double shift = r.mean_ms - s.mean_ms;
+    squares += static_cast<double>(r.n - 1) * r.stddev_ms * r.stddev_ms +
+               static_cast<double>(r.n) * shift * shift;
+  }
+  if (s.n >= 2) s.stddev_ms = std::sqrt(squares / static_cast<double>(s.n - 1));
+  auto median_of = [](std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return quantile(values, 0.5);
+  };
+  s.median_ms = median_of(std::move(medians));
+  s.q1_ms = median_of(std::move(q1s));
+  s.q3_ms = median_of(std::move(q3s));
+  return s;
+}
+
+namespace {
+
+// Two-sided 95% quantile of Student's t with `df` degrees of freedom (df >= 1).
+double t_quantile_95(std::size_t df) {
+  static constexpr double k_table[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306,
+                                       2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120,
+                                       2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+                                       2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
+  constexpr std::size_t k_rows = sizeof(k_table) / sizeof(k_table[0]);
+  return df <= k_rows ? k_table[df - 1] : 1.96;
+}
+
+} // namespace
+
+FinalsVerdict judge_finals(const std::vector<std::vector<double>>& round_ms, double tie_margin) {
+  FinalsVerdict v;
+  if (round_ms.empty()) return v;
+  const std::size_t rounds = round_ms.front().size();
+  std::vector<double> medians;
+  for (const auto& row : round_ms) {
+    std::vector<double> sorted(row);
+    std::sort(sorted.begin(), sorted.end());
+    medians.push_back(quantile(sorted, 0.5));
+  }
+  v.best = static_cast<std::size_t>(std::min_element(medians.begin(), medians.end()) -
+                                    medians.begin());
+  const auto& best = round_ms[v.best];
+  const double log_margin = std::log1p(tie_margin);
+  const double log_limit = std::log1p(2 * tie_margin);
+  for (const auto& row : round_ms) {
+    // Log ratios to the best, round by round: their median, their mean and its standard error.
+    std::vector<double> logs;
+    for (std::size_t r = 0; r < rounds; ++r) logs.push_back(std::log(row[r] / best[r]));
+    double mean = 0;
+    for (double d : logs) mean += d;
+    mean /= static_cast<double>(rounds);
+    double low = mean;
+    if (rounds >= 2) {
+      double squares = 0;
+      for (double d : logs) squares += (d - mean) * (d - mean);
+      const double se = std::sqrt(squares / static_cast<double>(rounds - 1)) /
+                        std::sqrt(static_cast<double>(rounds));
+      low = mean - t_quantile_95(rounds - 1) * se;
+    }
+    std::sort(logs.begin(), logs.end());
+    const double median = quantile(logs, 0.5);
+    v.ratio.push_back(std::exp(median));
+    v.ratio_low.push_back(std::exp(low));
+    v.tied.push_back(low <= log_margin && median <= log_limit);
+  }
+  return v;
+}
+
 } // namespace ktune

@@ -18,4 +18,29 @@ struct SampleStats {
 // An empty input gives n == 0 and zeros.
 [[nodiscard]] SampleStats summarize(std::vector<double> samples_ms);
 
+// One candidate measured in several rounds, as one summary: n, min, max, mean and stddev of all
+// the samples together (stddev includes the spread between the rounds), median, q1 and q3 the
+// medians of the rounds' ones. Rounds with n == 0 are skipped; none gives n == 0 and zeros.
+[[nodiscard]] SampleStats pool_rounds(const std::vector<SampleStats>& rounds);
+
+// The verdict on a job's finals: every finalist measured once per round, all in the same rounds.
+struct FinalsVerdict {
+  std::size_t best = 0;           // lowest median of its round medians (lower index on a tie)
+  std::vector<double> ratio;      // median over rounds of median / best's median that round
+  std::vector<double> ratio_low;  // lower end of the 95% confidence interval of their geometric
+                                  // mean (Student t)
+  std::vector<bool> tied;         // ties the best (the best itself included)
+};
+
+// Judges finalists from their round medians, `round_ms[finalist][round]` (every row the same
+// length, at least one round, all times > 0). Comparing within a round pairs each finalist with
+// the best under the same machine conditions, so drift between rounds cancels out. A finalist
+// ties the best when it may, at 95% confidence, be within `tie_margin` of it (ratio_low <= 1 +
+// tie_margin) and its median ratio is within 2 x tie_margin (however noisy the machine, a tie
+// never costs more; the median, so that one disturbed round does not decide). With one round
+// there is no interval: ratio_low is the ratio of that round.
+// An empty input gives an empty verdict.
+[[nodiscard]] FinalsVerdict judge_finals(const std::vector<std::vector<double>>& round_ms,
+                                         double tie_margin);
+
 } // namespace ktune

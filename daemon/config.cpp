@@ -258,14 +258,19 @@ Result<void> apply_measure_table(const toml::table& table, const FileReader& rea
       KTUNE_CONFIG_SET(measure.prune_factor, reader.number(node, name, 0.0));
     } else if (key == "prune_after") {
       KTUNE_CONFIG_SET(measure.prune_after, reader.integer(node, name, 1, 1'000'000));
-    } else if (key == "remeasure_max") {
-      KTUNE_CONFIG_SET(measure.remeasure_max, reader.integer(node, name, 0, 1'000'000));
+    } else if (key == "finalists") {
+      KTUNE_CONFIG_SET(measure.finalists, reader.integer(node, name, 0, 1'000));
+    } else if (key == "final_margin") {
+      KTUNE_CONFIG_SET(measure.final_margin, reader.number(node, name, 0.0));
+    } else if (key == "final_rounds") {
+      KTUNE_CONFIG_SET(measure.final_rounds, reader.integer(node, name, 1, 1'000));
     } else if (key == "tie_margin") {
       KTUNE_CONFIG_SET(measure.tie_margin, reader.number(node, name, 0.0));
     } else {
       return reader.error(name, "unknown key (expected min_samples, max_samples, target_rsd, "
                                 "min_time_s, max_time_s, warmup_ms, flush_cache, seed, "
-                                "prune_factor, prune_after, remeasure_max or tie_margin)");
+                                "prune_factor, prune_after, finalists, final_margin, final_rounds or "
+                                "tie_margin)");
     }
   }
   return {};

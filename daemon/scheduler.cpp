@@ -3,6 +3,7 @@
 #include "daemon/devices.hpp"
 
 #include "compiler/compiler.hpp"
+#include "core/stats.hpp"
 #include "daemon/log.hpp"
 #include "daemon/replies.hpp"
 #include "search/stop_condition.hpp"
@@ -56,11 +57,8 @@ double ms_since(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
 }
 
-// A near-tie of `best`: its median is within `margin` (a share) of the best's. Overlapping 95%
-// intervals are not the test: within one run they understate the run-to-run variation of a
-// shared machine (a config 2% slower can be "clearly" slower in one run and faster in the next),
-// and on a busy machine they are wide enough to tie a config twice as slow. A margin bounds what
-// reproducibility may cost and makes the same config win run after run.
+// A near-tie of `best` by median alone: the rule for a best that was not in the finals (a row
+// reused from an earlier job, or a job without finals).
 bool near_tie(const ResultRecord& row, const ResultRecord& best, double margin) {
   return !row.pruned && row.stats.median_ms <= best.stats.median_ms * (1.0 + margin);
 }
@@ -143,7 +141,12 @@ struct Scheduler::ActiveJob {
   bool benchmarking = false;
   std::map<std::size_t, Compiled> artifacts; // ok candidates measured in this job
   std::map<std::size_t, ResultRecord> ok_rows; // config index -> its ok row
-  std::deque<Compiled> remeasure;       // near-ties to measure again
+  // The finals: the finalists in config order, each one's stats round by round, the finalists
+  // the current round has yet to measure, and the rounds started.
+  std::vector<Compiled> finalists;
+  std::map<std::size_t, std::vector<SampleStats>> final_stats;
+  std::deque<Compiled> final_queue;
+  int rounds_started = 0;
   std::int64_t done = 0;
   std::int64_t failed = 0;
   std::map<CandidateStatus, int> failures;
@@ -358,7 +361,7 @@ void Scheduler::advance() {
       job.to_compile.pop_front();
       start_compile(job, index, std::move(*worker));
     }
-    std::deque<Compiled>& waiting = job.phase == Phase::search ? job.compiled : job.remeasure;
+    std::deque<Compiled>& waiting = job.phase == Phase::search ? job.compiled : job.final_queue;
     while (job.error.empty() && !job.benchmarking && !waiting.empty()) {
       auto worker = m_workers.idle_worker(WorkerRole::bench);
       if (!worker) {
@@ -371,8 +374,8 @@ void Scheduler::advance() {
       start_bench(job, std::move(candidate), std::move(*worker));
     }
     if (job.error.empty() && job.phase == Phase::search && search_over(job)) {
-      start_remeasure(job);
-      if (!job.remeasure.empty()) {
+      start_finals(job);
+      if (!job.final_queue.empty()) {
         advance();
         return;
       }
@@ -382,8 +385,8 @@ void Scheduler::advance() {
   if (!job.error.empty()) {
     if (job.in_flight > 0) return; // let the replies land before the next job starts
     end_job(job.plan.record.id, job.cancelled ? JobState::cancelled : JobState::failed, job.error);
-  } else if (job.reference == ReferenceState::ready && job.phase == Phase::remeasure &&
-             job.remeasure.empty() && !job.benchmarking) {
+  } else if (job.reference == ReferenceState::ready && job.phase == Phase::finals &&
+             job.final_queue.empty() && !job.benchmarking) {
     finish(job);
   } else {
     return; // replies in flight will call advance() again
@@ -392,28 +395,44 @@ void Scheduler::advance() {
   asio::post(m_io, [this] { start_next(); });
 }
 
-// Picks the near-ties of the best to measure again and switches the job to that phase.
-void Scheduler::start_remeasure(ActiveJob& job) {
-  job.phase = Phase::remeasure;
-  if (!job.best) return;
+// Picks the finalists, switches the job to the finals and queues their first round. Fewer than
+// two finalists: no finals.
+void Scheduler::start_finals(ActiveJob& job) {
+  job.phase = Phase::finals;
+  const MeasureSettings& measure = m_settings.measure;
+  // A best reused from an earlier job has no artifact here: its time cannot be paired with the
+  // others', so there are no finals and the medians decide.
+  if (!job.best || job.artifacts.count(static_cast<std::size_t>(job.best->config_index)) == 0) {
+    return;
+  }
   std::vector<const ResultRecord*> near;
   for (const auto& [index, row] : job.ok_rows) {
-    if (!near_tie(row, *job.best, m_settings.measure.tie_margin)) continue;
-    if (job.artifacts.count(index) == 0) continue; // not measured in this job
+    if (row.pruned || job.artifacts.count(index) == 0) continue; // not measured in this job
+    if (row.stats.median_ms > job.best->stats.median_ms * (1.0 + measure.final_margin)) continue;
     near.push_back(&row);
   }
-  const auto most = static_cast<std::size_t>(std::max(0, m_settings.measure.remeasure_max));
-  if (near.size() < 2 || most == 0) return; // the best alone: nothing is close
   std::sort(near.begin(), near.end(), [](const ResultRecord* a, const ResultRecord* b) {
-    return a->stats.median_ms != b->stats.median_ms ? a->stats.median_ms < b->stats.median_ms
-                                                    : a->config_index < b->config_index;
+    return better_result(*a, *b);
   });
-  if (near.size() > most) near.resize(most);
+  near.resize(std::min(near.size(), static_cast<std::size_t>(std::max(0, measure.finalists))));
+  if (near.size() < 2) return;
   for (const ResultRecord* row : near) {
-    job.remeasure.push_back(job.artifacts.at(static_cast<std::size_t>(row->config_index)));
+    job.finalists.push_back(job.artifacts.at(static_cast<std::size_t>(row->config_index)));
   }
-  KTUNE_LOG(info) << "job " << job.plan.record.id << ": measuring " << near.size()
-                  << " near-ties of the best again";
+  std::sort(job.finalists.begin(), job.finalists.end(),
+            [](const Compiled& a, const Compiled& b) { return a.index < b.index; });
+  KTUNE_LOG(info) << "job " << job.plan.record.id << ": finals of " << job.finalists.size()
+                  << " candidates in " << measure.final_rounds << " rounds";
+  queue_round(job);
+}
+
+// Queues the next round of the finals: every finalist once, starting one later than the last
+// round did, so that none is always measured first (after a pause) or last.
+void Scheduler::queue_round(ActiveJob& job) {
+  const std::size_t n = job.finalists.size();
+  const auto first = static_cast<std::size_t>(job.rounds_started) % n;
+  for (std::size_t i = 0; i < n; ++i) job.final_queue.push_back(job.finalists[(first + i) % n]);
+  ++job.rounds_started;
 }
 
 void Scheduler::start_reference(ActiveJob& job) {
@@ -540,9 +559,16 @@ void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::
 void Scheduler::start_bench(ActiveJob& job, Compiled candidate,
                             std::shared_ptr<WorkerProcess> worker) {
   const auto& plan = job.plan;
+  const bool again = job.phase == Phase::finals;
+  MeasureSettings measure = m_settings.measure;
+  if (again) {
+    // A round of the finals takes its share of one candidate's measuring time.
+    measure.max_time_s =
+        std::max(measure.min_time_s, measure.max_time_s / std::max(1, measure.final_rounds));
+  }
   auto bench_job = make_bench_job(plan.kernel.spec, plan.shape, plan.configs[candidate.index],
                                   plan.record.dtype, candidate.artifact_path, job.reference_path,
-                                  m_settings.measure);
+                                  measure);
   if (bench_job) target_cuda_device(plan.record, *bench_job);
   if (!bench_job) {
     record(job, candidate.index,
@@ -550,7 +576,6 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate,
                          candidate.compile_ms));
     return;
   }
-  const bool again = job.phase == Phase::remeasure;
   if (!again && job.best && m_settings.measure.prune_factor > 0) {
     bench_job->prune_above_ms = m_settings.measure.prune_factor * job.best->stats.median_ms;
   }
@@ -565,7 +590,7 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate,
                       --m_active->in_flight;
                       m_active->timing.bench_sum_ms += ms_since(sent);
                       if (again) {
-                        on_remeasured(*m_active, candidate, std::move(reply));
+                        on_final_measured(*m_active, candidate, std::move(reply));
                       } else {
                         on_benched(*m_active, candidate, std::move(reply), worker->stderr_tail());
                       }
@@ -607,29 +632,62 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
   record(job, candidate.index, std::move(r));
 }
 
-void Scheduler::on_remeasured(ActiveJob& job, const Compiled& candidate,
-                              Result<nlohmann::json> reply) {
-  const auto row = job.ok_rows.find(candidate.index);
-  if (row == job.ok_rows.end()) return;
+// One finalist measured in one round. A finalist that fails a round leaves the finals (its first
+// measurement stands); the others go on. The last reply of a round queues the next.
+void Scheduler::on_final_measured(ActiveJob& job, const Compiled& candidate,
+                                  Result<nlohmann::json> reply) {
   auto outcome = reply ? BenchOutcome::from_json(*reply) : Result<BenchOutcome>(reply.error());
-  if (!outcome || outcome->status != CandidateStatus::ok) {
-    KTUNE_LOG(warn) << "job " << job.plan.record.id << ": measuring "
+  if (outcome && outcome->status == CandidateStatus::ok && outcome->stats.median_ms > 0) {
+    job.final_stats[candidate.index].push_back(outcome->stats);
+  } else {
+    KTUNE_LOG(warn) << "job " << job.plan.record.id << ": "
                     << config_to_string(job.plan.configs[candidate.index])
-                    << " again failed; its first measurement stands ("
-                    << (outcome ? outcome->reason : outcome.error().message) << ")";
-    return;
+                    << " failed in the finals and leaves them; its first measurement stands ("
+                    << (!outcome ? outcome.error().message
+                                 : outcome->reason.empty() ? std::string("no time")
+                                                           : outcome->reason)
+                    << ")";
+    const auto same = [&](const Compiled& c) { return c.index == candidate.index; };
+    std::erase_if(job.finalists, same);
+    std::erase_if(job.final_queue, same);
+    job.final_stats.erase(candidate.index);
   }
-  ResultRecord& r = row->second;
-  if (auto w = m_store.update_measurement(r.id, outcome->stats, outcome->gflops, outcome->gbps);
-      !w) {
-    fail(job, "database: cannot store a second measurement: " + w.error().message);
-    return;
+  if (job.final_queue.empty() && job.finalists.size() >= 2 &&
+      job.rounds_started < m_settings.measure.final_rounds) {
+    queue_round(job);
   }
-  r.stats = outcome->stats;
-  r.gflops = outcome->gflops;
-  r.gbps = outcome->gbps;
-  r.remeasured = true;
-  r.pruned = false;
+}
+
+// The winning group as config indices: the best and its ties. After finals: the best of the
+// finals and the finalists judge_finals ties with it (a row outside the finals never wins: its
+// time was taken at another moment). Without finals: the fastest row and those within
+// tie_margin of its median.
+std::vector<std::size_t> Scheduler::tie_set(const ActiveJob& job,
+                                            const std::vector<ResultRecord>& rows) const {
+  std::vector<std::size_t> ties;
+  if (job.finalists.size() >= 2) {
+    std::vector<std::vector<double>> round_ms;
+    for (const Compiled& f : job.finalists) {
+      round_ms.emplace_back();
+      for (const SampleStats& s : job.final_stats.at(f.index)) round_ms.back().push_back(s.median_ms);
+    }
+    const FinalsVerdict verdict = judge_finals(round_ms, m_settings.measure.tie_margin);
+    for (std::size_t i = 0; i < job.finalists.size(); ++i) {
+      KTUNE_LOG(debug) << "job " << job.plan.record.id << " finals: "
+                       << config_to_string(job.plan.configs[job.finalists[i].index]) << " x"
+                       << verdict.ratio[i] << " (95% >= x" << verdict.ratio_low[i] << ")"
+                       << (verdict.tied[i] ? " tied" : "");
+      if (verdict.tied[i]) ties.push_back(job.finalists[i].index);
+    }
+    return ties;
+  }
+  const ResultRecord& best = *fastest_result(rows);
+  for (const auto& row : rows) {
+    if (row.status == CandidateStatus::ok && near_tie(row, best, m_settings.measure.tie_margin)) {
+      ties.push_back(static_cast<std::size_t>(row.config_index));
+    }
+  }
+  return ties;
 }
 
 // Tells the strategy and the stop condition about a result, and keeps the job's tallies.
@@ -738,19 +796,34 @@ void Scheduler::finish(ActiveJob& job) {
             "no candidate succeeded (" + describe_failures(job.failures) + ")");
     return;
   }
-  // After the second measurements: the best median, its declared ties, the preferred tie.
+  // The finalists' rounds pooled into their rows, then the ties of the best, the preferred tie.
+  if (job.finalists.size() >= 2) {
+    for (const Compiled& f : job.finalists) {
+      ResultRecord& row = job.ok_rows.at(f.index);
+      const SampleStats pooled = pool_rounds(job.final_stats.at(f.index));
+      const double speedup = row.stats.median_ms / pooled.median_ms;
+      row.stats = pooled;
+      row.gflops *= speedup;
+      row.gbps *= speedup;
+      row.remeasured = true;
+      if (auto r = m_store.update_measurement(row.id, row.stats, row.gflops, row.gbps); !r) {
+        end_job(rec.id, JobState::failed,
+                "database: cannot store a measurement of the finals: " + r.error().message);
+        return;
+      }
+    }
+  }
   std::vector<ResultRecord> rows;
   rows.reserve(job.ok_rows.size());
   for (auto& [index, row] : job.ok_rows) rows.push_back(row);
-  const ResultRecord best = *fastest_result(rows);
+  const std::vector<std::size_t> ties = tie_set(job, rows);
   std::vector<std::int64_t> tie_ids;
   for (auto& row : rows) {
-    row.tied = near_tie(row, best, m_settings.measure.tie_margin);
+    row.tied = std::find(ties.begin(), ties.end(), static_cast<std::size_t>(row.config_index)) !=
+               ties.end();
     if (row.tied) tie_ids.push_back(row.id);
   }
-  if (tie_ids.size() < 2) {
-    for (auto& row : rows) row.tied = false;
-  } else if (auto r = m_store.mark_ties(rec.id, tie_ids); !r) {
+  if (auto r = m_store.mark_ties(rec.id, tie_ids); !r) {
     end_job(rec.id, JobState::failed, "database: cannot mark ties: " + r.error().message);
     return;
   }

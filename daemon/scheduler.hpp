@@ -21,11 +21,16 @@
 // Early stop: once a best exists, a candidate is measured with prune_above_ms = prune_factor x
 // the best median; one slower than that after its first samples is recorded ok with pruned.
 //
-// Sound winners: when the search is over, the near-ties of the best -- medians within
-// measure.tie_margin (3%) of it -- are measured a second time (at most measure.remeasure_max,
-// nearest first); those still near are declared ties (results.tied), and the winner among the
-// ties is the one with fewer registers, then less shared memory, then the lower config index,
-// so re-tuning is reproducible.
+// Sound winners, the finals: when the search is over, the best and the candidates measured in
+// this job within measure.final_margin (10%) of its median -- at most measure.finalists (16),
+// nearest first -- are measured again in measure.final_rounds (5) rounds, each round measuring
+// every finalist once (max_time_s / final_rounds each), one finalist later each round. A
+// finalist's row then holds the rounds pooled (pool_rounds: median = median of the round
+// medians; remeasured). Comparing finalists round by round cancels what the machine did between
+// rounds; judge_finals (core/stats.hpp) declares ties: within tie_margin (3%) of the best at 95%
+// confidence, and never measured more than 2 x tie_margin slower. The winner among the ties
+// (results.tied, the best included) is the one with fewer registers, then less shared memory,
+// then the lower config index, so re-tuning picks the same config.
 //
 // A worker that dies mid-request yields a `crash` (signal) or `worker_lost` row and is replaced
 // on the next request; one that passes its deadline (compile: `compile_timeout`; bench: derived
@@ -162,7 +167,7 @@ private:
     int registers = -1, spills = -1, shared_bytes = -1;
   };
   enum class ReferenceState { pending, compiling, ready };
-  enum class Phase { search, remeasure };
+  enum class Phase { search, finals };
   struct ActiveJob;
 
   void start_next();
@@ -171,7 +176,8 @@ private:
   void account(ActiveJob& job);
   void propose(ActiveJob& job);
   [[nodiscard]] bool search_over(const ActiveJob& job) const;
-  void start_remeasure(ActiveJob& job);
+  void start_finals(ActiveJob& job);
+  void queue_round(ActiveJob& job);
   void start_reference(ActiveJob& job);
   void start_compile(ActiveJob& job, std::size_t index, std::shared_ptr<WorkerProcess> worker);
   void start_bench(ActiveJob& job, Compiled candidate, std::shared_ptr<WorkerProcess> worker);
@@ -180,7 +186,9 @@ private:
                    const std::string& stderr_tail, double request_ms);
   void on_benched(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply,
                   const std::string& stderr_tail);
-  void on_remeasured(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply);
+  void on_final_measured(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply);
+  [[nodiscard]] std::vector<std::size_t> tie_set(const ActiveJob& job,
+                                                 const std::vector<ResultRecord>& rows) const;
   [[nodiscard]] std::chrono::milliseconds compile_deadline(const ActiveJob& job) const;
   void record(ActiveJob& job, std::size_t index, ResultRecord result);
   void learn(ActiveJob& job, std::size_t index, const ResultRecord& result);

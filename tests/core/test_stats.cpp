@@ -44,3 +44,92 @@ TEST_CASE("core/stats: summarize", "[core][stats]") {
     CHECK(s.rsd() == 0);
   }
 }
+
+TEST_CASE("core/stats: pool_rounds", "[core][stats]") {
+  SECTION("rounds pool into the summary of all their samples, medians of the medians") {
+    const std::vector<double> a = {1, 2, 3, 4, 5};
+    const std::vector<double> b = {2, 3, 4};
+    const std::vector<double> c = {10, 11, 12, 13};
+    const auto pooled = ktune::pool_rounds({ktune::summarize(a), ktune::summarize(b),
+                                            ktune::summarize(c)});
+    std::vector<double> all(a);
+    all.insert(all.end(), b.begin(), b.end());
+    all.insert(all.end(), c.begin(), c.end());
+    const auto direct = ktune::summarize(all);
+    CHECK(pooled.n == 12);
+    CHECK(pooled.min_ms == 1);
+    CHECK(pooled.max_ms == 13);
+    CHECK(pooled.mean_ms == Approx(direct.mean_ms));
+    CHECK(pooled.stddev_ms == Approx(direct.stddev_ms));
+    CHECK(pooled.median_ms == Approx(3));  // medians 3, 3, 11.5
+    CHECK(pooled.q1_ms == Approx(2.5));    // q1s 2, 2.5, 10.75
+  }
+  SECTION("empty rounds are skipped") {
+    CHECK(ktune::pool_rounds({}).n == 0);
+    const auto pooled = ktune::pool_rounds({ktune::SampleStats{}, ktune::summarize({4, 6})});
+    CHECK(pooled.n == 2);
+    CHECK(pooled.median_ms == Approx(5));
+    CHECK(pooled.min_ms == 4);
+  }
+}
+
+TEST_CASE("core/stats: judge_finals", "[core][stats]") {
+  SECTION("the best is the lowest median of round medians; it ties itself") {
+    const auto v = ktune::judge_finals({{2.0, 2.0, 2.0}, {1.0, 1.0, 1.0}}, 0.03);
+    CHECK(v.best == 1);
+    CHECK(v.tied == std::vector<bool>{false, true});
+    CHECK(v.ratio[0] == Approx(2.0));
+    CHECK(v.ratio_low[0] == Approx(2.0));  // no spread, no interval
+    CHECK(v.ratio[1] == Approx(1.0));
+  }
+  SECTION("drift shared by a round cancels: a steady 1% gap ties, a steady 10% gap does not") {
+    // The machine slows down from round to round; the finalists keep their gaps.
+    const std::vector<double> drift = {1.0, 1.3, 0.9, 1.6, 1.1};
+    std::vector<double> best, near, slow;
+    for (double d : drift) {
+      best.push_back(d);
+      near.push_back(1.01 * d);
+      slow.push_back(1.10 * d);
+    }
+    const auto v = ktune::judge_finals({slow, near, best}, 0.03);
+    CHECK(v.best == 2);
+    CHECK(v.ratio[1] == Approx(1.01));
+    CHECK(v.ratio[0] == Approx(1.10));
+    CHECK(v.tied == std::vector<bool>{false, true, true});
+  }
+  SECTION("an uncertain 5% gap ties, a certain one does not") {
+    const std::vector<double> best = {1.0, 1.0, 1.0, 1.0, 1.0};
+    const std::vector<double> steady = {1.05, 1.05, 1.05, 1.05, 1.05};
+    const std::vector<double> noisy = {1.15, 0.97, 1.05, 0.99, 1.08};  // median 1.05
+    const auto v = ktune::judge_finals({best, steady, noisy}, 0.03);
+    CHECK(v.best == 0);
+    CHECK_FALSE(v.tied[1]);
+    CHECK(v.ratio_low[1] == Approx(1.05));
+    CHECK(v.ratio[2] == Approx(1.05));
+    CHECK(v.ratio_low[2] < 1.03);
+    CHECK(v.tied[2]);
+  }
+  SECTION("one disturbed round does not decide") {
+    const std::vector<double> best = {1.0, 1.0, 1.0, 1.0, 1.0};
+    const std::vector<double> hit = {1.01, 1.02, 1.60, 1.00, 1.02};  // geometric mean ~1.10
+    const auto v = ktune::judge_finals({best, hit}, 0.03);
+    CHECK(v.ratio[1] == Approx(1.02));
+    CHECK(v.tied[1]);
+  }
+  SECTION("however noisy, a tie is never measured more than 2 x tie_margin slower") {
+    const std::vector<double> best = {1.0, 1.0, 1.0, 1.0, 1.0};
+    const std::vector<double> wild = {2.5, 0.6, 1.9, 0.7, 1.4};  // median 1.4, interval huge
+    const auto v = ktune::judge_finals({best, wild}, 0.03);
+    CHECK(v.ratio_low[1] < 1.0);
+    CHECK(v.ratio[1] > 1.06);
+    CHECK_FALSE(v.tied[1]);
+  }
+  SECTION("one round: the ratio alone decides") {
+    const auto v = ktune::judge_finals({{1.0}, {1.02}, {1.05}}, 0.03);
+    CHECK(v.tied == std::vector<bool>{true, true, false});
+  }
+  SECTION("equal medians: the lower index is the best") {
+    CHECK(ktune::judge_finals({{1.0, 1.0}, {1.0, 1.0}}, 0.03).best == 0);
+    CHECK(ktune::judge_finals({}, 0.03).tied.empty());
+  }
+}
