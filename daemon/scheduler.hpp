@@ -22,7 +22,7 @@
 // the best median; one slower than that after its first samples is recorded ok with pruned.
 //
 // Sound winners, the finals: when the search is over, the best and the candidates measured in
-// this job within measure.final_margin (10%) of its median -- at most measure.finalists (16),
+// this job within measure.final_margin (30%) of its median -- at most measure.finalists (32),
 // nearest first -- are measured again in measure.final_rounds (5) rounds, each round measuring
 // every finalist once (max_time_s / final_rounds each), one finalist later each round. A
 // finalist's row then holds the rounds pooled (pool_rounds: median = median of the round
