@@ -68,6 +68,16 @@ json tune_and_wait(Connection& c, const std::string& shape, json extra = json::o
   return ok_result(c, {{"op", "job"}, {"job", summary.at("job").at("id")}});
 }
 
+// One tune of gemm at `shape` in a daemon of its own, with config(extra) as its settings; the
+// finished job with its results.
+json tune_in_new_daemon(const TempDir& home, const std::string& extra, const std::string& shape) {
+  home.write("ktuned.toml", config(extra));
+  DaemonProcess daemon(home.str(), daemon_args(home));
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto c = connect(daemon);
+  return tune_and_wait(c, shape);
+}
+
 std::set<std::int64_t> config_indices(const json& job) {
   std::set<std::int64_t> out;
   for (const auto& r : job.at("results")) out.insert(r.at("config_index").get<std::int64_t>());
@@ -202,11 +212,7 @@ TEST_CASE("slow candidates are pruned after their first samples and never win",
           "[integration][pipeline]") {
   TempDir home;
   // Prune anything slower than 1% of the best: every candidate after the first measured one.
-  home.write("ktuned.toml", config("prune_factor = 0.01\nprune_after = 3\n"));
-  DaemonProcess daemon(home.str(), daemon_args(home));
-  REQUIRE(daemon.wait_ready(k_start_timeout));
-  auto c = connect(daemon);
-  const json job = tune_and_wait(c, "M=32,N=32,K=32");
+  const json job = tune_in_new_daemon(home, "prune_factor = 0.01\nprune_after = 3\n", "M=32,N=32,K=32");
   const auto& results = job.at("results");
   REQUIRE(results.size() >= 2);
   std::size_t pruned = 0;
@@ -229,12 +235,10 @@ TEST_CASE("the finals measure the nearest candidates again in rounds; the winner
   SECTION("finalists, rounds and ties") {
     // Every measured candidate is near enough for the finals (final_margin) and every finalist
     // ties (tie_margin): what is left to check is who takes part, how often and who wins.
-    home.write("ktuned.toml", config("prune_factor = 0\nfinalists = 6\nfinal_rounds = 3\n"
-                                     "final_margin = 1000\ntie_margin = 1000\n"));
-    DaemonProcess daemon(home.str(), daemon_args(home));
-    REQUIRE(daemon.wait_ready(k_start_timeout));
-    auto c = connect(daemon);
-    const json job = tune_and_wait(c, "M=64,N=64,K=64");
+    const json job = tune_in_new_daemon(home,
+                                        "prune_factor = 0\nfinalists = 6\nfinal_rounds = 3\n"
+                                        "final_margin = 1000\ntie_margin = 1000\n",
+                                        "M=64,N=64,K=64");
     std::vector<const json*> finalists;
     std::size_t ok = 0;
     for (const auto& r : job.at("results")) {
@@ -255,11 +259,7 @@ TEST_CASE("the finals measure the nearest candidates again in rounds; the winner
     CHECK(job.at("winner").at("config") == first->at("config"));
   }
   SECTION("default finals: the winner is the fastest or the preferred of its ties") {
-    home.write("ktuned.toml", config("prune_factor = 0\n"));
-    DaemonProcess daemon(home.str(), daemon_args(home));
-    REQUIRE(daemon.wait_ready(k_start_timeout));
-    auto c = connect(daemon);
-    const json job = tune_and_wait(c, "M=64,N=64,K=64");
+    const json job = tune_in_new_daemon(home, "prune_factor = 0\n", "M=64,N=64,K=64");
     const json& winner = job.at("winner");
     REQUIRE(winner.is_object());
     std::vector<const json*> tied;
