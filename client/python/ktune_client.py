@@ -7,7 +7,9 @@ Same ladder as libktune_client (docs/protocol.md, section lookup):
      a read-only open of the SQLite database, exact winners only, as of the kernel's newest job;
   4. the kernel's [default], from the spec text stored in the database, else from
      <kernel dir>/<kernel>/kernel.toml.
-A lost connection is retried with exponential backoff (10 ms doubling to 1 s).
+The connection is kept between lookups. When ktuned closed it meanwhile (idle_timeout, a
+restart), the next lookup finds it closed, connects again at once and sends the lookup again;
+a connection that cannot be made is retried with exponential backoff (10 ms doubling to 1 s).
 
     client = Client()
     answer = client.lookup("gemm", "M=512,N=512,K=512")
@@ -207,8 +209,6 @@ class Client:
         return True
 
     def _ask_daemon(self, kernel, shape, dtype, device, now):
-        if not self._connect(now):
-            return None
         request_id = self._next_id
         self._next_id += 1
         request = {"v": 1, "id": request_id, "op": "lookup", "kernel": kernel, "shape": shape,
@@ -216,31 +216,27 @@ class Client:
         if self.tune_on_miss:
             request["tune_on_miss"] = True
         deadline = now + self.timeout
-        try:
-            self._sock.settimeout(max(deadline - time.monotonic(), 1e-6))
-            self._sock.sendall((json.dumps(request, separators=(",", ":")) + "\n").encode())
-            while True:
-                newline = self._buffer.find(b"\n")
-                if newline >= 0:
-                    line, self._buffer = self._buffer[:newline], self._buffer[newline + 1:]
-                    reply = json.loads(line)
-                    if "event" in reply or reply.get("id") != request_id:
-                        continue
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise socket.timeout()
-                self._sock.settimeout(left)
-                chunk = self._sock.recv(65536)
-                if not chunk:
-                    raise ConnectionError("ktuned closed the connection")
-                self._buffer += chunk
-        except socket.timeout:
-            self._failed(f"ktuned did not answer within {self.timeout * 1e6:.0f} us")
-            return None
-        except (OSError, ValueError) as e:
-            self._failed(f"connection to ktuned lost: {e}")
-            return None
+        # A kept connection that ktuned closed gets the lookup (idempotent) once more on a fresh
+        # connection; a fresh connection that fails counts towards the backoff.
+        while True:
+            kept = self._sock is not None
+            if not self._connect(now):
+                return None
+            try:
+                reply = self._exchange(request, deadline)
+                break
+            except socket.timeout:
+                self._failed(f"ktuned did not answer within {self.timeout * 1e6:.0f} us")
+                return None
+            except ConnectionError as e:
+                if kept:
+                    self._disconnect()
+                    continue
+                self._failed(f"connection to ktuned lost: {e}")
+                return None
+            except (OSError, ValueError) as e:
+                self._failed(f"connection to ktuned lost: {e}")
+                return None
         if not reply.get("ok"):
             error = reply.get("error", {})
             raise LookupError(error.get("code", "error"), error.get("message", ""))
@@ -248,6 +244,28 @@ class Client:
         return Answer(r.get("rung", "default"), r.get("config", {}), "daemon",
                       r.get("from_shape", ""), r.get("reason", ""), r.get("median_ms") or 0.0,
                       r.get("job", 0), r.get("tune_job", 0))
+
+    def _exchange(self, request, deadline):
+        """Sends `request` and returns its reply. Raises socket.timeout past `deadline`,
+        ConnectionError when ktuned closed the connection, OSError or ValueError otherwise."""
+        self._sock.settimeout(max(deadline - time.monotonic(), 1e-6))
+        self._sock.sendall((json.dumps(request, separators=(",", ":")) + "\n").encode())
+        while True:
+            newline = self._buffer.find(b"\n")
+            if newline >= 0:
+                line, self._buffer = self._buffer[:newline], self._buffer[newline + 1:]
+                reply = json.loads(line)
+                if "event" in reply or reply.get("id") != request["id"]:
+                    continue
+                return reply
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout()
+            self._sock.settimeout(left)
+            chunk = self._sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("ktuned closed the connection")
+            self._buffer += chunk
 
     # offline fallbacks ----------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""client/python/ktune_client.py against a real ktuned: the ladder, then the fallbacks."""
+"""client/python/ktune_client.py against a real ktuned: the ladder, then the fallbacks; a
+connection ktuned closed as idle is replaced at the next lookup."""
 import json
 import os
 import shutil
@@ -44,13 +45,13 @@ def request(path, message, timeout=600):
 
 
 class PythonClientTest(unittest.TestCase):
-    def test_ladder_and_fallbacks(self):
+    def start_daemon(self, config=""):
+        """A ktuned in a fresh home with TINY_MEASURE plus `config`, ready; returns
+        (process, socket path, database path)."""
         home = tempfile.mkdtemp(prefix="ktune-py-")
         self.addCleanup(shutil.rmtree, home, True)
         with open(os.path.join(home, "ktuned.toml"), "w") as f:
-            f.write(TINY_MEASURE)
-        sock_path = os.path.join(home, "ktuned.sock")
-        db_path = os.path.join(home, "ktune.db")
+            f.write(TINY_MEASURE + config)
         read_fd, write_fd = os.pipe()
         env = dict(os.environ, KTUNE_HOME=home)
         daemon = subprocess.Popen(
@@ -61,6 +62,10 @@ class PythonClientTest(unittest.TestCase):
         self.addCleanup(lambda: daemon.poll() is not None or daemon.kill())
         with os.fdopen(read_fd) as ready:
             self.assertTrue(ready.readline().startswith("ready"))
+        return daemon, os.path.join(home, "ktuned.sock"), os.path.join(home, "ktune.db")
+
+    def test_ladder_and_fallbacks(self):
+        daemon, sock_path, db_path = self.start_daemon()
 
         client = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None)
         before = client.lookup("gemm", "M=32,N=32,K=32")
@@ -110,6 +115,21 @@ class PythonClientTest(unittest.TestCase):
         with self.assertRaises(ktune_client.LookupError) as nothing:
             bare.lookup("no_such_kernel", "M=1")
         self.assertEqual(nothing.exception.code, "no_answer")
+
+    def test_reconnects_after_an_idle_close(self):
+        daemon, sock_path, db_path = self.start_daemon("[limits]\nconnection_idle_s = 0.2\n")
+        client = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None)
+        self.assertEqual(client.lookup("gemm", "M=32,N=32,K=32").source, "daemon")
+        # ktuned closes the client's idle connection: only the stats request's own connection
+        # stays open.
+        while request(sock_path, {"op": "stats"})["result"]["connections"] != 1:
+            time.sleep(0.05)
+        again = client.lookup("gemm", "M=32,N=32,K=32")
+        self.assertEqual((again.source, again.rung), ("daemon", "default"))
+        self.assertEqual(client.last_error, "")
+        client.close()
+        self.assertTrue(request(sock_path, {"op": "shutdown"})["ok"])
+        self.assertEqual(daemon.wait(30), 0)
 
 
 if __name__ == "__main__":
