@@ -37,7 +37,13 @@ inline constexpr const char* no_device = "no_device";
 inline constexpr const char* unknown_job = "unknown_job";
 inline constexpr const char* empty_space = "empty_space";
 inline constexpr const char* space_too_large = "space_too_large";
+inline constexpr const char* too_many_jobs = "too_many_jobs";
+// Connection limits and access (§ Limits): each closes the connection after its line.
 inline constexpr const char* message_too_large = "message_too_large";
+inline constexpr const char* timeout = "timeout";
+inline constexpr const char* idle_timeout = "idle_timeout";
+inline constexpr const char* too_many_connections = "too_many_connections";
+inline constexpr const char* permission_denied = "permission_denied";
 inline constexpr const char* shutting_down = "shutting_down";
 inline constexpr const char* internal = "internal";
 } // namespace code

@@ -70,7 +70,10 @@ struct CheckRun : std::enable_shared_from_this<CheckRun> {
     }
     while (next < tasks.size()) {
       auto worker = workers->idle_worker(WorkerRole::compile);
-      if (!worker) return finish_with(worker.error());
+      if (!worker) {
+        return finish_with(make_error(code::internal, "compile_check: no compile worker: " +
+                                                          worker.error().message));
+      }
       if (!*worker) break;
       const std::size_t index = next++;
       ++in_flight;

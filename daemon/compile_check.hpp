@@ -11,7 +11,7 @@
 // rows in (config, arch) order; "message" is the first non-empty log line of a compile_error.
 // Errors: unknown_kernel (no CUDA family of that name), bad_request (no arch, an arch that is not
 // sm_XX, a malformed field), bad_shape, bad_dtype, empty_space, no_device when every compile
-// worker is taken by a tune job, spawn_error.
+// worker is taken by a tune job, internal when no compile worker can be started.
 #include "compiler/kernel_registry.hpp"
 #include "core/protocol.hpp"
 #include "daemon/session.hpp"

@@ -27,11 +27,23 @@ Result<std::vector<DeviceInfo>> devices_from_json(const nlohmann::json& outcome)
   return devices;
 }
 
+namespace {
+
+// A failure to get an answer from a worker (spawn_error, crash, worker_lost, timeout) as a
+// protocol code: internal. The worker's own no_device passes as it is.
+Error as_reply_error(const Error& error) {
+  if (error.code == code::no_device) return error;
+  return make_error(code::internal,
+                    "asking a worker for CUDA devices failed: " + error.code + ": " + error.message);
+}
+
+} // namespace
+
 void query_cuda_devices(WorkerPool& workers, CudaDevicesHandler done) {
   std::shared_ptr<WorkerProcess> worker;
   for (const WorkerRole role : {WorkerRole::bench, WorkerRole::compile}) {
     auto idle = workers.idle_worker(role);
-    if (!idle) return done(idle.error());
+    if (!idle) return done(as_reply_error(idle.error()));
     if (*idle) {
       worker = *idle;
       break;
@@ -45,7 +57,7 @@ void query_cuda_devices(WorkerPool& workers, CudaDevicesHandler done) {
   }
   worker->request("devices", nlohmann::json::object(),
                   [done = std::move(done)](Result<nlohmann::json> reply) {
-                    if (!reply) return done(reply.error());
+                    if (!reply) return done(as_reply_error(reply.error()));
                     done(devices_from_json(*reply));
                   });
 }

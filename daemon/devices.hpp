@@ -23,7 +23,8 @@ using CudaDevicesHandler = std::function<void(Result<std::vector<DeviceInfo>> de
 // calls `done` once, on the io thread, never inside this call unless no worker can take the
 // request. Errors: no_device with the worker's cause (no libcuda.so.1, a stub driver, no device,
 // or a ktune built without the CUDA backend); no_device naming the busy workers when every
-// worker is busy; spawn_error or the worker's crash when it could not answer.
+// worker is busy; internal naming the failure (spawn_error, crash, worker_lost, timeout) when no
+// worker could answer. Every code is one of docs/protocol.md § Error codes.
 void query_cuda_devices(WorkerPool& workers, CudaDevicesHandler done);
 
 // The DeviceInfo list of a worker's "devices" outcome {"devices":[{name,fingerprint,details}]}.

@@ -86,7 +86,8 @@ nlohmann::json kernel_to_json(const LoadedKernel& kernel) {
 
 } // namespace
 
-RequestHandler::RequestHandler(HandlerContext context) : m_ctx(std::move(context)) {
+RequestHandler::RequestHandler(HandlerContext context)
+    : m_ctx(std::move(context)), m_quota(m_ctx.store, m_ctx.config.max_queued_jobs_per_client) {
   const char* policy = std::getenv("KTUNE_TUNE_ON_MISS");
   m_tune_on_miss_policy = policy && std::string_view(policy) == "1";
   auto winners = m_ctx.store.all_winners();
@@ -136,7 +137,7 @@ void RequestHandler::handle(const std::shared_ptr<Session>& session, std::string
   } else if (request->op == "compile_check") {
     start_compile_check(session, *request, m_registry, m_ctx.workers, m_ctx.config.cache_dir);
   } else {
-    const auto reply = answer(*request);
+    const auto reply = answer(*request, session->peer().uid);
     session->send(reply ? protocol::encode_ok(request->id, *reply)
                         : protocol::encode_error(request->id, reply.error().code,
                                                  reply.error().message));
@@ -145,9 +146,9 @@ void RequestHandler::handle(const std::shared_ptr<Session>& session, std::string
   if (ms >= k_slow_request_ms) KTUNE_LOG(info) << "op " << request->op << " took " << ms << " ms";
 }
 
-Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request) {
+Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request, uid_t client) {
   const std::string& op = request.op;
-  if (op == "lookup") return lookup(request);
+  if (op == "lookup") return lookup(request, client);
   if (op == "job") return job(request);
   if (op == "jobs") return jobs(request);
   if (op == "kernels") return kernels();
@@ -233,6 +234,8 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   auto fail = [&](const Error& error) {
     session->send(protocol::encode_error(request.id, error.code, error.message));
   };
+  const uid_t client = session->peer().uid;
+  if (auto refused = m_quota.refusal(client)) return fail(*refused);
   auto tune_request = protocol::TuneRequest::from_json(request.body);
   if (!tune_request) return fail(tune_request.error());
   const auto& req = *tune_request;
@@ -385,6 +388,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   auto id = m_ctx.store.create_job(record);
   if (!id) return fail(internal_error(id.error()));
   record.id = *id;
+  m_quota.charge(client, *id);
 
   const std::int64_t total = record.total;
   JobPlan plan;
@@ -560,7 +564,7 @@ bool RequestHandler::fast_lookup(const std::shared_ptr<Session>& session, std::s
   }
   if (op != "lookup" || !has_kernel || !has_shape) return false;
 
-  auto result = lookup_result(kernel, shape, dtype, device, tune_on_miss);
+  auto result = lookup_result(kernel, shape, dtype, device, tune_on_miss, session->peer().uid);
   if (!result) {
     const auto id_json = nlohmann::json::parse(id.begin(), id.end(), nullptr, false);
     session->send(protocol::encode_error(id_json.is_discarded() ? nlohmann::json() : id_json,
@@ -581,7 +585,8 @@ bool RequestHandler::fast_lookup(const std::shared_ptr<Session>& session, std::s
 Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name,
                                                   const std::string& shape_text,
                                                   const std::string& dtype,
-                                                  const std::string& device, bool tune_on_miss) {
+                                                  const std::string& device, bool tune_on_miss,
+                                                  uid_t client) {
   // The common case is checked against the cached kernel; anything that does not pass goes
   // through resolve(), which owns the error messages.
   auto cached = m_kernel_cache.get(kernel_name, std::chrono::steady_clock::now());
@@ -614,9 +619,12 @@ Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name
       climb_ladder(m_index, *kernel, canonical, dtype, m_ctx.cpu.fingerprint);
   std::optional<std::int64_t> tune_job;
   if (answer.rung != Rung::exact && (tune_on_miss || m_tune_on_miss_policy) && !m_stopping) {
-    auto queued = queue_background_tune(*kernel, canonical, dtype);
+    auto queued = queue_background_tune(*kernel, canonical, dtype, client);
     if (queued) {
       tune_job = *queued;
+    } else if (queued.error().code == code::too_many_jobs) {
+      KTUNE_LOG(debug) << "tune-on-miss for " << kernel->name << " " << canonical << " " << dtype
+                       << " not queued: " << queued.error().message;
     } else {
       KTUNE_LOG(warn) << "tune-on-miss for " << kernel->name << " " << canonical << " " << dtype
                       << " not queued: " << queued.error().message;
@@ -630,9 +638,11 @@ Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name
 
 Result<std::int64_t> RequestHandler::queue_background_tune(const CachedKernel& kernel,
                                                            const std::string& shape,
-                                                           const std::string& dtype) {
+                                                           const std::string& dtype,
+                                                           uid_t client) {
   const std::string key = lookup_key(kernel.name, kernel.source_hash, shape, dtype);
   if (const auto it = m_pending_tunes.find(key); it != m_pending_tunes.end()) return it->second;
+  if (auto refused = m_quota.refusal(client)) return *refused;
 
   auto target = resolve(kernel.name, shape, dtype, "cpu");
   if (!target) return target.error();
@@ -669,6 +679,7 @@ Result<std::int64_t> RequestHandler::queue_background_tune(const CachedKernel& k
   auto id = m_ctx.store.create_job(record);
   if (!id) return internal_error(id.error());
   record.id = *id;
+  m_quota.charge(client, *id);
   KTUNE_LOG(info) << "tune-on-miss: job " << *id << " for " << spec.name << " " << record.shape
                   << " " << dtype << " waits for an idle scheduler";
   m_pending_tunes[key] = *id;
@@ -729,7 +740,7 @@ void RequestHandler::interrupt_background_tunes() {
   m_pending_jobs.clear();
 }
 
-Result<nlohmann::json> RequestHandler::lookup(const protocol::Request& request) {
+Result<nlohmann::json> RequestHandler::lookup(const protocol::Request& request, uid_t client) {
   auto req = protocol::LookupRequest::from_json(request.body);
   if (!req) return req.error();
   bool tune_on_miss = false;
@@ -740,7 +751,8 @@ Result<nlohmann::json> RequestHandler::lookup(const protocol::Request& request) 
     }
     tune_on_miss = it->get<bool>();
   }
-  auto text = lookup_result(req->kernel, req->shape, req->dtype, req->device, tune_on_miss);
+  auto text =
+      lookup_result(req->kernel, req->shape, req->dtype, req->device, tune_on_miss, client);
   if (!text) return text.error();
   return nlohmann::json::parse(*text);
 }

@@ -7,6 +7,7 @@
 #include "core/device.hpp"
 #include "core/protocol.hpp"
 #include "daemon/config.hpp"
+#include "daemon/job_quota.hpp"
 #include "daemon/scheduler.hpp"
 #include "daemon/session.hpp"
 #include "daemon/winner_index.hpp"
@@ -60,14 +61,17 @@ private:
   [[nodiscard]] Result<Target> resolve(const std::string& kernel, const std::string& shape,
                                        const std::string& dtype, const std::string& device);
 
-  // Ops answered at once; answer() dispatches them.
-  [[nodiscard]] Result<nlohmann::json> answer(const protocol::Request& request);
-  [[nodiscard]] Result<nlohmann::json> lookup(const protocol::Request& request);
+  // Ops answered at once; answer() dispatches them. `client`: the uid of the requesting
+  // connection, charged for the jobs the request creates (tune-on-miss).
+  [[nodiscard]] Result<nlohmann::json> answer(const protocol::Request& request, uid_t client);
+  [[nodiscard]] Result<nlohmann::json> lookup(const protocol::Request& request, uid_t client);
   [[nodiscard]] Result<nlohmann::json> job(const protocol::Request& request);
   [[nodiscard]] Result<nlohmann::json> jobs(const protocol::Request& request);
   [[nodiscard]] Result<nlohmann::json> kernels();
   [[nodiscard]] Result<nlohmann::json> stats() const;
-  // `tune` answers later when it waits; the reply (or error) is sent by tune itself.
+  // `tune` answers later when it waits; the reply (or error) is sent by tune itself. At the quota
+  // (JobQuota) it is refused before anything else, joining an identical job included; a CUDA
+  // tune is checked again once its device is resolved.
   void tune(const std::shared_ptr<Session>& session, const protocol::Request& request);
   // {"job": N}: cancels a queued or running job (Scheduler::cancel).
   [[nodiscard]] Result<nlohmann::json> cancel(const protocol::Request& request);
@@ -83,17 +87,20 @@ private:
   [[nodiscard]] Result<std::string> lookup_result(const std::string& kernel,
                                                   const std::string& shape,
                                                   const std::string& dtype,
-                                                  const std::string& device, bool tune_on_miss);
+                                                  const std::string& device, bool tune_on_miss,
+                                                  uid_t client);
   // Tune-on-miss: a deduplicated job for the exact key, handed to the scheduler only when it has
-  // nothing else queued. Returns the job id (existing one when the key is already pending).
+  // nothing else queued. Returns the job id (existing one when the key is already pending); a new
+  // job is charged to `client`, and refused with too_many_jobs at its quota.
   [[nodiscard]] Result<std::int64_t> queue_background_tune(const CachedKernel& kernel,
                                                            const std::string& shape,
-                                                           const std::string& dtype);
+                                                           const std::string& dtype, uid_t client);
   void on_job_end(std::int64_t job_id, JobState state);
   void start_background_tune();
   void interrupt_background_tunes();
 
   HandlerContext m_ctx;
+  JobQuota m_quota;
   KernelRegistry m_registry;
   bool m_stopping = false;
   WinnerIndex m_index;

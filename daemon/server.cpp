@@ -384,13 +384,13 @@ void Server::admit(asio::local::stream_protocol::socket socket) {
   if (auto why = access_refusal(fd, peer)) {
     KTUNE_LOG(warn) << "refused a connection from uid " << peer.uid << " (pid " << peer.pid
                     << "): " << *why;
-    send_and_close(fd, limit_code::permission_denied, *why);
+    send_and_close(fd, protocol::code::permission_denied, *why);
     return;
   }
   if (m_sessions.size() >= m_config.max_connections) {
     KTUNE_LOG(warn) << "refused a connection from uid " << peer.uid << " (pid " << peer.pid
                     << "): " << m_sessions.size() << " connections open, the limit";
-    send_and_close(fd, limit_code::too_many_connections,
+    send_and_close(fd, protocol::code::too_many_connections,
                    "ktuned serves at most " + std::to_string(m_config.max_connections) +
                        " connections at once ([limits].max_connections) and all are in use; "
                        "try again later");
@@ -453,24 +453,6 @@ void Server::send_and_close(int fd, const char* code, const std::string& message
 }
 
 void Server::dispatch(const std::shared_ptr<Session>& session, std::string_view line) {
-  // Tune requests count against their uid's quota of queued and running jobs.
-  std::optional<std::int64_t> newest_before;
-  if (line.find("tune") != std::string_view::npos) {
-    if (auto request = protocol::decode_request(line); request && request->op == "tune") {
-      const uid_t uid = session->peer().uid;
-      const std::size_t active = active_jobs_of(uid);
-      if (active >= static_cast<std::size_t>(m_config.max_queued_jobs_per_client)) {
-        session->send(protocol::encode_error(
-            request->id, limit_code::too_many_jobs,
-            "uid " + std::to_string(uid) + " has " + std::to_string(active) +
-                " tune jobs queued or running, the limit ([limits].max_queued_jobs_per_client = " +
-                std::to_string(m_config.max_queued_jobs_per_client) +
-                "); wait for one to end or cancel one"));
-        return;
-      }
-      newest_before = newest_job_id();
-    }
-  }
   try {
     m_handler->handle(session, line);
   } catch (const std::exception& e) {
@@ -479,35 +461,6 @@ void Server::dispatch(const std::shared_ptr<Session>& session, std::string_view 
     session->send(protocol::encode_error(protocol::decode_id(line), protocol::code::internal,
                                          std::string("internal error: ") + e.what()));
   }
-  if (newest_before) {
-    // The jobs this request created (a request that joined an identical job created none).
-    const std::int64_t newest_after = newest_job_id();
-    auto& jobs = m_client_jobs[session->peer().uid];
-    for (std::int64_t id = *newest_before + 1; id <= newest_after; ++id) jobs.insert(id);
-  }
-}
-
-std::int64_t Server::newest_job_id() const {
-  auto jobs = m_store->list_jobs(1);
-  if (!jobs || jobs->empty()) return 0;
-  return jobs->front().id;
-}
-
-std::size_t Server::active_jobs_of(uid_t uid) {
-  const auto it = m_client_jobs.find(uid);
-  if (it == m_client_jobs.end()) return 0;
-  auto& jobs = it->second;
-  for (auto job = jobs.begin(); job != jobs.end();) {
-    auto record = m_store->get_job(*job);
-    const bool active = record && record->has_value() &&
-                        ((*record)->state == JobState::queued || (*record)->state == JobState::running);
-    // A job whose state cannot be read stays counted until it can.
-    if (!record || active) ++job;
-    else job = jobs.erase(job);
-  }
-  const std::size_t n = jobs.size();
-  if (n == 0) m_client_jobs.erase(it);
-  return n;
 }
 
 void Server::wait_signal() {

@@ -28,7 +28,6 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
-#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -59,9 +58,6 @@ private:
   // Why `peer` may not connect ([access]); nullopt when it may.
   [[nodiscard]] std::optional<std::string> access_refusal(int fd, const PeerCredentials& peer) const;
   static void send_and_close(int fd, const char* code, const std::string& message);
-  // Tune jobs queued or running that `uid`'s requests created; forgets those that ended.
-  [[nodiscard]] std::size_t active_jobs_of(uid_t uid);
-  [[nodiscard]] std::int64_t newest_job_id() const;
   void wait_signal();
   void dispatch(const std::shared_ptr<Session>& session, std::string_view line);
   void announce_ready();
@@ -85,7 +81,6 @@ private:
   std::unique_ptr<Scheduler> m_scheduler;
   std::unique_ptr<RequestHandler> m_handler;
   std::set<std::shared_ptr<Session>> m_sessions;
-  std::map<uid_t, std::set<std::int64_t>> m_client_jobs; // tune jobs created per client uid
   std::chrono::steady_clock::time_point m_started;
   bool m_listening = false;                   // the socket file is ours to remove
   bool m_stopping = false;

@@ -214,7 +214,7 @@ void Session::schedule_timer() {
 void Session::on_timer() {
   const auto now = Clock::now();
   if (!m_pending.empty() && m_limits.message_timeout.count() > 0 && now >= m_line_deadline) {
-    refuse(limit_code::timeout,
+    refuse(protocol::code::timeout,
            "a request line was started and not finished within " +
                seconds_text(m_limits.message_timeout) + " (" + std::to_string(m_pending.size()) +
                " bytes received without a newline); closing the connection");
@@ -222,7 +222,7 @@ void Session::on_timer() {
   }
   if (m_in_flight == 0 && m_limits.idle_timeout.count() > 0 &&
       now >= m_last_activity + m_limits.idle_timeout) {
-    refuse(limit_code::idle_timeout, "no request for " + seconds_text(m_limits.idle_timeout) +
+    refuse(protocol::code::idle_timeout, "no request for " + seconds_text(m_limits.idle_timeout) +
                                          "; closing the idle connection");
     return;
   }

@@ -33,16 +33,6 @@ namespace ktune::daemon {
 
 namespace asio = boost::asio;
 
-// Error codes of the connection limits (docs/protocol.md § Error codes), next to the ones in
-// core/protocol.hpp.
-namespace limit_code {
-inline constexpr const char* timeout = "timeout";
-inline constexpr const char* idle_timeout = "idle_timeout";
-inline constexpr const char* too_many_connections = "too_many_connections";
-inline constexpr const char* too_many_jobs = "too_many_jobs";
-inline constexpr const char* permission_denied = "permission_denied";
-} // namespace limit_code
-
 struct SessionLimits {
   std::size_t max_message_bytes = 1 << 20;
   std::chrono::milliseconds message_timeout{10'000}; // 0 = no deadline

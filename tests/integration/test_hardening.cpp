@@ -1,9 +1,10 @@
 // ktuned against bad, greedy and foreign clients (docs/protocol.md § Limits, § Error codes):
 // every malformed request gets its specific error code and the connection goes on; a client
 // dribbling a line is dropped with `timeout` while another is served; idle connections are
-// closed unless a request is in flight; connections and queued jobs per uid are capped; another
-// uid is refused with `permission_denied` (root only: the client runs as nobody); a socket path
-// owned by another user stops the start; a kernel spec cannot reach outside its directory.
+// closed unless a request is in flight; connections and queued jobs per uid (tunes, CUDA tunes
+// and tune-on-miss jobs) are capped; another uid is refused with `permission_denied` (root only:
+// the client runs as nobody); a socket path owned by another user stops the start; a kernel spec
+// cannot reach outside its directory.
 #include "client/client.hpp"
 #include "compiler/kernel_registry.hpp"
 #include "tests/integration/daemon_process.hpp"
@@ -403,6 +404,61 @@ TEST_CASE("queued jobs per client uid are capped with too_many_jobs", "[integrat
   auto accepted = tune(3000);
   REQUIRE(accepted.ok());
   CHECK(accepted->value("ok", false));
+}
+
+TEST_CASE("tune-on-miss jobs and CUDA tunes count against the queued-job quota",
+          "[integration][hardening]") {
+  TempDir home;
+  auto daemon = start_daemon(home, "[limits]\nmax_queued_jobs_per_client = 1\n");
+  Connection c = connect(daemon->socket());
+  auto lookup = [&](const std::string& shape) {
+    return ok_result(c, {{"op", "lookup"}, {"kernel", "gemm"}, {"shape", shape},
+                         {"tune_on_miss", true}});
+  };
+  auto tune_code = [&](const std::string& device) {
+    auto reply = c.request({{"op", "tune"}, {"kernel", "gemm"}, {"shape", "M=32,N=32,K=32"},
+                            {"device", device}},
+                           {}, k_reply_timeout);
+    REQUIRE(reply.ok());
+    INFO(reply->dump());
+    return reply->value("ok", false) ? std::string() : (*reply)["error"].value("code", "");
+  };
+
+  // A miss creates a tune-on-miss job charged to this uid; the same miss joins it.
+  const json missed = lookup("M=64,N=64,K=64");
+  REQUIRE(missed.contains("tune_job"));
+  const std::int64_t job = missed["tune_job"];
+  CHECK(lookup("M=64,N=64,K=64")["tune_job"] == job);
+
+  // At the limit a miss of another key is still answered from the ladder, without a job; tunes
+  // are refused, a CUDA tune before its device is asked for.
+  const json refused_miss = lookup("M=48,N=48,K=48");
+  CHECK(refused_miss.value("rung", "") != "exact");
+  CHECK_FALSE(refused_miss.contains("tune_job"));
+  CHECK(tune_code("cpu") == "too_many_jobs");
+  CHECK(tune_code("cuda:0") == "too_many_jobs");
+  const json jobs = ok_result(c, {{"op", "jobs"}});
+  CHECK(jobs["jobs"].size() == 1);
+
+  // Cancelling the job frees the place once it ended (a running job finishes its candidates in
+  // flight first). A CUDA tune is then answered for its device: no_device without a usable GPU;
+  // with one, its job (created once a worker answered the device query) takes the place.
+  ok_result(c, {{"op", "cancel"}, {"job", job}});
+  auto job_state = [&] {
+    return ok_result(c, {{"op", "job"}, {"job", job}})["job"].value("state", "");
+  };
+  const auto deadline = std::chrono::steady_clock::now() + k_start_timeout;
+  while (job_state() != "cancelled" && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  REQUIRE(job_state() == "cancelled");
+  const std::string cuda = tune_code("cuda:0");
+  if (cuda.empty()) {
+    CHECK(tune_code("cpu") == "too_many_jobs");
+  } else {
+    CHECK(cuda == "no_device");
+    CHECK(tune_code("cpu").empty());
+  }
 }
 
 TEST_CASE("another uid is refused with permission_denied unless [access] allows it",
