@@ -69,11 +69,10 @@ python3 - "$work/t1.json" "$work/fast.json" <<'PY'
 import json, sys
 table = json.load(open(sys.argv[1]))
 row = next(r for r in table["rows"] if r["kernel"] == "gemm" and r["shape"] == "M=64,N=32,K=32")
-scale = 1 / 1.25
-row["median_ms"] *= scale
-for k in ("min_ms", "max_ms", "median_ms", "mean_ms", "stddev_ms", "q1_ms", "q3_ms"):
-    if k in row.get("stats", {}):
-        row["stats"][k] *= scale
+row["median_ms"] /= 1.25
+# Without statistics the verdict is the ratio alone (tableio/compare.hpp): on a noisy machine (a
+# sanitizer build, a loaded box) the two 95% intervals of the same samples could overlap.
+row.pop("stats", None)
 json.dump(table, open(sys.argv[2], "w"))
 PY
 set +e
