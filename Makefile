@@ -6,7 +6,7 @@
 JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps release dev demo test test-dev compile-check fuzz-smoke clean
+.PHONY: all deps release dev demo test test-dev test-tsan compile-check fuzz-smoke clean
 
 all: release
 
@@ -38,6 +38,20 @@ fuzz-smoke:
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-dev: dev
 	@ctest --preset dev -j $(JOBS)
+
+# The daemon tests (ctest label `daemon`: each starts a real ktuned and drives it with clients and
+# workers) with ktuned, ktune-worker, ktune and the tests built with ThreadSanitizer. TSAN_OPTIONS
+# (the tsan test preset) stops a process at its first report and writes the report under
+# build/tsan/reports; any report fails this target, also one whose test passed.
+test-tsan: deps
+	@cmake --preset tsan >/dev/null
+	@cmake --build --preset tsan -j $(JOBS)
+	@rm -rf build/tsan/reports && mkdir -p build/tsan/reports
+	@ctest --preset tsan -j $(JOBS); status=$$?; \
+	  if [ -n "$$(ls build/tsan/reports)" ]; then \
+	    cat build/tsan/reports/*; echo "make test-tsan: ThreadSanitizer reports in build/tsan/reports"; \
+	    exit 1; \
+	  fi; exit $$status
 
 # Performance harnesses: `make bench-<name>` runs benchmarks/<name> against the release build;
 # its last output line is one JSON object.
