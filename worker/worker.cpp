@@ -257,9 +257,9 @@ Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> c
     }
   }
   if (memory_mb && *memory_mb > 0) {
-#if defined(__SANITIZE_ADDRESS__)
-    std::fprintf(stderr, "ktune-worker: --memory-mb %lld ignored: this is an AddressSanitizer "
-                         "build, which cannot run under RLIMIT_AS\n", *memory_mb);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    std::fprintf(stderr, "ktune-worker: --memory-mb %lld ignored: this is an AddressSanitizer or "
+                         "ThreadSanitizer build, which cannot run under RLIMIT_AS\n", *memory_mb);
 #else
     const rlim_t bytes = static_cast<rlim_t>(*memory_mb) << 20;
     const rlimit limit{bytes, bytes};

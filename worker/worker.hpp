@@ -6,7 +6,8 @@
 // where <N> is this process's end of a socketpair (inherited, not close-on-exec), --cpu pins
 // the worker to one core (sched_setaffinity; posix_spawn cannot do it for the parent) and
 // --memory-mb caps its address space (RLIMIT_AS; ignored with a note on stderr in
-// AddressSanitizer builds, whose shadow memory cannot live under such a limit).
+// AddressSanitizer and ThreadSanitizer builds, whose shadow memory cannot live under such a
+// limit).
 //
 // Worker protocol: newline-delimited JSON over fd N, one object per line, strictly
 // request/reply (the worker answers each request before reading the next one).
