@@ -94,10 +94,6 @@ std::string as_text(const json& v) {
   return format_config(v, ",");
 }
 
-std::string dump(const json& v, int indent = -1) {
-  return v.dump(indent, ' ', false, json::error_handler_t::replace);
-}
-
 std::string first_line(std::string text) {
   if (auto nl = text.find('\n'); nl != std::string::npos) text = text.substr(0, nl) + " ...";
   return text;
