@@ -357,6 +357,11 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   record.seed = req.seed.value_or(0);
   record.state = JobState::queued;
   record.total = budget ? *budget : static_cast<std::int64_t>(configs->size());
+  record.options.remeasure = req.remeasure;
+  record.options.retry_failed = retry_failed;
+  record.options.priority = static_cast<int>(req.priority);
+  record.options.compile_timeout_s = deadlines[0];
+  record.options.bench_timeout_s = deadlines[1];
 
   // Identical requests share one job; asking to remeasure always starts a new one.
   if (auto same = req.remeasure ? std::nullopt : m_ctx.scheduler.find_same(record)) {
@@ -397,9 +402,6 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   plan.shape = std::move(target->shape);
   plan.configs = std::move(*configs);
   plan.reusable = std::move(reusable);
-  plan.priority = static_cast<int>(req.priority);
-  plan.compile_timeout_s = deadlines[0];
-  plan.bench_timeout_s = deadlines[1];
   m_ctx.scheduler.enqueue(std::move(plan));
   if (!req.wait) {
     session->send(protocol::encode_ok(request.id, {{"job", *id},

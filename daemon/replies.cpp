@@ -12,6 +12,10 @@ nlohmann::json optional_int(std::int64_t value) {
   return value == 0 ? nlohmann::json(nullptr) : nlohmann::json(value);
 }
 
+nlohmann::json optional_number(const std::optional<double>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
 } // namespace
 
 nlohmann::json config_to_json(const Config& config) {
@@ -57,6 +61,12 @@ nlohmann::json job_to_json(const JobRecord& job) {
         {"compile_sum_ms", job.timing.compile_sum_ms},
         {"bench_sum_ms", job.timing.bench_sum_ms},
         {"compiles", job.timing.compiles}}},
+      {"options",
+       {{"remeasure", job.options.remeasure},
+        {"retry_failed", job.options.retry_failed},
+        {"priority", job.options.priority},
+        {"compile_timeout_s", optional_number(job.options.compile_timeout_s)},
+        {"bench_timeout_s", optional_number(job.options.bench_timeout_s)}}},
   };
 }
 

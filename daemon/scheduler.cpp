@@ -231,7 +231,7 @@ void Scheduler::start_next() {
   if (m_stopped || m_active || m_queue.empty()) return;
   auto next = m_queue.begin();
   for (auto it = m_queue.begin(); it != m_queue.end(); ++it) {
-    if (it->first.priority > next->first.priority) next = it;
+    if (it->first.record.options.priority > next->first.record.options.priority) next = it;
   }
   m_active = std::make_unique<ActiveJob>();
   ActiveJob& job = *m_active;
@@ -597,7 +597,7 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate,
                     }
                     advance();
                   },
-                  bench_deadline(m_settings, plan.bench_timeout_s));
+                  bench_deadline(m_settings, plan.record.options.bench_timeout_s));
 }
 
 void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply,
@@ -871,8 +871,9 @@ void Scheduler::end_job(std::int64_t job_id, JobState state, const std::string& 
 }
 
 std::chrono::milliseconds Scheduler::compile_deadline(const ActiveJob& job) const {
-  const double seconds = job.plan.compile_timeout_s && *job.plan.compile_timeout_s > 0
-                             ? *job.plan.compile_timeout_s
+  const std::optional<double>& compile_timeout_s = job.plan.record.options.compile_timeout_s;
+  const double seconds = compile_timeout_s && *compile_timeout_s > 0
+                             ? *compile_timeout_s
                              : m_settings.compile_timeout_s;
   return seconds_to_ms(seconds);
 }

@@ -103,15 +103,13 @@ struct SchedulerSettings {
 // A validated tune request, ready to run.
 struct JobPlan {
   JobRecord record;               // as stored by create_job: id set, state queued; strategy,
-                                  // budget (evaluations) and seed drive the search
+                                  // budget (evaluations) and seed drive the search; options:
+                                  // priority and per-job deadlines
   LoadedKernel kernel;
   Shape shape;                    // conformed to the kernel's dims
   std::vector<Config> configs;    // the search space; a candidate's config_index is its position
   std::vector<ResultRecord> existing; // rows the job already has (resume): not run again
   std::vector<ResultRecord> reusable; // rows of other jobs for the same key: copied, not run
-  int priority = 0;               // a queued job of higher priority starts first (sweeps: < 0)
-  std::optional<double> compile_timeout_s; // per-job overrides of the settings
-  std::optional<double> bench_timeout_s;
 };
 
 // Told about one job. Both callbacks run on the io thread.

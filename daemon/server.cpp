@@ -77,8 +77,9 @@ std::chrono::milliseconds seconds_to_ms(double seconds) {
 }
 
 // Rebuilds the plan of a job a previous ktuned left unfinished: the same kernel source, shape and
-// candidate list (quarantine from other jobs applied again, budget too), with the rows it already
-// has. Errors name why the job cannot resume.
+// candidate list (quarantine from other jobs applied again unless the job retries failed configs,
+// budget too), with the rows it already has, and rows of other jobs to copy unless it remeasures.
+// Errors name why the job cannot resume.
 Result<JobPlan> resume_plan(const Store& store, KernelRegistry& registry, const JobRecord& job) {
   auto kernel = registry.find(job.kernel);
   if (!kernel) return kernel.error();
@@ -95,20 +96,26 @@ Result<JobPlan> resume_plan(const Store& store, KernelRegistry& registry, const 
   if (!space) return space.error();
   auto configs = space->enumerate();
   if (!configs) return configs.error();
-  auto dropped = drop_quarantined(store, job.kernel, job.source_hash, job.fingerprint, *configs,
-                                  job.id);
-  if (!dropped) return dropped.error();
+  if (!job.options.retry_failed) {
+    auto dropped = drop_quarantined(store, job.kernel, job.source_hash, job.fingerprint, *configs,
+                                    job.id);
+    if (!dropped) return dropped.error();
+  }
   auto existing = store.job_results(job.id);
   if (!existing) return existing.error();
-  auto reusable = reusable_results(store, job);
-  if (!reusable) return reusable.error();
+  std::vector<ResultRecord> reusable;
+  if (!job.options.remeasure) {
+    auto rows = reusable_results(store, job);
+    if (!rows) return rows.error();
+    reusable = std::move(*rows);
+  }
   JobPlan plan;
   plan.record = job;
   plan.kernel = std::move(*kernel);
   plan.shape = std::move(*conformed);
   plan.configs = std::move(*configs);
   plan.existing = std::move(*existing);
-  plan.reusable = std::move(*reusable);
+  plan.reusable = std::move(reusable);
   plan.record.state = JobState::queued;
   return plan;
 }

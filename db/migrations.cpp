@@ -132,10 +132,23 @@ Result<void> add_pipeline_columns_v3(DbRef db) {
   return db.exec("migration to schema v3", k_schema_v3);
 }
 
+// Schema v4: the request options a resumed job must honour (remeasure, retry_failed, priority,
+// per-job deadlines); jobs of older databases get the defaults.
+constexpr const char* k_schema_v4 = R"sql(
+ALTER TABLE jobs ADD COLUMN remeasure         INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN retry_failed      INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN priority          INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN compile_timeout_s REAL;
+ALTER TABLE jobs ADD COLUMN bench_timeout_s   REAL;
+)sql";
+
+Result<void> add_job_options_v4(DbRef db) { return db.exec("migration to schema v4", k_schema_v4); }
+
 constexpr std::array k_migrations{
     Migration{"create kernels, devices, jobs, results and winners", &create_schema_v1},
     Migration{"add results.registers and results.spill_bytes", &add_result_resources_v2},
     Migration{"add pruned/remeasured/tied results and job timing", &add_pipeline_columns_v3},
+    Migration{"add the job's request options", &add_job_options_v4},
 };
 static_assert(k_migrations.size() == static_cast<std::size_t>(k_schema_version),
               "k_schema_version must equal the number of migrations");

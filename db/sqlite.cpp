@@ -105,6 +105,11 @@ void Statement::bind_text(int index, std::string_view value) {
 
 void Statement::bind_null(int index) { note_bind(sqlite3_bind_null(m_stmt, index)); }
 
+void Statement::bind_optional_double(int index, const std::optional<double>& value) {
+  if (value) bind_double(index, *value);
+  else bind_null(index);
+}
+
 void Statement::bind_optional_int(int index, const std::optional<std::int64_t>& value) {
   if (value) bind_int(index, *value);
   else bind_null(index);

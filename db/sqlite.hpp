@@ -59,6 +59,7 @@ public:
   void bind_text(int index, std::string_view value);
   void bind_null(int index);
   void bind_optional_int(int index, const std::optional<std::int64_t>& value);
+  void bind_optional_double(int index, const std::optional<double>& value);
 
   // SQLITE_ROW, SQLITE_DONE or an error code; a failed bind since the last reset() is returned
   // here without stepping.

@@ -52,7 +52,8 @@ Error unknown_job(DbRef db, std::string_view op, std::int64_t job_id) {
 constexpr const char* k_job_columns =
     "id, kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, state, total, "
     "done, failed, error, created_at, started_at, finished_at, seed, queue_ms, compile_ms, "
-    "bench_ms, overhead_ms, compile_sum_ms, bench_sum_ms, compiles";
+    "bench_ms, overhead_ms, compile_sum_ms, bench_sum_ms, compiles, remeasure, retry_failed, "
+    "priority, compile_timeout_s, bench_timeout_s";
 
 Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) {
   JobRecord job;
@@ -87,6 +88,11 @@ Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) 
   job.timing.compile_sum_ms = row.column_double(22);
   job.timing.bench_sum_ms = row.column_double(23);
   job.timing.compiles = row.column_int(24);
+  job.options.remeasure = row.column_int(25) != 0;
+  job.options.retry_failed = row.column_int(26) != 0;
+  job.options.priority = static_cast<int>(row.column_int(27));
+  if (!row.column_is_null(28)) job.options.compile_timeout_s = row.column_double(28);
+  if (!row.column_is_null(29)) job.options.bench_timeout_s = row.column_double(29);
   return job;
 }
 
@@ -414,8 +420,10 @@ Result<std::int64_t> Store::create_job(const JobRecord& job) {
   const DbRef db{m_db, m_path};
   auto statement = Statement::prepare(db, op,
       "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, "
-      "state, total, done, failed, error, created_at, started_at, finished_at, seed) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)");
+      "state, total, done, failed, error, created_at, started_at, finished_at, seed, remeasure, "
+      "retry_failed, priority, compile_timeout_s, bench_timeout_s) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
+      "?20, ?21, ?22)");
   if (!statement) return statement.error();
   statement->bind_text(1, job.kernel);
   statement->bind_text(2, job.source_hash);
@@ -434,6 +442,11 @@ Result<std::int64_t> Store::create_job(const JobRecord& job) {
   statement->bind_int(15, job.started_at);
   statement->bind_int(16, job.finished_at);
   statement->bind_optional_int(17, job.seed);
+  statement->bind_int(18, job.options.remeasure ? 1 : 0);
+  statement->bind_int(19, job.options.retry_failed ? 1 : 0);
+  statement->bind_int(20, job.options.priority);
+  statement->bind_optional_double(21, job.options.compile_timeout_s);
+  statement->bind_optional_double(22, job.options.bench_timeout_s);
 
   auto tx = Transaction::begin(db, op);
   if (!tx) return tx.error();

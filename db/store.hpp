@@ -31,7 +31,7 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 3;
+inline constexpr int k_schema_version = 4;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
 
 // Where a job's wall time went (ms). While it ran, every moment counts once: bench (the bench
@@ -46,6 +46,16 @@ struct JobTiming {
   std::int64_t compiles = 0;
 };
 
+// What the tune request asked beyond the search itself; stored with the job so that a resumed job
+// runs as it was asked to.
+struct JobOptions {
+  bool remeasure = false;    // measure configs that already have a result instead of copying rows
+  bool retry_failed = false; // run configs quarantined by earlier jobs again
+  int priority = 0;          // a queued job of higher priority starts first (sweeps: < 0)
+  std::optional<double> compile_timeout_s; // per-job overrides of the daemon's [limits]
+  std::optional<double> bench_timeout_s;
+};
+
 struct JobRecord {
   std::int64_t id = 0;             // assigned by create_job
   std::string kernel, source_hash, shape, dtype, device, fingerprint;
@@ -57,6 +67,7 @@ struct JobRecord {
   std::int64_t created_at = 0, started_at = 0, finished_at = 0; // unix ms, 0 = not yet
   std::optional<std::int64_t> seed;// the strategy's seed
   JobTiming timing;                // set by set_job_timing
+  JobOptions options;              // set by create_job
 };
 
 struct ResultRecord {

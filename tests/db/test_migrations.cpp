@@ -100,7 +100,9 @@ TEST_CASE("migrating a fresh database creates the current schema once", "[db]") 
                                  "fingerprint", "strategy", "budget", "state", "total", "done",
                                  "failed", "error", "created_at", "started_at", "finished_at",
                                  "seed", "queue_ms", "compile_ms", "bench_ms", "overhead_ms",
-                                 "compile_sum_ms", "bench_sum_ms", "compiles"});
+                                 "compile_sum_ms", "bench_sum_ms", "compiles", "remeasure",
+                                 "retry_failed", "priority", "compile_timeout_s",
+                                 "bench_timeout_s"});
   CHECK(connection.columns("results") ==
         std::vector<std::string>{"id", "job_id", "kernel", "source_hash", "shape", "dtype",
                                  "fingerprint", "config", "config_index", "status", "reason",
@@ -226,4 +228,23 @@ TEST_CASE("schema v2 adds results.registers and spill_bytes to a v1 database", "
   CHECK(connection.integer("PRAGMA user_version") == 2);
   CHECK(connection.integer("SELECT registers FROM results") == -1);
   CHECK(connection.integer("SELECT spill_bytes FROM results") == -1);
+}
+
+TEST_CASE("schema v4 gives the jobs of a v3 database the default request options", "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  REQUIRE(all.size() >= 4);
+  CHECK(run(connection, all.subspan(0, 3)) == 3);
+  connection.exec(
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, total, done, failed, error, created_at, started_at, finished_at, seed) VALUES "
+      "('gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'random', 'interrupted', 4, 1, 0, '', 1, 1, 0, 9)");
+  CHECK(run(connection, all.subspan(0, 4)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 4);
+  CHECK(connection.integer("SELECT remeasure FROM jobs") == 0);
+  CHECK(connection.integer("SELECT retry_failed FROM jobs") == 0);
+  CHECK(connection.integer("SELECT priority FROM jobs") == 0);
+  CHECK(connection.integer("SELECT compile_timeout_s IS NULL AND bench_timeout_s IS NULL FROM jobs") == 1);
+  CHECK(connection.integer("SELECT seed FROM jobs") == 9);
 }

@@ -156,6 +156,12 @@ void check_same(const JobRecord& a, const JobRecord& b) {
   CHECK(a.created_at == b.created_at);
   CHECK(a.started_at == b.started_at);
   CHECK(a.finished_at == b.finished_at);
+  CHECK(a.seed == b.seed);
+  CHECK(a.options.remeasure == b.options.remeasure);
+  CHECK(a.options.retry_failed == b.options.retry_failed);
+  CHECK(a.options.priority == b.options.priority);
+  CHECK(a.options.compile_timeout_s == b.options.compile_timeout_s);
+  CHECK(a.options.bench_timeout_s == b.options.bench_timeout_s);
 }
 
 void check_same(const ResultRecord& a, const ResultRecord& b) {
@@ -280,11 +286,17 @@ TEST_CASE("records round-trip with every field", "[db]") {
     job.error = "previous attempt: worker lost";
     job.started_at = 1'700'000'000'500;
     job.finished_at = 1'700'000'000'900;
+    job.seed = 42;
+    job.options.remeasure = true;
+    job.options.retry_failed = true;
+    job.options.priority = -3;
+    job.options.compile_timeout_s = 7.5;
     job.id = must(store.create_job(job));
     CHECK(job.id > 0);
     auto stored = must(store.get_job(job.id));
     REQUIRE(stored.has_value());
     check_same(*stored, job);
+    CHECK_FALSE(stored->options.bench_timeout_s.has_value());
 
     JobRecord unbounded = sample_job();
     unbounded.budget.reset();
@@ -295,6 +307,10 @@ TEST_CASE("records round-trip with every field", "[db]") {
     REQUIRE(stored.has_value());
     CHECK_FALSE(stored->budget.has_value());
     CHECK(stored->created_at > 1'600'000'000'000); // stamped with the current time
+    CHECK_FALSE(stored->options.remeasure);          // the defaults
+    CHECK_FALSE(stored->options.retry_failed);
+    CHECK(stored->options.priority == 0);
+    CHECK_FALSE(stored->options.compile_timeout_s.has_value());
     CHECK_FALSE(must(store.get_job(unbounded.id + 100)).has_value());
   }
 

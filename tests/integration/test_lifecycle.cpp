@@ -82,6 +82,7 @@ json wait_job(Connection& c, std::int64_t id, Pred done, std::chrono::seconds ti
 struct Rows {
   std::size_t count = 0;
   std::size_t distinct = 0;
+  std::size_t reused = 0; // rows copied from earlier jobs
   std::string state;
   std::int64_t total = 0;
   std::string integrity;
@@ -105,6 +106,8 @@ Rows inspect(const std::string& db_path, std::int64_t job_id) {
   const std::string id = std::to_string(job_id);
   rows.count = std::stoul(text("SELECT COUNT(*) FROM results WHERE job_id = " + id));
   rows.distinct = std::stoul(text("SELECT COUNT(DISTINCT config) FROM results WHERE job_id = " + id));
+  rows.reused = std::stoul(text("SELECT COUNT(*) FROM results WHERE job_id = " + id +
+                                " AND reason LIKE 'reused from job %'"));
   rows.state = text("SELECT state FROM jobs WHERE id = " + id);
   rows.total = std::stoll(text("SELECT total FROM jobs WHERE id = " + id));
   rows.integrity = text("PRAGMA integrity_check");
@@ -274,6 +277,51 @@ TEST_CASE("SIGTERM interrupts a running job and the next start resumes it",
   const Rows rows = inspect(home.str() + "/ktune.db", id);
   CHECK(rows.count == static_cast<std::size_t>(rows.total));
   CHECK(rows.distinct == rows.count);
+}
+
+TEST_CASE("a resumed job runs with the options it was asked with", "[integration][lifecycle]") {
+  TempDir home;
+  home.write("ktuned.toml", "[daemon]\nstop_grace_s = 5\n" + k_tiny_measure);
+  std::int64_t first = 0;
+  std::int64_t again = 0;
+  {
+    DaemonProcess daemon(home.str(), daemon_args(home));
+    REQUIRE(daemon.wait_ready(k_start_timeout));
+    Connection c = connect(daemon.socket());
+    first = tune_reduce(c, false).at("job").get<std::int64_t>();
+    REQUIRE(wait_job(c, first, [](const json& j) { return j.at("state") == "done"; }, k_job_timeout)
+                .at("state") == "done");
+    // The same key again, asked to measure every config anew and with a job priority.
+    again = ok_result(c, {{"op", "tune"}, {"kernel", "reduce_sum"}, {"shape", "N=65536"},
+                          {"remeasure", true}, {"priority", 3}, {"wait", false}})
+                .at("job")
+                .get<std::int64_t>();
+    REQUIRE(again != first);
+    const json job = wait_job(c, again, [](const json& j) { return j.at("done") >= 2; }, k_job_timeout);
+    REQUIRE(job.at("done") >= 2);
+    daemon.signal(SIGTERM);
+    CHECK(daemon.wait_exit(30s) == std::optional<int>(0));
+  }
+  const Rows stopped = inspect(home.str() + "/ktune.db", again);
+  REQUIRE(stopped.state == "interrupted");
+  REQUIRE(stopped.count < static_cast<std::size_t>(stopped.total)); // something is left to resume
+  CHECK(stopped.reused == 0);
+
+  DaemonProcess daemon(home.str(), daemon_args(home));
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  Connection c = connect(daemon.socket());
+  const json job = wait_job(c, again, [](const json& j) { return j.at("state") != "queued" &&
+                                                               j.at("state") != "running"; },
+                            k_job_timeout);
+  CHECK(job.at("state") == "done");
+  CHECK(job.at("options").at("remeasure") == true);
+  CHECK(job.at("options").at("priority") == 3);
+  CHECK(job.at("options").at("retry_failed") == false);
+  const Rows rows = inspect(home.str() + "/ktune.db", again);
+  CHECK(rows.count == static_cast<std::size_t>(rows.total));
+  // Measured, not copied from the first job, after the restart as before it.
+  CHECK(rows.reused == 0);
+  CHECK(inspect(home.str() + "/ktune.db", first).count == rows.count);
 }
 
 TEST_CASE("ktune starts a daemon when none runs and two racing starts end with one",
