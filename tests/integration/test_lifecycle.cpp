@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <spawn.h>
@@ -182,6 +183,29 @@ json tune_reduce(Connection& c, bool wait) {
                        {"wait", wait}});
 }
 
+// Starts a daemon in `home`, starts a job with `start` (its id), stops the daemon with SIGTERM once
+// the job has two results, and checks the daemon exited 0; the job's id.
+std::int64_t interrupt_job(const TempDir& home, const std::function<std::int64_t(Connection&)>& start) {
+  DaemonProcess daemon(home.str(), daemon_args(home));
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  Connection c = connect(daemon.socket());
+  const std::int64_t id = start(c);
+  const json job = wait_job(c, id, [](const json& j) { return j.at("done") >= 2; }, k_job_timeout);
+  REQUIRE(job.at("done") >= 2);
+  daemon.signal(SIGTERM);
+  CHECK(daemon.wait_exit(30s) == std::optional<int>(0));
+  return id;
+}
+
+// Starts a daemon in `home` and waits for job `id` (resumed) to end; the job object.
+json resume_job(const TempDir& home, std::int64_t id) {
+  DaemonProcess daemon(home.str(), daemon_args(home));
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  Connection c = connect(daemon.socket());
+  return wait_job(c, id, [](const json& j) { return j.at("state") != "queued" && j.at("state") != "running"; },
+                  k_job_timeout);
+}
+
 } // namespace
 
 TEST_CASE("idle workers and an idle daemon exit on their own", "[integration][lifecycle]") {
@@ -249,30 +273,14 @@ TEST_CASE("SIGTERM interrupts a running job and the next start resumes it",
           "[integration][lifecycle]") {
   TempDir home;
   home.write("ktuned.toml", "[daemon]\nstop_grace_s = 5\n" + k_tiny_measure);
-  std::int64_t id = 0;
-  std::int64_t done_at_stop = 0;
-  {
-    DaemonProcess daemon(home.str(), daemon_args(home));
-    REQUIRE(daemon.wait_ready(k_start_timeout));
-    Connection c = connect(daemon.socket());
-    id = tune_reduce(c, false).at("job").get<std::int64_t>();
-    const json job = wait_job(c, id, [](const json& j) { return j.at("done") >= 2; }, k_job_timeout);
-    REQUIRE(job.at("done") >= 2);
-    daemon.signal(SIGTERM);
-    CHECK(daemon.wait_exit(30s) == std::optional<int>(0));
-  }
+  const std::int64_t id =
+      interrupt_job(home, [](Connection& c) { return tune_reduce(c, false).at("job").get<std::int64_t>(); });
   const Rows stopped = inspect(home.str() + "/ktune.db", id);
   CHECK(stopped.state == "interrupted");
   CHECK(stopped.integrity == "ok");
-  done_at_stop = static_cast<std::int64_t>(stopped.count);
-  CHECK(done_at_stop >= 2);
+  CHECK(stopped.count >= 2);
 
-  DaemonProcess daemon(home.str(), daemon_args(home));
-  REQUIRE(daemon.wait_ready(k_start_timeout));
-  Connection c = connect(daemon.socket());
-  const json job = wait_job(c, id, [](const json& j) { return j.at("state") != "queued" &&
-                                                            j.at("state") != "running"; },
-                            k_job_timeout);
+  const json job = resume_job(home, id);
   CHECK(job.at("state") == "done");
   const Rows rows = inspect(home.str() + "/ktune.db", id);
   CHECK(rows.count == static_cast<std::size_t>(rows.total));
@@ -283,36 +291,23 @@ TEST_CASE("a resumed job runs with the options it was asked with", "[integration
   TempDir home;
   home.write("ktuned.toml", "[daemon]\nstop_grace_s = 5\n" + k_tiny_measure);
   std::int64_t first = 0;
-  std::int64_t again = 0;
-  {
-    DaemonProcess daemon(home.str(), daemon_args(home));
-    REQUIRE(daemon.wait_ready(k_start_timeout));
-    Connection c = connect(daemon.socket());
+  const std::int64_t again = interrupt_job(home, [&](Connection& c) {
     first = tune_reduce(c, false).at("job").get<std::int64_t>();
     REQUIRE(wait_job(c, first, [](const json& j) { return j.at("state") == "done"; }, k_job_timeout)
                 .at("state") == "done");
     // The same key again, asked to measure every config anew and with a job priority.
-    again = ok_result(c, {{"op", "tune"}, {"kernel", "reduce_sum"}, {"shape", "N=65536"},
-                          {"remeasure", true}, {"priority", 3}, {"wait", false}})
-                .at("job")
-                .get<std::int64_t>();
-    REQUIRE(again != first);
-    const json job = wait_job(c, again, [](const json& j) { return j.at("done") >= 2; }, k_job_timeout);
-    REQUIRE(job.at("done") >= 2);
-    daemon.signal(SIGTERM);
-    CHECK(daemon.wait_exit(30s) == std::optional<int>(0));
-  }
+    return ok_result(c, {{"op", "tune"}, {"kernel", "reduce_sum"}, {"shape", "N=65536"},
+                         {"remeasure", true}, {"priority", 3}, {"wait", false}})
+        .at("job")
+        .get<std::int64_t>();
+  });
+  REQUIRE(again != first);
   const Rows stopped = inspect(home.str() + "/ktune.db", again);
   REQUIRE(stopped.state == "interrupted");
   REQUIRE(stopped.count < static_cast<std::size_t>(stopped.total)); // something is left to resume
   CHECK(stopped.reused == 0);
 
-  DaemonProcess daemon(home.str(), daemon_args(home));
-  REQUIRE(daemon.wait_ready(k_start_timeout));
-  Connection c = connect(daemon.socket());
-  const json job = wait_job(c, again, [](const json& j) { return j.at("state") != "queued" &&
-                                                               j.at("state") != "running"; },
-                            k_job_timeout);
+  const json job = resume_job(home, again);
   CHECK(job.at("state") == "done");
   CHECK(job.at("options").at("remeasure") == true);
   CHECK(job.at("options").at("priority") == 3);
