@@ -376,12 +376,8 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     }
     return watch_job(session, request, *same);
   }
-  std::vector<ResultRecord> reusable;
-  if (!req.remeasure) {
-    auto rows = reusable_results(m_ctx.store, record);
-    if (!rows) return fail(internal_error(rows.error()));
-    reusable = std::move(*rows);
-  }
+  auto reusable = reusable_results(m_ctx.store, record);
+  if (!reusable) return fail(internal_error(reusable.error()));
 
   if (auto r = m_ctx.store.upsert_kernel(spec.name, target->kernel.source_hash,
                                          read_text(target->kernel.spec_path));
@@ -401,7 +397,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   plan.kernel = std::move(target->kernel);
   plan.shape = std::move(target->shape);
   plan.configs = std::move(*configs);
-  plan.reusable = std::move(reusable);
+  plan.reusable = std::move(*reusable);
   m_ctx.scheduler.enqueue(std::move(plan));
   if (!req.wait) {
     session->send(protocol::encode_ok(request.id, {{"job", *id},

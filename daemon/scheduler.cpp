@@ -102,6 +102,7 @@ Result<std::size_t> drop_quarantined(const Store& store, const std::string& kern
 }
 
 Result<std::vector<ResultRecord>> reusable_results(const Store& store, const JobRecord& record) {
+  if (record.options.remeasure) return std::vector<ResultRecord>{};
   auto rows = store.results_for_key(record.kernel, record.source_hash, record.shape, record.dtype,
                                     record.fingerprint);
   if (!rows) return rows.error();

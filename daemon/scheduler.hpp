@@ -96,7 +96,7 @@ struct SchedulerSettings {
 
 // The rows measured for the job's winner key by other jobs, newest per config: what a new job
 // reuses instead of measuring again (quarantining statuses excluded; drop_quarantined removes
-// those configs). Errors: db_error.
+// those configs); none for a job that remeasures. Errors: db_error.
 [[nodiscard]] Result<std::vector<ResultRecord>> reusable_results(const Store& store,
                                                                  const JobRecord& record);
 

@@ -78,7 +78,7 @@ std::chrono::milliseconds seconds_to_ms(double seconds) {
 
 // Rebuilds the plan of a job a previous ktuned left unfinished: the same kernel source, shape and
 // candidate list (quarantine from other jobs applied again unless the job retries failed configs,
-// budget too), with the rows it already has, and rows of other jobs to copy unless it remeasures.
+// budget too), with the rows it already has and those of other jobs it may copy.
 // Errors name why the job cannot resume.
 Result<JobPlan> resume_plan(const Store& store, KernelRegistry& registry, const JobRecord& job) {
   auto kernel = registry.find(job.kernel);
@@ -103,19 +103,15 @@ Result<JobPlan> resume_plan(const Store& store, KernelRegistry& registry, const 
   }
   auto existing = store.job_results(job.id);
   if (!existing) return existing.error();
-  std::vector<ResultRecord> reusable;
-  if (!job.options.remeasure) {
-    auto rows = reusable_results(store, job);
-    if (!rows) return rows.error();
-    reusable = std::move(*rows);
-  }
+  auto reusable = reusable_results(store, job);
+  if (!reusable) return reusable.error();
   JobPlan plan;
   plan.record = job;
   plan.kernel = std::move(*kernel);
   plan.shape = std::move(*conformed);
   plan.configs = std::move(*configs);
   plan.existing = std::move(*existing);
-  plan.reusable = std::move(reusable);
+  plan.reusable = std::move(*reusable);
   plan.record.state = JobState::queued;
   return plan;
 }
