@@ -367,7 +367,7 @@ struct CudaRunner::State {
     try {
       module.emplace(ctx, *image);
     } catch (const CudaCallError& error) {
-      if (cuda::is_sticky_error(error.code())) throw;
+      if (cuda::is_fatal_error(error.code())) throw;
       std::string reason = what + ": cannot load " + path + " on cuda:" + std::to_string(props.ordinal) +
                            " (" + cuda_arch(props.cc_major, props.cc_minor) + "): " + error.summary();
       if (error.code() == CUDA_ERROR_NO_BINARY_FOR_GPU || error.code() == CUDA_ERROR_INVALID_IMAGE) {
@@ -593,7 +593,7 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
     return result;
   } catch (const CudaCallError& error) {
     const std::string reason = stage + ": " + error.summary();
-    if (cuda::is_sticky_error(error.code())) {
+    if (cuda::is_fatal_error(error.code())) {
       ctx.lost = true;
       lost_reason = reason;
       result.context_lost = true;
