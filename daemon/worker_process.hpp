@@ -98,6 +98,9 @@ public:
   void kill_group();
 
   [[nodiscard]] bool idle() const { return !m_finished && !m_closing && !m_pending; }
+  // Still running but on its way out (terminate(), a protocol error, an "exiting" reply): it
+  // takes no more requests, and a replacement may be started without waiting for its exit.
+  [[nodiscard]] bool closing() const { return m_closing && !m_finished; }
   [[nodiscard]] bool exited() const { return m_finished; }
   [[nodiscard]] pid_t pid() const { return m_pid; }
   [[nodiscard]] WorkerRole role() const { return m_role; }

@@ -55,6 +55,7 @@ struct Harness {
 struct Replies {
   std::optional<Result<nlohmann::json>> first;
   std::optional<bool> idle_in_handler;
+  std::optional<bool> closing_in_handler;
   std::optional<Result<nlohmann::json>> second;
   bool exited = false;
 };
@@ -73,6 +74,7 @@ Replies drive(Harness& h, const std::string& path) {
   worker->request("bench", nlohmann::json::object(), [&, worker](Result<nlohmann::json> outcome) {
     replies.first = std::move(outcome);
     replies.idle_in_handler = worker->idle();
+    replies.closing_in_handler = worker->closing();
     // Asked even when not idle (the pool would not pick it), to see what a closing worker says.
     worker->request("bench", nlohmann::json::object(),
                     [&](Result<nlohmann::json> second) { replies.second = std::move(second); });
@@ -94,6 +96,7 @@ TEST_CASE("a worker whose reply says exiting is not idle when the reply is handl
   CHECK(replies.first->value().at("context_lost") == true);
   REQUIRE(replies.idle_in_handler.has_value());
   CHECK_FALSE(*replies.idle_in_handler);
+  CHECK(*replies.closing_in_handler);
   // The request made anyway is refused at once, never written to the dying worker.
   REQUIRE(replies.second.has_value());
   REQUIRE_FALSE(replies.second->ok());
@@ -110,6 +113,7 @@ TEST_CASE("a worker whose reply does not say exiting stays idle for the next req
   REQUIRE(replies.first->ok());
   REQUIRE(replies.idle_in_handler.has_value());
   CHECK(*replies.idle_in_handler);
+  CHECK_FALSE(*replies.closing_in_handler);
   // The fake answers one request only: the second is lost when it exits.
   REQUIRE(replies.second.has_value());
   REQUIRE_FALSE(replies.second->ok());
