@@ -18,12 +18,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -83,6 +85,33 @@ std::string raw_request(const std::string& socket_path, const std::string& line)
     if (n <= 0) die("ktuned closed the connection");
     buffer.append(chunk, static_cast<std::size_t>(n));
   }
+}
+
+// An import request of `rows` winners of a kernel this ktuned does not have (so that the
+// database fallback below still sees gemm as tuned here) on a made-up GPU.
+std::string import_request(int rows) {
+  std::string out = R"({"op":"import","policy":"newer","table":{"format":"ktune-table",)"
+                    R"("schema_version":1,"host":"bench","rows":[)";
+  for (int i = 0; i < rows; ++i) {
+    if (i > 0) out += ',';
+    out += R"({"kernel":"imported","shape":"M=)" + std::to_string(64 + i) +
+           R"(,N=64,K=64","dtype":"f32","fingerprint":"00ff00ff00ff00ff00ff00ff00ff00ff",)"
+           R"("source_hash":"bench","config":{"BM":32,"BN":32,"BK":32,"UNROLL":1,"VEC":1},)"
+           R"("median_ms":)" + std::to_string(1.0 + i * 1e-6) + R"(,"time_ms":)" +
+           std::to_string(1700000000000LL + i) +
+           R"(,"device":{"name":"cuda:0","details":{"kind":"cuda"}}})";
+  }
+  out += "]}}";
+  return out;
+}
+
+// The "job" number of a reply line ("...\"job\":12,...").
+std::string job_id_of(const std::string& reply) {
+  const auto at = reply.find("\"job\":");
+  if (at == std::string::npos) die("no job in " + reply);
+  std::size_t end = at + 6;
+  while (end < reply.size() && reply[end] >= '0' && reply[end] <= '9') ++end;
+  return reply.substr(at + 6, end - at - 6);
 }
 
 // Lookups per second over `processes` client processes for `seconds`.
@@ -158,7 +187,8 @@ int main(int argc, char** argv) {
   char home_template[] = "/tmp/ktune-bench-lookup-XXXXXX";
   if (!::mkdtemp(home_template)) die("mkdtemp failed");
   const std::string home = home_template;
-  std::ofstream(home + "/ktuned.toml") << "[measure]\nmin_samples = 3\nmax_samples = 10\n"
+  std::ofstream(home + "/ktuned.toml") << "[daemon]\nmax_message_bytes = 67108864\n"
+                                          "[measure]\nmin_samples = 3\nmax_samples = 10\n"
                                           "max_time_s = 0.01\nmin_time_s = 0\nwarmup_ms = 1\n"
                                           "flush_cache = false\n";
   int ready[2];
@@ -202,8 +232,41 @@ int main(int argc, char** argv) {
     ktune_lookup(client, k_kernel, k_shape, "f32", "cpu", &a);
     samples.push_back(us_since(t));
   }
-  ktune_close(client);
   const double p50 = percentile(samples, 0.50), p99 = percentile(samples, 0.99);
+
+  // The same lookups while ktuned writes: a tune storing a result per candidate, and a client
+  // importing a 10,000-row table (one request) -- measured over `loaded_s` from the moment the
+  // import is sent.
+  const std::string table = import_request(10'000);
+  const std::string started = raw_request(
+      socket, R"({"op":"tune","kernel":"gemm","shape":"M=96,N=96,K=96","remeasure":true})");
+  if (started.find("\"ok\":true") == std::string::npos) die("tune failed: " + started);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500)); // candidates are being stored
+  const pid_t importer = ::fork();
+  if (importer == 0) {
+    const std::string reply = raw_request(socket, table);
+    if (reply.find("\"ok\":true") == std::string::npos) {
+      std::fprintf(stderr, "bench_lookup: import failed: %.300s\n", reply.c_str());
+      ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  const double loaded_s = 3.0;
+  std::vector<double> loaded;
+  loaded.reserve(1'000'000);
+  const auto loaded_start = Clock::now();
+  while (us_since(loaded_start) < loaded_s * 1e6) {
+    const auto t = Clock::now();
+    ktune_lookup(client, k_kernel, k_shape, "f32", "cpu", &a);
+    loaded.push_back(us_since(t));
+  }
+  int import_status = 0;
+  ::waitpid(importer, &import_status, 0);
+  if (!WIFEXITED(import_status) || WEXITSTATUS(import_status) != 0) die("the import failed");
+  raw_request(socket, R"({"op":"cancel","job":)" + job_id_of(started) + "}");
+  ktune_close(client);
+  const double p50_loaded = percentile(loaded, 0.50), p99_loaded = percentile(loaded, 0.99);
+  const double max_loaded = percentile(loaded, 1.0);
 
   const double qps_1 = throughput(home, 1, seconds);
   const double qps_8 = throughput(home, 8, seconds);
@@ -245,14 +308,21 @@ int main(int argc, char** argv) {
   std::printf("%-44s %12s\n", "lookup (gemm M=N=K=32, exact winner)", "value");
   std::printf("%-44s %12.2f us\n", "1 client, back to back, p50", p50);
   std::printf("%-44s %12.2f us\n", "1 client, back to back, p99", p99);
+  std::printf("%-44s %12.2f us\n", "p50 while a tune and imports write", p50_loaded);
+  std::printf("%-44s %12.2f us\n", "p99 while a tune and imports write", p99_loaded);
+  std::printf("%-44s %12.2f us\n", "max while a tune and imports write", max_loaded);
+  std::printf("%-44s %12.2f\n", "p99 under writes / idle p99", p99_loaded / p99);
+  std::printf("%-44s %12zu\n", "  lookups in those 3 s", loaded.size());
   std::printf("%-44s %12.0f /s\n", ("1 client process, " + std::to_string(int(seconds)) + " s").c_str(), qps_1);
   std::printf("%-44s %12.0f /s\n", ("8 client processes, " + std::to_string(int(seconds)) + " s").c_str(), qps_8);
   std::printf("%-44s %12.0f /s\n", ("64 client processes, " + std::to_string(int(seconds)) + " s").c_str(), qps_64);
   std::printf("%-44s %12.1f ns\n", "in-process cache hit", cache_hit_ns);
   std::printf("%-44s %12.2f us\n", "database fallback (ktuned stopped), p50", db_us);
   std::printf("%-44s %12s\n", "anchor: Redis GET over a Unix socket", "10.7 / 26.5 us, 81.7k/s (8)");
-  std::printf("{\"bench\":\"lookup\",\"p50_us\":%.2f,\"p99_us\":%.2f,\"qps_1\":%.0f,\"qps_8\":%.0f,"
+  std::printf("{\"bench\":\"lookup\",\"p50_us\":%.2f,\"p99_us\":%.2f,\"p99_us_under_writes\":%.2f,"
+              "\"p99_ratio_under_writes\":%.2f,\"max_us_under_writes\":%.0f,\"qps_1\":%.0f,\"qps_8\":%.0f,"
               "\"qps_64\":%.0f,\"cache_hit_ns\":%.1f,\"db_fallback_us\":%.2f}\n",
-              p50, p99, qps_1, qps_8, qps_64, cache_hit_ns, db_us);
+              p50, p99, p99_loaded, p99_loaded / p99, max_loaded, qps_1, qps_8, qps_64, cache_hit_ns,
+              db_us);
   return 0;
 }

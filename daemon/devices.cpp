@@ -182,8 +182,9 @@ Result<void> target_cuda_device(const Store& store, const JobRecord& record, Com
 }
 
 void target_cuda_device(const JobRecord& record, BenchJob& job) {
-  if (!job.launch || record.device.rfind("cuda:", 0) != 0) return;
-  job.cuda_device = std::stoi(record.device.substr(5));
+  if (!job.launch || record.device.rfind("cuda", 0) != 0) return;
+  // The lane's worker sees only this GPU (CUDA_VISIBLE_DEVICES, WorkerPool): its device 0.
+  job.cuda_device = 0;
 }
 
 } // namespace ktune::daemon

@@ -84,7 +84,8 @@ private:
 // Errors: internal when the device or its arch is not in the store.
 [[nodiscard]] Result<void> target_cuda_device(const Store& store, const JobRecord& record,
                                               CompileJob& job);
-// The bench job's device ordinal: N of the job's device "cuda:N". A CPU job is left as it is.
+// The bench job's device ordinal for a CUDA job: 0, since its lane's worker sees only its GPU
+// (CUDA_VISIBLE_DEVICES set by WorkerPool). A CPU job is left as it is.
 void target_cuda_device(const JobRecord& record, BenchJob& job);
 
 } // namespace ktune::daemon

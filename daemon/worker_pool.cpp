@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 namespace ktune::daemon {
@@ -37,6 +38,28 @@ private:
 };
 
 bool is_cuda_lane(const std::string& lane) { return lane.rfind("cuda", 0) == 0; }
+
+// CUDA_VISIBLE_DEVICES for the worker of lane "cuda:N": the N-th device this daemon sees, so the
+// worker sees that one GPU only (as its device 0). When the daemon itself runs with a
+// CUDA_VISIBLE_DEVICES list (a container, a Slurm allocation), N indexes that list.
+std::string visible_device(const std::string& lane) {
+  const std::string ordinal = lane.size() > 5 ? lane.substr(5) : "0";
+  const char* inherited = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (inherited == nullptr || *inherited == '\0') return ordinal;
+  std::vector<std::string> entries;
+  std::string entry;
+  for (const char* c = inherited;; ++c) {
+    if (*c == ',' || *c == '\0') {
+      entries.push_back(entry);
+      entry.clear();
+      if (*c == '\0') break;
+    } else {
+      entry += *c;
+    }
+  }
+  const auto n = static_cast<std::size_t>(std::stoul(ordinal));
+  return n < entries.size() ? entries[n] : ordinal;
+}
 
 } // namespace
 
@@ -102,9 +125,11 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
   if (m_memory_mb > 0 && !is_cuda_lane(slot.lane)) {
     extra_args.insert(extra_args.end(), {"--memory-mb", std::to_string(m_memory_mb)});
   }
+  std::vector<std::string> env;
+  if (is_cuda_lane(slot.lane)) env.push_back("CUDA_VISIBLE_DEVICES=" + visible_device(slot.lane));
   auto worker = WorkerProcess::spawn(
       m_io, *m_children, m_worker_path, slot.role, extra_args,
-      [on_exit = std::move(on_exit)](WorkerProcess&) { on_exit(); }, m_worker_idle);
+      [on_exit = std::move(on_exit)](WorkerProcess&) { on_exit(); }, m_worker_idle, env);
   if (!worker) return worker.error();
   if (slot.role == WorkerRole::compile && m_compile_cpus &&
       ::sched_setaffinity((*worker)->pid(), sizeof *m_compile_cpus, &*m_compile_cpus) != 0) {

@@ -7,6 +7,7 @@
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/write.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -92,7 +93,7 @@ WorkerProcess::WorkerProcess(asio::io_context& io, pid_t pid, WorkerRole role, E
 Result<std::shared_ptr<WorkerProcess>> WorkerProcess::spawn(
     asio::io_context& io, ChildWatch& children, const std::string& path, WorkerRole role,
     const std::vector<std::string>& extra_args, ExitHandler on_exit,
-    std::chrono::milliseconds idle_timeout) {
+    std::chrono::milliseconds idle_timeout, const std::vector<std::string>& extra_env) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     return spawn_error(path, "socketpair", errno);
@@ -139,7 +140,20 @@ Result<std::shared_ptr<WorkerProcess>> WorkerProcess::spawn(
   argv.push_back(nullptr);
   pid_t pid = -1;
   const auto start = std::chrono::steady_clock::now();
-  rc = ::posix_spawn(&pid, path.c_str(), &setup.actions, &setup.attr, argv.data(), environ);
+  std::vector<std::string> env_entries;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const auto replaced = [&](const std::string& extra) {
+      const auto eq = extra.find('=');
+      return entry.substr(0, entry.find('=')) == std::string_view(extra).substr(0, eq);
+    };
+    if (std::none_of(extra_env.begin(), extra_env.end(), replaced)) env_entries.emplace_back(entry);
+  }
+  env_entries.insert(env_entries.end(), extra_env.begin(), extra_env.end());
+  std::vector<char*> envp;
+  for (auto& entry : env_entries) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  rc = ::posix_spawn(&pid, path.c_str(), &setup.actions, &setup.attr, argv.data(), envp.data());
   if (rc != 0) return spawn_error(path, "posix_spawn", rc);
   theirs.reset();
   err_write.reset();

@@ -71,13 +71,15 @@ public:
   // group, fd 3 its end of a socketpair, stdin /dev/null, stderr a pipe the daemon reads (every
   // line is copied to the daemon's stderr, and the last k_stderr_tail_bytes written since the
   // last request are kept: stderr_tail()), every other descriptor closed and every signal
-  // disposition at its default. `idle_timeout` > 0: the worker is terminated once it has been
+  // disposition at its default; the daemon's environment with `extra_env` ("NAME=value",
+  // replacing a variable of the same name) added. `idle_timeout` > 0: the worker is terminated once it has been
   // idle that long (the pool starts a new one on demand).
   // Errors: spawn_error naming the path.
   [[nodiscard]] static Result<std::shared_ptr<WorkerProcess>> spawn(
       asio::io_context& io, ChildWatch& children, const std::string& path, WorkerRole role,
       const std::vector<std::string>& extra_args, ExitHandler on_exit,
-      std::chrono::milliseconds idle_timeout = std::chrono::milliseconds(0));
+      std::chrono::milliseconds idle_timeout = std::chrono::milliseconds(0),
+      const std::vector<std::string>& extra_env = {});
 
   // Sends {"id":N,"op":op,"job":job}. `on_reply` runs exactly once, on the io thread and never
   // inside this call, unless terminate() abandons the request first. Precondition: idle().

@@ -277,3 +277,49 @@ TEST_CASE("tune with device all makes one job per device that has a family of th
     CHECK(none["error"]["code"] == "no_device");
   }
 }
+
+TEST_CASE("a CPU job and a CUDA job run on their lanes at once, and the CUDA winner is looked "
+          "up on cuda:0",
+          "[integration][lanes][gpu]") {
+  TempDir home;
+  auto daemon = start(home);
+  Connection c = connect(*daemon);
+  const json devices = ok_result(c, {{"op", "devices"}});
+  if (!devices["cuda"].value("available", false)) {
+    skip(daemon, "no CUDA device: " + devices["cuda"].value("reason", std::string("?")));
+  }
+  const json cpu = ok_result(c, {{"op", "tune"}, {"kernel", "gemm"},
+                                 {"shape", "M=256,N=256,K=256"}, {"budget", 12},
+                                 {"strategy", "random"}});
+  const json gpu = ok_result(c, {{"op", "tune"}, {"kernel", "gemm"},
+                                 {"shape", "M=1024,N=1024,K=1024"}, {"device", "cuda:0"},
+                                 {"budget", 12}, {"strategy", "random"}});
+  // Both lanes hold a running job at the same moment.
+  bool both = false;
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (!both && std::chrono::steady_clock::now() < deadline) {
+    const json stats = ok_result(c, {{"op", "stats"}});
+    int running = 0;
+    for (const auto& lane : stats["lanes"]) running += lane["job"].is_number();
+    both = running >= 2;
+    if (!both) std::this_thread::sleep_for(10ms);
+  }
+  CHECK(both);
+  CHECK(wait_end(c, cpu["job"]) == "done");
+  REQUIRE(wait_end(c, gpu["job"]) == "done");
+  const json job = ok_result(c, {{"op", "job"}, {"job", gpu["job"]}});
+  for (const auto& r : job["results"]) {
+    INFO(r.dump());
+    CHECK(r["status"] != "crash");
+    CHECK(r["status"] != "worker_lost");
+    CHECK(r["status"] != "mismatch");
+  }
+  const json answer = ok_result(c, {{"op", "lookup"}, {"kernel", "gemm"},
+                                    {"shape", "M=1024,N=1024,K=1024"}, {"device", "cuda:0"}});
+  CHECK(answer["rung"] == "exact");
+  CHECK(answer["config"] == job["winner"]["config"]);
+  // By fingerprint too.
+  const std::string fingerprint = devices["devices"][1]["fingerprint"];
+  CHECK(ok_result(c, {{"op", "lookup"}, {"kernel", "gemm"}, {"shape", "M=1024,N=1024,K=1024"},
+                      {"device", fingerprint}})["rung"] == "exact");
+}
