@@ -8,6 +8,8 @@
 #include "daemon/replies.hpp"
 #include "daemon/table_import.hpp"
 
+#include <boost/asio/post.hpp>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +24,9 @@ namespace ktune::daemon {
 namespace code = protocol::code;
 
 namespace {
+
+// Rows of an import written in one step: one transaction, ~3 ms of the loop.
+constexpr std::size_t k_import_step_rows = 32;
 
 // Requests slower than this are logged with their duration.
 constexpr double k_slow_request_ms = 100.0;
@@ -116,6 +121,8 @@ void RequestHandler::handle(const std::shared_ptr<Session>& session, std::string
     m_ctx.devices.probe(m_ctx.workers, [this, weak, id = request->id] {
       if (auto s = weak.lock()) s->send(protocol::encode_ok(id, m_ctx.devices.to_json()));
     });
+  } else if (request->op == "import") {
+    start_import(session, std::move(*request));
   } else if (request->op == "compile_check") {
     start_compile_check(session, *request, m_registry, m_ctx.scheduler, m_ctx.store,
                         m_ctx.config.cache_dir);
@@ -137,22 +144,6 @@ Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request, 
   if (op == "kernels") return kernels();
   if (op == "stats") return stats();
   if (op == "cancel") return cancel(request);
-  if (op == "import") {
-    std::vector<WinnerRecord> upserted;
-    auto reply = import_op(m_ctx.store, request.body, &upserted);
-    std::set<std::string> fingerprints;
-    for (const auto& winner : upserted) {
-      m_index.put(winner);
-      fingerprints.insert(winner.fingerprint);
-    }
-    // Imported devices can be named by fingerprint in lookups from now on.
-    for (const auto& fingerprint : fingerprints) {
-      if (auto device = m_ctx.store.get_device(fingerprint); device && device->has_value()) {
-        m_ctx.devices.remember(**device);
-      }
-    }
-    return reply;
-  }
   if (op == "shutdown") {
     KTUNE_LOG(info) << "shutdown requested by a client";
     m_ctx.request_stop();
@@ -344,6 +335,71 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     return;
   }
   watch_job(session, request, jobs.front().at("job").get<std::int64_t>());
+}
+
+void RequestHandler::start_import(const std::shared_ptr<Session>& session,
+                                  protocol::Request request) {
+  // Reading a table of thousands of rows takes a while: it runs on the helper thread (it touches
+  // nothing but the request), the store is written back on the io thread.
+  std::weak_ptr<Session> weak = session;
+  asio::post(m_offload, [this, weak, id = request.id, body = std::move(request.body)]() mutable {
+    auto run = decode_import(body);
+    body = nlohmann::json();
+    asio::post(m_ctx.io, [this, weak, id = std::move(id), run = std::move(run)]() mutable {
+      auto session = weak.lock();
+      if (m_stopping) return;
+      if (!run) {
+        if (session) session->send(protocol::encode_error(id, run.error().code, run.error().message));
+        return;
+      }
+      auto state = std::make_shared<ImportRun>(std::move(*run));
+      if (auto r = m_ctx.store.in_transaction([&] { return state->prepare(m_ctx.store); }); !r) {
+        if (session) session->send(protocol::encode_error(id, code::internal, r.error().message));
+        return;
+      }
+      import_step(weak, std::move(id), std::move(state));
+    });
+  });
+}
+
+void RequestHandler::import_step(std::weak_ptr<Session> weak, nlohmann::json id,
+                                 std::shared_ptr<ImportRun> run) {
+  std::vector<WinnerRecord> upserted;
+  auto stored = m_ctx.store.in_transaction(
+      [&] { return run->step(m_ctx.store, k_import_step_rows, &upserted); });
+  if (!stored) upserted.clear(); // the step was rolled back
+  std::set<std::string> fingerprints;
+  for (const auto& winner : upserted) {
+    m_index.put(winner);
+    fingerprints.insert(winner.fingerprint);
+  }
+  // Imported devices can be named by fingerprint in lookups from now on.
+  for (const auto& fingerprint : fingerprints) {
+    if (auto device = m_ctx.store.get_device(fingerprint); device && device->has_value()) {
+      m_ctx.devices.remember(**device);
+    }
+  }
+  auto session = weak.lock();
+  if (!stored) {
+    KTUNE_LOG(warn) << "import stopped after " << run->rows_done() << " rows: "
+                    << stored.error().message;
+    if (session) {
+      session->send(protocol::encode_error(
+          id, code::internal,
+          stored.error().message + " (the rows before this step of " +
+              std::to_string(k_import_step_rows) + " are imported)"));
+    }
+    return;
+  }
+  if (run->done()) {
+    if (session) session->send(protocol::encode_ok(id, run->reply()));
+    return;
+  }
+  asio::post(m_ctx.io, [this, weak = std::move(weak), id = std::move(id),
+                        run = std::move(run)]() mutable {
+    if (m_stopping) return;
+    import_step(std::move(weak), std::move(id), std::move(run));
+  });
 }
 
 void RequestHandler::watch_jobs(const std::shared_ptr<Session>& session,

@@ -11,9 +11,12 @@
 #include "daemon/job_quota.hpp"
 #include "daemon/planner.hpp"
 #include "daemon/scheduler.hpp"
+#include "daemon/table_import.hpp"
 #include "daemon/session.hpp"
 #include "daemon/winner_index.hpp"
 #include "db/store.hpp"
+
+#include <boost/asio/thread_pool.hpp>
 
 #include <chrono>
 #include <deque>
@@ -28,6 +31,7 @@ namespace ktune::daemon {
 
 // What the handlers need from the server. References outlive the handler.
 struct HandlerContext {
+  asio::io_context& io;
   const DaemonConfig& config;
   Store& store;
   Scheduler& scheduler;
@@ -77,6 +81,11 @@ private:
   void tune(const std::shared_ptr<Session>& session, const protocol::Request& request);
   // {"job": N}: cancels a queued or running job (Scheduler::cancel).
   [[nodiscard]] Result<nlohmann::json> cancel(const protocol::Request& request);
+  // `import`: the table is written in steps of k_import_step_rows rows, each one transaction,
+  // with the loop free between steps; the reply comes after the last one.
+  void start_import(const std::shared_ptr<Session>& session, protocol::Request request);
+  void import_step(std::weak_ptr<Session> session, nlohmann::json id,
+                   std::shared_ptr<ImportRun> run);
   // Streams a queued or running job's progress to the session as events of `request`, then its
   // summary as the reply.
   void watch_job(const std::shared_ptr<Session>& session, const protocol::Request& request,
@@ -114,6 +123,9 @@ private:
   // Tune-on-miss keys with a queued or running job, so that a repeated miss skips planning.
   std::map<std::string, std::int64_t> m_pending_tunes;  // key -> job id, until the job ends
   std::multimap<std::int64_t, std::string> m_pending_jobs; // job id -> keys
+  // One thread for pure work too slow for the io thread (decoding an imported table). Declared
+  // last, so it is joined before anything its tasks use is destroyed.
+  asio::thread_pool m_offload{1};
 };
 
 } // namespace ktune::daemon

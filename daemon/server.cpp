@@ -142,7 +142,7 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
                         cfg.bench_timeout_s, cfg.bench_timeout_min_s, cfg.bench_timeout_max_s});
   Server* self = server.get();
   server->m_handler = std::make_unique<RequestHandler>(HandlerContext{
-      cfg, *server->m_store, *server->m_scheduler, *server->m_workers, *server->m_devices,
+      server->m_io, cfg, *server->m_store, *server->m_scheduler, *server->m_workers, *server->m_devices,
       [self] { return self->m_sessions.size(); },
       [self] { asio::post(self->m_io, [self] { self->stop(); }); }, server->m_started});
 

@@ -67,11 +67,11 @@ json side(const TableRow& row, const char* from) {
 
 } // namespace
 
-Result<json> import_table(Store& store, const Table& table, Policy policy,
-                          std::vector<WinnerRecord>* upserted) {
+ImportRun::ImportRun(Table table, Policy policy) : m_table(std::move(table)), m_policy(policy) {}
+
+Result<void> ImportRun::prepare(Store& store) {
   // Params order per kernel source: the stored spec, else the one the table carries.
-  std::map<std::pair<std::string, std::string>, std::vector<std::string>> orders;
-  for (const auto& kernel : table.kernels) {
+  for (const auto& kernel : m_table.kernels) {
     auto kernel_error = [&](const Error& cause) {
       return make_error(cause.code, "import: kernel " + kernel.name + " source " +
                                         kernel.source_hash + ": " + cause.message);
@@ -82,28 +82,29 @@ Result<json> import_table(Store& store, const Table& table, Policy policy,
       if (auto put = store.upsert_kernel(kernel.name, kernel.source_hash, kernel.spec_text); !put)
         return kernel_error(put.error());
     }
-    orders[{kernel.name, kernel.source_hash}] =
+    m_orders[{kernel.name, kernel.source_hash}] =
         tableio::spec_param_order(*stored ? **stored : kernel.spec_text);
   }
+  return {};
+}
+
+Result<void> ImportRun::step(Store& store, std::size_t max_rows,
+                             std::vector<WinnerRecord>* upserted) {
   auto order_for = [&](const TableRow& row) -> Result<std::vector<std::string>> {
     const auto key = std::make_pair(row.kernel, row.source_hash);
-    auto it = orders.find(key);
-    if (it == orders.end()) {
+    auto it = m_orders.find(key);
+    if (it == m_orders.end()) {
       auto stored = store.kernel_spec(row.kernel, row.source_hash);
       if (!stored) return stored.error();
-      it = orders.emplace(key, *stored ? tableio::spec_param_order(**stored)
-                                       : std::vector<std::string>{}).first;
+      it = m_orders.emplace(key, *stored ? tableio::spec_param_order(**stored)
+                                         : std::vector<std::string>{}).first;
     }
     return it->second;
   };
-
-  std::int64_t imported = 0, replaced = 0, kept = 0, unchanged = 0;
-  json jobs = json::array();
-  json conflicts = json::array();
-  std::set<std::string> known_devices;
-
-  for (std::size_t index = 0; index < table.rows.size(); ++index) {
-    TableRow row = table.rows[index];
+  const std::size_t end = std::min(m_table.rows.size(), m_next + max_rows);
+  for (; m_next < end; ++m_next) {
+    const std::size_t index = m_next;
+    TableRow row = m_table.rows[index];
     auto order = order_for(row);
     if (!order) return row_error(index, row, order.error());
     row.config = tableio::reorder_config(row.config, *order);
@@ -117,27 +118,27 @@ Result<json> import_table(Store& store, const Table& table, Policy policy,
       if (!base) return row_error(index, row, base.error());
       if (tableio::same_config(base->config, row.config) && base->median_ms == row.median_ms &&
           base->time_ms == row.time_ms) {
-        ++unchanged;
+        ++m_unchanged;
         continue;
       }
-      const tableio::Decision decision = tableio::decide(*base, row, policy);
+      const tableio::Decision decision = tableio::decide(*base, row, m_policy);
       take = decision.take_incoming;
-      ++(take ? replaced : kept);
+      ++(take ? m_replaced : m_kept);
       if (decision.conflict) {
-        conflicts.push_back(json{{"kernel", row.kernel},
-                                 {"shape", row.shape},
-                                 {"dtype", row.dtype},
-                                 {"fingerprint", row.fingerprint},
-                                 {"source_hash", row.source_hash},
-                                 {"kept", take ? side(row, "import") : side(*base, "store")},
-                                 {"dropped", take ? side(*base, "store") : side(row, "import")},
-                                 {"why", decision.why}});
+        m_conflicts.push_back(json{{"kernel", row.kernel},
+                                   {"shape", row.shape},
+                                   {"dtype", row.dtype},
+                                   {"fingerprint", row.fingerprint},
+                                   {"source_hash", row.source_hash},
+                                   {"kept", take ? side(row, "import") : side(*base, "store")},
+                                   {"dropped", take ? side(*base, "store") : side(row, "import")},
+                                   {"why", decision.why}});
       }
     } else {
-      ++imported;
+      ++m_imported;
     }
 
-    if (known_devices.insert(row.fingerprint).second) {
+    if (m_known_devices.insert(row.fingerprint).second) {
       auto device = store.get_device(row.fingerprint);
       if (!device) return row_error(index, row, device.error());
       if (!*device) {
@@ -148,7 +149,6 @@ Result<json> import_table(Store& store, const Table& table, Policy policy,
         if (auto put = store.upsert_device(info); !put) return row_error(index, row, put.error());
       }
     }
-
     JobRecord job;
     job.kernel = row.kernel;
     job.source_hash = row.source_hash;
@@ -163,7 +163,7 @@ Result<json> import_table(Store& store, const Table& table, Policy policy,
     job.created_at = job.started_at = job.finished_at = now_ms();
     auto job_id = store.create_job(job);
     if (!job_id) return row_error(index, row, job_id.error());
-    jobs.push_back(*job_id);
+    m_jobs.push_back(*job_id);
 
     ResultRecord result;
     result.job_id = *job_id;
@@ -206,12 +206,25 @@ Result<json> import_table(Store& store, const Table& table, Policy policy,
     }
   }
 
-  return json{{"rows", table.rows.size()}, {"imported", imported}, {"replaced", replaced},
-              {"kept", kept},              {"unchanged", unchanged}, {"policy", tableio::to_string(policy)},
-              {"jobs", jobs},              {"conflicts", conflicts}};
+  return {};
 }
 
-Result<json> import_op(Store& store, const json& body, std::vector<WinnerRecord>* upserted) {
+json ImportRun::reply() const {
+  return json{{"rows", m_table.rows.size()}, {"imported", m_imported}, {"replaced", m_replaced},
+              {"kept", m_kept},              {"unchanged", m_unchanged},
+              {"policy", tableio::to_string(m_policy)},
+              {"jobs", m_jobs},              {"conflicts", m_conflicts}};
+}
+
+Result<json> import_table(Store& store, const Table& table, Policy policy,
+                          std::vector<WinnerRecord>* upserted) {
+  ImportRun run(table, policy);
+  if (auto r = run.prepare(store); !r) return r.error();
+  if (auto r = run.step(store, table.rows.size(), upserted); !r) return r.error();
+  return run.reply();
+}
+
+Result<ImportRun> decode_import(const json& body) {
   auto table_it = body.find("table");
   if (table_it == body.end() || !table_it->is_object()) {
     return make_error(protocol::code::bad_request,
@@ -233,18 +246,7 @@ Result<json> import_op(Store& store, const json& body, std::vector<WinnerRecord>
   }
   auto table = tableio::table_from_json(nlohmann::ordered_json(*table_it), "import: table");
   if (!table) return make_error(protocol::code::bad_request, table.error().message);
-  // The whole table in one transaction: one commit, and a table that fails at row N leaves
-  // the store as it was.
-  Result<json> reply = json();
-  auto stored = store.in_transaction([&]() -> Result<void> {
-    reply = import_table(store, *table, policy, upserted);
-    if (!reply) return reply.error();
-    return {};
-  });
-  if (!stored && reply) reply = stored.error();
-  if (!stored && upserted) upserted->clear();
-  if (!reply) return make_error(protocol::code::internal, reply.error().message);
-  return reply;
+  return ImportRun(std::move(*table), policy);
 }
 
 } // namespace ktune::daemon

@@ -14,8 +14,9 @@
 // them, so that lookups and later exports know them. Configs are put in the params order of the
 // kernel's spec (stored or carried) so they match what ktuned writes itself.
 //
-// Every write goes through Store's public API, each its own BEGIN IMMEDIATE transaction; on an
-// error the rows before it stay imported and the error says which row failed.
+// Every write goes through Store's public API. ImportRun imports a table in steps, so that the
+// daemon can commit each step as one transaction and serve other requests between steps; on an
+// error the steps before it stay imported and the error says which row failed.
 //
 // Reply: {"rows":N,"imported":I,"replaced":R,"kept":K,"unchanged":U,"jobs":[ids],
 //         "conflicts":[{"kernel","shape","dtype","fingerprint","source_hash",
@@ -30,20 +31,47 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace ktune::daemon {
 
+// One import in progress: prepare() once, step() until done(), then reply().
+class ImportRun {
+public:
+  ImportRun(tableio::Table table, tableio::Policy policy);
+  // Records the kernel spec texts the table carries. Errors: the store's, naming the kernel.
+  [[nodiscard]] Result<void> prepare(Store& store);
+  // Imports the next `max_rows` rows; `upserted` (optional) receives every winner written.
+  // Errors: the store's, naming the row.
+  [[nodiscard]] Result<void> step(Store& store, std::size_t max_rows,
+                                  std::vector<WinnerRecord>* upserted = nullptr);
+  [[nodiscard]] bool done() const { return m_next >= m_table.rows.size(); }
+  [[nodiscard]] std::size_t rows_done() const { return m_next; }
+  [[nodiscard]] nlohmann::json reply() const;
+
+private:
+  tableio::Table m_table;
+  tableio::Policy m_policy;
+  std::map<std::pair<std::string, std::string>, std::vector<std::string>> m_orders;
+  std::set<std::string> m_known_devices;
+  std::size_t m_next = 0;
+  std::int64_t m_imported = 0, m_replaced = 0, m_kept = 0, m_unchanged = 0;
+  nlohmann::json m_jobs = nlohmann::json::array();
+  nlohmann::json m_conflicts = nlohmann::json::array();
+};
+
+// The whole table in one go (each write its own transaction).
 [[nodiscard]] Result<nlohmann::json> import_table(Store& store, const tableio::Table& table,
                                                   tableio::Policy policy,
                                                   std::vector<WinnerRecord>* upserted = nullptr);
 
-// The `import` op: decodes the request body {"table": {...json export schema...}, "policy":
-// "faster"|"newer"|"keep" (default faster)} with the table reader and runs import_table.
-// Errors: "bad_request" naming the field (table rows and fields as the reader names them),
-// "internal" for a store failure (the message names the row). `upserted` as above, filled also
-// when a later row fails.
-[[nodiscard]] Result<nlohmann::json> import_op(Store& store, const nlohmann::json& body,
-                                               std::vector<WinnerRecord>* upserted = nullptr);
+// Decodes the `import` op's body {"table": {...json export schema...}, "policy":
+// "faster"|"newer"|"keep" (default faster)} with the table reader. Errors: "bad_request" naming
+// the field (table rows and fields as the reader names them).
+[[nodiscard]] Result<ImportRun> decode_import(const nlohmann::json& body);
 
 } // namespace ktune::daemon

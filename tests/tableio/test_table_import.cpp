@@ -190,7 +190,26 @@ TEST_CASE("import_table into a read-only store fails naming the row", "[tableio]
   REQUIRE_THAT(reply.error().message, Catch::StartsWith("import: row 0 (gemm M=256,N=256,K=256"));
 }
 
-TEST_CASE("import_op decodes the request body the CLI sends", "[tableio][import]") {
+namespace {
+
+// The import op as ktuned runs it: the body decoded, then written one row per step.
+Result<json> run_import(Store& store, const json& body,
+                        std::vector<WinnerRecord>* upserted = nullptr) {
+  auto run = daemon::decode_import(body);
+  if (!run) return run.error();
+  if (auto r = run->prepare(store); !r) return r.error();
+  while (!run->done()) {
+    if (auto r = store.in_transaction([&] { return run->step(store, 1, upserted); }); !r) {
+      return r.error();
+    }
+  }
+  return run->reply();
+}
+
+} // namespace
+
+TEST_CASE("the import op decodes the request body the CLI sends and imports in steps",
+          "[tableio][import]") {
   TempDir dir;
   Store store = open_store(dir);
   seed(store);
@@ -198,7 +217,7 @@ TEST_CASE("import_op decodes the request body the CLI sends", "[tableio][import]
 
   SECTION("table and policy") {
     std::vector<WinnerRecord> upserted;
-    auto reply = daemon::import_op(store, json{{"op", "import"}, {"table", table},
+    auto reply = run_import(store, json{{"op", "import"}, {"table", table},
                                                {"policy", "newer"}}, &upserted);
     REQUIRE(reply.ok());
     REQUIRE((*reply)["policy"] == "newer");
@@ -207,19 +226,19 @@ TEST_CASE("import_op decodes the request body the CLI sends", "[tableio][import]
     REQUIRE(upserted[0].config == k_config_b);
   }
   SECTION("policy defaults to faster") {
-    auto reply = daemon::import_op(store, json{{"op", "import"}, {"table", table}});
+    auto reply = run_import(store, json{{"op", "import"}, {"table", table}});
     REQUIRE(reply.ok());
     REQUIRE((*reply)["policy"] == "faster");
     REQUIRE(winner_of(store, k_small)->config == k_config_b);
   }
   SECTION("a bad policy") {
-    auto reply = daemon::import_op(store, json{{"table", table}, {"policy", 3}});
+    auto reply = run_import(store, json{{"table", table}, {"policy", 3}});
     REQUIRE_FALSE(reply.ok());
     REQUIRE(reply.error().code == "bad_request");
     REQUIRE_THAT(reply.error().message, Catch::Contains("'policy'"));
   }
   SECTION("no table") {
-    auto reply = daemon::import_op(store, json{{"op", "import"}});
+    auto reply = run_import(store, json{{"op", "import"}});
     REQUIRE_FALSE(reply.ok());
     REQUIRE(reply.error().code == "bad_request");
     REQUIRE_THAT(reply.error().message, Catch::Contains("'table'"));
@@ -227,7 +246,7 @@ TEST_CASE("import_op decodes the request body the CLI sends", "[tableio][import]
   SECTION("a bad row names it") {
     json broken = table;
     broken["rows"][1]["median_ms"] = "slow";
-    auto reply = daemon::import_op(store, json{{"table", broken}});
+    auto reply = run_import(store, json{{"table", broken}});
     REQUIRE_FALSE(reply.ok());
     REQUIRE(reply.error().code == "bad_request");
     REQUIRE_THAT(reply.error().message,
