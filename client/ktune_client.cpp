@@ -577,6 +577,7 @@ struct ktune_client {
       disconnect();
       if (fresh_attempts >= 2) return 0;
     }
+    error.clear();
     entry.source = KTUNE_SOURCE_DAEMON;
     if (parse_lookup_reply_fast(reply_line, entry)) return 1;
 

@@ -324,8 +324,8 @@ TEST_CASE("commands against a fake daemon", "[cli]") {
     for (const char* shell : {"bash", "zsh", "fish"}) {
       auto r = run_cli(daemon, {"completion", shell});
       CHECK(r.code == 0);
-      CHECK_THAT(r.out, Catch::Contains("tune") && Catch::Contains("--shape") &&
-                            Catch::Contains("compile-check") && Catch::Contains("--sort"));
+      CHECK_THAT(r.out, Catch::Contains("tune") && Catch::Contains("shape") &&
+                            Catch::Contains("compile-check") && Catch::Contains("sort"));
     }
   }
 

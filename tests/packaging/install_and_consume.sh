@@ -108,7 +108,8 @@ echo "runtime_lookup (pkg-config): $out"
 [[ "$out" == *"rung=exact source=daemon"* ]] || fail "the pkg-config build: expected the tuned winner"
 
 step "pip install of the Python client into a venv"
-python3 -m venv --system-site-packages "$work/venv"
+python=python3; [ -x /usr/bin/python3 ] && python=/usr/bin/python3   # Debian's, with python3-setuptools
+"$python" -m venv --system-site-packages "$work/venv"
 cp -r "$src/client/python" "$work/python-src"
 "$work/venv/bin/pip" install --quiet --no-build-isolation --no-index "$work/python-src"
 (cd / && "$work/venv/bin/python" - <<'PY'

@@ -271,6 +271,7 @@ class Client:
                 deadline = time.monotonic() + self.connect_timeout + self.timeout
             try:
                 reply = self._exchange(request, deadline)
+                self.last_error = ""
                 break
             except socket.timeout:
                 self.last_error = (f"ktuned did not answer within {self.timeout * 1e6:.0f} us"
