@@ -33,11 +33,14 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/client/python/ktune_client
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/kernels_src/ DESTINATION ${KTUNE_SHARE_DIR}/kernels)
 install(FILES ${PROJECT_SOURCE_DIR}/configs/ktuned.toml DESTINATION ${KTUNE_SHARE_DIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/configs/sweeps DESTINATION ${KTUNE_SHARE_DIR})
-set(KTUNE_BIN_DIR ${CMAKE_INSTALL_FULL_BINDIR})
-set(KTUNE_SHARE_DIR_FULL ${CMAKE_INSTALL_FULL_DATADIR}/ktune)
-set(KTUNE_DOC_DIR_FULL ${CMAKE_INSTALL_FULL_DATADIR}/doc/ktune)
-configure_file(${PROJECT_SOURCE_DIR}/configs/deploy/ktuned.service.in
-               ${CMAKE_BINARY_DIR}/deploy/ktuned.service @ONLY)
+# The unit names absolute paths: written at install time, for the prefix installed to (CPack
+# installs to /usr, `cmake --install --prefix P` to P).
+install(CODE "
+  set(KTUNE_BIN_DIR \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}\")
+  set(KTUNE_SHARE_DIR_FULL \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_DATADIR}/ktune\")
+  set(KTUNE_DOC_DIR_FULL \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_DATADIR}/doc/ktune\")
+  configure_file(\"${PROJECT_SOURCE_DIR}/configs/deploy/ktuned.service.in\"
+                 \"${CMAKE_BINARY_DIR}/deploy/ktuned.service\" @ONLY)")
 set(KTUNE_UNITS ${CMAKE_BINARY_DIR}/deploy/ktuned.service
                 ${PROJECT_SOURCE_DIR}/configs/deploy/ktuned.socket)
 install(FILES ${KTUNE_UNITS} ${PROJECT_SOURCE_DIR}/configs/deploy/k8s-sweep.yaml

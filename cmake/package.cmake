@@ -5,7 +5,9 @@
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME ktune)
 set(CPACK_PACKAGE_VENDOR "ktune")
-set(CPACK_PACKAGE_CONTACT "ktune maintainers <ktune@localhost.localdomain>")
+set(KTUNE_DEB_MAINTAINER "ktune maintainers <ktune-maintainers@example.org>" CACHE STRING
+    "Maintainer field of the Debian package (name <email>)")
+set(CPACK_PACKAGE_CONTACT "${KTUNE_DEB_MAINTAINER}")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "autotuning daemon for CUDA and CPU kernels")
 set(CPACK_PACKAGE_DESCRIPTION
   "ktuned JIT-compiles candidate configurations of kernel families in worker\n\
@@ -24,6 +26,7 @@ set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 # Run time: the host compiler builds CPU candidates; python3 for the Python client.
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "g++, python3")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "bash-completion")
+# libktune_client is a public shared library: the ldconfig trigger Debian policy asks for.
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/cmake/debian/triggers)
 
 # Files Debian policy asks for in every package: copyright and a compressed changelog.
