@@ -105,7 +105,10 @@ int report(Output& io, const Error& error, const std::string& socket) {
       if (auto kernels = call(socket, json{{"op", "kernels"}}, std::chrono::milliseconds(2000))) {
         std::vector<std::string> names;
         for (const auto& k : kernels->value("kernels", json::array()))
-          if (k.is_object() && k.contains("name") && k["name"].is_string()) names.push_back(k["name"]);
+          if (k.is_object() && k.contains("name") && k["name"].is_string() &&
+              std::find(names.begin(), names.end(), k["name"].get<std::string>()) == names.end()) {
+            names.push_back(k["name"]);
+          }
         message += did_you_mean(name, names);
       }
     }

@@ -158,14 +158,16 @@ int import_table_file(const GlobalOptions& global, const ImportOptions& options,
   json request = import_request(*table, *policy);
   const std::size_t request_bytes = request.dump(-1, ' ', false, json::error_handler_t::replace).size() + 1;
   auto reply = call(*conn, std::move(request), k_import_timeout);
-  if (!reply && request_bytes > k_default_max_message_bytes &&
-      (reply.error().code == "io_error" || reply.error().code == "message_too_large")) {
+  if (!reply && (reply.error().code == "io_error" || reply.error().code == "message_too_large")) {
+    // ktuned closes a connection whose line is over its limit, often before the reply can be
+    // read: the send fails with a broken pipe.
     return report_error(
         io, "message_too_large",
         "the table (" + std::to_string(table->rows.size()) + " rows) is one import request of " +
             std::to_string(request_bytes) + " bytes; ktuned accepts request lines of at most "
-            "[daemon].max_message_bytes (1 MiB = 1048576 bytes by default): raise that setting "
-            "in ktuned's configuration or import the table in parts (" + reply.error().message + ")");
+            "[daemon].max_message_bytes (" + std::to_string(k_default_max_message_bytes) +
+            " bytes, 1 MiB, by default): raise that setting in ktuned's configuration or import "
+            "the table in parts (" + reply.error().message + ")");
   }
   if (!reply) return report(io, reply.error(), socket);
   const json& result = *reply;
