@@ -129,7 +129,12 @@ int export_table(const ExportOptions& options, Output& io) {
     return io.out ? k_exit_ok : k_exit_error;
   }
   if (auto written = write_file_atomic(options.output, *text); !written) return report(io, written.error());
-  io.err << "exported " << table->rows.size() << " winner(s) to " << options.output << '\n';
+  if (io.json) {
+    io.out << json{{"output", options.output}, {"format", options.format},
+                   {"winners", table->rows.size()}}.dump(2) << '\n';
+  } else {
+    io.err << "exported " << table->rows.size() << " winner(s) to " << options.output << '\n';
+  }
   return k_exit_ok;
 }
 

@@ -49,6 +49,7 @@ Run run_ktune(const ktune::test::TempDir& home, const std::vector<std::string>& 
     if (eq != std::string::npos) env_map[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
   env_map.erase("KTUNE_DAEMON");
+  env_map.erase("KTUNE_NO_AUTOSTART");  // another test case of this binary may have set it
   env_map["KTUNE_HOME"] = (home.path() / "home").string();
   for (const auto& [k, v] : extra_env) env_map[k] = v;
   std::vector<std::string> env_strings;
@@ -221,6 +222,14 @@ TEST_CASE("ktune round trip with ktuned", "[cli][daemon]") {
   CHECK(job.code == 0);
   CHECK_THAT(job.out, Catch::StartsWith("job " + job_id + ": reduce_sum N=4096") &&
                           Catch::Contains("\n* "));
+
+  auto report_json =
+      run_ktune(home, {"--json", "report", job_id, "-o", (home.path() / "r.html").string()});
+  INFO("report: " << report_json.out << report_json.err);
+  CHECK(report_json.code == 0);
+  const auto report_result = nlohmann::json::parse(report_json.out, nullptr, false);
+  REQUIRE(report_result.is_object());
+  CHECK(report_result["jobs"] == 1);
 
   auto jobs = run_ktune(home, {"jobs"});
   CHECK(jobs.code == 0);
