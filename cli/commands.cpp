@@ -42,7 +42,7 @@ namespace ktune::cli {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 

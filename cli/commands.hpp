@@ -96,7 +96,7 @@ struct JobViewOptions {
 // The candidate rows of a job reply sorted and cut as `view` says: median = ok candidates
 // fastest first, then the others by status; status = grouped by status (ok first), fastest
 // first within a group; config = config order.
-[[nodiscard]] nlohmann::json arrange_results(const nlohmann::json& results, const JobViewOptions& view);
+[[nodiscard]] nlohmann::ordered_json arrange_results(const nlohmann::ordered_json& results, const JobViewOptions& view);
 // `daemon log`: the last `lines` lines of the instance's ktuned.log; `follow` keeps printing
 // what is appended until interrupted.
 [[nodiscard]] int daemon_log(const GlobalOptions& global, std::int64_t lines, bool follow,
@@ -114,7 +114,7 @@ struct JobViewOptions {
 // --- formatting, shared by the commands (and tested directly) ---------------------------------
 
 // {"BM":64,"BN":32} -> "BM=64<sep>BN=32"; null or empty -> "-".
-[[nodiscard]] std::string format_config(const nlohmann::json& config, std::string_view separator);
+[[nodiscard]] std::string format_config(const nlohmann::ordered_json& config, std::string_view separator);
 // Milliseconds with 3 decimals from 1 ms up, 3 significant digits below.
 [[nodiscard]] std::string format_ms(double ms);
 // GFLOP/s with one decimal from 1 up, 3 significant digits below; 0 (unknown) -> "-".
@@ -127,11 +127,11 @@ struct JobViewOptions {
 class ProgressPrinter {
 public:
   ProgressPrinter(std::ostream& err, bool tty) : m_err(err), m_tty(tty) {}
-  void update(const nlohmann::json& data);
+  void update(const nlohmann::ordered_json& data);
   // Ends an in-place line with a newline; call once the final reply arrived.
   void finish();
 
-  [[nodiscard]] static std::string line(const nlohmann::json& data);
+  [[nodiscard]] static std::string line(const nlohmann::ordered_json& data);
 
 private:
   std::ostream& m_err;

@@ -14,7 +14,7 @@ namespace ktune::cli {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 using std::chrono::milliseconds;
 
 constexpr milliseconds k_devices_timeout{60'000};

@@ -8,7 +8,7 @@
 
 namespace ktune::cli {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -42,15 +42,15 @@ Result<json> unwrap_reply(const json& reply) {
                                  "ktuned, found " + text);
 }
 
-Result<json> call(Connection& conn, json request, std::chrono::milliseconds timeout,
-                  const Connection::EventHandler& on_event) {
-  auto reply = conn.request(std::move(request), on_event, timeout);
+Result<json> call(Connection& conn, nlohmann::json request, std::chrono::milliseconds timeout,
+                  const Connection::OrderedEventHandler& on_event) {
+  auto reply = conn.request_ordered(std::move(request), on_event, timeout);
   if (!reply) return reply.error();
   return unwrap_reply(*reply);
 }
 
-Result<json> call(const std::string& socket, json request, std::chrono::milliseconds timeout,
-                  const Connection::EventHandler& on_event) {
+Result<json> call(const std::string& socket, nlohmann::json request, std::chrono::milliseconds timeout,
+                  const Connection::OrderedEventHandler& on_event) {
   auto conn = Connection::connect(socket, k_connect_timeout);
   if (!conn) return conn.error();
   return call(*conn, std::move(request), timeout, on_event);
@@ -67,7 +67,7 @@ Result<Connection> connect_daemon(const std::string& socket, const GlobalOptions
   return connect_or_start(autostart);
 }
 
-Result<json> call_daemon(const std::string& socket, const GlobalOptions& global, json request,
+Result<json> call_daemon(const std::string& socket, const GlobalOptions& global, nlohmann::json request,
                          std::chrono::milliseconds timeout, Output& io) {
   auto conn = connect_daemon(socket, global, io);
   if (!conn) return conn.error();

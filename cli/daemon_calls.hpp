@@ -21,23 +21,26 @@ inline constexpr std::chrono::milliseconds k_request_timeout{60'000}; // every o
 
 // {"ok":true,"result":R} -> R (an empty object when R is null); {"ok":false,"error":{code,
 // message}} -> that error; anything else -> "bad_reply".
-[[nodiscard]] Result<nlohmann::json> unwrap_reply(const nlohmann::json& reply);
+// Replies keep the order ktuned wrote their objects in (a config in the kernel spec's order).
+using Json = nlohmann::ordered_json;
+
+[[nodiscard]] Result<Json> unwrap_reply(const Json& reply);
 
 // One request on `conn` (events go to `on_event`), unwrapped.
-[[nodiscard]] Result<nlohmann::json> call(Connection& conn, nlohmann::json request,
-                                          std::chrono::milliseconds timeout,
-                                          const Connection::EventHandler& on_event = {});
+[[nodiscard]] Result<Json> call(Connection& conn, nlohmann::json request,
+                                std::chrono::milliseconds timeout,
+                                const Connection::OrderedEventHandler& on_event = {});
 // Connects to `socket` (no auto-start: "not_running" when nothing answers), then as above.
-[[nodiscard]] Result<nlohmann::json> call(const std::string& socket, nlohmann::json request,
-                                          std::chrono::milliseconds timeout,
-                                          const Connection::EventHandler& on_event = {});
+[[nodiscard]] Result<Json> call(const std::string& socket, nlohmann::json request,
+                                std::chrono::milliseconds timeout,
+                                const Connection::OrderedEventHandler& on_event = {});
 // For every command that needs the daemon, the one autostart rule: connects, starting ktuned
 // when none answers (cli/autostart.hpp) and saying so on io.err ("ktune: ktuned was not
 // running; started it (pid N, log L)").
 [[nodiscard]] Result<Connection> connect_daemon(const std::string& socket,
                                                 const GlobalOptions& global, Output& io);
 // connect_daemon, then as above.
-[[nodiscard]] Result<nlohmann::json> call_daemon(const std::string& socket,
+[[nodiscard]] Result<Json> call_daemon(const std::string& socket,
                                                  const GlobalOptions& global,
                                                  nlohmann::json request,
                                                  std::chrono::milliseconds timeout, Output& io);
@@ -59,6 +62,6 @@ int report_error(Output& io, const std::string& code, const std::string& message
                                        const std::vector<std::string>& candidates);
 
 // The result as indented JSON on io.out.
-void print_json(Output& io, const nlohmann::json& result);
+void print_json(Output& io, const Json& result);
 
 } // namespace ktune::cli

@@ -418,3 +418,20 @@ TEST_CASE("commands without a daemon", "[cli]") {
     CHECK(bad.code == 2);
   }
 }
+
+TEST_CASE("parameters print in the order ktuned sent them (the kernel spec's order)", "[cli]") {
+  ktune::test::TempDir dir;
+  FakeDaemon daemon(dir.str() + "/k.sock", [](const std::string& line) {
+    FakeResponse response;
+    response.lines.push_back(R"({"v":1,"id":)" + FakeDaemon::id_of(line).dump() +
+                             R"(,"ok":true,"result":{"rung":"exact","exact":true,)"
+                             R"("config":{"BM":64,"BK":8,"BN":32},"median_ms":1.5,"gflops":2.0,"job":3}})");
+    return response;
+  });
+  std::vector<const char*> argv{"ktune", "--socket", daemon.socket().c_str(), "query", "gemm",
+                                "--shape", "M=1,N=1,K=1"};
+  std::ostringstream out, err;
+  ktune::cli::Output io{out, err, false};
+  CHECK(ktune::cli::run(static_cast<int>(argv.size()), argv.data(), io) == 0);
+  CHECK_THAT(out.str(), Catch::StartsWith("BM=64 BK=8 BN=32"));
+}
