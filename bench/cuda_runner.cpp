@@ -101,7 +101,7 @@ class Stream {
 public:
   explicit Stream(DeviceContext& ctx) : m_ctx(&ctx) {
     // A blocking stream: work on it is ordered with the synchronous copies ktune issues on the
-    // legacy default stream (input restores between samples).
+    // legacy default stream (inputs uploaded before a checked run).
     KTUNE_CU(*ctx.drv, cuStreamCreate(&m_stream, CU_STREAM_DEFAULT));
   }
   Stream(const Stream&) = delete;
@@ -148,8 +148,9 @@ struct DeviceArg {
   DType dtype = DType::f32;
   std::size_t count = 0;
   std::size_t bytes = 0;
-  std::optional<HostBuffer> initial;  // in, inout: the inputs filled from the seed
+  std::optional<HostBuffer> initial;  // in: the inputs filled from the seed
   std::optional<DeviceMemory> memory; // buffers: guard + data + guard
+  std::optional<DeviceMemory> pristine; // inout: the seeded contents, restored on the device
   CUdeviceptr data = 0;               // what the kernel receives
   alignas(8) unsigned char scalar[8] = {};
 
@@ -286,6 +287,21 @@ struct CudaRunner::State {
                                    std::to_string(props.ordinal) + " (" + error.summary() + ")"};
       }
       slot.data = slot.memory->get() + k_guard_bytes;
+      if (slot.kind == ArgKind::inout) {
+        // Kept on the device, so a restore between samples is a device-side copy queued on the
+        // timed stream rather than a host upload that would stall it.
+        try {
+          slot.pristine.emplace(ctx, slot.bytes);
+        } catch (const CudaCallError& error) {
+          if (error.code() != CUDA_ERROR_OUT_OF_MEMORY) throw;
+          throw CandidateFailure{CandidateStatus::runtime_error,
+                                 where + ": cannot allocate the " + std::to_string(slot.bytes) +
+                                     "-byte pristine copy on cuda:" + std::to_string(props.ordinal) + " (" +
+                                     error.summary() + ")"};
+        }
+        KTUNE_CU(drv(), cuMemcpyHtoD(slot.pristine->get(), slot.initial->data(), slot.bytes));
+        slot.initial.reset();
+      }
       set->args.push_back(std::move(slot));
     }
     for (auto& slot : set->args) {
@@ -306,25 +322,32 @@ struct CudaRunner::State {
     return *args;
   }
 
-  void restore_inputs(DeviceArgs& set, ArgKind only) {
+  // Queues the copy of every inout buffer's pristine contents on the stream: no host work, no
+  // wait, so a timed launch right after it measures the kernel alone.
+  void restore_inouts(DeviceArgs& set) {
     for (auto& slot : set.args) {
-      if (slot.kind == only && slot.initial) {
-        KTUNE_CU(drv(), cuMemcpyHtoD(slot.data, slot.initial->data(), slot.bytes));
+      if (slot.pristine) {
+        KTUNE_CU(drv(), cuMemcpyDtoDAsync(slot.data, slot.pristine->get(), slot.bytes, stream->get()));
       }
     }
   }
 
-  // Inputs back to their seeded contents, outputs zeroed, guards re-armed; then synchronised.
+  // Inputs back to their seeded contents, outputs filled with the sentinel (k_sentinel_halfword:
+  // NaN for floats, so an element the kernel skips fails the check), guards re-armed; then
+  // synchronised.
   void reset_for_check(DeviceArgs& set) {
     for (auto& slot : set.args) {
       if (!slot.is_buffer()) continue;
       const CUdeviceptr base = slot.memory->get();
       KTUNE_CU(drv(), cuMemsetD8Async(base, k_guard_pattern, k_guard_bytes, stream->get()));
       KTUNE_CU(drv(), cuMemsetD8Async(slot.data + slot.bytes, k_guard_pattern, k_guard_bytes, stream->get()));
-      if (slot.initial) {
+      if (slot.pristine) {
+        KTUNE_CU(drv(), cuMemcpyDtoDAsync(slot.data, slot.pristine->get(), slot.bytes, stream->get()));
+      } else if (slot.initial) {
         KTUNE_CU(drv(), cuMemcpyHtoD(slot.data, slot.initial->data(), slot.bytes));
       } else {
-        KTUNE_CU(drv(), cuMemsetD8Async(slot.data, 0, slot.bytes, stream->get()));
+        KTUNE_CU(drv(), cuMemsetD16Async(slot.data, k_sentinel_halfword, slot.bytes / sizeof(std::uint16_t),
+                                         stream->get()));
       }
     }
     sync();
@@ -367,7 +390,7 @@ struct CudaRunner::State {
     try {
       module.emplace(ctx, *image);
     } catch (const CudaCallError& error) {
-      if (cuda::is_sticky_error(error.code())) throw;
+      if (cuda::is_fatal_error(error.code())) throw;
       std::string reason = what + ": cannot load " + path + " on cuda:" + std::to_string(props.ordinal) +
                            " (" + cuda_arch(props.cc_major, props.cc_minor) + "): " + error.summary();
       if (error.code() == CUDA_ERROR_NO_BINARY_FOR_GPU || error.code() == CUDA_ERROR_INVALID_IMAGE) {
@@ -556,7 +579,7 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
     if (settings.warmup_ms > 0) {
       const auto start = Clock::now();
       do {
-        if (job.inplace) restore_inputs(set, ArgKind::inout);
+        if (job.inplace) restore_inouts(set);
         launch(function, geometry, set);
         sync();
       } while (elapsed_ms(start, Clock::now()) < settings.warmup_ms);
@@ -565,11 +588,13 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
     stage = "timed launch";
     Sampler sampler(settings, job.prune_above_ms, Clock::now());
     while (true) {
+      // Untimed and in stream order before the start event: the restore, then the flush, so
+      // the restored buffers are as cold in L2 as every other input.
+      if (job.inplace) restore_inouts(set);
       if (settings.flush_cache) {
         KTUNE_CU(drv(), cuMemsetD8Async(flush->get(), static_cast<unsigned char>(++flush_round & 0xff),
                                         flush_bytes, stream->get()));
       }
-      if (job.inplace) restore_inputs(set, ArgKind::inout);
       KTUNE_CU(drv(), cuEventRecord(start->get(), stream->get()));
       launch(function, geometry, set);
       KTUNE_CU(drv(), cuEventRecord(stop->get(), stream->get()));
@@ -593,7 +618,7 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
     return result;
   } catch (const CudaCallError& error) {
     const std::string reason = stage + ": " + error.summary();
-    if (cuda::is_sticky_error(error.code())) {
+    if (cuda::is_fatal_error(error.code())) {
       ctx.lost = true;
       lost_reason = reason;
       result.context_lost = true;
@@ -642,12 +667,16 @@ CudaRunner::CudaRunner(std::unique_ptr<State> state) : m_state(std::move(state))
 
 CudaRunner::~CudaRunner() = default;
 
-BenchOutcome CudaRunner::run(const BenchJob& job) {
+BenchOutcome CudaRunner::run(const BenchJob& job) { return run_job(job).outcome; }
+
+CudaRunOutcome CudaRunner::run_job(const BenchJob& job) {
   if (!job.launch) {
-    return failure(CandidateStatus::runtime_error,
-                   "bench job for " + job.kernel + " at " + job.shape +
-                       " carries no CUDA launch geometry (grid, block, shared_bytes from the "
-                       "spec's [launch])");
+    CudaRunOutcome result;
+    result.outcome = failure(CandidateStatus::runtime_error,
+                             "bench job for " + job.kernel + " at " + job.shape +
+                                 " carries no CUDA launch geometry (grid, block, shared_bytes from "
+                                 "the spec's [launch])");
+    return result;
   }
   CudaRunOutcome result = run_cuda(job, *job.launch, job.reference_launch);
   if (result.resources) {
@@ -655,7 +684,7 @@ BenchOutcome CudaRunner::run(const BenchJob& job) {
     result.outcome.spills = result.resources->spill_store_bytes;
     result.outcome.shared_bytes = result.resources->shared_bytes;
   }
-  return std::move(result.outcome);
+  return result;
 }
 
 CudaRunOutcome CudaRunner::run_cuda(const BenchJob& job, const CudaLaunch& launch,

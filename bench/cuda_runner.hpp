@@ -1,7 +1,9 @@
 #pragma once
 // CudaRunner: benchmarks CUBIN candidates with the driver API (loaded at run time,
 // cuda/cuda_api.hpp) on one device of the bench worker, in the device's primary context. The
-// daemon starts the worker with CUDA_VISIBLE_DEVICES naming its device, so that is ordinal 0.
+// device is the ordinal the job names (BenchJob::cuda_device). The daemon does not set
+// CUDA_VISIBLE_DEVICES: workers inherit its environment, so the ordinal means the same device
+// in the worker as in the daemon's `devices` list.
 //
 // The kernel is `extern "C" __global__ void <entry>(...)` with one parameter per spec arg:
 // buffers as device pointers, scalars by value in the arg's dtype (i32 int, i64 long long, f32
@@ -12,26 +14,31 @@
 // only the latest key's are kept) with 256 bytes of a fixed pattern on either side, so a kernel
 // writing just past a buffer is caught. Inputs are filled on the host from the seed with the
 // host runner's generator (bench/host_buffers.hpp), so CPU and CUDA families see the same data,
-// and copied in. Reference outputs are computed once per (reference CUBIN, key) with the
-// reference launch and kept on the host.
+// and copied in; inout buffers also get a pristine copy on the device, which every restore
+// copies from (cuMemcpyDtoDAsync on the runner's stream). Reference outputs are computed once
+// per (reference CUBIN, key) with the reference launch and kept on the host.
 //
 // Per candidate: module load, function lookup, attributes (registers = CU_FUNC_ATTRIBUTE_NUM_REGS,
 // stack_bytes = LOCAL_SIZE_BYTES, shared_bytes = SHARED_SIZE_BYTES, reported with every outcome
 // that got that far), a launch check against the device's and the function's limits, then one
-// checked launch (never timed): inputs restored, outputs zeroed, guards re-armed; the guards and
-// the outputs are copied back and compared (|got - expected| <= atol + rtol * |expected|,
-// integers exactly). Then warm-up for warmup_ms, then samples timed with CUDA events around the
-// one launch, each preceded (untimed, on the same stream) by an L2 flush -- cuMemsetD8Async over
-// a buffer of twice the L2 size -- and, for inplace jobs, a restore of the inout buffers, until
-// the Sampler (bench/sampler.hpp) stops them: converged, noise settled, capped or pruned.
+// checked launch (never timed): inputs restored, outputs filled with the sentinel
+// (bench/host_buffers.hpp: NaN for floats, so an element the kernel skips cannot match), guards
+// re-armed; the guards and the outputs are copied back and compared (|got - expected| <= atol +
+// rtol * |expected|, integers exactly). The reference run starts from the same sentinel. Then
+// warm-up for warmup_ms, then samples timed with CUDA events around the one launch, each
+// preceded, untimed and in this order on the same stream, by a restore of the inout buffers
+// (inplace jobs; a device-to-device copy) and an L2 flush -- cuMemsetD8Async over a buffer of
+// twice the L2 size, so the restored data is cold too -- until the Sampler (bench/sampler.hpp)
+// stops them: converged, noise settled, capped or pruned.
 //
 // Outcomes: mismatch (outputs or guards), launch_error (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, an
 // invalid launch, a block or shared memory over the device's or the function's limit),
 // runtime_error (unreadable or foreign CUBIN, missing entry, allocation failure, a failing
-// reference, any other CUDA error), crash (a sticky error: 700, 702, 710, 714-719). After a
-// sticky error the context is unusable: context_lost() turns true, every later run answers crash,
-// and the worker must exit after replying. A failing call is reported as
-// "<stage>: <file:line>: <call> failed: <CUDA error name> (<description>)".
+// reference, any other CUDA error), crash (a fatal error: cuda::is_fatal_error). After a fatal
+// error the context is unusable: context_lost() turns true, every later run answers crash, and
+// the worker must exit after replying. A failing call is reported as
+// "<stage>: <file:line>: <call> failed: <CUDA error name> (<description>)", the name from the
+// driver's cuGetErrorName.
 //
 // Not thread-safe: one runner per bench worker, used from one thread.
 #include "bench/cuda_device.hpp"
@@ -52,7 +59,7 @@ struct CudaRunOutcome {
   // Read with cuFuncGetAttribute once the candidate's module loaded (spills are not reported by
   // the driver: -1). nullopt when the run stopped earlier.
   std::optional<cuda::KernelResources> resources;
-  bool context_lost = false; // a sticky CUDA error: the worker must exit after replying
+  bool context_lost = false; // a fatal CUDA error: the worker must exit after replying
 
   // BenchOutcome::to_json() plus "resources" (KernelResources::to_json() or null) and
   // "context_lost".
@@ -71,9 +78,12 @@ public:
   CudaRunner(const CudaRunner&) = delete;
   CudaRunner& operator=(const CudaRunner&) = delete;
 
-  // Runner interface: run_cuda(job, *job.launch, job.reference_launch), with the resources
-  // copied into the outcome's registers/spills/shared_bytes. A job without launch geometry
-  // answers runtime_error naming what is missing. Check context_lost() after it.
+  // run_cuda(job, *job.launch, job.reference_launch), with the resources copied into the
+  // outcome's registers/spills/shared_bytes; context_lost tells the caller to reply and exit.
+  // A job without launch geometry answers runtime_error naming what is missing.
+  [[nodiscard]] CudaRunOutcome run_job(const BenchJob& job);
+
+  // Runner interface: run_job(job).outcome. Check context_lost() after it.
   [[nodiscard]] BenchOutcome run(const BenchJob& job) override;
 
   // Runs `job` (artifact_path and reference_path are CUBIN files) with `launch`; the reference

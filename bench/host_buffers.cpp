@@ -255,6 +255,11 @@ void fill_elements(DType dtype, void* data, std::size_t count, InitKind init, st
   }
 }
 
+void fill_sentinel(DType dtype, void* data, std::size_t count) {
+  const std::size_t halfwords = count * dtype_bytes(dtype) / sizeof(std::uint16_t);
+  for (std::size_t i = 0; i < halfwords; ++i) save(data, i, k_sentinel_halfword);
+}
+
 std::optional<ElementMismatch> compare_elements(DType dtype, const void* got, const void* expected,
                                                 std::size_t count, double rtol, double atol) {
   std::optional<ElementMismatch> mismatch;

@@ -99,6 +99,16 @@ private:
 void fill_elements(DType dtype, void* data, std::size_t count, InitKind init, std::uint64_t seed,
                    std::uint64_t stream);
 
+// What output buffers hold before a checked run, so that an element the kernel never writes
+// fails the check instead of matching a reference that happened to leave zero there: the 16-bit
+// word 0x7fff repeated, which reads as a quiet NaN in f16, f32 and f64 alike, and as 0x7fff7fff
+// (i32) or 0x7fff7fff7fff7fff (i64). One half-word, so a device fills it with cuMemsetD16.
+// Elements the reference leaves unwritten stay NaN on both sides and still match.
+inline constexpr std::uint16_t k_sentinel_halfword = 0x7fff;
+
+// Fills `count` elements of `dtype` at `data` with the sentinel.
+void fill_sentinel(DType dtype, void* data, std::size_t count);
+
 struct ElementMismatch {
   std::size_t index = 0;       // first differing element
   double got = 0, expected = 0;

@@ -38,6 +38,7 @@ inline constexpr const char* unknown_job = "unknown_job";
 inline constexpr const char* empty_space = "empty_space";
 inline constexpr const char* space_too_large = "space_too_large";
 inline constexpr const char* too_many_jobs = "too_many_jobs";
+inline constexpr const char* cancelled = "cancelled";
 // Connection limits and access (§ Limits): each closes the connection after its line.
 inline constexpr const char* message_too_large = "message_too_large";
 inline constexpr const char* timeout = "timeout";

@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -100,8 +101,18 @@ std::string driver_error_description(const DriverApi& api, CUresult result) {
 }
 
 std::string driver_failure(const DriverApi& api, CUresult result, const char* call) {
-  return std::string(call) + " failed: " + driver_error_name(result) + " (" +
+  return std::string(call) + " failed: " + driver_error_name(api, result) + " (" +
          driver_error_description(api, result) + ")";
+}
+
+// "; this process runs under an address-space limit ..." when RLIMIT_AS is set, else "".
+std::string address_space_note() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return {};
+  return "; this process runs under an address-space limit (RLIMIT_AS " +
+         std::to_string(limit.rlim_cur >> 20) +
+         " MiB), and the driver reserves a large virtual range at cuInit: run CUDA work without "
+         "one (ktuned's worker_memory_mb does not apply to CUDA bench workers; docs/gpu.md)";
 }
 
 Result<const NvrtcApi*> load_nvrtc_uncached() {
@@ -175,7 +186,8 @@ Result<const DriverApi*> open_driver(const std::string& name) {
 
   const CUresult init = api->cuInit(0);
   if (init != CUDA_SUCCESS) {
-    const std::string head = "cuInit returned " + driver_error_name(init) + " (" + std::to_string(init) + ")";
+    const std::string head =
+        "cuInit returned " + driver_error_name(*api, init) + " (" + std::to_string(init) + ")";
     if (init == CUDA_ERROR_STUB_LIBRARY) {
       return make_error(protocol::code::no_device,
                         head + ": " + api->library +
@@ -186,12 +198,15 @@ Result<const DriverApi*> open_driver(const std::string& name) {
       return make_error(protocol::code::no_device, head + ": no CUDA device is visible to this process (" +
                                                        visible_devices_note() + ")");
     }
-    return make_error(protocol::code::no_device,
-                      head + " (" + driver_error_description(*api, init) + ") from " + api->library);
+    return make_error(protocol::code::no_device, head + " (" + driver_error_description(*api, init) +
+                                                     ") from " + api->library + address_space_note());
   }
   if (const CUresult r = api->cuDriverGetVersion(&api->driver_version); r != CUDA_SUCCESS) {
     return make_error(protocol::code::no_device,
                       api->library + ": " + driver_failure(*api, r, "cuDriverGetVersion"));
+  }
+  if (auto problem = driver_version_problem(api->driver_version, CUDA_VERSION)) {
+    return make_error(protocol::code::no_device, api->library + ": " + *problem);
   }
   library->release();
   return api.release();
@@ -254,6 +269,9 @@ std::string driver_error_name(int code) {
     KTUNE_CUDA_NAME(CUDA_ERROR_INVALID_CONTEXT)
     KTUNE_CUDA_NAME(CUDA_ERROR_NO_BINARY_FOR_GPU)
     KTUNE_CUDA_NAME(CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+    KTUNE_CUDA_NAME(CUDA_ERROR_ECC_UNCORRECTABLE)
+    KTUNE_CUDA_NAME(CUDA_ERROR_NVLINK_UNCORRECTABLE)
+    KTUNE_CUDA_NAME(CUDA_ERROR_CONTAINED)
     KTUNE_CUDA_NAME(CUDA_ERROR_INVALID_SOURCE)
     KTUNE_CUDA_NAME(CUDA_ERROR_FILE_NOT_FOUND)
     KTUNE_CUDA_NAME(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED)
@@ -272,10 +290,13 @@ std::string driver_error_name(int code) {
     KTUNE_CUDA_NAME(CUDA_ERROR_INVALID_PC)
     KTUNE_CUDA_NAME(CUDA_ERROR_LAUNCH_FAILED)
     KTUNE_CUDA_NAME(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)
+    KTUNE_CUDA_NAME(CUDA_ERROR_TENSOR_MEMORY_LEAK)
     KTUNE_CUDA_NAME(CUDA_ERROR_NOT_PERMITTED)
     KTUNE_CUDA_NAME(CUDA_ERROR_NOT_SUPPORTED)
     KTUNE_CUDA_NAME(CUDA_ERROR_SYSTEM_NOT_READY)
     KTUNE_CUDA_NAME(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)
+    KTUNE_CUDA_NAME(CUDA_ERROR_MPS_CLIENT_TERMINATED)
+    KTUNE_CUDA_NAME(CUDA_ERROR_EXTERNAL_DEVICE)
     KTUNE_CUDA_NAME(CUDA_ERROR_UNKNOWN)
 #undef KTUNE_CUDA_NAME
     default:
@@ -284,10 +305,57 @@ std::string driver_error_name(int code) {
   return "CUDA_ERROR_" + std::to_string(code);
 }
 
-bool is_sticky_error(int code) {
-  return code == CUDA_ERROR_ILLEGAL_ADDRESS || code == CUDA_ERROR_LAUNCH_TIMEOUT ||
-         code == CUDA_ERROR_ASSERT ||
-         (code >= CUDA_ERROR_HARDWARE_STACK_ERROR && code <= CUDA_ERROR_LAUNCH_FAILED);
+std::string driver_error_name(const DriverApi& api, CUresult result) {
+  const char* name = nullptr;
+  if (api.cuGetErrorName != nullptr && api.cuGetErrorName(result, &name) == CUDA_SUCCESS &&
+      name != nullptr) {
+    return name;
+  }
+  return driver_error_name(result);
+}
+
+std::optional<std::string> driver_version_problem(int driver_version, int toolkit_version) {
+  const int driver_major = driver_version / 1000;
+  const int toolkit_major = toolkit_version / 1000;
+  if (driver_major >= toolkit_major) return std::nullopt;
+  const auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  std::string minimum;
+  if (toolkit_major == 12) minimum = " (on Linux, driver 525 or newer)";
+  if (toolkit_major == 13) minimum = " (on Linux, driver 580 or newer)";
+  return "the NVIDIA driver supports CUDA " + version(driver_version) + " (cuDriverGetVersion " +
+         std::to_string(driver_version) + "), and ktune's CUDA backend is built for CUDA " +
+         version(toolkit_version) + ": every kernel its nvrtc compiles would fail to load. Install a "
+         "driver for CUDA " + std::to_string(toolkit_major) + ".0 or newer" + minimum +
+         ", or build ktune against the CUDA " + std::to_string(driver_major) + " toolkit";
+}
+
+bool is_fatal_error(int code) {
+  switch (code) {
+    // cuda.h: "To continue using CUDA, the process must be terminated and relaunched."
+    case CUDA_ERROR_CONTAINED:             // 226
+    case CUDA_ERROR_ILLEGAL_ADDRESS:       // 700
+    case CUDA_ERROR_LAUNCH_TIMEOUT:        // 702
+    case CUDA_ERROR_ASSERT:                // 710
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:  // 714
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:   // 715
+    case CUDA_ERROR_MISALIGNED_ADDRESS:    // 716
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE: // 717
+    case CUDA_ERROR_INVALID_PC:            // 718
+    case CUDA_ERROR_LAUNCH_FAILED:         // 719
+    case CUDA_ERROR_TENSOR_MEMORY_LEAK:    // 721
+    case CUDA_ERROR_MPS_CLIENT_TERMINATED: // 810
+    case CUDA_ERROR_EXTERNAL_DEVICE:       // 911
+    // Not documented as fatal, treated so: after an uncorrectable ECC or NVLink error the data
+    // on the device can no longer be trusted, and after an unknown error nothing says the
+    // context survived. A restart costs one worker start; keeping a broken context would fail
+    // every later candidate.
+    case CUDA_ERROR_ECC_UNCORRECTABLE:     // 214
+    case CUDA_ERROR_NVLINK_UNCORRECTABLE:  // 220
+    case CUDA_ERROR_UNKNOWN:               // 999
+      return true;
+    default:
+      return false;
+  }
 }
 
 bool is_out_of_resources(int code) { return code == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES; }
@@ -308,7 +376,7 @@ CudaCallError::CudaCallError(CudaLibrary library, int code, std::string name, st
 
 void check_driver(const DriverApi& api, CUresult result, const char* call, const char* file, int line) {
   if (result == CUDA_SUCCESS) return;
-  throw CudaCallError(CudaLibrary::driver, result, driver_error_name(result),
+  throw CudaCallError(CudaLibrary::driver, result, driver_error_name(api, result),
                       driver_error_description(api, result), call, location_of(file, line), {});
 }
 

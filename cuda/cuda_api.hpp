@@ -27,6 +27,7 @@
 #include <nvrtc.h>
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -67,7 +68,9 @@ namespace ktune::cuda {
   X(cuMemFree)                    \
   X(cuMemcpyHtoD)                 \
   X(cuMemcpyDtoH)                 \
+  X(cuMemcpyDtoDAsync)            \
   X(cuMemsetD8Async)              \
+  X(cuMemsetD16Async)             \
   X(cuStreamCreate)               \
   X(cuStreamDestroy)              \
   X(cuStreamSynchronize)          \
@@ -109,13 +112,18 @@ struct DriverApi {
 // name tried and dlopen's reason), a missing symbol (naming it and the library).
 [[nodiscard]] Result<const NvrtcApi*> load_nvrtc();
 
-// Loads libcuda.so.1 once per process, resolves every symbol and calls cuInit(0); later calls
-// return the same table or the same error. Errors, all with code "no_device":
+// Loads libcuda.so.1 once per process, resolves every symbol, calls cuInit(0) and checks the
+// driver's CUDA version (driver_version_problem); later calls return the same table or the same
+// error. Errors, all with code "no_device":
 //   "libcuda.so.1 not found: no NVIDIA driver on this machine (<dlopen's reason>)"
 //   "cuInit returned CUDA_ERROR_STUB_LIBRARY (34): <path> is the CUDA toolkit's stub library, not
 //    a driver: no NVIDIA driver on this machine"
 //   "cuInit returned CUDA_ERROR_NO_DEVICE (100): no CUDA device is visible to this process
 //    (CUDA_VISIBLE_DEVICES=...)"
+//   any cuInit failure in a process under an address-space limit (RLIMIT_AS) names the limit:
+//    the driver reserves a large virtual range at cuInit (docs/gpu.md)
+//   "<path>: the NVIDIA driver supports CUDA 12.4, and ktune's CUDA backend is built for CUDA
+//    13.0: ..." (driver_version_problem)
 //   any other cuInit failure or a missing symbol, named with the library's path.
 [[nodiscard]] Result<const DriverApi*> load_driver();
 
@@ -127,12 +135,27 @@ struct DriverApi {
 // kernels may include <cuda_fp16.h> and friends through nvrtc.
 [[nodiscard]] std::string toolkit_include_dir();
 
-// The enum name of a CUresult ("CUDA_ERROR_ILLEGAL_ADDRESS"), from cuda.h's list; for codes it
-// does not know, "CUDA_ERROR_<code>". Works without a driver.
+// The enum name of a CUresult ("CUDA_ERROR_ILLEGAL_ADDRESS"), from ktune's copy of cuda.h's
+// list; for codes it does not know, "CUDA_ERROR_<code>". Works without a driver.
 [[nodiscard]] std::string driver_error_name(int code);
+// The driver's own name for `result` (cuGetErrorName), so codes newer than ktune's list are
+// named too; driver_error_name(result) when the table has no cuGetErrorName or it fails.
+[[nodiscard]] std::string driver_error_name(const DriverApi& api, CUresult result);
 
-// Errors after which the context is unusable (700, 702, 710, 714-719): the process must exit.
-[[nodiscard]] bool is_sticky_error(int code);
+// nullopt when a driver reporting `driver_version` (cuDriverGetVersion: 1000 * major + 10 *
+// minor) runs code built with the CUDA `toolkit_version` (CUDA_VERSION, same encoding): the
+// driver's major version must be at least the toolkit's (minor versions are compatible).
+// Otherwise the error message: both versions, the Linux driver that first supports the
+// toolkit's major (CUDA 12: 525, CUDA 13: 580) and what would go wrong -- every CUBIN the
+// toolkit's nvrtc writes would fail to load.
+[[nodiscard]] std::optional<std::string> driver_version_problem(int driver_version, int toolkit_version);
+
+// Errors after which the context, and for some the whole process, is unusable: the worker must
+// reply and exit, and a new process gets a new context. The list (cuda_api.cpp) is every code
+// cuda.h documents as "the process must be terminated and relaunched" (226, 700, 702, 710,
+// 714-719, 721, 810, 911), plus 214 and 220 (uncorrectable ECC or NVLink errors: the device's
+// memory can no longer be trusted) and 999 (unknown: nothing says the context survived).
+[[nodiscard]] bool is_fatal_error(int code);
 // CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (701): a property of one launch configuration.
 [[nodiscard]] bool is_out_of_resources(int code);
 

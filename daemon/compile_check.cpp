@@ -36,96 +36,56 @@ std::string first_line(const std::string& log) {
   return {};
 }
 
-struct Task {
-  std::size_t config = 0;
-  std::string arch;
-  CompileJob job;
-};
-
-// One running check; kept alive by the reply handlers of its requests.
-struct CheckRun : std::enable_shared_from_this<CheckRun> {
+// One check's results, filled as compiles answer; shared by the job's callbacks.
+struct CheckRun {
   std::weak_ptr<Session> session;
   nlohmann::json id;
-  WorkerPool* workers = nullptr;
+  std::int64_t job = 0;
   nlohmann::json header;
   std::vector<Config> configs;
-  std::vector<Task> tasks;
+  std::vector<std::pair<std::size_t, std::string>> tasks; // config, arch
   std::vector<nlohmann::json> rows;
-  std::size_t next = 0;
-  std::size_t in_flight = 0;
   std::size_t errors = 0;
-  bool finished = false;
 
-  void finish_with(const Error& error) {
-    if (finished) return;
-    finished = true;
-    if (auto s = session.lock()) s->send(protocol::encode_error(id, error.code, error.message));
-  }
-
-  void pump() {
-    if (finished) return;
-    if (session.expired()) {
-      finished = true; // nobody to answer: stop handing out compiles
-      return;
-    }
-    while (next < tasks.size()) {
-      auto worker = workers->idle_worker(WorkerRole::compile);
-      if (!worker) {
-        return finish_with(make_error(code::internal, "compile_check: no compile worker: " +
-                                                          worker.error().message));
-      }
-      if (!*worker) break;
-      const std::size_t index = next++;
-      ++in_flight;
-      (*worker)->request("compile", tasks[index].job.to_json(),
-                         [self = shared_from_this(), index](Result<nlohmann::json> reply) {
-                           self->on_reply(index, std::move(reply));
-                         });
-    }
-    if (in_flight == 0 && next < tasks.size()) {
-      return finish_with(make_error(
-          code::no_device, "compile_check: every compile worker is busy with a tune job; retry "
-                           "when it ends"));
-    }
-    if (in_flight == 0 && next == tasks.size()) reply();
-  }
-
-  void on_reply(std::size_t index, Result<nlohmann::json> reply) {
-    --in_flight;
-    if (finished) return;
-    const Task& task = tasks[index];
-    nlohmann::json row{{"config", config_to_json(configs[task.config])}, {"arch", task.arch}};
+  void on_compiled(std::size_t index, Result<nlohmann::json> reply) {
+    const auto& [config, arch] = tasks[index];
+    nlohmann::json row{{"config", config_to_json(configs[config])}, {"arch", arch}};
+    const auto failed = [&](const std::string& message) {
+      row.update({{"status", "compile_error"}, {"message", message}, {"registers", -1},
+                  {"spills", -1}, {"compile_ms", 0}, {"cached", false}});
+    };
     if (!reply) {
-      row.update({{"status", "compile_error"},
-                  {"message", reply.error().code + ": " + reply.error().message},
-                  {"registers", -1}, {"spills", -1}, {"compile_ms", 0}, {"cached", false}});
+      failed(reply.error().code + ": " + reply.error().message);
+    } else if (auto outcome = CompileOutcome::from_json(*reply); !outcome) {
+      failed(outcome.error().message);
     } else {
-      auto outcome = CompileOutcome::from_json(*reply);
-      if (!outcome) {
-        row.update({{"status", "compile_error"}, {"message", outcome.error().message},
-                    {"registers", -1}, {"spills", -1}, {"compile_ms", 0}, {"cached", false}});
-      } else {
-        const bool ok = outcome->status == CandidateStatus::ok;
-        row.update({{"status", std::string(to_string(outcome->status))},
-                    {"message", ok ? std::string() : first_line(outcome->log)},
-                    {"registers", outcome->registers},
-                    {"spills", outcome->spills},
-                    {"compile_ms", outcome->compile_ms},
-                    {"cached", outcome->cached}});
-      }
+      const bool ok = outcome->status == CandidateStatus::ok;
+      row.update({{"status", std::string(to_string(outcome->status))},
+                  {"message", ok ? std::string() : first_line(outcome->log)},
+                  {"registers", outcome->registers},
+                  {"spills", outcome->spills},
+                  {"compile_ms", outcome->compile_ms},
+                  {"cached", outcome->cached}});
     }
     if (row["status"] != "ok") ++errors;
     rows[index] = std::move(row);
-    pump();
   }
 
-  void reply() {
-    finished = true;
+  void on_end(JobState state) {
+    auto s = session.lock();
+    if (!s) return;
+    if (state != JobState::done) {
+      s->send(protocol::encode_error(id, code::cancelled,
+                                     "compile_check job " + std::to_string(job) + " " +
+                                         std::string(to_string(state)) + " before it finished"));
+      return;
+    }
     nlohmann::json out = header;
+    out["job"] = job;
     out["compiled"] = tasks.size();
     out["errors"] = errors;
     out["rows"] = std::move(rows);
-    if (auto s = session.lock()) s->send(protocol::encode_ok(id, out));
+    s->send(protocol::encode_ok(id, out));
   }
 };
 
@@ -169,7 +129,7 @@ Result<CompileCheckRequest> CompileCheckRequest::from_json(const nlohmann::json&
 }
 
 void start_compile_check(const std::shared_ptr<Session>& session, const protocol::Request& request,
-                         KernelRegistry& registry, WorkerPool& workers,
+                         KernelRegistry& registry, Scheduler& scheduler, Store& store,
                          const std::string& cache_dir) {
   auto fail = [&](const Error& error) {
     session->send(protocol::encode_error(request.id, error.code, error.message));
@@ -204,23 +164,46 @@ void start_compile_check(const std::shared_ptr<Session>& session, const protocol
   auto run = std::make_shared<CheckRun>();
   run->session = session;
   run->id = request.id;
-  run->workers = &workers;
   run->configs = std::move(*configs);
+  CheckPlan plan;
   for (std::size_t c = 0; c < run->configs.size(); ++c) {
     for (const auto& arch : req->archs) {
       auto job = make_compile_job(*kernel, run->configs[c], dtype, cache_dir);
       if (!job) return fail(job.error());
       job->arch = arch;
-      run->tasks.push_back(Task{c, arch, std::move(*job)});
+      plan.compiles.push_back(job->to_json());
+      run->tasks.emplace_back(c, arch);
     }
   }
   run->rows.resize(run->tasks.size());
+  std::string archs;
+  for (const auto& arch : req->archs) archs += (archs.empty() ? "" : ",") + arch;
   run->header = {{"kernel", spec.name},
                  {"shape", conformed->to_string()},
                  {"dtype", dtype},
                  {"arch", req->archs},
                  {"configs", run->configs.size()}};
-  run->pump();
+
+  JobRecord& record = plan.record;
+  record.kernel = spec.name;
+  record.source_hash = kernel->source_hash;
+  record.shape = conformed->to_string();
+  record.dtype = dtype;
+  record.device = archs;
+  record.strategy = std::string(k_compile_check_strategy);
+  record.total = static_cast<std::int64_t>(plan.compiles.size());
+  record.options.priority = request.body.value("priority", 0);
+  auto id = store.create_job(record);
+  if (!id) return fail(make_error(code::internal, id.error().code + ": " + id.error().message));
+  record.id = *id;
+  run->job = *id;
+  plan.on_compiled = [run, &scheduler](std::size_t index, Result<nlohmann::json> reply) {
+    run->on_compiled(index, std::move(reply));
+    // Nobody waits for the answer any more: stop handing out its compiles.
+    if (run->session.expired()) scheduler.cancel(run->job);
+  };
+  plan.on_end = [run](JobState state) { run->on_end(state); };
+  scheduler.enqueue(std::move(plan));
 }
 
 } // namespace ktune::daemon

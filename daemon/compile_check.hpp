@@ -8,14 +8,17 @@
 //   {"kernel","shape","dtype","arch":[..],"configs":N,"compiled":N*len(arch),"errors":E,
 //    "rows":[{"config":{..},"arch","status","message","registers","spills","compile_ms",
 //             "cached"}...]}
-// rows in (config, arch) order; "message" is the first non-empty log line of a compile_error.
+// rows in (config, arch) order; "message" is the first non-empty log line of a compile_error;
+// "job" is the id of the job the check ran as (strategy "compile_check", device = the archs): it
+// waits in the scheduler's queue like any job, shares the compile workers fairly with tune jobs,
+// and `cancel` stops it (the reply is then the error `cancelled`); a client that goes away
+// cancels it too.
 // Errors: unknown_kernel (no CUDA family of that name), bad_request (no arch, an arch that is not
-// sm_XX, a malformed field), bad_shape, bad_dtype, empty_space, no_device when every compile
-// worker is taken by a tune job, internal when no compile worker can be started.
+// sm_XX, a malformed field), bad_shape, bad_dtype, empty_space, cancelled, internal.
 #include "compiler/kernel_registry.hpp"
 #include "core/protocol.hpp"
 #include "daemon/session.hpp"
-#include "daemon/worker_pool.hpp"
+#include "daemon/scheduler.hpp"
 
 #include <memory>
 #include <string>
@@ -31,11 +34,13 @@ struct CompileCheckRequest {
   [[nodiscard]] static Result<CompileCheckRequest> from_json(const nlohmann::json& body);
 };
 
-// Starts the check and replies on `session` when every compile finished (or at once on an
-// error). Runs alongside tune jobs on the compile workers that are idle, at most the pool's limit
-// at once. io thread only.
+// The strategy column of a compile check's job row.
+inline constexpr std::string_view k_compile_check_strategy = "compile_check";
+
+// Stores the check as a job, queues it and replies on `session` when every compile finished (or
+// at once on an error). io thread only.
 void start_compile_check(const std::shared_ptr<Session>& session, const protocol::Request& request,
-                         KernelRegistry& registry, WorkerPool& workers,
+                         KernelRegistry& registry, Scheduler& scheduler, Store& store,
                          const std::string& cache_dir);
 
 } // namespace ktune::daemon

@@ -1,6 +1,10 @@
 #include "daemon/devices.hpp"
 
 #include "core/protocol.hpp"
+#include "daemon/log.hpp"
+
+#include <algorithm>
+#include <limits>
 
 namespace ktune::daemon {
 
@@ -37,56 +41,124 @@ Error as_reply_error(const Error& error) {
                     "asking a worker for CUDA devices failed: " + error.code + ": " + error.message);
 }
 
+bool is_hex(const std::string& text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  });
+}
+
+nlohmann::json device_json(const DeviceInfo& d) {
+  return {{"name", d.name}, {"fingerprint", d.fingerprint}, {"details", d.details}};
+}
+
 } // namespace
 
-void query_cuda_devices(WorkerPool& workers, CudaDevicesHandler done) {
-  std::shared_ptr<WorkerProcess> worker;
-  for (const WorkerRole role : {WorkerRole::bench, WorkerRole::compile}) {
-    auto idle = workers.idle_worker(role);
-    if (!idle) return done(as_reply_error(idle.error()));
-    if (*idle) {
-      worker = *idle;
-      break;
-    }
-  }
-  if (!worker) {
-    return done(make_error(code::no_device,
-                           "cannot ask for CUDA devices now: the bench worker and all " +
-                               std::to_string(workers.limit(WorkerRole::compile)) +
-                               " compile workers are busy; retry when the running job ends"));
-  }
-  worker->request("devices", nlohmann::json::object(),
-                  [done = std::move(done)](Result<nlohmann::json> reply) {
-                    if (!reply) return done(as_reply_error(reply.error()));
-                    done(devices_from_json(*reply));
-                  });
+bool is_cuda_device(const std::string& device) {
+  if (device == "cuda") return true;
+  if (device.rfind("cuda:", 0) != 0 || device.size() == 5) return false;
+  return std::all_of(device.begin() + 5, device.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-Result<DeviceInfo> find_cuda_device(const std::vector<DeviceInfo>& devices,
-                                    const std::string& device) {
-  const std::string name = device == "cuda" ? std::string("cuda:0") : device;
+void DeviceRegistry::remember(const DeviceInfo& device) {
+  const bool cpu = device.details.is_object() && device.details.value("kind", "") == "cpu";
+  m_known[device.fingerprint] = {device.name, cpu ? Language::cpp : Language::cuda};
+}
+
+void DeviceRegistry::probe(WorkerPool& pool, std::function<void()> done) {
+  Work work;
+  work.op = "devices";
+  work.priority = std::numeric_limits<int>::max();
+  work.deadline = std::chrono::seconds(60);
+  work.on_reply = [this, &pool, done = std::move(done)](Result<nlohmann::json> reply,
+                                                        const Delivery&) {
+    m_probed = true;
+    m_cuda = reply ? devices_from_json(*reply)
+                   : Result<std::vector<DeviceInfo>>(as_reply_error(reply.error()));
+    if (m_cuda) {
+      for (const auto& d : *m_cuda) {
+        remember(d);
+        if (!pool.has_lane(d.name)) {
+          KTUNE_LOG(info) << "device " << d.name << ": "
+                          << d.details.value("name", std::string("?")) << ", fingerprint "
+                          << d.fingerprint << "; bench lane added";
+        }
+        pool.add_lane(d.name);
+      }
+    } else {
+      KTUNE_LOG(info) << "no CUDA device (" << m_cuda.error().code << "): "
+                      << m_cuda.error().message;
+    }
+    if (done) done();
+  };
+  pool.submit("", std::move(work));
+}
+
+Error DeviceRegistry::no_cuda(const std::string& device) const {
+  if (!m_probed) {
+    return make_error(code::no_device, "device " + device +
+                                           ": ktuned is still asking its workers for CUDA "
+                                           "devices; retry in a moment");
+  }
+  if (!m_cuda) return make_error(code::no_device, "device " + device + ": " + m_cuda.error().message);
   std::string seen;
-  for (const auto& d : devices) {
-    if (d.name == name) return d;
-    seen += (seen.empty() ? "" : ", ") + d.name;
-  }
-  return make_error(code::unknown_device, "unknown device '" + device + "': the workers see " +
-                                              std::to_string(devices.size()) + " CUDA device" +
-                                              (devices.size() == 1 ? "" : "s") +
-                                              (seen.empty() ? "" : " (" + seen + ")"));
+  for (const auto& d : *m_cuda) seen += (seen.empty() ? "" : ", ") + d.name;
+  return make_error(code::no_device, "device " + device + ": this machine has " +
+                                         std::to_string(m_cuda->size()) + " CUDA device" +
+                                         (m_cuda->size() == 1 ? "" : "s") +
+                                         (seen.empty() ? "" : " (" + seen + ")"));
 }
 
-nlohmann::json devices_reply(const DeviceInfo& cpu, const Result<std::vector<DeviceInfo>>& cuda) {
-  nlohmann::json list = nlohmann::json::array();
-  list.push_back({{"name", cpu.name}, {"fingerprint", cpu.fingerprint}, {"details", cpu.details}});
-  nlohmann::json status;
-  if (cuda) {
-    for (const auto& d : *cuda) {
-      list.push_back({{"name", d.name}, {"fingerprint", d.fingerprint}, {"details", d.details}});
+Result<ResolvedDevice> DeviceRegistry::resolve(const std::string& device, Language prefer) const {
+  if (device == "cpu") return ResolvedDevice{"cpu", m_cpu.fingerprint, Language::cpp, true};
+  if (is_cuda_device(device)) {
+    auto found = local(device);
+    if (!found) return found.error();
+    return ResolvedDevice{found->name, found->fingerprint, Language::cuda, true};
+  }
+  if (is_hex(device)) {
+    if (const auto it = m_known.find(device); it != m_known.end()) {
+      bool here = device == m_cpu.fingerprint;
+      if (m_cuda) {
+        for (const auto& d : *m_cuda) here = here || d.fingerprint == device;
+      }
+      return ResolvedDevice{it->second.first, device, it->second.second, here};
     }
+    return ResolvedDevice{device, device, prefer, false};
+  }
+  return make_error(code::unknown_device,
+                    "unknown device '" + device +
+                        "' (expected cpu, cuda:N or a device fingerprint of 32 hex digits)");
+}
+
+Result<DeviceInfo> DeviceRegistry::local(const std::string& device) const {
+  if (device == "cpu") return m_cpu;
+  if (!is_cuda_device(device)) {
+    return make_error(code::unknown_device,
+                      "unknown device '" + device + "' (expected cpu, cuda:N or all)");
+  }
+  const std::string name = device == "cuda" ? std::string("cuda:0") : device;
+  if (m_cuda) {
+    for (const auto& d : *m_cuda) {
+      if (d.name == name) return d;
+    }
+  }
+  return no_cuda(device);
+}
+
+std::vector<DeviceInfo> DeviceRegistry::all_local() const {
+  std::vector<DeviceInfo> out{m_cpu};
+  if (m_cuda) out.insert(out.end(), m_cuda->begin(), m_cuda->end());
+  return out;
+}
+
+nlohmann::json DeviceRegistry::to_json() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& d : all_local()) list.push_back(device_json(d));
+  nlohmann::json status;
+  if (m_cuda) {
     status = {{"available", true}};
   } else {
-    status = {{"available", false}, {"code", cuda.error().code}, {"reason", cuda.error().message}};
+    status = {{"available", false}, {"code", m_cuda.error().code}, {"reason", m_cuda.error().message}};
   }
   return {{"devices", std::move(list)}, {"cuda", std::move(status)}};
 }

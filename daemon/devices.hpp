@@ -1,10 +1,15 @@
 #pragma once
-// CUDA devices as ktuned learns them: the daemon never loads libcuda itself; it asks a worker
-// (worker op "devices", worker/worker.hpp), which loads the driver in its own process. io thread
-// only.
-#include "core/device.hpp"
+// DeviceRegistry: the devices this ktuned tunes on and answers lookups for. The daemon never
+// loads a device driver itself: a worker is asked ("devices" probe, WorkerPool::submit) at start
+// and whenever a client lists the devices; each CUDA device found gets its own bench lane. The
+// fingerprints of every device in the store (tuned here or imported from another machine's
+// table) are known too, so a lookup may name a device by fingerprint. io thread only.
+//
+// A device is named "cpu", "cuda:N" ("cuda" = "cuda:0") or by its fingerprint (32 hex digits).
 #include "bench/runner.hpp"
 #include "compiler/compiler.hpp"
+#include "core/device.hpp"
+#include "core/kernel_spec.hpp"
 #include "core/result.hpp"
 #include "daemon/worker_pool.hpp"
 #include "db/store.hpp"
@@ -12,38 +17,70 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace ktune::daemon {
 
-using CudaDevicesHandler = std::function<void(Result<std::vector<DeviceInfo>> devices)>;
-
-// Asks an idle worker (the bench worker, else a compile worker) for the CUDA devices it sees and
-// calls `done` once, on the io thread, never inside this call unless no worker can take the
-// request. Errors: no_device with the worker's cause (no libcuda.so.1, a stub driver, no device,
-// or a ktune built without the CUDA backend); no_device naming the busy workers when every
-// worker is busy; internal naming the failure (spawn_error, crash, worker_lost, timeout) when no
-// worker could answer. Every code is one of docs/protocol.md § Error codes.
-void query_cuda_devices(WorkerPool& workers, CudaDevicesHandler done);
+// "cuda" or "cuda:N".
+[[nodiscard]] bool is_cuda_device(const std::string& device);
 
 // The DeviceInfo list of a worker's "devices" outcome {"devices":[{name,fingerprint,details}]}.
 // Errors: internal naming what is malformed.
 [[nodiscard]] Result<std::vector<DeviceInfo>> devices_from_json(const nlohmann::json& outcome);
 
-// The DeviceInfo named `device` ("cuda:N") in `devices`. Errors: unknown_device naming the
-// devices there are.
-[[nodiscard]] Result<DeviceInfo> find_cuda_device(const std::vector<DeviceInfo>& devices,
-                                                  const std::string& device);
+// A device as a lookup or tune names it, resolved.
+struct ResolvedDevice {
+  std::string name;               // "cpu", "cuda:0", or the stored name of a fingerprint
+  std::string fingerprint;
+  Language language = Language::cpp; // which family of a kernel runs there
+  bool local = false;             // a device of this machine (it has a lane)
+};
 
-// Reply of the daemon op "devices": {"devices":[{"name":"cpu",..},{"name":"cuda:0",..}],
-// "cuda":{"available":true}} or, when no CUDA device can be used,
-// "cuda":{"available":false,"code":..,"reason":..}.
-[[nodiscard]] nlohmann::json devices_reply(const DeviceInfo& cpu,
-                                           const Result<std::vector<DeviceInfo>>& cuda);
+class DeviceRegistry {
+public:
+  explicit DeviceRegistry(DeviceInfo cpu) : m_cpu(std::move(cpu)) { remember(m_cpu); }
+
+  // Asks a worker for the CUDA devices (highest priority on the compile pool) and adds a bench
+  // lane to `pool` for each one found; `done` runs once, on the io thread, never inside this call.
+  void probe(WorkerPool& pool, std::function<void()> done = {});
+
+  // Remembers a device's kind by fingerprint (the store's devices, imported ones).
+  void remember(const DeviceInfo& device);
+
+  [[nodiscard]] const DeviceInfo& cpu() const { return m_cpu; }
+  [[nodiscard]] bool probed() const { return m_probed; }
+  // The CUDA devices of the last probe, or why there are none.
+  [[nodiscard]] const Result<std::vector<DeviceInfo>>& cuda() const { return m_cuda; }
+
+  // Resolves a device name for a lookup (a fingerprint of a device this ktuned has never seen
+  // is accepted: `prefer` says which family to answer with). Errors: no_device (cuda:N here
+  // without such a GPU, saying why), unknown_device (a name that is neither).
+  [[nodiscard]] Result<ResolvedDevice> resolve(const std::string& device,
+                                               Language prefer = Language::cpp) const;
+  // A local device to tune on: cpu or cuda:N. Errors as resolve(), unknown_device for a
+  // fingerprint that is no device of this machine.
+  [[nodiscard]] Result<DeviceInfo> local(const std::string& device) const;
+  // Every local device: cpu first, then the CUDA devices.
+  [[nodiscard]] std::vector<DeviceInfo> all_local() const;
+
+  // Reply of the daemon op "devices": {"devices":[{"name":"cpu",..},{"name":"cuda:0",..}],
+  // "cuda":{"available":true}} or "cuda":{"available":false,"code":..,"reason":..}.
+  [[nodiscard]] nlohmann::json to_json() const;
+
+private:
+  [[nodiscard]] Error no_cuda(const std::string& device) const;
+
+  DeviceInfo m_cpu;
+  bool m_probed = false;
+  Result<std::vector<DeviceInfo>> m_cuda{make_error("no_device", "not probed yet")};
+  std::unordered_map<std::string, std::pair<std::string, Language>> m_known; // fp -> name, kind
+};
 
 // Points a CUDA job's compile job at its device: arch = the "arch" of the device stored under the
-// job's fingerprint (tune stores it before the job is queued). A CPU job is left as it is.
+// job's fingerprint (stored before the job is queued). A CPU job is left as it is.
 // Errors: internal when the device or its arch is not in the store.
 [[nodiscard]] Result<void> target_cuda_device(const Store& store, const JobRecord& record,
                                               CompileJob& job);

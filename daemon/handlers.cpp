@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 
 namespace ktune::daemon {
@@ -39,17 +40,6 @@ std::string join(const std::vector<std::string>& items, const char* separator) {
   return out;
 }
 
-// A tune for a CUDA device runs twice through tune(): first the workers are asked for the
-// device, then tune() runs again with the device's identity under this key. Clients cannot set
-// it: handle() removes it from every request.
-constexpr const char* k_resolved_device = "resolved_device";
-
-bool is_cuda_device(const std::string& device) {
-  if (device == "cuda") return true;
-  if (device.rfind("cuda:", 0) != 0 || device.size() == 5) return false;
-  return std::all_of(device.begin() + 5, device.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 std::uint64_t cartesian_size(const KernelSpec& spec) {
   std::uint64_t size = 1;
   for (const auto& param : spec.params) {
@@ -60,13 +50,6 @@ std::uint64_t cartesian_size(const KernelSpec& spec) {
     size *= n;
   }
   return size;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 nlohmann::json kernel_to_json(const LoadedKernel& kernel) {
@@ -126,16 +109,16 @@ void RequestHandler::handle(const std::shared_ptr<Session>& session, std::string
     return;
   }
   if (request->op == "tune") {
-    request->body.erase(k_resolved_device);
     tune(session, *request);
   } else if (request->op == "devices") {
+    // Asked again each time: a driver installed or a GPU added since start shows up.
     std::weak_ptr<Session> weak = session;
-    query_cuda_devices(m_ctx.workers, [weak, id = request->id, cpu = m_ctx.cpu](
-                                          Result<std::vector<DeviceInfo>> cuda) {
-      if (auto s = weak.lock()) s->send(protocol::encode_ok(id, devices_reply(cpu, cuda)));
+    m_ctx.devices.probe(m_ctx.workers, [this, weak, id = request->id] {
+      if (auto s = weak.lock()) s->send(protocol::encode_ok(id, m_ctx.devices.to_json()));
     });
   } else if (request->op == "compile_check") {
-    start_compile_check(session, *request, m_registry, m_ctx.workers, m_ctx.config.cache_dir);
+    start_compile_check(session, *request, m_registry, m_ctx.scheduler, m_ctx.store,
+                        m_ctx.config.cache_dir);
   } else {
     const auto reply = answer(*request, session->peer().uid);
     session->send(reply ? protocol::encode_ok(request->id, *reply)
@@ -157,7 +140,17 @@ Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request, 
   if (op == "import") {
     std::vector<WinnerRecord> upserted;
     auto reply = import_op(m_ctx.store, request.body, &upserted);
-    for (const auto& winner : upserted) m_index.put(winner);
+    std::set<std::string> fingerprints;
+    for (const auto& winner : upserted) {
+      m_index.put(winner);
+      fingerprints.insert(winner.fingerprint);
+    }
+    // Imported devices can be named by fingerprint in lookups from now on.
+    for (const auto& fingerprint : fingerprints) {
+      if (auto device = m_ctx.store.get_device(fingerprint); device && device->has_value()) {
+        m_ctx.devices.remember(**device);
+      }
+    }
     return reply;
   }
   if (op == "shutdown") {
@@ -193,14 +186,14 @@ Result<nlohmann::json> RequestHandler::cancel(const protocol::Request& request) 
 Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel_name,
                                                        const std::string& shape_text,
                                                        const std::string& dtype,
-                                                       const std::string& device) {
-  const bool cuda = is_cuda_device(device);
-  if (!cuda && device != "cpu") {
+                                                       const std::string& device_name) {
+  const bool cuda = is_cuda_device(device_name);
+  if (!cuda && device_name != "cpu") {
     return make_error(code::unknown_device,
-                      "unknown device '" + device + "' (expected cpu or cuda:N)");
+                      "unknown device '" + device_name + "' (expected cpu, cuda:N or all)");
   }
   auto kernel = m_registry.find(kernel_name, cuda ? Language::cuda : Language::cpp);
-  if (!kernel && !cuda && kernel.error().code == code::unknown_kernel) {
+  if (!kernel && kernel.error().code == code::unknown_kernel) {
     if (auto other = m_registry.find(kernel_name)) kernel = std::move(other); // rejected below
   }
   if (!kernel) return kernel.error();
@@ -215,19 +208,44 @@ Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel
     return make_error(code::bad_dtype, "kernel " + spec.name + " does not declare dtype '" +
                                            dtype + "' (declared: " + join(spec.dtypes, ", ") + ")");
   }
-
-  if (cuda) return Target{std::move(*kernel), std::move(*conformed), dtype};
-  if (spec.language != Language::cpp) {
+  if (spec.language != (cuda ? Language::cuda : Language::cpp)) {
     return make_error(code::no_device, "kernel " + spec.name + " is written in " +
                                            std::string(to_string(spec.language)) +
-                                           " and cannot run on device cpu (tune it with "
-                                           "--device cuda:N)");
+                                           " and cannot run on device " + device_name +
+                                           (cuda ? "" : " (tune it with --device cuda:N)"));
   }
-  if (auto c_type = dtype_c_type(dtype); !c_type) {
-    return make_error(code::bad_dtype,
-                      "dtype '" + dtype + "' cannot run on device cpu: " + c_type.error().message);
+  if (!cuda) {
+    if (auto c_type = dtype_c_type(dtype); !c_type) {
+      return make_error(code::bad_dtype,
+                        "dtype '" + dtype + "' cannot run on device cpu: " + c_type.error().message);
+    }
   }
-  return Target{std::move(*kernel), std::move(*conformed), dtype};
+  auto device = m_ctx.devices.local(device_name);
+  if (!device) return device.error();
+  return Target{std::move(*kernel), std::move(*conformed), dtype, std::move(*device)};
+}
+
+Result<nlohmann::json> RequestHandler::submit_tune(PlanRequest request, uid_t client) {
+  auto plan = m_planner.plan(std::move(request));
+  if (!plan) return plan.error();
+  const std::int64_t total = plan->record.total;
+  const std::size_t quarantined = plan->quarantined;
+  // Identical requests share one job; asking to remeasure always starts a new one.
+  if (auto same = plan->record.options.remeasure ? std::nullopt
+                                                 : m_ctx.scheduler.find_same(plan->record)) {
+    KTUNE_LOG(info) << "tune " << plan->record.kernel << " " << plan->record.shape << " on "
+                    << plan->record.device << " joins job " << *same;
+    return nlohmann::json{{"job", *same}, {"total", total}, {"state", "queued"},
+                          {"joined", true}, {"quarantined", quarantined},
+                          {"device", plan->record.device}};
+  }
+  if (auto r = m_planner.commit(*plan); !r) return r.error();
+  const std::int64_t id = plan->record.id;
+  m_quota.charge(client, id);
+  nlohmann::json reply{{"job", id}, {"total", total}, {"state", "queued"},
+                       {"quarantined", quarantined}, {"device", plan->record.device}};
+  m_ctx.scheduler.enqueue(std::move(*plan));
+  return reply;
 }
 
 void RequestHandler::tune(const std::shared_ptr<Session>& session, const protocol::Request& request) {
@@ -240,33 +258,6 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   if (!tune_request) return fail(tune_request.error());
   const auto& req = *tune_request;
 
-  const auto resolved = request.body.find(k_resolved_device);
-  if (is_cuda_device(req.device) && resolved == request.body.end()) {
-    // The workers, not the daemon, load the CUDA driver: ask one for the device first (without
-    // a usable device every CUDA request is no_device, whatever else it names).
-    std::weak_ptr<Session> weak = session;
-    query_cuda_devices(m_ctx.workers, [this, weak, request, device = req.device](
-                                          Result<std::vector<DeviceInfo>> devices) {
-      auto s = weak.lock();
-      if (!s) return;
-      auto found = devices ? find_cuda_device(*devices, device) : Result<DeviceInfo>(devices.error());
-      if (!found) {
-        KTUNE_LOG(info) << "tune on " << device << " refused (" << found.error().code
-                        << "): " << found.error().message;
-        s->send(protocol::encode_error(request.id, found.error().code,
-                                       "device " + device + ": " + found.error().message));
-        return;
-      }
-      protocol::Request again = request;
-      again.body[k_resolved_device] = {
-          {"name", found->name}, {"fingerprint", found->fingerprint}, {"details", found->details}};
-      tune(s, again);
-    });
-    return;
-  }
-
-  auto target = resolve(req.kernel, req.shape, req.dtype, req.device);
-  if (!target) return fail(target.error());
   const auto& strategies = search::strategy_names();
   if (std::find(strategies.begin(), strategies.end(), req.strategy) == strategies.end()) {
     std::string known;
@@ -278,16 +269,18 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     return fail(make_error(code::bad_request,
                            "budget must be at least 1, got " + std::to_string(*req.budget)));
   }
+  JobOptions options;
+  options.remeasure = req.remeasure;
+  options.priority = static_cast<int>(req.priority);
   // Lifecycle fields: "retry_failed" (run quarantined configs again) and per-job deadlines.
-  bool retry_failed = false;
   if (auto it = request.body.find("retry_failed"); it != request.body.end() && !it->is_null()) {
     if (!it->is_boolean()) {
       return fail(make_error(code::bad_request, std::string("tune: field 'retry_failed' must be "
                                                             "a boolean, found ") + it->type_name()));
     }
-    retry_failed = it->get<bool>();
+    options.retry_failed = it->get<bool>();
   }
-  std::optional<double> deadlines[2];
+  std::optional<double>* deadlines[2] = {&options.compile_timeout_s, &options.bench_timeout_s};
   const char* deadline_fields[2] = {"compile_timeout_s", "bench_timeout_s"};
   for (int i = 0; i < 2; ++i) {
     auto it = request.body.find(deadline_fields[i]);
@@ -297,117 +290,102 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
                                                     "' must be a positive number of seconds, "
                                                     "found " + it->dump()));
     }
-    deadlines[i] = it->get<double>();
+    *deadlines[i] = it->get<double>();
   }
-  const KernelSpec& spec = target->kernel.spec;
-  auto space = ParamSpace::create(spec, target->shape);
-  if (!space) return fail(space.error());
-  const auto start = std::chrono::steady_clock::now();
-  auto configs = space->enumerate();
-  if (!configs) return fail(configs.error());
-  KTUNE_LOG(debug) << "enumerated " << configs->size() << " of " << space->cartesian_size()
-                   << " configs of " << spec.name << " in " << log::elapsed_ms(start) << " ms";
-  if (configs->empty()) {
-    return fail(make_error(code::empty_space,
-                           "kernel " + spec.name + " admits no config at " +
-                               target->shape.to_string() + ": all " +
-                               std::to_string(space->cartesian_size()) +
-                               " combinations are rejected by [space].constraints"));
-  }
-  const DeviceInfo device =
-      resolved == request.body.end()
-          ? m_ctx.cpu
-          : DeviceInfo{resolved->value("name", ""), resolved->value("fingerprint", ""),
-                       resolved->value("details", nlohmann::json::object())};
-  std::size_t quarantined = 0;
-  if (!retry_failed) {
-    auto dropped = drop_quarantined(m_ctx.store, spec.name, target->kernel.source_hash,
-                                    device.fingerprint, *configs);
-    if (!dropped) return fail(internal_error(dropped.error()));
-    quarantined = *dropped;
-    if (quarantined > 0) {
-      KTUNE_LOG(info) << spec.name << ": skipping " << quarantined
-                      << " quarantined config(s) that crashed or hung in earlier jobs";
-    }
-    if (configs->empty()) {
-      return fail(make_error(code::empty_space,
-                             "every config of " + spec.name + " at " + target->shape.to_string() +
-                                 " crashed or hung in an earlier job (" +
-                                 std::to_string(quarantined) +
-                                 " quarantined); tune with retry_failed to run them again"));
-    }
-  }
-  // The budget in evaluations: a count, or a share of the admitted configs (at least 1).
-  std::optional<std::int64_t> budget = req.budget;
-  if (req.budget_fraction) {
-    budget = std::max<std::int64_t>(
-        1, std::llround(*req.budget_fraction * static_cast<double>(configs->size())));
-  }
-  if (budget && static_cast<std::uint64_t>(*budget) >= configs->size()) budget.reset();
 
-  JobRecord record;
-  record.kernel = spec.name;
-  record.source_hash = target->kernel.source_hash;
-  record.shape = target->shape.to_string();
-  record.dtype = target->dtype;
-  record.device = device.name;
-  record.fingerprint = device.fingerprint;
-  record.strategy = req.strategy;
-  record.budget = budget;
-  record.seed = req.seed.value_or(0);
-  record.state = JobState::queued;
-  record.total = budget ? *budget : static_cast<std::int64_t>(configs->size());
-  record.options.remeasure = req.remeasure;
-  record.options.retry_failed = retry_failed;
-  record.options.priority = static_cast<int>(req.priority);
-  record.options.compile_timeout_s = deadlines[0];
-  record.options.bench_timeout_s = deadlines[1];
-
-  // Identical requests share one job; asking to remeasure always starts a new one.
-  if (auto same = req.remeasure ? std::nullopt : m_ctx.scheduler.find_same(record)) {
-    KTUNE_LOG(info) << "tune " << spec.name << " " << record.shape << " joins job " << *same;
+  // The devices to tune on: one, or with "all" every local device with a family of the kernel.
+  std::vector<std::string> device_names;
+  if (req.device == "all") {
+    for (const auto& d : m_ctx.devices.all_local()) {
+      const bool cuda = d.name != "cpu";
+      if (m_registry.find(req.kernel, cuda ? Language::cuda : Language::cpp)) {
+        device_names.push_back(d.name);
+      }
+    }
+    if (device_names.empty()) {
+      auto known = m_registry.find(req.kernel);
+      return fail(known ? make_error(code::no_device, "kernel " + req.kernel +
+                                                          " has no family for any device of this "
+                                                          "machine")
+                        : known.error());
+    }
+  } else {
+    device_names.push_back(req.device);
+  }
+  nlohmann::json jobs = nlohmann::json::array();
+  for (const auto& name : device_names) {
+    auto target = resolve(req.kernel, req.shape, req.dtype, name);
+    if (!target) return fail(target.error());
+    PlanRequest plan;
+    plan.kernel = std::move(target->kernel);
+    plan.shape = std::move(target->shape);
+    plan.dtype = target->dtype;
+    plan.device = std::move(target->device);
+    plan.strategy = req.strategy;
+    plan.budget = req.budget;
+    plan.budget_fraction = req.budget_fraction;
+    plan.seed = req.seed.value_or(0);
+    plan.options = options;
+    auto submitted = submit_tune(std::move(plan), client);
+    if (!submitted) return fail(submitted.error());
+    jobs.push_back(std::move(*submitted));
+  }
+  if (req.device == "all") {
     if (!req.wait) {
-      session->send(protocol::encode_ok(request.id, {{"job", *same},
-                                                     {"total", record.total},
-                                                     {"state", "queued"},
-                                                     {"joined", true},
-                                                     {"quarantined", quarantined}}));
+      session->send(protocol::encode_ok(request.id, {{"jobs", std::move(jobs)}}));
       return;
     }
-    return watch_job(session, request, *same);
+    std::vector<std::int64_t> ids;
+    for (const auto& j : jobs) ids.push_back(j.at("job").get<std::int64_t>());
+    return watch_jobs(session, request, std::move(ids));
   }
-  auto reusable = reusable_results(m_ctx.store, record);
-  if (!reusable) return fail(internal_error(reusable.error()));
-
-  if (auto r = m_ctx.store.upsert_kernel(spec.name, target->kernel.source_hash,
-                                         read_text(target->kernel.spec_path));
-      !r) {
-    return fail(internal_error(r.error()));
-  }
-  if (auto r = m_ctx.store.upsert_device(device); !r) return fail(internal_error(r.error()));
-
-  auto id = m_ctx.store.create_job(record);
-  if (!id) return fail(internal_error(id.error()));
-  record.id = *id;
-  m_quota.charge(client, *id);
-
-  const std::int64_t total = record.total;
-  JobPlan plan;
-  plan.record = std::move(record);
-  plan.kernel = std::move(target->kernel);
-  plan.shape = std::move(target->shape);
-  plan.configs = std::move(*configs);
-  plan.reusable = std::move(*reusable);
-  m_ctx.scheduler.enqueue(std::move(plan));
   if (!req.wait) {
-    session->send(protocol::encode_ok(request.id, {{"job", *id},
-                                                   {"total", total},
-                                                   {"state", "queued"},
-                                                   {"quarantined", quarantined}}));
+    session->send(protocol::encode_ok(request.id, jobs.front()));
     return;
   }
+  watch_job(session, request, jobs.front().at("job").get<std::int64_t>());
+}
 
-  watch_job(session, request, *id);
+void RequestHandler::watch_jobs(const std::shared_ptr<Session>& session,
+                                const protocol::Request& request, std::vector<std::int64_t> ids) {
+  // Progress events of every job (each names its job); one reply once the last one ended:
+  // {"jobs":[summary, ...]} in the order of `ids`.
+  struct Waiting {
+    std::vector<std::int64_t> ids;
+    std::size_t left = 0;
+  };
+  auto waiting = std::make_shared<Waiting>(Waiting{ids, ids.size()});
+  std::weak_ptr<Session> weak = session;
+  for (const std::int64_t id : ids) {
+    JobWatcher watcher;
+    watcher.on_progress = [weak, request_id = request.id](const nlohmann::json& progress) {
+      if (auto s = weak.lock()) s->send(protocol::encode_event(request_id, "progress", progress));
+    };
+    watcher.on_finished = [this, weak, waiting, request_id = request.id](std::int64_t) {
+      if (--waiting->left > 0) return;
+      auto s = weak.lock();
+      if (!s) return;
+      nlohmann::json summaries = nlohmann::json::array();
+      for (const std::int64_t job : waiting->ids) {
+        auto summary = job_summary(m_ctx.store, job, WithResults::no);
+        if (!summary) {
+          s->send(protocol::encode_error(request_id, code::internal, summary.error().message));
+          return;
+        }
+        summaries.push_back(std::move(*summary));
+      }
+      s->send(protocol::encode_ok(request_id, {{"jobs", std::move(summaries)}}));
+    };
+    if (!m_ctx.scheduler.watch(id, std::move(watcher))) --waiting->left; // ended already
+  }
+  if (waiting->left == 0) {
+    nlohmann::json summaries = nlohmann::json::array();
+    for (const std::int64_t job : ids) {
+      auto summary = job_summary(m_ctx.store, job, WithResults::no);
+      if (summary) summaries.push_back(std::move(*summary));
+    }
+    session->send(protocol::encode_ok(request.id, {{"jobs", std::move(summaries)}}));
+  }
 }
 
 void RequestHandler::watch_job(const std::shared_ptr<Session>& session,
@@ -583,11 +561,19 @@ bool RequestHandler::fast_lookup(const std::shared_ptr<Session>& session, std::s
 Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name,
                                                   const std::string& shape_text,
                                                   const std::string& dtype,
-                                                  const std::string& device, bool tune_on_miss,
-                                                  uid_t client) {
+                                                  const std::string& device_name,
+                                                  bool tune_on_miss, uid_t client) {
+  auto device = m_ctx.devices.resolve(device_name, Language::cuda);
+  if (!device) return device.error();
   // The common case is checked against the cached kernel; anything that does not pass goes
   // through resolve(), which owns the error messages.
-  auto cached = m_kernel_cache.get(kernel_name, std::chrono::steady_clock::now());
+  const auto now = std::chrono::steady_clock::now();
+  auto cached = m_kernel_cache.get(kernel_name, device->language, now);
+  if (!cached && !device->local && device->language == Language::cuda) {
+    // A fingerprint never seen here: the family that exists answers.
+    device->language = Language::cpp;
+    cached = m_kernel_cache.get(kernel_name, Language::cpp, now);
+  }
   const CachedKernel* kernel = cached ? *cached : nullptr;
   std::optional<Shape> shape;
   if (kernel) {
@@ -597,27 +583,31 @@ Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name
       }
     }
   }
-  const bool valid = kernel && shape && device == "cpu" && kernel->runs_on_cpu &&
+  const bool cpu = device->language == Language::cpp;
+  const bool valid = kernel && shape &&
                      std::find(kernel->dtypes.begin(), kernel->dtypes.end(), dtype) !=
                          kernel->dtypes.end() &&
-                     static_cast<bool>(dtype_c_type(dtype));
+                     (!cpu || static_cast<bool>(dtype_c_type(dtype)));
   if (!valid) {
-    auto target = resolve(kernel_name, shape_text, dtype, device);
-    if (!target) return target.error();
-    if (is_cuda_device(device)) {
-      return make_error(code::no_device, "lookup on " + device +
-                                             ": this ktuned answers lookups for device cpu only");
+    // The same checks with their messages; a remote device is checked as a local one of its kind.
+    auto target = resolve(kernel_name, shape_text, dtype, cpu ? "cpu" : "cuda:0");
+    if (!target && target.error().code != code::no_device) return target.error();
+    if (!kernel) {
+      return make_error(code::unknown_kernel,
+                        "kernel " + kernel_name + " has no " +
+                            std::string(cpu ? "cpu (cpp)" : "CUDA") + " family to answer device " +
+                            device_name + ": " + cached.error().message);
     }
     return make_error(code::internal, "lookup of " + kernel_name + " " + shape_text +
                                           ": the kernel cache disagrees with the registry");
   }
 
   const std::string canonical = shape->to_string();
-  const LadderAnswer answer =
-      climb_ladder(m_index, *kernel, canonical, dtype, m_ctx.cpu.fingerprint);
+  const LadderAnswer answer = climb_ladder(m_index, *kernel, canonical, dtype, device->fingerprint);
   std::optional<std::int64_t> tune_job;
-  if (answer.rung != Rung::exact && (tune_on_miss || m_tune_on_miss_policy) && !m_stopping) {
-    auto queued = queue_background_tune(*kernel, canonical, dtype, client);
+  if (answer.rung != Rung::exact && (tune_on_miss || m_tune_on_miss_policy) && !m_stopping &&
+      device->local) {
+    auto queued = this->tune_on_miss(*kernel, canonical, dtype, *device, client);
     if (queued) {
       tune_job = *queued;
     } else if (queued.error().code == code::too_many_jobs) {
@@ -634,75 +624,37 @@ Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name
   return out;
 }
 
-Result<std::int64_t> RequestHandler::queue_background_tune(const CachedKernel& kernel,
-                                                           const std::string& shape,
-                                                           const std::string& dtype,
-                                                           uid_t client) {
-  const std::string key = lookup_key(kernel.name, kernel.source_hash, shape, dtype);
+Result<std::int64_t> RequestHandler::tune_on_miss(const CachedKernel& kernel,
+                                                  const std::string& shape,
+                                                  const std::string& dtype,
+                                                  const ResolvedDevice& device, uid_t client) {
+  const std::string key = lookup_key(kernel.name, kernel.source_hash, shape, dtype) + '\x1f' +
+                          device.fingerprint;
   if (const auto it = m_pending_tunes.find(key); it != m_pending_tunes.end()) return it->second;
   if (auto refused = m_quota.refusal(client)) return *refused;
-
-  auto target = resolve(kernel.name, shape, dtype, "cpu");
+  auto target = resolve(kernel.name, shape, dtype, device.name);
   if (!target) return target.error();
-  const KernelSpec& spec = target->kernel.spec;
-  auto space = ParamSpace::create(spec, target->shape);
-  if (!space) return space.error();
-  auto configs = space->enumerate();
-  if (!configs) return configs.error();
-  const DeviceInfo& device = m_ctx.cpu;
-  // Like a tune request: configs that crashed or hung in earlier jobs are not run again.
-  auto dropped = drop_quarantined(m_ctx.store, spec.name, target->kernel.source_hash,
-                                  device.fingerprint, *configs);
-  if (!dropped) return internal_error(dropped.error());
-  if (configs->empty()) {
-    return make_error(code::empty_space, "kernel " + spec.name + " admits no config at " + shape +
-                                             " that has not crashed or hung before");
-  }
-  if (auto r = m_ctx.store.upsert_kernel(spec.name, target->kernel.source_hash,
-                                         read_text(target->kernel.spec_path));
-      !r) {
-    return internal_error(r.error());
-  }
-  if (auto r = m_ctx.store.upsert_device(device); !r) return internal_error(r.error());
-  JobRecord record;
-  record.kernel = spec.name;
-  record.source_hash = target->kernel.source_hash;
-  record.shape = target->shape.to_string();
-  record.dtype = target->dtype;
-  record.device = device.name;
-  record.fingerprint = device.fingerprint;
-  record.strategy = "exhaustive";
-  record.state = JobState::queued;
-  record.total = static_cast<std::int64_t>(configs->size());
-  auto id = m_ctx.store.create_job(record);
-  if (!id) return internal_error(id.error());
-  record.id = *id;
-  m_quota.charge(client, *id);
-  KTUNE_LOG(info) << "tune-on-miss: job " << *id << " for " << spec.name << " " << record.shape
-                  << " " << dtype << " waits for an idle scheduler";
-  m_pending_tunes[key] = *id;
-  m_pending_jobs[*id] = key;
-  JobPlan plan;
-  plan.record = std::move(record);
-  plan.kernel = std::move(target->kernel);
-  plan.shape = std::move(target->shape);
-  plan.configs = std::move(*configs);
-  m_background.push_back(std::move(plan));
-  if (m_ctx.scheduler.queued() == 0 && m_ctx.scheduler.running() == 0) start_background_tune();
-  return *id;
-}
-
-void RequestHandler::start_background_tune() {
-  if (m_background.empty() || m_stopping) return;
-  JobPlan plan = std::move(m_background.front());
-  m_background.pop_front();
-  m_ctx.scheduler.enqueue(std::move(plan));
+  PlanRequest request;
+  request.kernel = std::move(target->kernel);
+  request.shape = std::move(target->shape);
+  request.dtype = target->dtype;
+  request.device = std::move(target->device);
+  request.options.priority = k_background_priority;
+  auto submitted = submit_tune(std::move(request), client);
+  if (!submitted) return submitted.error();
+  const std::int64_t id = submitted->at("job").get<std::int64_t>();
+  KTUNE_LOG(info) << "tune-on-miss: " << kernel.name << " " << shape << " " << dtype << " on "
+                  << device.name << (submitted->value("joined", false) ? " joins" : " is")
+                  << " job " << id;
+  m_pending_tunes[key] = id;
+  m_pending_jobs.emplace(id, key);
+  return id;
 }
 
 void RequestHandler::on_job_end(std::int64_t job_id, JobState state) {
   if (state == JobState::done) {
     auto job = m_ctx.store.get_job(job_id);
-    if (job && job->has_value()) {
+    if (job && job->has_value() && (*job)->strategy != k_compile_check_strategy) {
       const JobRecord& rec = **job;
       auto winner = m_ctx.store.find_winner(rec.kernel, rec.source_hash, rec.shape, rec.dtype,
                                             rec.fingerprint);
@@ -717,25 +669,10 @@ void RequestHandler::on_job_end(std::int64_t job_id, JobState state) {
                        << job.error().message;
     }
   }
-  if (const auto it = m_pending_jobs.find(job_id); it != m_pending_jobs.end()) {
+  for (auto it = m_pending_jobs.find(job_id); it != m_pending_jobs.end() && it->first == job_id;
+       it = m_pending_jobs.erase(it)) {
     m_pending_tunes.erase(it->second);
-    m_pending_jobs.erase(it);
   }
-  // The ending job is still the running one here: start a background tune when nothing else waits.
-  if (state != JobState::interrupted && m_ctx.scheduler.queued() == 0) start_background_tune();
-}
-
-void RequestHandler::interrupt_background_tunes() {
-  for (const auto& plan : m_background) {
-    if (auto r = m_ctx.store.set_job_state(plan.record.id, JobState::interrupted,
-                                           "ktuned stopped before the job started");
-        !r) {
-      KTUNE_LOG(warn) << "job " << plan.record.id << ": " << r.error().message;
-    }
-  }
-  m_background.clear();
-  m_pending_tunes.clear();
-  m_pending_jobs.clear();
 }
 
 Result<nlohmann::json> RequestHandler::lookup(const protocol::Request& request, uid_t client) {
@@ -797,6 +734,14 @@ Result<nlohmann::json> RequestHandler::kernels() {
 Result<nlohmann::json> RequestHandler::stats() const {
   using namespace std::chrono;
   const double uptime_s = duration<double>(steady_clock::now() - m_ctx.started).count();
+  nlohmann::json lanes = nlohmann::json::array();
+  for (const auto& lane : m_ctx.workers.lanes()) {
+    const std::int64_t job = m_ctx.scheduler.running_on(lane);
+    lanes.push_back({{"device", lane},
+                     {"job", job != 0 ? nlohmann::json(job) : nlohmann::json()},
+                     {"busy", m_ctx.workers.busy(lane) > 0},
+                     {"waiting", m_ctx.workers.waiting(lane)}});
+  }
   return nlohmann::json{
       {"pid", ::getpid()},
       {"version", KTUNE_VERSION},
@@ -807,8 +752,11 @@ Result<nlohmann::json> RequestHandler::stats() const {
       {"workers",
        {{"compile", m_ctx.workers.alive(WorkerRole::compile)},
         {"bench", m_ctx.workers.alive(WorkerRole::bench)},
-        {"compile_limit", m_ctx.workers.limit(WorkerRole::compile)}}},
-      {"device", {{"name", m_ctx.cpu.name}, {"fingerprint", m_ctx.cpu.fingerprint}}},
+        {"compile_limit", m_ctx.workers.compile_limit()},
+        {"compile_waiting", m_ctx.workers.waiting("")}}},
+      {"lanes", std::move(lanes)},
+      {"device", {{"name", m_ctx.devices.cpu().name},
+                  {"fingerprint", m_ctx.devices.cpu().fingerprint}}},
       {"db", m_ctx.config.db},
       {"socket", m_ctx.config.socket},
       {"kernel_dirs", m_ctx.config.kernel_dirs},

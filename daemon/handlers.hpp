@@ -7,7 +7,9 @@
 #include "core/device.hpp"
 #include "core/protocol.hpp"
 #include "daemon/config.hpp"
+#include "daemon/devices.hpp"
 #include "daemon/job_quota.hpp"
+#include "daemon/planner.hpp"
 #include "daemon/scheduler.hpp"
 #include "daemon/session.hpp"
 #include "daemon/winner_index.hpp"
@@ -30,7 +32,7 @@ struct HandlerContext {
   Store& store;
   Scheduler& scheduler;
   WorkerPool& workers;
-  const DeviceInfo& cpu;                       // the one device this ktuned serves
+  DeviceRegistry& devices;                     // cpu and the CUDA devices the workers see
   std::function<std::size_t()> connections;    // open client connections
   std::function<void()> request_stop;          // graceful stop, from the io loop
   std::chrono::steady_clock::time_point started;
@@ -46,20 +48,20 @@ public:
   void handle(const std::shared_ptr<Session>& session, std::string_view line);
 
   // From now on every request is answered with shutting_down.
-  void set_stopping() {
-    m_stopping = true;
-    interrupt_background_tunes();
-  }
+  void set_stopping() { m_stopping = true; }
 
 private:
-  // A kernel, shape, dtype and device resolved and checked against each other.
+  // A kernel, shape, dtype and local device resolved and checked against each other.
   struct Target {
     LoadedKernel kernel;
     Shape shape;
     std::string dtype;
+    DeviceInfo device;
   };
   [[nodiscard]] Result<Target> resolve(const std::string& kernel, const std::string& shape,
                                        const std::string& dtype, const std::string& device);
+  // Plans, joins or creates and queues one tune job; the reply fields of that job.
+  [[nodiscard]] Result<nlohmann::json> submit_tune(PlanRequest request, uid_t client);
 
   // Ops answered at once; answer() dispatches them. `client`: the uid of the requesting
   // connection, charged for the jobs the request creates (tune-on-miss).
@@ -70,8 +72,8 @@ private:
   [[nodiscard]] Result<nlohmann::json> kernels();
   [[nodiscard]] Result<nlohmann::json> stats() const;
   // `tune` answers later when it waits; the reply (or error) is sent by tune itself. At the quota
-  // (JobQuota) it is refused before anything else, joining an identical job included; a CUDA
-  // tune is checked again once its device is resolved.
+  // (JobQuota) it is refused before anything else, joining an identical job included. Device
+  // "all": one job per local device that has a family of the kernel.
   void tune(const std::shared_ptr<Session>& session, const protocol::Request& request);
   // {"job": N}: cancels a queued or running job (Scheduler::cancel).
   [[nodiscard]] Result<nlohmann::json> cancel(const protocol::Request& request);
@@ -79,6 +81,9 @@ private:
   // summary as the reply.
   void watch_job(const std::shared_ptr<Session>& session, const protocol::Request& request,
                  std::int64_t job_id);
+  // The same for several jobs (tune --device all): one reply {"jobs":[...]} once all ended.
+  void watch_jobs(const std::shared_ptr<Session>& session, const protocol::Request& request,
+                  std::vector<std::int64_t> ids);
 
   // Lookup path (winner_index.hpp): the fast path answers a lookup line of the plain shape
   // {"v":1,"id":..,"op":"lookup","kernel":..,...} without building a JSON tree; false = not
@@ -89,15 +94,14 @@ private:
                                                   const std::string& dtype,
                                                   const std::string& device, bool tune_on_miss,
                                                   uid_t client);
-  // Tune-on-miss: a deduplicated job for the exact key, handed to the scheduler only when it has
-  // nothing else queued. Returns the job id (existing one when the key is already pending); a new
-  // job is charged to `client`, and refused with too_many_jobs at its quota.
-  [[nodiscard]] Result<std::int64_t> queue_background_tune(const CachedKernel& kernel,
-                                                           const std::string& shape,
-                                                           const std::string& dtype, uid_t client);
+  // Tune-on-miss: a job of the lowest priority for the exact key on a local device, joined like
+  // any identical request. Returns the job id; a new job is charged to `client`, and refused
+  // with too_many_jobs at its quota.
+  [[nodiscard]] Result<std::int64_t> tune_on_miss(const CachedKernel& kernel,
+                                                  const std::string& shape,
+                                                  const std::string& dtype,
+                                                  const ResolvedDevice& device, uid_t client);
   void on_job_end(std::int64_t job_id, JobState state);
-  void start_background_tune();
-  void interrupt_background_tunes();
 
   HandlerContext m_ctx;
   JobQuota m_quota;
@@ -105,10 +109,11 @@ private:
   bool m_stopping = false;
   WinnerIndex m_index;
   KernelCache m_kernel_cache{m_registry};
+  Planner m_planner{m_ctx.store};
   bool m_tune_on_miss_policy = false;               // KTUNE_TUNE_ON_MISS=1 in ktuned's environment
-  std::deque<JobPlan> m_background;                 // tune-on-miss jobs not yet handed over
+  // Tune-on-miss keys with a queued or running job, so that a repeated miss skips planning.
   std::map<std::string, std::int64_t> m_pending_tunes;  // key -> job id, until the job ends
-  std::map<std::int64_t, std::string> m_pending_jobs;   // job id -> key
+  std::multimap<std::int64_t, std::string> m_pending_jobs; // job id -> keys
 };
 
 } // namespace ktune::daemon

@@ -84,41 +84,9 @@ std::chrono::milliseconds bench_deadline(const SchedulerSettings& settings,
       std::clamp(estimate, settings.bench_timeout_min_s, settings.bench_timeout_max_s));
 }
 
-bool quarantines(CandidateStatus status) {
-  return status == CandidateStatus::crash || status == CandidateStatus::timeout ||
-         status == CandidateStatus::compile_timeout || status == CandidateStatus::worker_lost;
-}
-
-Result<std::size_t> drop_quarantined(const Store& store, const std::string& kernel,
-                                     const std::string& source_hash,
-                                     const std::string& fingerprint, std::vector<Config>& configs,
-                                     std::int64_t except_job) {
-  auto bad = store.quarantined_configs(kernel, source_hash, fingerprint, except_job);
-  if (!bad) return bad.error();
-  if (bad->empty()) return std::size_t{0};
-  const std::size_t before = configs.size();
-  std::erase_if(configs, [&](const Config& c) { return bad->count(config_json_text(c)) > 0; });
-  return before - configs.size();
-}
-
-Result<std::vector<ResultRecord>> reusable_results(const Store& store, const JobRecord& record) {
-  if (record.options.remeasure) return std::vector<ResultRecord>{};
-  auto rows = store.results_for_key(record.kernel, record.source_hash, record.shape, record.dtype,
-                                    record.fingerprint);
-  if (!rows) return rows.error();
-  std::map<std::string, ResultRecord> newest; // rows come oldest first
-  for (auto& row : *rows) {
-    if (row.job_id == record.id || quarantines(row.status)) continue;
-    newest[row.config] = std::move(row);
-  }
-  std::vector<ResultRecord> out;
-  out.reserve(newest.size());
-  for (auto& [config, row] : newest) out.push_back(std::move(row));
-  return out;
-}
-
 struct Scheduler::ActiveJob {
   JobPlan plan;
+  std::string lane;                     // the device lane it measures on
   std::int64_t total = 0;               // evaluations the budget allows (progress denominator)
   search::SearchSpace space;
   std::unique_ptr<search::Strategy> strategy;
@@ -159,6 +127,14 @@ struct Scheduler::ActiveJob {
   JobTiming timing;
 };
 
+// A compile check while it runs: its compiles are all submitted at once; the pool hands them
+// out fairly next to the tune jobs' compiles.
+struct Scheduler::ActiveCheck {
+  CheckPlan plan;
+  std::size_t in_flight = 0;
+  bool cancelled = false;
+};
+
 Scheduler::Scheduler(asio::io_context& io, Store& store, WorkerPool& workers,
                      SchedulerSettings settings)
     : m_io(io), m_store(store), m_workers(workers), m_settings(std::move(settings)) {
@@ -173,9 +149,25 @@ void Scheduler::enqueue(JobPlan plan) {
   KTUNE_LOG(info) << "job " << plan.record.id << " queued: " << plan.record.kernel << " "
                   << plan.record.shape << " " << plan.record.dtype << " on " << plan.record.device
                   << ", " << plan.configs.size() << " configs, strategy " << plan.record.strategy
-                  << (plan.record.budget ? ", budget " + std::to_string(*plan.record.budget) : "");
-  m_queue.emplace_back(std::move(plan), std::chrono::steady_clock::now());
-  asio::post(m_io, [this] { start_next(); });
+                  << (plan.record.budget ? ", budget " + std::to_string(*plan.record.budget) : "")
+                  << (plan.record.options.priority != 0
+                          ? ", priority " + std::to_string(plan.record.options.priority)
+                          : "");
+  Queued queued;
+  queued.tune = std::make_unique<JobPlan>(std::move(plan));
+  queued.queued_at = std::chrono::steady_clock::now();
+  m_queue.push_back(std::move(queued));
+  start_ready();
+}
+
+void Scheduler::enqueue(CheckPlan plan) {
+  KTUNE_LOG(info) << "job " << plan.record.id << " queued: compile check of "
+                  << plan.record.kernel << ", " << plan.compiles.size() << " compiles";
+  Queued queued;
+  queued.check = std::make_unique<CheckPlan>(std::move(plan));
+  queued.queued_at = std::chrono::steady_clock::now();
+  m_queue.push_back(std::move(queued));
+  start_ready();
 }
 
 std::optional<std::int64_t> Scheduler::find_same(const JobRecord& record) const {
@@ -183,14 +175,15 @@ std::optional<std::int64_t> Scheduler::find_same(const JobRecord& record) const 
     return other.kernel == record.kernel && other.source_hash == record.source_hash &&
            other.shape == record.shape && other.dtype == record.dtype &&
            other.fingerprint == record.fingerprint && other.strategy == record.strategy &&
-           other.budget == record.budget && other.seed.value_or(0) == record.seed.value_or(0);
+           other.budget == record.budget && other.seed.value_or(0) == record.seed.value_or(0) &&
+           other.options.retry_failed == record.options.retry_failed;
   };
   if (m_stopped) return std::nullopt;
-  if (m_active && m_active->error.empty() && same(m_active->plan.record)) {
-    return m_active->plan.record.id;
+  for (const auto& [id, job] : m_tunes) {
+    if (job->error.empty() && same(job->plan.record)) return id;
   }
-  for (const auto& [plan, queued_at] : m_queue) {
-    if (same(plan.record)) return plan.record.id;
+  for (const auto& queued : m_queue) {
+    if (queued.tune && same(queued.tune->record)) return queued.tune->record.id;
   }
   return std::nullopt;
 }
@@ -198,51 +191,165 @@ std::optional<std::int64_t> Scheduler::find_same(const JobRecord& record) const 
 bool Scheduler::cancel(std::int64_t job_id) {
   if (m_stopped) return false;
   for (auto it = m_queue.begin(); it != m_queue.end(); ++it) {
-    if (it->first.record.id != job_id) continue;
+    if (it->record().id != job_id) continue;
+    auto check = std::move(it->check);
     m_queue.erase(it);
     end_job(job_id, JobState::cancelled, "cancelled by a client before it started");
+    if (check && check->on_end) check->on_end(JobState::cancelled);
     return true;
   }
-  if (!is_current(job_id)) return false;
-  m_active->cancelled = true;
-  fail(*m_active, "cancelled by a client");
-  KTUNE_LOG(info) << "job " << job_id << " cancelled; " << m_active->in_flight
-                  << " request(s) in flight finish first";
-  asio::post(m_io, [this] { advance(); });
-  return true;
+  if (ActiveJob* job = find_tune(job_id)) {
+    job->cancelled = true;
+    fail(*job, "cancelled by a client");
+    const std::size_t withdrawn = m_workers.withdraw(job_id);
+    KTUNE_LOG(info) << "job " << job_id << " cancelled; " << withdrawn
+                    << " queued request(s) withdrawn, the rest in flight finish first";
+    asio::post(m_io, [this, job_id] { advance(job_id); });
+    return true;
+  }
+  if (const auto it = m_checks.find(job_id); it != m_checks.end()) {
+    it->second->cancelled = true;
+    m_workers.withdraw(job_id);
+    KTUNE_LOG(info) << "job " << job_id << " (compile check) cancelled";
+    asio::post(m_io, [this, job_id] { advance_check(job_id); });
+    return true;
+  }
+  return false;
 }
 
 bool Scheduler::watch(std::int64_t job_id, JobWatcher watcher) {
-  bool known = is_current(job_id);
-  for (const auto& [plan, queued_at] : m_queue) known = known || plan.record.id == job_id;
+  bool known = find_tune(job_id) != nullptr;
+  for (const auto& queued : m_queue) known = known || (queued.tune && queued.record().id == job_id);
   if (!known || m_stopped) return false;
   m_watchers[job_id].push_back(std::move(watcher));
   return true;
 }
 
-bool Scheduler::is_current(std::int64_t job_id) const {
-  return m_active && m_active->plan.record.id == job_id;
+Scheduler::ActiveJob* Scheduler::find_tune(std::int64_t job_id) const {
+  const auto it = m_tunes.find(job_id);
+  return it == m_tunes.end() ? nullptr : it->second.get();
+}
+
+std::int64_t Scheduler::running_on(const std::string& lane) const {
+  const auto it = m_lanes.find(lane);
+  return it == m_lanes.end() ? 0 : it->second;
+}
+
+std::map<int, std::size_t> Scheduler::queued_by_priority() const {
+  std::map<int, std::size_t> out;
+  for (const auto& queued : m_queue) ++out[queued.record().options.priority];
+  return out;
 }
 
 void Scheduler::fail(ActiveJob& job, const std::string& error) {
   if (job.error.empty()) job.error = error;
 }
 
-void Scheduler::start_next() {
-  if (m_stopped || m_active || m_queue.empty()) return;
-  auto next = m_queue.begin();
-  for (auto it = m_queue.begin(); it != m_queue.end(); ++it) {
-    if (it->first.record.options.priority > next->first.record.options.priority) next = it;
+// Starts every queued job that can start: compile checks at once, a tune job when its lane is
+// free; the highest priority first, in queue order among equals. Never inside enqueue(): posted.
+void Scheduler::start_ready() {
+  if (m_start_posted) return;
+  m_start_posted = true;
+  asio::post(m_io, [this] {
+    m_start_posted = false;
+    if (m_stopped) return;
+    std::vector<std::size_t> order(m_queue.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [this](std::size_t a, std::size_t b) {
+      return m_queue[a].record().options.priority > m_queue[b].record().options.priority;
+    });
+    std::set<std::string> claimed;
+    std::vector<std::size_t> starting;
+    for (const std::size_t i : order) {
+      const Queued& queued = m_queue[i];
+      if (queued.tune) {
+        const std::string& lane = queued.tune->record.device;
+        // A lane busy with a running job, or claimed by a job of higher priority in this pass.
+        if (m_lanes.count(lane) > 0 || !claimed.insert(lane).second) continue;
+      }
+      starting.push_back(i);
+    }
+    std::sort(starting.rbegin(), starting.rend()); // erase from the back
+    std::vector<Queued> jobs;
+    for (const std::size_t i : starting) {
+      jobs.push_back(std::move(m_queue[i]));
+      m_queue.erase(m_queue.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
+      if (it->tune) {
+        start_tune(std::move(*it->tune), it->queued_at);
+      } else {
+        start_check(std::move(*it->check));
+      }
+    }
+  });
+}
+
+void Scheduler::start_check(CheckPlan plan) {
+  const std::int64_t id = plan.record.id;
+  auto check = std::make_unique<ActiveCheck>();
+  check->plan = std::move(plan);
+  ActiveCheck& c = *check;
+  m_checks[id] = std::move(check);
+  if (auto r = m_store.set_job_state(id, JobState::running); !r) {
+    KTUNE_LOG(warn) << "job " << id << ": " << r.error().message;
   }
-  m_active = std::make_unique<ActiveJob>();
-  ActiveJob& job = *m_active;
-  job.plan = std::move(next->first);
-  const auto queued_at = next->second;
-  m_queue.erase(next);
+  for (std::size_t i = 0; i < c.plan.compiles.size(); ++i) {
+    Work work;
+    work.op = "compile";
+    work.job = std::move(c.plan.compiles[i]);
+    work.deadline = compile_deadline(c.plan.record);
+    work.priority = c.plan.record.options.priority;
+    work.owner = id;
+    work.on_reply = [this, id, i](Result<nlohmann::json> reply, const Delivery&) {
+      const auto it = m_checks.find(id);
+      if (it == m_checks.end()) return;
+      ActiveCheck& check = *it->second;
+      --check.in_flight;
+      const bool withdrawn = !reply && reply.error().code == k_withdrawn;
+      if (!withdrawn && check.plan.on_compiled) check.plan.on_compiled(i, std::move(reply));
+      if (auto r = m_store.update_job_progress(id, static_cast<std::int64_t>(
+                                                       check.plan.compiles.size() - check.in_flight),
+                                               0);
+          !r && check.in_flight == 0) {
+        KTUNE_LOG(warn) << "job " << id << ": " << r.error().message;
+      }
+      advance_check(id);
+    };
+    ++c.in_flight;
+    m_workers.submit("", std::move(work));
+  }
+  KTUNE_LOG(info) << "job " << id << " running: compile check, " << c.in_flight << " compiles";
+  asio::post(m_io, [this, id] { advance_check(id); });
+}
+
+void Scheduler::advance_check(std::int64_t job_id) {
+  const auto it = m_checks.find(job_id);
+  if (it == m_checks.end() || it->second->in_flight > 0) return;
+  auto check = std::move(it->second);
+  m_checks.erase(it);
+  const JobState state = m_stopped            ? JobState::interrupted
+                         : check->cancelled   ? JobState::cancelled
+                                              : JobState::done;
+  end_job(job_id, state,
+          state == JobState::cancelled     ? "cancelled by a client"
+          : state == JobState::interrupted ? "ktuned stopped while the job was running"
+                                           : "");
+  if (check->plan.on_end) check->plan.on_end(state);
+  if (m_stopped && m_tunes.empty() && m_checks.empty()) finish_stop();
+}
+
+void Scheduler::start_tune(JobPlan plan, std::chrono::steady_clock::time_point queued_at) {
+  const auto id = plan.record.id;
+  auto active = std::make_unique<ActiveJob>();
+  ActiveJob& job = *active;
+  job.plan = std::move(plan);
+  job.lane = job.plan.record.device;
+  m_tunes[id] = std::move(active);
+  m_lanes[job.lane] = id;
   job.started = job.mark = std::chrono::steady_clock::now();
   job.timing.queue_ms = ms_since(queued_at);
   const JobRecord& rec = job.plan.record;
-  const auto id = rec.id;
 
   auto space = search::SearchSpace::from_configs(job.plan.kernel.spec.params, job.plan.configs);
   auto strategy = space ? Result<int>(0) : Result<int>(space.error());
@@ -271,12 +378,38 @@ void Scheduler::start_next() {
                       << " candidate(s) already measured";
     }
   }
+  if (!m_workers.has_lane(job.lane)) {
+    fail(job, "no bench lane for device " + job.lane + " on this ktuned");
+  }
   if (auto r = m_store.set_job_state(id, JobState::running); !r) {
     fail(job, "database: " + r.error().message);
   } else {
-    KTUNE_LOG(info) << "job " << id << " running";
+    KTUNE_LOG(info) << "job " << id << " running on lane " << job.lane;
   }
-  advance();
+  advance(id);
+}
+
+void Scheduler::submit(ActiveJob& job, const std::string& lane, std::string op,
+                       nlohmann::json request, std::chrono::milliseconds deadline,
+                       std::function<void(ActiveJob&, Result<nlohmann::json>, const Delivery&)> handle) {
+  const std::int64_t id = job.plan.record.id;
+  Work work;
+  work.op = std::move(op);
+  work.job = std::move(request);
+  work.deadline = deadline;
+  work.priority = job.plan.record.options.priority;
+  work.owner = id;
+  work.on_reply = [this, id, handle = std::move(handle)](Result<nlohmann::json> reply,
+                                                         const Delivery& delivery) {
+    if (ActiveJob* active = find_tune(id)) {
+      account(*active);
+      --active->in_flight;
+      handle(*active, std::move(reply), delivery);
+    }
+    advance(id);
+  };
+  ++job.in_flight;
+  m_workers.submit(lane, std::move(work));
 }
 
 // Books the time since the last call to what the job was doing meanwhile.
@@ -339,11 +472,16 @@ bool Scheduler::search_over(const ActiveJob& job) const {
          job.stop->proposals_left(0) == 0;
 }
 
-void Scheduler::advance() {
-  if (!m_active) return;
-  ActiveJob& job = *m_active;
+void Scheduler::advance(std::int64_t job_id) {
+  ActiveJob* active = find_tune(job_id);
+  if (!active) return;
+  ActiveJob& job = *active;
   if (m_stopped) {
-    if (job.in_flight == 0) finish_stop();
+    if (job.in_flight > 0) return;
+    m_lanes.erase(job.lane);
+    m_tunes.erase(job_id);
+    end_job(job_id, JobState::interrupted, "ktuned stopped while the job was running");
+    if (m_tunes.empty() && m_checks.empty()) finish_stop();
     return;
   }
   account(job);
@@ -352,48 +490,37 @@ void Scheduler::advance() {
   if (job.error.empty() && job.reference == ReferenceState::ready) {
     propose(job);
     while (job.error.empty() && !job.to_compile.empty()) {
-      auto worker = m_workers.idle_worker(WorkerRole::compile);
-      if (!worker) {
-        fail(job, "cannot start a compile worker: " + worker.error().message);
-        break;
-      }
-      if (!*worker) break; // all busy: the next reply calls advance() again
       const std::size_t index = job.to_compile.front();
       job.to_compile.pop_front();
-      start_compile(job, index, std::move(*worker));
+      start_compile(job, index);
     }
     std::deque<Compiled>& waiting = job.phase == Phase::search ? job.compiled : job.final_queue;
     while (job.error.empty() && !job.benchmarking && !waiting.empty()) {
-      auto worker = m_workers.idle_worker(WorkerRole::bench);
-      if (!worker) {
-        fail(job, "cannot start the bench worker: " + worker.error().message);
-        break;
-      }
-      if (!*worker) break;
       Compiled candidate = std::move(waiting.front());
       waiting.pop_front();
-      start_bench(job, std::move(candidate), std::move(*worker));
+      start_bench(job, std::move(candidate));
     }
     if (job.error.empty() && job.phase == Phase::search && search_over(job)) {
       start_finals(job);
       if (!job.final_queue.empty()) {
-        advance();
+        advance(job_id);
         return;
       }
     }
   }
 
   if (!job.error.empty()) {
-    if (job.in_flight > 0) return; // let the replies land before the next job starts
-    end_job(job.plan.record.id, job.cancelled ? JobState::cancelled : JobState::failed, job.error);
+    if (job.in_flight > 0) return; // let the replies land before the lane takes the next job
+    end_job(job_id, job.cancelled ? JobState::cancelled : JobState::failed, job.error);
   } else if (job.reference == ReferenceState::ready && job.phase == Phase::finals &&
              job.final_queue.empty() && !job.benchmarking) {
     finish(job);
   } else {
     return; // replies in flight will call advance() again
   }
-  m_active.reset();
-  asio::post(m_io, [this] { start_next(); });
+  m_lanes.erase(job.lane);
+  m_tunes.erase(job_id);
+  start_ready();
 }
 
 // Picks the finalists, switches the job to the finals and queues their first round. Fewer than
@@ -445,12 +572,6 @@ void Scheduler::start_reference(ActiveJob& job) {
     job.reference = ReferenceState::ready;
     return;
   }
-  auto worker = m_workers.idle_worker(WorkerRole::compile);
-  if (!worker) {
-    fail(job, "cannot start a compile worker: " + worker.error().message);
-    return;
-  }
-  if (!*worker) return; // busy with a previous job's leftovers; its reply calls advance()
   auto compile_job =
       make_compile_job(plan.kernel, reference, plan.record.dtype, m_settings.cache_dir);
   if (compile_job) {
@@ -464,20 +585,14 @@ void Scheduler::start_reference(ActiveJob& job) {
   job.reference = ReferenceState::compiling;
   KTUNE_LOG(debug) << "job " << plan.record.id << ": compiling reference "
                    << config_to_string(reference);
-  ++job.in_flight;
-  (*worker)->request("compile", compile_job->to_json(),
-                     [this, id = plan.record.id](Result<nlohmann::json> reply) {
-                       if (is_current(id)) {
-                         account(*m_active);
-                         --m_active->in_flight;
-                         on_reference_compiled(*m_active, std::move(reply));
-                       }
-                       advance();
-                     },
-                     compile_deadline(job));
+  submit(job, "", "compile", compile_job->to_json(), compile_deadline(plan.record),
+         [this](ActiveJob& j, Result<nlohmann::json> reply, const Delivery&) {
+           on_reference_compiled(j, std::move(reply));
+         });
 }
 
 void Scheduler::on_reference_compiled(ActiveJob& job, Result<nlohmann::json> reply) {
+  if (!reply && reply.error().code == k_withdrawn) return; // the job was cancelled
   const std::string name =
       "reference config " + config_to_string(job.plan.kernel.spec.default_config);
   if (!reply) {
@@ -501,8 +616,7 @@ void Scheduler::on_reference_compiled(ActiveJob& job, Result<nlohmann::json> rep
   job.reference = ReferenceState::ready;
 }
 
-void Scheduler::start_compile(ActiveJob& job, std::size_t index,
-                              std::shared_ptr<WorkerProcess> worker) {
+void Scheduler::start_compile(ActiveJob& job, std::size_t index) {
   const auto& plan = job.plan;
   auto compile_job = make_compile_job(plan.kernel, plan.configs[index], plan.record.dtype,
                                       m_settings.cache_dir);
@@ -513,26 +627,19 @@ void Scheduler::start_compile(ActiveJob& job, std::size_t index,
     record(job, index, failed_result(CandidateStatus::compile_error, compile_job.error().message));
     return;
   }
-  ++job.in_flight;
   ++job.compiling;
-  worker->request("compile", compile_job->to_json(),
-                  [this, id = plan.record.id, index, worker,
-                   sent = std::chrono::steady_clock::now()](Result<nlohmann::json> reply) {
-                    if (is_current(id)) {
-                      account(*m_active);
-                      --m_active->in_flight;
-                      --m_active->compiling;
-                      on_compiled(*m_active, index, std::move(reply), worker->stderr_tail(),
-                                  ms_since(sent));
-                    }
-                    advance();
-                  },
-                  compile_deadline(job));
+  submit(job, "", "compile", compile_job->to_json(), compile_deadline(plan.record),
+         [this, index](ActiveJob& j, Result<nlohmann::json> reply, const Delivery& delivery) {
+           --j.compiling;
+           on_compiled(j, index, std::move(reply), delivery);
+         });
 }
 
 void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::json> reply,
-                            const std::string& stderr_tail, double request_ms) {
-  job.timing.compile_sum_ms += request_ms;
+                            const Delivery& delivery) {
+  if (!reply && reply.error().code == k_withdrawn) return; // the job was cancelled
+  job.timing.compile_sum_ms += delivery.request_ms;
+  const std::string& stderr_tail = delivery.stderr_tail;
   if (!reply) {
     record(job, index,
            worker_failure(reply.error(), CandidateStatus::compile_error,
@@ -557,8 +664,7 @@ void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::
                                   outcome->registers, outcome->spills, outcome->shared_bytes});
 }
 
-void Scheduler::start_bench(ActiveJob& job, Compiled candidate,
-                            std::shared_ptr<WorkerProcess> worker) {
+void Scheduler::start_bench(ActiveJob& job, Compiled candidate) {
   const auto& plan = job.plan;
   const bool again = job.phase == Phase::finals;
   MeasureSettings measure = m_settings.measure;
@@ -581,24 +687,19 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate,
     bench_job->prune_above_ms = m_settings.measure.prune_factor * job.best->stats.median_ms;
   }
   job.benchmarking = true;
-  ++job.in_flight;
-  worker->request("bench", bench_job->to_json(),
-                  [this, id = plan.record.id, candidate, worker, again,
-                   sent = std::chrono::steady_clock::now()](Result<nlohmann::json> reply) {
-                    if (is_current(id)) {
-                      account(*m_active);
-                      m_active->benchmarking = false;
-                      --m_active->in_flight;
-                      m_active->timing.bench_sum_ms += ms_since(sent);
-                      if (again) {
-                        on_final_measured(*m_active, candidate, std::move(reply));
-                      } else {
-                        on_benched(*m_active, candidate, std::move(reply), worker->stderr_tail());
-                      }
-                    }
-                    advance();
-                  },
-                  bench_deadline(m_settings, plan.record.options.bench_timeout_s));
+  submit(job, job.lane, "bench", bench_job->to_json(),
+         bench_deadline(m_settings, plan.record.options.bench_timeout_s),
+         [this, candidate, again](ActiveJob& j, Result<nlohmann::json> reply,
+                                  const Delivery& delivery) {
+           j.benchmarking = false;
+           if (!reply && reply.error().code == k_withdrawn) return; // cancelled
+           j.timing.bench_sum_ms += delivery.request_ms;
+           if (again) {
+             on_final_measured(j, candidate, std::move(reply));
+           } else {
+             on_benched(j, candidate, std::move(reply), delivery.stderr_tail);
+           }
+         });
 }
 
 void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply,
@@ -734,13 +835,20 @@ void Scheduler::record(ActiveJob& job, std::size_t index, ResultRecord result) {
   result.config = config_json_text(job.plan.configs[index]);
   result.config_index = static_cast<std::int64_t>(index);
 
-  auto id = m_store.insert_result(result);
-  if (!id) {
+  // The row and the job's progress in one commit: durable before anyone hears of it.
+  const std::int64_t done = job.done + 1;
+  const std::int64_t failed = job.failed + (result.status == CandidateStatus::ok ? 0 : 1);
+  auto stored = m_store.in_transaction([&]() -> Result<void> {
+    auto id = m_store.insert_result(result);
+    if (!id) return id.error();
+    result.id = *id;
+    return m_store.update_job_progress(rec.id, done, failed);
+  });
+  if (!stored) {
     fail(job, "database: cannot store the result of " + config_to_string(job.plan.configs[index]) +
-                  ": " + id.error().message);
+                  ": " + stored.error().message);
     return;
   }
-  result.id = *id;
   ++job.done;
   learn(job, index, result);
   KTUNE_LOG(debug) << "job " << rec.id << " [" << job.done << "/" << job.total << "] "
@@ -750,10 +858,6 @@ void Scheduler::record(ActiveJob& job, std::size_t index, ResultRecord result) {
                            ? " median " + std::to_string(result.stats.median_ms) + " ms" +
                                  (result.pruned ? " (pruned)" : "")
                            : " " + result.reason);
-  if (auto r = m_store.update_job_progress(rec.id, job.done, job.failed); !r) {
-    fail(job, "database: cannot update progress: " + r.error().message);
-    return;
-  }
   const auto watchers = m_watchers.find(rec.id);
   if (watchers == m_watchers.end()) return;
   const nlohmann::json event = progress(job, result);
@@ -789,10 +893,10 @@ nlohmann::json Scheduler::progress(const ActiveJob& job, const ResultRecord& las
 void Scheduler::finish(ActiveJob& job) {
   const JobRecord& rec = job.plan.record;
   account(job);
-  if (auto r = m_store.set_job_timing(rec.id, job.timing); !r) {
-    KTUNE_LOG(warn) << "job " << rec.id << ": cannot store its timing: " << r.error().message;
-  }
   if (job.ok_rows.empty()) {
+    if (auto r = m_store.set_job_timing(rec.id, job.timing); !r) {
+      KTUNE_LOG(warn) << "job " << rec.id << ": cannot store its timing: " << r.error().message;
+    }
     end_job(rec.id, JobState::failed,
             "no candidate succeeded (" + describe_failures(job.failures) + ")");
     return;
@@ -807,11 +911,6 @@ void Scheduler::finish(ActiveJob& job) {
       row.gflops *= speedup;
       row.gbps *= speedup;
       row.remeasured = true;
-      if (auto r = m_store.update_measurement(row.id, row.stats, row.gflops, row.gbps); !r) {
-        end_job(rec.id, JobState::failed,
-                "database: cannot store a measurement of the finals: " + r.error().message);
-        return;
-      }
     }
   }
   std::vector<ResultRecord> rows;
@@ -823,10 +922,6 @@ void Scheduler::finish(ActiveJob& job) {
     row.tied = std::find(ties.begin(), ties.end(), static_cast<std::size_t>(row.config_index)) !=
                ties.end();
     if (row.tied) tie_ids.push_back(row.id);
-  }
-  if (auto r = m_store.mark_ties(rec.id, tie_ids); !r) {
-    end_job(rec.id, JobState::failed, "database: cannot mark ties: " + r.error().message);
-    return;
   }
   const ResultRecord* chosen = pick_winner(rows);
   WinnerRecord winner;
@@ -840,8 +935,28 @@ void Scheduler::finish(ActiveJob& job) {
   winner.config = chosen->config;
   winner.median_ms = chosen->stats.median_ms;
   winner.gflops = chosen->gflops;
-  if (auto r = m_store.upsert_winner(winner); !r) {
-    end_job(rec.id, JobState::failed, "database: cannot store the winner: " + r.error().message);
+  // The job's end in one commit: timing, the finals' measurements, the ties, the winner, done.
+  std::string step;
+  auto stored = m_store.in_transaction([&]() -> Result<void> {
+    step = "timing";
+    if (auto r = m_store.set_job_timing(rec.id, job.timing); !r) return r.error();
+    step = "a measurement of the finals";
+    for (const Compiled& f : job.finalists.size() >= 2 ? job.finalists : std::vector<Compiled>{}) {
+      const ResultRecord& row = job.ok_rows.at(f.index);
+      if (auto r = m_store.update_measurement(row.id, row.stats, row.gflops, row.gbps); !r) {
+        return r.error();
+      }
+    }
+    step = "the ties";
+    if (auto r = m_store.mark_ties(rec.id, tie_ids); !r) return r.error();
+    step = "the winner";
+    if (auto r = m_store.upsert_winner(winner); !r) return r.error();
+    step = "the state";
+    return m_store.set_job_state(rec.id, JobState::done);
+  });
+  if (!stored) {
+    end_job(rec.id, JobState::failed,
+            "database: cannot store " + step + ": " + stored.error().message);
     return;
   }
   KTUNE_LOG(info) << "job " << rec.id << " done in " << log::elapsed_ms(job.started)
@@ -852,7 +967,7 @@ void Scheduler::finish(ActiveJob& job) {
                   << "; compile " << static_cast<std::int64_t>(job.timing.compile_ms)
                   << " ms, bench " << static_cast<std::int64_t>(job.timing.bench_ms)
                   << " ms, overhead " << static_cast<std::int64_t>(job.timing.overhead_ms) << " ms";
-  end_job(rec.id, JobState::done, {});
+  announce_end(rec.id, JobState::done);
 }
 
 void Scheduler::end_job(std::int64_t job_id, JobState state, const std::string& error) {
@@ -863,6 +978,10 @@ void Scheduler::end_job(std::int64_t job_id, JobState state, const std::string& 
     KTUNE_LOG(error) << "job " << job_id << ": cannot record state " << to_string(state) << ": "
                      << r.error().message;
   }
+  announce_end(job_id, state);
+}
+
+void Scheduler::announce_end(std::int64_t job_id, JobState state) {
   if (m_job_end_hook) m_job_end_hook(job_id, state);
   auto watchers = m_watchers.extract(job_id);
   if (watchers.empty()) return;
@@ -871,8 +990,8 @@ void Scheduler::end_job(std::int64_t job_id, JobState state, const std::string& 
   }
 }
 
-std::chrono::milliseconds Scheduler::compile_deadline(const ActiveJob& job) const {
-  const std::optional<double>& compile_timeout_s = job.plan.record.options.compile_timeout_s;
+std::chrono::milliseconds Scheduler::compile_deadline(const JobRecord& record) const {
+  const std::optional<double>& compile_timeout_s = record.options.compile_timeout_s;
   const double seconds = compile_timeout_s && *compile_timeout_s > 0
                              ? *compile_timeout_s
                              : m_settings.compile_timeout_s;
@@ -887,33 +1006,50 @@ void Scheduler::stop(std::chrono::milliseconds grace, std::function<void()> on_s
   m_stopped = true;
   m_on_stopped = std::move(on_stopped);
   while (!m_queue.empty()) {
-    const auto id = m_queue.front().first.record.id;
+    Queued queued = std::move(m_queue.front());
     m_queue.pop_front();
-    end_job(id, JobState::interrupted, "ktuned stopped before the job started");
+    end_job(queued.record().id, JobState::interrupted, "ktuned stopped before the job started");
+    if (queued.check && queued.check->on_end) queued.check->on_end(JobState::interrupted);
   }
-  if (!m_active || m_active->in_flight == 0) {
-    finish_stop();
+  std::size_t in_flight = 0;
+  std::vector<std::int64_t> idle_jobs;
+  for (const auto& [id, job] : m_tunes) {
+    m_workers.withdraw(id);
+    in_flight += static_cast<std::size_t>(job->in_flight);
+    if (job->in_flight == 0) idle_jobs.push_back(id);
+  }
+  for (const auto& [id, check] : m_checks) {
+    m_workers.withdraw(id);
+    in_flight += check->in_flight;
+  }
+  for (const auto id : idle_jobs) advance(id); // ends it interrupted
+  if (m_tunes.empty() && m_checks.empty()) {
+    if (m_on_stopped) finish_stop();
     return;
   }
-  KTUNE_LOG(info) << "job " << m_active->plan.record.id << ": letting " << m_active->in_flight
-                  << " request(s) in flight finish (at most " << grace.count() << " ms)";
+  KTUNE_LOG(info) << "letting " << in_flight << " request(s) in flight finish (at most "
+                  << grace.count() << " ms)";
   m_stop_timer = std::make_unique<asio::steady_timer>(m_io, grace);
   m_stop_timer->async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
-    if (m_active) {
-      KTUNE_LOG(warn) << "job " << m_active->plan.record.id << ": " << m_active->in_flight
-                      << " request(s) still in flight after the stop grace period";
-    }
+    KTUNE_LOG(warn) << running() << " job(s) still had requests in flight after the stop grace period";
     finish_stop();
   });
 }
 
 void Scheduler::finish_stop() {
   if (m_stop_timer) m_stop_timer->cancel();
-  if (m_active) {
-    const auto id = m_active->plan.record.id;
-    m_active.reset();
+  auto tunes = std::move(m_tunes);
+  auto checks = std::move(m_checks);
+  m_tunes.clear();
+  m_checks.clear();
+  m_lanes.clear();
+  for (const auto& [id, job] : tunes) {
     end_job(id, JobState::interrupted, "ktuned stopped while the job was running");
+  }
+  for (const auto& [id, check] : checks) {
+    end_job(id, JobState::interrupted, "ktuned stopped while the job was running");
+    if (check->plan.on_end) check->plan.on_end(JobState::interrupted);
   }
   if (auto on_stopped = std::move(m_on_stopped)) {
     m_on_stopped = nullptr;

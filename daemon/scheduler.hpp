@@ -1,7 +1,15 @@
 #pragma once
-// Scheduler: runs tune jobs one at a time -- the queued job of highest priority first, in the
-// order they were queued among equals -- as a pipeline of
-// worker requests driven by their replies (no thread of its own; everything on the io thread).
+// Scheduler: the one queue of ktuned's work -- tune jobs (a client's, a sweep's, tune-on-miss at
+// the lowest priority) and compile checks -- and the pipeline that runs them, driven by worker
+// replies (no thread of its own; everything on the io thread). Workers are reached only through
+// WorkerPool::submit.
+//
+// Several jobs are active at once: at most one tune job per device lane (so at most one
+// candidate is measured on a device at a time), any number of compile checks. A queued job
+// starts when its lane is free, the queued job of highest priority first, in the order they were
+// queued among equals. Compiles of all active jobs share the compile pool, handed out by
+// priority and then fairly across jobs (WorkerPool); each tune job compiles at most
+// `compile_ahead` candidates ahead of its lane.
 //
 // For one job: the reference config (the spec's [default]) is compiled first; its artifact is
 // what every candidate's output is checked against. Then the job's search strategy
@@ -44,9 +52,9 @@
 // Quarantine: configs that crashed, hung or lost their worker in earlier jobs of the same kernel
 // source and device are dropped from the candidates (drop_quarantined) by whoever builds a plan.
 #include "bench/runner.hpp"
-#include "compiler/kernel_registry.hpp"
-#include "db/store.hpp"
+#include "daemon/planner.hpp"
 #include "daemon/worker_pool.hpp"
+#include "db/store.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -59,6 +67,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,7 +77,7 @@ struct SchedulerSettings {
   std::string cache_dir;          // compile cache shared by every job
   MeasureSettings measure;        // prune_factor too
   std::size_t compile_workers = 1;
-  std::size_t compile_ahead = 0;  // candidates compiling or compiled ahead of the bench worker; 0 = 2 x compile_workers
+  std::size_t compile_ahead = 0;  // candidates compiling or compiled ahead of a lane; 0 = 2 x compile_workers
   std::size_t search_batch = 4;   // proposals per batch of a strategy other than exhaustive
   double compile_timeout_s = 120;
   double bench_timeout_s = 0;     // 0 = derived from `measure` (bench_deadline)
@@ -82,41 +91,23 @@ struct SchedulerSettings {
 [[nodiscard]] std::chrono::milliseconds bench_deadline(const SchedulerSettings& settings,
                                                        std::optional<double> override_s = {});
 
-// Statuses that quarantine a config: it crashed, hung or lost its worker.
-[[nodiscard]] bool quarantines(CandidateStatus status);
-
-// Removes from `configs` those that quarantine (see quarantines()) in an earlier job of the same
-// kernel, source hash and device fingerprint, other than job `except_job`. Returns how many were
-// removed. Errors: db_error.
-[[nodiscard]] Result<std::size_t> drop_quarantined(const Store& store, const std::string& kernel,
-                                                   const std::string& source_hash,
-                                                   const std::string& fingerprint,
-                                                   std::vector<Config>& configs,
-                                                   std::int64_t except_job = 0);
-
-// The rows measured for the job's winner key by other jobs, newest per config: what a new job
-// reuses instead of measuring again (quarantining statuses excluded; drop_quarantined removes
-// those configs); none for a job that remeasures. Errors: db_error.
-[[nodiscard]] Result<std::vector<ResultRecord>> reusable_results(const Store& store,
-                                                                 const JobRecord& record);
-
-// A validated tune request, ready to run.
-struct JobPlan {
-  JobRecord record;               // as stored by create_job: id set, state queued; strategy,
-                                  // budget (evaluations) and seed drive the search; options:
-                                  // priority and per-job deadlines
-  LoadedKernel kernel;
-  Shape shape;                    // conformed to the kernel's dims
-  std::vector<Config> configs;    // the search space; a candidate's config_index is its position
-  std::vector<ResultRecord> existing; // rows the job already has (resume): not run again
-  std::vector<ResultRecord> reusable; // rows of other jobs for the same key: copied, not run
+// A batch of compiles that is not a tune: a compile check (daemon/compile_check.hpp). The
+// scheduler submits every compile as the job's work and reports each reply; the job ends when
+// all are answered (done) or once cancelled and drained (cancelled).
+struct CheckPlan {
+  JobRecord record;               // stored (id set); options.priority orders its compiles
+  std::vector<nlohmann::json> compiles; // compile jobs (worker op "compile")
+  // Each compile's reply, in any order. io thread.
+  std::function<void(std::size_t index, Result<nlohmann::json> reply)> on_compiled;
+  // Once, when the job ended.
+  std::function<void(JobState state)> on_end;
 };
 
 // Told about one job. Both callbacks run on the io thread.
 struct JobWatcher {
   // {"job","done","total","failed","best_config","best_median_ms","best_gflops","last"}
   std::function<void(const nlohmann::json& progress)> on_progress;
-  // The job reached done, failed or interrupted; its row in the store is final.
+  // The job reached done, failed, cancelled or interrupted; its row in the store is final.
   std::function<void(std::int64_t job_id)> on_finished;
 };
 
@@ -127,33 +118,41 @@ public:
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues the job; it starts from the io loop (never inside this call).
+  // Queues the job; it starts from the io loop (never inside this call). A tune job runs on the
+  // lane of its record's device.
   void enqueue(JobPlan plan);
+  void enqueue(CheckPlan plan);
 
-  // A queued or running job doing exactly what `record` asks (same kernel, source, shape, dtype,
-  // device fingerprint, strategy, budget and seed): a second client's identical request joins it.
+  // A queued or running tune job doing exactly what `record` asks (same kernel, source, shape,
+  // dtype, device fingerprint, strategy, budget, seed and retry_failed): an identical request
+  // joins it, tune-on-miss included.
   [[nodiscard]] std::optional<std::int64_t> find_same(const JobRecord& record) const;
 
-  // Cancels a queued job at once, or the running job once its requests in flight are answered
-  // (their results are kept); it ends `cancelled`. False when the job is neither queued nor
-  // running.
+  // Cancels any job: a queued one at once; a running one stops handing out work, its work not
+  // yet taken by a worker is withdrawn, and it ends `cancelled` once the requests in flight are
+  // answered (their results are kept). False when the job is neither queued nor running.
   bool cancel(std::int64_t job_id);
 
-  // Adds a watcher to a queued or running job. False when the job is neither.
+  // Adds a watcher to a queued or running tune job. False when the job is neither.
   bool watch(std::int64_t job_id, JobWatcher watcher);
 
   [[nodiscard]] std::size_t queued() const { return m_queue.size(); }
-  [[nodiscard]] std::size_t running() const { return m_active ? 1 : 0; }
+  [[nodiscard]] std::size_t running() const { return m_tunes.size() + m_checks.size(); }
+  // The running tune job on `lane`, 0 when none.
+  [[nodiscard]] std::int64_t running_on(const std::string& lane) const;
+  // Queued jobs by priority: {priority: count}.
+  [[nodiscard]] std::map<int, std::size_t> queued_by_priority() const;
 
-  // Called once for every job that ends (done, failed, interrupted), after its final state is
-  // stored and before its watchers are told. The lookup path uses it to refresh its winner index.
+  // Called once for every job that ends (done, failed, cancelled, interrupted), after its final
+  // state is stored and before its watchers are told. The lookup path uses it to refresh its
+  // winner index.
   void set_job_end_hook(std::function<void(std::int64_t job_id, JobState state)> hook) {
     m_job_end_hook = std::move(hook);
   }
 
   // Graceful stop: nothing starts afterwards and queued jobs become `interrupted` at once. The
-  // running job's requests in flight may finish (their results are recorded) for up to `grace`;
-  // then it becomes `interrupted` and later replies are ignored. `on_stopped` runs once, from
+  // running jobs' requests in flight may finish (their results are recorded) for up to `grace`;
+  // then they become `interrupted` and later replies are ignored. `on_stopped` runs once, from
   // the io loop or inside this call, when no job is left running.
   void stop(std::chrono::milliseconds grace, std::function<void()> on_stopped);
 
@@ -167,43 +166,63 @@ private:
   enum class ReferenceState { pending, compiling, ready };
   enum class Phase { search, finals };
   struct ActiveJob;
+  struct ActiveCheck;
+  struct Queued {
+    std::unique_ptr<JobPlan> tune;
+    std::unique_ptr<CheckPlan> check;
+    std::chrono::steady_clock::time_point queued_at;
+    [[nodiscard]] const JobRecord& record() const { return tune ? tune->record : check->record; }
+  };
 
-  void start_next();
+  void start_ready();
+  void start_tune(JobPlan plan, std::chrono::steady_clock::time_point queued_at);
+  void start_check(CheckPlan plan);
   void finish_stop();
-  void advance();
+  void advance(std::int64_t job_id);
+  void advance_check(std::int64_t job_id);
   void account(ActiveJob& job);
   void propose(ActiveJob& job);
   [[nodiscard]] bool search_over(const ActiveJob& job) const;
   void start_finals(ActiveJob& job);
   void queue_round(ActiveJob& job);
   void start_reference(ActiveJob& job);
-  void start_compile(ActiveJob& job, std::size_t index, std::shared_ptr<WorkerProcess> worker);
-  void start_bench(ActiveJob& job, Compiled candidate, std::shared_ptr<WorkerProcess> worker);
+  void start_compile(ActiveJob& job, std::size_t index);
+  void start_bench(ActiveJob& job, Compiled candidate);
   void on_reference_compiled(ActiveJob& job, Result<nlohmann::json> reply);
   void on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::json> reply,
-                   const std::string& stderr_tail, double request_ms);
+                   const Delivery& delivery);
   void on_benched(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply,
                   const std::string& stderr_tail);
   void on_final_measured(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply);
   [[nodiscard]] std::vector<std::size_t> tie_set(const ActiveJob& job,
                                                  const std::vector<ResultRecord>& rows) const;
-  [[nodiscard]] std::chrono::milliseconds compile_deadline(const ActiveJob& job) const;
+  [[nodiscard]] std::chrono::milliseconds compile_deadline(const JobRecord& record) const;
+  // Submits one request for `job` and calls `handle` with its reply while the job is running.
+  void submit(ActiveJob& job, const std::string& lane, std::string op, nlohmann::json request,
+              std::chrono::milliseconds deadline,
+              std::function<void(ActiveJob&, Result<nlohmann::json>, const Delivery&)> handle);
   void record(ActiveJob& job, std::size_t index, ResultRecord result);
   void learn(ActiveJob& job, std::size_t index, const ResultRecord& result);
   void finish(ActiveJob& job);
   static void fail(ActiveJob& job, const std::string& error);
+  // Stores the job's final state, then announce_end().
   void end_job(std::int64_t job_id, JobState state, const std::string& error);
-  [[nodiscard]] bool is_current(std::int64_t job_id) const;
+  // Tells the end hook and the watchers; the state is stored already.
+  void announce_end(std::int64_t job_id, JobState state);
+  [[nodiscard]] ActiveJob* find_tune(std::int64_t job_id) const;
   [[nodiscard]] nlohmann::json progress(const ActiveJob& job, const ResultRecord& last) const;
 
   asio::io_context& m_io;
   Store& m_store;
   WorkerPool& m_workers;
   SchedulerSettings m_settings;
-  std::deque<std::pair<JobPlan, std::chrono::steady_clock::time_point>> m_queue; // plan, queued at
-  std::unique_ptr<ActiveJob> m_active;
+  std::deque<Queued> m_queue;
+  std::map<std::int64_t, std::unique_ptr<ActiveJob>> m_tunes;   // running tune jobs
+  std::map<std::int64_t, std::unique_ptr<ActiveCheck>> m_checks; // running compile checks
+  std::map<std::string, std::int64_t> m_lanes;                  // lane -> its running tune job
   std::map<std::int64_t, std::vector<JobWatcher>> m_watchers;
   bool m_stopped = false;
+  bool m_start_posted = false;
   std::function<void()> m_on_stopped;
   std::unique_ptr<asio::steady_timer> m_stop_timer;
   std::function<void(std::int64_t job_id, JobState state)> m_job_end_hook;

@@ -5,7 +5,9 @@
 #include "core/param_space.hpp"
 #include "core/protocol.hpp"
 #include "core/shape.hpp"
+#include "daemon/compile_check.hpp"
 #include "daemon/log.hpp"
+#include "daemon/planner.hpp"
 
 #include <boost/asio/post.hpp>
 
@@ -80,41 +82,6 @@ std::chrono::milliseconds seconds_to_ms(double seconds) {
 // candidate list (quarantine from other jobs applied again unless the job retries failed configs,
 // budget too), with the rows it already has and those of other jobs it may copy.
 // Errors name why the job cannot resume.
-Result<JobPlan> resume_plan(const Store& store, KernelRegistry& registry, const JobRecord& job) {
-  auto kernel = registry.find(job.kernel);
-  if (!kernel) return kernel.error();
-  if (kernel->source_hash != job.source_hash) {
-    return make_error("source_changed", "kernel " + job.kernel + " changed since the job started "
-                                        "(source hash " + job.source_hash + ", now " +
-                                        kernel->source_hash + ")");
-  }
-  auto shape = Shape::parse(job.shape);
-  if (!shape) return shape.error();
-  auto conformed = conform_shape(*shape, kernel->spec.shape_dims, kernel->spec.name);
-  if (!conformed) return conformed.error();
-  auto space = ParamSpace::create(kernel->spec, *conformed);
-  if (!space) return space.error();
-  auto configs = space->enumerate();
-  if (!configs) return configs.error();
-  if (!job.options.retry_failed) {
-    auto dropped = drop_quarantined(store, job.kernel, job.source_hash, job.fingerprint, *configs,
-                                    job.id);
-    if (!dropped) return dropped.error();
-  }
-  auto existing = store.job_results(job.id);
-  if (!existing) return existing.error();
-  auto reusable = reusable_results(store, job);
-  if (!reusable) return reusable.error();
-  JobPlan plan;
-  plan.record = job;
-  plan.kernel = std::move(*kernel);
-  plan.shape = std::move(*conformed);
-  plan.configs = std::move(*configs);
-  plan.existing = std::move(*existing);
-  plan.reusable = std::move(*reusable);
-  plan.record.state = JobState::queued;
-  return plan;
-}
 
 } // namespace
 
@@ -146,10 +113,17 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   KTUNE_LOG(info) << "opened " << cfg.db << " in " << log::elapsed_ms(start) << " ms";
 
   start = std::chrono::steady_clock::now();
-  server->m_cpu = detect_cpu_device(host_compiler_version(host_cxx()));
-  KTUNE_LOG(info) << "device cpu: " << server->m_cpu.details.value("model", std::string("?"))
-                  << ", fingerprint " << server->m_cpu.fingerprint << " (detected in "
+  server->m_devices =
+      std::make_unique<DeviceRegistry>(detect_cpu_device(host_compiler_version(host_cxx())));
+  const DeviceInfo& cpu = server->m_devices->cpu();
+  KTUNE_LOG(info) << "device cpu: " << cpu.details.value("model", std::string("?"))
+                  << ", fingerprint " << cpu.fingerprint << " (detected in "
                   << log::elapsed_ms(start) << " ms)";
+  if (auto stored = server->m_store->list_devices()) {
+    for (const auto& device : *stored) server->m_devices->remember(device);
+  } else {
+    KTUNE_LOG(warn) << "cannot list the stored devices: " << stored.error().message;
+  }
 
   if (::access(cfg.worker_path.c_str(), X_OK) != 0) {
     KTUNE_LOG(warn) << "worker executable " << cfg.worker_path << " is not runnable ("
@@ -168,7 +142,7 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
                         cfg.bench_timeout_s, cfg.bench_timeout_min_s, cfg.bench_timeout_max_s});
   Server* self = server.get();
   server->m_handler = std::make_unique<RequestHandler>(HandlerContext{
-      cfg, *server->m_store, *server->m_scheduler, *server->m_workers, server->m_cpu,
+      cfg, *server->m_store, *server->m_scheduler, *server->m_workers, *server->m_devices,
       [self] { return self->m_sessions.size(); },
       [self] { asio::post(self->m_io, [self] { self->stop(); }); }, server->m_started});
 
@@ -177,7 +151,15 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
     KTUNE_LOG(warn) << "kernel family not loaded: " << broken.error.message;
   }
   KTUNE_LOG(debug) << "scanned kernel directories in " << log::elapsed_ms(start) << " ms";
-  server->resume_jobs();
+  auto resumed = server->resume_jobs();
+  // The CUDA devices are learnt from a worker; the jobs resume once they are known, so that a
+  // resumed CUDA job finds its lane.
+  server->m_devices->probe(*server->m_workers,
+                           [self, plans = std::make_shared<std::vector<JobPlan>>(
+                                      std::move(resumed))]() mutable {
+                             for (auto& plan : *plans) self->m_scheduler->enqueue(std::move(plan));
+                             plans->clear();
+                           });
 
   if (auto r = server->listen(); !r) return r.error();
 
@@ -263,7 +245,8 @@ Result<void> Server::listen() {
   return {};
 }
 
-void Server::resume_jobs() {
+std::vector<JobPlan> Server::resume_jobs() {
+  std::vector<JobPlan> plans;
   std::vector<JobRecord> leftovers;
   for (JobState state : {JobState::running, JobState::interrupted, JobState::queued}) {
     auto jobs = m_store->jobs_in_state(state);
@@ -273,13 +256,23 @@ void Server::resume_jobs() {
     }
     leftovers.insert(leftovers.end(), jobs->begin(), jobs->end());
   }
-  if (leftovers.empty()) return;
+  if (leftovers.empty()) return plans;
   std::sort(leftovers.begin(), leftovers.end(),
             [](const JobRecord& a, const JobRecord& b) { return a.id < b.id; });
   KernelRegistry registry;
   registry.load(m_config.kernel_dirs);
+  const Planner planner(*m_store);
   for (const auto& job : leftovers) {
-    auto plan = resume_plan(*m_store, registry, job);
+    if (job.strategy == k_compile_check_strategy) {
+      // Its client waited on the connection that is gone: nobody to answer.
+      if (auto r = m_store->set_job_state(job.id, JobState::interrupted,
+                                          "ktuned stopped; a compile check is not resumed");
+          !r) {
+        KTUNE_LOG(warn) << "job " << job.id << ": " << r.error().message;
+      }
+      continue;
+    }
+    auto plan = planner.resume(registry, job);
     if (!plan) {
       KTUNE_LOG(warn) << "job " << job.id << " (" << to_string(job.state)
                       << ") cannot resume: " << plan.error().message;
@@ -296,8 +289,9 @@ void Server::resume_jobs() {
       KTUNE_LOG(warn) << "job " << job.id << ": " << r.error().message;
       continue;
     }
-    m_scheduler->enqueue(std::move(*plan));
+    plans.push_back(std::move(*plan));
   }
+  return plans;
 }
 
 void Server::watch_idle() {

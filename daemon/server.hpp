@@ -5,7 +5,8 @@
 // registry of client sessions.
 //
 // Lifecycle: create() does everything that can fail up front (instance lock, directories, store,
-// kernel scan, device detection, listening socket), and queues again the jobs a previous ktuned
+// kernel scan, CPU detection, listening socket), asks a worker for the CUDA devices (a bench lane
+// each; the answer arrives while it serves), and queues again the jobs a previous ktuned
 // left queued, running (kill -9) or interrupted: they resume without re-running any config that
 // already has a row. Once run() reports readiness the daemon serves. A graceful stop (signal,
 // `shutdown` op, or `idle_s` without clients and jobs) stops accepting, lets the requests in
@@ -15,6 +16,7 @@
 #include "core/device.hpp"
 #include "core/result.hpp"
 #include "daemon/config.hpp"
+#include "daemon/devices.hpp"
 #include "daemon/handlers.hpp"
 #include "daemon/instance.hpp"
 #include "daemon/scheduler.hpp"
@@ -63,7 +65,9 @@ private:
   void announce_ready();
   void stop();
   void finish_stop();
-  void resume_jobs();
+  // Plans of the jobs a previous ktuned left queued, running or interrupted (state set back to
+  // queued); jobs that cannot resume are marked failed.
+  [[nodiscard]] std::vector<JobPlan> resume_jobs();
   void watch_idle();
 
   DaemonConfig m_config;
@@ -75,7 +79,7 @@ private:
   asio::steady_timer m_idle_timer;
   std::chrono::steady_clock::time_point m_last_busy;
   std::optional<Store> m_store;
-  DeviceInfo m_cpu;
+  std::unique_ptr<DeviceRegistry> m_devices;
   ChildWatch m_children;
   std::unique_ptr<WorkerPool> m_workers;
   std::unique_ptr<Scheduler> m_scheduler;

@@ -233,7 +233,16 @@ Result<json> import_op(Store& store, const json& body, std::vector<WinnerRecord>
   }
   auto table = tableio::table_from_json(nlohmann::ordered_json(*table_it), "import: table");
   if (!table) return make_error(protocol::code::bad_request, table.error().message);
-  auto reply = import_table(store, *table, policy, upserted);
+  // The whole table in one transaction: one commit, and a table that fails at row N leaves
+  // the store as it was.
+  Result<json> reply = json();
+  auto stored = store.in_transaction([&]() -> Result<void> {
+    reply = import_table(store, *table, policy, upserted);
+    if (!reply) return reply.error();
+    return {};
+  });
+  if (!stored && reply) reply = stored.error();
+  if (!stored && upserted) upserted->clear();
   if (!reply) return make_error(protocol::code::internal, reply.error().message);
   return reply;
 }

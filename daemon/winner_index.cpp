@@ -128,11 +128,15 @@ std::vector<double> shape_log_dims(std::string_view shape) {
   return dims;
 }
 
-Result<const CachedKernel*> KernelCache::get(const std::string& name,
+Result<const CachedKernel*> KernelCache::get(const std::string& name, Language language,
                                              std::chrono::steady_clock::time_point now) {
-  auto it = m_kernels.find(name);
+  std::string key;
+  key.reserve(name.size() + 1);
+  key += name;
+  key += language == Language::cpp ? '\x01' : '\x02';
+  auto it = m_kernels.find(key);
   if (it != m_kernels.end() && now - it->second.checked_at < k_kernel_refresh) return &it->second;
-  auto loaded = m_registry.find(name);
+  auto loaded = m_registry.find(name, language);
   if (!loaded) {
     if (it != m_kernels.end()) m_kernels.erase(it);
     return loaded.error();
@@ -145,7 +149,7 @@ Result<const CachedKernel*> KernelCache::get(const std::string& name,
   entry.runs_on_cpu = loaded->spec.language == Language::cpp;
   entry.default_config = config_json_text(loaded->spec.default_config);
   entry.checked_at = now;
-  auto& slot = m_kernels[name];
+  auto& slot = m_kernels[key];
   slot = std::move(entry);
   return &slot;
 }

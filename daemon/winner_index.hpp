@@ -85,15 +85,16 @@ public:
   static constexpr auto k_kernel_refresh = std::chrono::seconds(1);
 
   explicit KernelCache(KernelRegistry& registry) : m_registry(registry) {}
-  // The cached entry, re-read through the registry when missing or older than k_kernel_refresh.
-  // Errors: the registry's (unknown_kernel, spec_error).
-  [[nodiscard]] Result<const CachedKernel*> get(const std::string& name,
+  // The cached entry of the family `name` written in `language`, re-read through the registry
+  // when missing or older than k_kernel_refresh. Errors: the registry's (unknown_kernel,
+  // spec_error).
+  [[nodiscard]] Result<const CachedKernel*> get(const std::string& name, Language language,
                                                 std::chrono::steady_clock::time_point now);
   void invalidate() { m_kernels.clear(); }
 
 private:
   KernelRegistry& m_registry;
-  std::unordered_map<std::string, CachedKernel> m_kernels;
+  std::unordered_map<std::string, CachedKernel> m_kernels; // name + language
 };
 
 enum class Rung { exact, nearest, fallback_default };

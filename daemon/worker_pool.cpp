@@ -1,6 +1,9 @@
 #include "daemon/worker_pool.hpp"
 
+#include "core/protocol.hpp"
 #include "daemon/log.hpp"
+
+#include <boost/asio/post.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,15 +13,44 @@
 namespace ktune::daemon {
 
 namespace {
+
 constexpr auto k_term_grace = std::chrono::seconds(1);
-}
+
+// A ktune-worker process as a pool endpoint.
+class ProcessEndpoint final : public WorkerEndpoint {
+public:
+  explicit ProcessEndpoint(std::shared_ptr<WorkerProcess> process) : m_process(std::move(process)) {}
+  void request(std::string_view op, nlohmann::json job, WorkerProcess::ReplyHandler on_reply,
+               std::chrono::milliseconds deadline) override {
+    m_process->request(op, std::move(job), std::move(on_reply), deadline);
+  }
+  [[nodiscard]] bool idle() const override { return m_process->idle(); }
+  [[nodiscard]] const std::string& stderr_tail() const override {
+    return m_process->stderr_tail();
+  }
+  void terminate() override { m_process->terminate(); }
+  void kill_group() override { m_process->kill_group(); }
+  [[nodiscard]] pid_t pid() const { return m_process->pid(); }
+
+private:
+  std::shared_ptr<WorkerProcess> m_process;
+};
+
+bool is_cuda_lane(const std::string& lane) { return lane.rfind("cuda", 0) == 0; }
+
+} // namespace
 
 WorkerPool::WorkerPool(asio::io_context& io, ChildWatch& children, std::string worker_path,
                        std::size_t compile_workers, std::chrono::milliseconds worker_idle,
                        std::int64_t memory_mb)
-    : m_io(io), m_children(children), m_worker_path(std::move(worker_path)),
+    : m_io(io), m_children(&children), m_worker_path(std::move(worker_path)),
       m_compile_limit(std::max<std::size_t>(1, compile_workers)), m_worker_idle(worker_idle),
       m_memory_mb(memory_mb) {
+  m_spawner = [this](const WorkerSlot& slot, std::function<void()> on_exit) {
+    return spawn_process(slot, std::move(on_exit));
+  };
+  m_queues[""].limit = m_compile_limit;
+  add_lane("cpu");
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2) return;
@@ -30,55 +62,226 @@ WorkerPool::WorkerPool(asio::io_context& io, ChildWatch& children, std::string w
   }
   CPU_CLR(*m_bench_cpu, &allowed);
   m_compile_cpus = allowed;
-  KTUNE_LOG(debug) << "bench worker runs on cpu " << *m_bench_cpu
+  KTUNE_LOG(debug) << "cpu bench worker runs on cpu " << *m_bench_cpu
                    << "; compile workers on the other " << CPU_COUNT(&allowed);
 }
 
-Result<std::shared_ptr<WorkerProcess>> WorkerPool::start(WorkerRole role) {
-  std::vector<std::string> extra_args;
-  if (role == WorkerRole::bench && m_bench_cpu) extra_args = {"--cpu", std::to_string(*m_bench_cpu)};
-  if (m_memory_mb > 0) {
-    extra_args.push_back("--memory-mb");
-    extra_args.push_back(std::to_string(m_memory_mb));
+WorkerPool::WorkerPool(asio::io_context& io, WorkerSpawner spawner, std::size_t compile_workers)
+    : m_io(io), m_spawner(std::move(spawner)),
+      m_compile_limit(std::max<std::size_t>(1, compile_workers)) {
+  m_queues[""].limit = m_compile_limit;
+  add_lane("cpu");
+}
+
+void WorkerPool::add_lane(const std::string& device, std::vector<std::string> args) {
+  Queue& queue = m_queues[device];
+  queue.limit = 1;
+  queue.args = std::move(args);
+}
+
+bool WorkerPool::has_lane(const std::string& device) const {
+  return !device.empty() && m_queues.count(device) > 0;
+}
+
+std::vector<std::string> WorkerPool::lanes() const {
+  std::vector<std::string> out;
+  for (const auto& [lane, queue] : m_queues) {
+    if (!lane.empty()) out.push_back(lane);
   }
-  auto worker = WorkerProcess::spawn(m_io, m_children, m_worker_path, role, extra_args,
-                                     [this](WorkerProcess& w) { on_worker_exit(w); },
-                                     m_worker_idle);
+  return out;
+}
+
+Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSlot& slot,
+                                                                   std::function<void()> on_exit) {
+  std::vector<std::string> extra_args = slot.args;
+  const bool cpu_bench = slot.role == WorkerRole::bench && slot.lane == "cpu";
+  if (cpu_bench && m_bench_cpu) {
+    extra_args.insert(extra_args.end(), {"--cpu", std::to_string(*m_bench_cpu)});
+  }
+  // CUDA reserves a large virtual range at cuInit: a CUDA lane's worker runs without RLIMIT_AS.
+  if (m_memory_mb > 0 && !is_cuda_lane(slot.lane)) {
+    extra_args.insert(extra_args.end(), {"--memory-mb", std::to_string(m_memory_mb)});
+  }
+  auto worker = WorkerProcess::spawn(
+      m_io, *m_children, m_worker_path, slot.role, extra_args,
+      [on_exit = std::move(on_exit)](WorkerProcess&) { on_exit(); }, m_worker_idle);
   if (!worker) return worker.error();
-  if (role == WorkerRole::compile && m_compile_cpus &&
+  if (slot.role == WorkerRole::compile && m_compile_cpus &&
       ::sched_setaffinity((*worker)->pid(), sizeof *m_compile_cpus, &*m_compile_cpus) != 0) {
     // Only placement is lost: compiles may then share the bench worker's CPU.
     KTUNE_LOG(debug) << "cannot set the affinity of compile worker " << (*worker)->pid() << ": "
                      << std::strerror(errno);
   }
-  m_workers.push_back(*worker);
-  return *worker;
+  return std::shared_ptr<WorkerEndpoint>(std::make_shared<ProcessEndpoint>(std::move(*worker)));
 }
 
-std::size_t WorkerPool::limit(WorkerRole role) const {
-  return role == WorkerRole::compile ? m_compile_limit : 1;
+void WorkerPool::fail_later(Work work, Error error) {
+  asio::post(m_io, [work = std::move(work), error = std::move(error)]() mutable {
+    if (work.on_reply) work.on_reply(std::move(error), Delivery{});
+  });
+}
+
+void WorkerPool::submit(const std::string& lane, Work work) {
+  if (m_shutting_down) {
+    return fail_later(std::move(work), make_error(k_withdrawn, "ktuned is shutting down"));
+  }
+  const auto queue = m_queues.find(lane);
+  if (queue == m_queues.end()) {
+    return fail_later(std::move(work),
+                      make_error(protocol::code::no_device, "no bench lane for device '" + lane +
+                                                                "' on this ktuned"));
+  }
+  queue->second.waiting.push_back(Waiting{std::move(work), ++m_seq});
+  pump(lane);
+}
+
+std::size_t WorkerPool::withdraw(std::int64_t owner) {
+  std::size_t count = 0;
+  for (auto& [lane, queue] : m_queues) {
+    auto mine = std::stable_partition(queue.waiting.begin(), queue.waiting.end(),
+                                      [owner](const Waiting& w) { return w.work.owner != owner; });
+    for (auto it = mine; it != queue.waiting.end(); ++it) {
+      fail_later(std::move(it->work), make_error(k_withdrawn, "withdrawn before a worker took it"));
+      ++count;
+    }
+    queue.waiting.erase(mine, queue.waiting.end());
+  }
+  return count;
+}
+
+std::optional<std::size_t> WorkerPool::pick(const Queue& queue) const {
+  std::optional<std::size_t> best;
+  auto served = [this](std::int64_t owner) {
+    const auto it = m_last_served.find(owner);
+    return it == m_last_served.end() ? std::uint64_t{0} : it->second;
+  };
+  for (std::size_t i = 0; i < queue.waiting.size(); ++i) {
+    if (!best) {
+      best = i;
+      continue;
+    }
+    const Work& a = queue.waiting[i].work;
+    const Work& b = queue.waiting[*best].work;
+    if (a.priority != b.priority) {
+      if (a.priority > b.priority) best = i;
+      continue;
+    }
+    if (a.owner != b.owner && served(a.owner) < served(b.owner)) best = i;
+    // equal priority, same owner or served alike: the earlier submission (lower index) stays
+  }
+  return best;
+}
+
+void WorkerPool::pump(const std::string& lane) {
+  if (m_shutting_down) return;
+  auto it = m_queues.find(lane);
+  if (it == m_queues.end()) return;
+  Queue& queue = it->second;
+  while (!queue.waiting.empty()) {
+    std::shared_ptr<Worker> free;
+    std::size_t alive = 0;
+    for (const auto& worker : m_workers) {
+      if (worker->lane != lane) continue;
+      ++alive;
+      if (!free && !worker->busy && worker->endpoint->idle()) free = worker;
+    }
+    if (!free) {
+      if (alive >= queue.limit) return; // a reply or an exit pumps again
+      WorkerSlot slot{lane.empty() ? WorkerRole::compile : WorkerRole::bench, lane, queue.args};
+      auto worker = std::make_shared<Worker>();
+      worker->role = slot.role;
+      worker->lane = lane;
+      std::weak_ptr<Worker> weak = worker;
+      auto endpoint = m_spawner(slot, [this, weak] {
+        if (auto w = weak.lock()) on_worker_exit(w->endpoint.get());
+      });
+      if (!endpoint) {
+        // Nothing can serve this lane now: the oldest waiting work learns why.
+        KTUNE_LOG(error) << "cannot start a " << to_string(slot.role) << " worker"
+                         << (lane.empty() ? "" : " for " + lane) << ": "
+                         << endpoint.error().message;
+        const auto index = *pick(queue);
+        Work work = std::move(queue.waiting[index].work);
+        queue.waiting.erase(queue.waiting.begin() + static_cast<std::ptrdiff_t>(index));
+        fail_later(std::move(work), endpoint.error());
+        continue;
+      }
+      worker->endpoint = std::move(*endpoint);
+      m_workers.push_back(worker);
+      free = worker;
+    }
+    const auto index = *pick(queue);
+    Work work = std::move(queue.waiting[index].work);
+    queue.waiting.erase(queue.waiting.begin() + static_cast<std::ptrdiff_t>(index));
+    send(lane, *free, std::move(work));
+  }
+}
+
+void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
+  m_last_served[work.owner] = ++m_served;
+  worker.busy = true;
+  const auto sent = std::chrono::steady_clock::now();
+  auto handler = std::move(work.on_reply);
+  std::weak_ptr<Worker> weak;
+  for (const auto& w : m_workers) {
+    if (w.get() == &worker) weak = w;
+  }
+  // The endpoint is held until the reply: a worker that died has left m_workers by then, and
+  // its stderr tail is what the reply's failure needs.
+  worker.endpoint->request(
+      work.op, std::move(work.job),
+      [this, weak, endpoint = worker.endpoint, lane, sent,
+       handler = std::move(handler)](Result<nlohmann::json> reply) {
+        Delivery delivery;
+        delivery.request_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sent)
+                .count();
+        delivery.stderr_tail = endpoint->stderr_tail();
+        if (auto w = weak.lock()) w->busy = false;
+        if (handler) handler(std::move(reply), delivery);
+        pump(lane);
+      },
+      work.deadline);
 }
 
 std::size_t WorkerPool::alive(WorkerRole role) const {
-  return static_cast<std::size_t>(std::count_if(m_workers.begin(), m_workers.end(),
-                                                [role](const auto& w) { return w->role() == role; }));
+  return static_cast<std::size_t>(std::count_if(
+      m_workers.begin(), m_workers.end(), [role](const auto& w) { return w->role == role; }));
 }
 
-Result<std::shared_ptr<WorkerProcess>> WorkerPool::idle_worker(WorkerRole role) {
-  if (m_shutting_down) return make_error(k_spawn_error, "ktuned is shutting down");
-  for (const auto& worker : m_workers) {
-    if (worker->role() == role && worker->idle()) return worker;
+std::size_t WorkerPool::busy(const std::string& lane) const {
+  return static_cast<std::size_t>(std::count_if(
+      m_workers.begin(), m_workers.end(),
+      [&lane](const auto& w) { return w->lane == lane && w->busy; }));
+}
+
+std::size_t WorkerPool::waiting(const std::string& lane) const {
+  const auto it = m_queues.find(lane);
+  return it == m_queues.end() ? 0 : it->second.waiting.size();
+}
+
+void WorkerPool::on_worker_exit(WorkerEndpoint* endpoint) {
+  std::string lane;
+  std::erase_if(m_workers, [&](const auto& w) {
+    if (w->endpoint.get() != endpoint) return false;
+    lane = w->lane;
+    return true;
+  });
+  if (m_shutting_down) {
+    if (m_workers.empty()) finish_shutdown();
+    return;
   }
-  if (alive(role) >= limit(role)) return std::shared_ptr<WorkerProcess>();
-  return start(role);
-}
-
-void WorkerPool::on_worker_exit(WorkerProcess& worker) {
-  std::erase_if(m_workers, [&worker](const auto& w) { return w.get() == &worker; });
-  if (m_shutting_down && m_workers.empty()) finish_shutdown();
+  // Work may be waiting for this lane's only worker: start its replacement.
+  asio::post(m_io, [this, lane] { pump(lane); });
 }
 
 void WorkerPool::shutdown(std::function<void()> on_done) {
+  for (auto& [lane, queue] : m_queues) {
+    for (auto& waiting : queue.waiting) {
+      fail_later(std::move(waiting.work), make_error(k_withdrawn, "ktuned is shutting down"));
+    }
+    queue.waiting.clear();
+  }
   m_shutting_down = true;
   m_on_shutdown = std::move(on_done);
   if (m_workers.empty()) {
@@ -86,13 +289,12 @@ void WorkerPool::shutdown(std::function<void()> on_done) {
     return;
   }
   KTUNE_LOG(info) << "stopping " << m_workers.size() << " worker(s)";
-  // Copy: terminate() never calls back synchronously, but keep the loop independent of that.
-  for (const auto& worker : std::vector(m_workers)) worker->terminate();
+  for (const auto& worker : std::vector(m_workers)) worker->endpoint->terminate();
   m_shutdown_timer = std::make_unique<asio::steady_timer>(m_io, k_term_grace);
   m_shutdown_timer->async_wait([this](const boost::system::error_code& ec) {
     if (ec || m_workers.empty()) return;
     KTUNE_LOG(warn) << m_workers.size() << " worker(s) still running after SIGTERM; sending SIGKILL";
-    for (const auto& worker : m_workers) worker->kill_group();
+    for (const auto& worker : m_workers) worker->endpoint->kill_group();
     m_shutdown_timer->expires_after(k_term_grace);
     m_shutdown_timer->async_wait([this](const boost::system::error_code& ec2) {
       if (ec2 || m_workers.empty()) return;

@@ -1,12 +1,21 @@
 #pragma once
-// WorkerPool: ktuned's worker processes, started lazily and kept: up to `compile_workers`
-// compile workers and one CPU bench worker. A worker that exits (crashed, killed at a deadline,
-// or idle for `worker_idle`) is dropped; the next request for its role starts a replacement.
-// Workers get `--memory-mb N` (RLIMIT_AS) when `memory_mb` > 0. Single-threaded (the io thread).
+// WorkerPool: the one owner of ktuned's worker processes. Work reaches a worker only through
+// submit(); nobody else looks for idle workers. Single-threaded (the io thread).
 //
-// CPU placement: when the daemon may run on two or more CPUs, the bench worker is pinned to the
-// last of them (ktune-worker --cpu) and compile workers, with the compilers they start, are kept
-// off it (sched_setaffinity), so compiles never disturb a measurement.
+// Two kinds of queue:
+//   - the compile pool (lane ""): up to `compile_workers` compile workers shared by every job;
+//   - one bench lane per device ("cpu", "cuda:0", ...): one bench worker each, so measurements
+//     on a device never overlap, while lanes of different devices measure at the same time.
+// Workers are started lazily and kept; one that exits (crashed, killed at a deadline, idle for
+// `worker_idle`, or announced its exit) is dropped and the next request starts a replacement.
+//
+// Hand-out order: a queue's waiting work goes to a free worker by priority (higher first), then
+// fairly across owners (the owner served least recently first), then in submission order; so two
+// jobs compiling at the same priority alternate on the compile workers.
+//
+// CPU placement: when the daemon may run on two or more CPUs, the cpu lane's bench worker is
+// pinned to the last of them (ktune-worker --cpu) and compile workers, with the compilers they
+// start, are kept off it (sched_setaffinity), so compiles never disturb a CPU measurement.
 #include "core/result.hpp"
 #include "daemon/worker_process.hpp"
 
@@ -16,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,41 +33,129 @@
 
 namespace ktune::daemon {
 
+// Error code a withdrawn request's handler receives (withdraw(), shutdown()).
+inline constexpr const char* k_withdrawn = "withdrawn";
+
+// The daemon's side of one worker: what the pool needs of it. WorkerProcess is the real one;
+// tests plug in endpoints of their own through a WorkerSpawner.
+class WorkerEndpoint {
+public:
+  virtual ~WorkerEndpoint() = default;
+  // Sends one request; `on_reply` runs exactly once, never inside this call (WorkerProcess).
+  virtual void request(std::string_view op, nlohmann::json job,
+                       WorkerProcess::ReplyHandler on_reply,
+                       std::chrono::milliseconds deadline) = 0;
+  // Free for a request: alive, not closing, no request in flight.
+  [[nodiscard]] virtual bool idle() const = 0;
+  [[nodiscard]] virtual const std::string& stderr_tail() const = 0;
+  virtual void terminate() = 0;
+  virtual void kill_group() = 0;
+};
+
+// Where a worker serves: the compile pool (lane "") or a device's bench lane.
+struct WorkerSlot {
+  WorkerRole role = WorkerRole::compile;
+  std::string lane;                // "" for the compile pool, else the device name
+  std::vector<std::string> args;   // extra ktune-worker arguments of the lane
+};
+
+// Starts a worker for `slot`; `on_exit` must run once, on the io thread, after it has exited.
+using WorkerSpawner = std::function<Result<std::shared_ptr<WorkerEndpoint>>(
+    const WorkerSlot& slot, std::function<void()> on_exit)>;
+
+// What a finished request tells besides its reply.
+struct Delivery {
+  std::string stderr_tail;         // the worker's stderr since the request was sent
+  double request_ms = 0;           // from sending the request to its reply
+};
+
+// One piece of work for a worker.
+struct Work {
+  std::string op;                  // "compile", "bench", "devices"
+  nlohmann::json job = nlohmann::json::object();
+  std::chrono::milliseconds deadline{0}; // > 0: the worker is killed when it passes it
+  int priority = 0;                // higher first
+  std::int64_t owner = 0;          // the job it is for: fairness among equals, withdraw()
+  // Exactly once, on the io thread, never inside submit(): the outcome, or an Error (the
+  // worker's own, k_worker_crash / k_worker_lost / k_worker_timeout / k_spawn_error, or
+  // k_withdrawn when the work was withdrawn before a worker took it).
+  std::function<void(Result<nlohmann::json> reply, const Delivery& delivery)> on_reply;
+};
+
 class WorkerPool {
 public:
+  // The real pool: ktune-worker processes started from `worker_path`, with `--memory-mb N`
+  // (RLIMIT_AS) for compile and cpu bench workers when `memory_mb` > 0.
   WorkerPool(asio::io_context& io, ChildWatch& children, std::string worker_path,
              std::size_t compile_workers,
              std::chrono::milliseconds worker_idle = std::chrono::milliseconds(0),
              std::int64_t memory_mb = 0);
+  // A pool over endpoints of the caller's making (tests).
+  WorkerPool(asio::io_context& io, WorkerSpawner spawner, std::size_t compile_workers);
 
-  // An idle worker of `role`, starting one when fewer than the role's limit are alive.
-  // A null pointer when every worker of the role is busy. Errors: spawn_error.
-  [[nodiscard]] Result<std::shared_ptr<WorkerProcess>> idle_worker(WorkerRole role);
+  // Declares the bench lane of `device` ("cpu" is always there); `args` are added to its
+  // worker's command line. Declaring a lane again replaces its arguments for the next worker.
+  void add_lane(const std::string& device, std::vector<std::string> args = {});
+  [[nodiscard]] bool has_lane(const std::string& device) const;
+  [[nodiscard]] std::vector<std::string> lanes() const;
+
+  // Queues `work` for the compile pool (lane "") or a device's bench lane and hands it to a
+  // worker as soon as one is free. An unknown lane answers no_device (posted).
+  void submit(const std::string& lane, Work work);
+
+  // Removes the queued (not yet sent) work of `owner` from every queue; each handler receives
+  // k_withdrawn (posted). Work a worker has taken finishes normally. Returns how many.
+  std::size_t withdraw(std::int64_t owner);
 
   [[nodiscard]] std::size_t alive(WorkerRole role) const;
-  [[nodiscard]] std::size_t limit(WorkerRole role) const;
-  [[nodiscard]] const std::string& worker_path() const { return m_worker_path; }
+  [[nodiscard]] std::size_t busy(const std::string& lane) const;
+  [[nodiscard]] std::size_t waiting(const std::string& lane) const;
+  [[nodiscard]] std::size_t compile_limit() const { return m_compile_limit; }
 
   // Terminates every worker (socket closed, SIGTERM to its group), sends SIGKILL to the groups
   // of those still alive after 1 s, and calls `on_done` once all have exited, or 1 s after the
-  // SIGKILL at the latest. No worker is started afterwards.
+  // SIGKILL at the latest. Queued work is withdrawn; nothing is started afterwards.
   void shutdown(std::function<void()> on_done);
 
 private:
-  void on_worker_exit(WorkerProcess& worker);
-  void finish_shutdown();
+  struct Worker {
+    std::shared_ptr<WorkerEndpoint> endpoint;
+    WorkerRole role;
+    std::string lane;
+    bool busy = false;
+  };
+  struct Waiting {
+    Work work;
+    std::uint64_t seq = 0;
+  };
+  struct Queue {
+    std::vector<Waiting> waiting;
+    std::size_t limit = 1;
+    std::vector<std::string> args;
+  };
 
-  [[nodiscard]] Result<std::shared_ptr<WorkerProcess>> start(WorkerRole role);
+  void pump(const std::string& lane);
+  [[nodiscard]] std::optional<std::size_t> pick(const Queue& queue) const;
+  void send(const std::string& lane, Worker& worker, Work work);
+  void on_worker_exit(WorkerEndpoint* endpoint);
+  void finish_shutdown();
+  [[nodiscard]] Result<std::shared_ptr<WorkerEndpoint>> spawn_process(
+      const WorkerSlot& slot, std::function<void()> on_exit);
+  void fail_later(Work work, Error error);
 
   asio::io_context& m_io;
-  ChildWatch& m_children;
+  WorkerSpawner m_spawner;
+  ChildWatch* m_children = nullptr;
   std::string m_worker_path;
   std::size_t m_compile_limit;
-  std::chrono::milliseconds m_worker_idle;
-  std::int64_t m_memory_mb;
-  std::optional<int> m_bench_cpu;          // the bench worker's CPU, when pinned
+  std::chrono::milliseconds m_worker_idle{0};
+  std::int64_t m_memory_mb = 0;
+  std::optional<int> m_bench_cpu;          // the cpu lane worker's CPU, when pinned
   std::optional<cpu_set_t> m_compile_cpus; // every allowed CPU but the bench worker's
-  std::vector<std::shared_ptr<WorkerProcess>> m_workers;
+  std::map<std::string, Queue> m_queues;   // "" = compile pool, else a device's lane
+  std::vector<std::shared_ptr<Worker>> m_workers;
+  std::map<std::int64_t, std::uint64_t> m_last_served; // owner -> hand-out counter
+  std::uint64_t m_seq = 0, m_served = 0;
   bool m_shutting_down = false;
   std::function<void()> m_on_shutdown;
   std::unique_ptr<asio::steady_timer> m_shutdown_timer;

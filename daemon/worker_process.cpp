@@ -219,8 +219,10 @@ void WorkerProcess::arm_idle_timer() {
 void WorkerProcess::request(std::string_view op, nlohmann::json job, ReplyHandler on_reply,
                             std::chrono::milliseconds deadline) {
   if (!idle()) {
-    std::string reason = m_finished ? "worker (pid " + std::to_string(m_pid) + ") has exited"
-                                    : "worker (pid " + std::to_string(m_pid) + ") is busy";
+    const std::string worker = "worker (pid " + std::to_string(m_pid) + ")";
+    std::string reason = m_finished  ? worker + " has exited"
+                         : m_closing ? worker + " is exiting"
+                                     : worker + " is busy";
     asio::post(m_socket.get_executor(), [on_reply = std::move(on_reply), reason] {
       on_reply(make_error(k_worker_lost, reason));
     });
@@ -315,7 +317,22 @@ void WorkerProcess::on_line(std::string_view line) {
   ReplyHandler handler = std::move(m_pending);
   m_pending = nullptr;
   m_deadline.cancel();
-  arm_idle_timer();
+  if (message.value("exiting", false) == true) {
+    // The worker exits after this reply: it must not look idle to whoever the handler lets
+    // pick the next worker. Its exit then arrives like any other (on_exit, on_socket_closed).
+    m_closing = true;
+    KTUNE_LOG(debug) << to_string(m_role) << " worker " << m_pid << " is exiting after this reply";
+    // A worker that says so and stays would hold its place in the pool forever.
+    m_timer.expires_after(k_exit_grace);
+    m_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->m_wait_status) return;
+      KTUNE_LOG(warn) << to_string(self->m_role) << " worker " << self->m_pid
+                      << " said it was exiting but did not; killing it";
+      self->kill_group();
+    });
+  } else {
+    arm_idle_timer();
+  }
   const bool ok = message.value("ok", false);
   if (ok) {
     const auto outcome = message.find("outcome");

@@ -60,6 +60,9 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
 public:
   // Called with the outcome object of a successful reply, or an Error: the worker's own
   // {code, message}, or k_worker_crash / k_worker_lost when the worker died or misbehaved.
+  // A reply that carries "exiting": true (the worker exits after it, e.g. after losing its
+  // CUDA context) marks the worker closing before the handler runs: idle() is already false
+  // inside the handler, so nobody hands it the next request.
   using ReplyHandler = std::function<void(Result<nlohmann::json> outcome)>;
   // Called once, when the process has exited and its socket is closed.
   using ExitHandler = std::function<void(WorkerProcess& worker)>;
@@ -95,6 +98,9 @@ public:
   void kill_group();
 
   [[nodiscard]] bool idle() const { return !m_finished && !m_closing && !m_pending; }
+  // Still running but on its way out (terminate(), a protocol error, an "exiting" reply): it
+  // takes no more requests, and a replacement may be started without waiting for its exit.
+  [[nodiscard]] bool closing() const { return m_closing && !m_finished; }
   [[nodiscard]] bool exited() const { return m_finished; }
   [[nodiscard]] pid_t pid() const { return m_pid; }
   [[nodiscard]] WorkerRole role() const { return m_role; }
@@ -133,7 +139,7 @@ private:
   bool m_timed_out = false;            // killed by us at the request's deadline
 
   bool m_ready = false;               // the ready line arrived
-  bool m_closing = false;             // terminate() or a protocol error
+  bool m_closing = false;             // terminate(), a protocol error or an "exiting" reply
   bool m_socket_closed = false;
   bool m_finished = false;
   bool m_killed_silent = false;       // killed by us after it closed its socket but did not exit

@@ -156,19 +156,21 @@ bool Statement::column_is_null(int index) const {
 
 Result<Transaction> Transaction::begin(DbRef db, std::string_view op) {
   Transaction tx(db, op);
-  auto begun = db.exec(op, "BEGIN IMMEDIATE");
+  tx.m_nested = sqlite3_get_autocommit(db.handle) == 0;
+  auto begun = db.exec(op, tx.m_nested ? "SAVEPOINT ktune_nested" : "BEGIN IMMEDIATE");
   if (!begun) return begun.error();
   tx.m_open = true;
   return tx;
 }
 
 Transaction::Transaction(Transaction&& other) noexcept
-    : m_db(other.m_db), m_op(other.m_op), m_open(std::exchange(other.m_open, false)) {}
+    : m_db(other.m_db), m_op(other.m_op), m_open(std::exchange(other.m_open, false)),
+      m_nested(other.m_nested) {}
 
 Transaction::~Transaction() { rollback(); }
 
 Result<void> Transaction::commit() {
-  auto committed = m_db.exec(m_op, "COMMIT");
+  auto committed = m_db.exec(m_op, m_nested ? "RELEASE ktune_nested" : "COMMIT");
   if (!committed) return committed;
   m_open = false;
   return {};
@@ -179,7 +181,9 @@ void Transaction::rollback() noexcept {
   m_open = false;
   // SQLite may already have rolled back on its own (after SQLITE_FULL, SQLITE_IOERR, ...).
   if (sqlite3_get_autocommit(m_db.handle) == 0) {
-    sqlite3_exec(m_db.handle, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_exec(m_db.handle, m_nested ? "ROLLBACK TO ktune_nested; RELEASE ktune_nested"
+                                       : "ROLLBACK",
+                 nullptr, nullptr, nullptr);
   }
 }
 

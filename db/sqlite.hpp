@@ -98,6 +98,9 @@ private:
 // One write transaction, started with BEGIN IMMEDIATE (the write lock is taken up front, so a
 // busy database fails here, after busy_timeout, not half way through). Rolls back in the
 // destructor unless commit() succeeded.
+// BEGIN IMMEDIATE ... COMMIT, rolled back by the destructor unless committed. Inside another
+// transaction of the same connection it is a savepoint instead: its commit is the outer
+// transaction's to make durable, and its rollback undoes its own statements only.
 class Transaction {
 public:
   [[nodiscard]] static Result<Transaction> begin(DbRef db, std::string_view op);
@@ -118,6 +121,7 @@ private:
   DbRef m_db;
   std::string_view m_op;  // the operation's name: a string literal at every call site
   bool m_open = false;
+  bool m_nested = false;  // a savepoint inside an outer transaction
 };
 
 } // namespace ktune::db

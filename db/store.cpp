@@ -414,6 +414,15 @@ Result<void> Store::upsert_device(const DeviceInfo& device) {
   return {};
 }
 
+Result<void> Store::in_transaction(const std::function<Result<void>()>& body) {
+  constexpr std::string_view op = "transaction";
+  if (auto writable = require_writable(op); !writable) return writable.error();
+  auto tx = db::Transaction::begin(DbRef{m_db, m_path}, op);
+  if (!tx) return tx.error();
+  if (auto done = body(); !done) return done.error(); // rolled back by tx
+  return tx->commit();
+}
+
 Result<std::int64_t> Store::create_job(const JobRecord& job) {
   constexpr std::string_view op = "create_job";
   if (auto writable = require_writable(op); !writable) return writable.error();
@@ -826,6 +835,27 @@ Result<std::optional<DeviceInfo>> Store::get_device(const std::string& fingerpri
     return db.error(op, "devices.details of " + fingerprint + " is not valid JSON");
   }
   return std::optional<DeviceInfo>(std::move(device));
+}
+
+Result<std::vector<DeviceInfo>> Store::list_devices() const {
+  constexpr std::string_view op = "list_devices";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "SELECT fingerprint, name, details FROM devices ORDER BY fingerprint");
+  if (!statement) return statement.error();
+  std::vector<DeviceInfo> out;
+  for (;;) {
+    const int rc = statement->step();
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) return db.error(op);
+    DeviceInfo device;
+    device.fingerprint = statement->column_text(0);
+    device.name = statement->column_text(1);
+    device.details = nlohmann::json::parse(statement->column_text(2), nullptr, false);
+    if (device.details.is_discarded()) device.details = nlohmann::json::object();
+    out.push_back(std::move(device));
+  }
+  return out;
 }
 
 } // namespace ktune

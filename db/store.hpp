@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -123,6 +124,11 @@ public:
   [[nodiscard]] Result<void> upsert_kernel(const std::string& name, const std::string& source_hash,
                                            const std::string& spec_text);
   [[nodiscard]] Result<void> upsert_device(const DeviceInfo& device);
+  // Runs `body` in one transaction (BEGIN IMMEDIATE; the writes of the Store calls inside it
+  // become durable together, with one commit): committed when `body` succeeds, rolled back when
+  // it fails or the commit fails. Returns body's error, or db_error.
+  [[nodiscard]] Result<void> in_transaction(const std::function<Result<void>()>& body);
+
   [[nodiscard]] Result<std::int64_t> create_job(const JobRecord& job);
   [[nodiscard]] Result<void> update_job_progress(std::int64_t job_id, std::int64_t done,
                                                  std::int64_t failed);
@@ -155,6 +161,8 @@ public:
                                                                const std::string& source_hash) const;
   // The device stored under `fingerprint`; a miss is an empty optional.
   [[nodiscard]] Result<std::optional<DeviceInfo>> get_device(const std::string& fingerprint) const;
+  // Every stored device (tuned here or imported), in fingerprint order.
+  [[nodiscard]] Result<std::vector<DeviceInfo>> list_devices() const;
   // Every result measured for a winner key, across jobs, oldest first (e.g. to skip configs that
   // already crashed a worker for this key).
   [[nodiscard]] Result<std::vector<ResultRecord>> results_for_key(const std::string& kernel,

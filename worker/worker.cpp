@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -57,9 +58,35 @@ std::string dump(const json& message) {
   return message.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string ok_reply(const json& id, const json& outcome) {
-  return dump(json{{"id", id}, {"ok", true}, {"outcome", outcome}});
+// Whether a reply is the worker's last: the daemon must not send it anything more.
+enum class Exiting { no, yes };
+
+std::string ok_reply(const json& id, const json& outcome, Exiting exiting = Exiting::no) {
+  json reply{{"id", id}, {"ok", true}, {"outcome", outcome}};
+  if (exiting == Exiting::yes) reply["exiting"] = true;
+  return dump(reply);
 }
+
+#ifdef KTUNE_HAVE_CUDA
+// The CUDA driver reserves a large virtual address range at cuInit, which fails under
+// --memory-mb's RLIMIT_AS. The limit is a soft one (prepare_worker_process), so a worker about
+// to benchmark on CUDA lifts it back to the hard limit: the address-space cap applies to CPU
+// candidates only, and a bench worker that has run a CUDA candidate runs without it.
+void lift_address_space_limit_for_cuda() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == limit.rlim_max) return;
+  const rlim_t soft = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_AS, &limit) != 0) {
+    std::fprintf(stderr, "ktune-worker: cannot lift RLIMIT_AS for CUDA: %s\n", std::strerror(errno));
+    return;
+  }
+  std::fprintf(stderr,
+               "ktune-worker: --memory-mb %llu lifted: CUDA reserves more address space than such a "
+               "limit allows (docs/gpu.md)\n",
+               static_cast<unsigned long long>(soft >> 20));
+}
+#endif
 
 std::string error_reply(const json& id, std::string_view code, std::string_view message) {
   return dump(json{{"id", id},
@@ -174,14 +201,17 @@ private:
 #ifdef KTUNE_HAVE_CUDA
     if (m_cuda_runner && m_cuda_ordinal != job->cuda_device) m_cuda_runner.reset();
     if (!m_cuda_runner) {
+      lift_address_space_limit_for_cuda();
       auto created = CudaRunner::create(job->cuda_device);
       if (!created) return error_reply(id, created.error().code, created.error().message);
       m_cuda_runner = std::move(created).value();
       m_cuda_ordinal = job->cuda_device;
     }
-    const BenchOutcome outcome = m_cuda_runner->run(*job);
-    if (m_cuda_runner->context_lost()) m_must_exit = true;
-    return ok_reply(id, outcome.to_json());
+    // The outcome carries "context_lost" and "resources"; after a lost context this reply is
+    // the worker's last, and says so.
+    const CudaRunOutcome result = m_cuda_runner->run_job(*job);
+    if (result.context_lost) m_must_exit = true;
+    return ok_reply(id, result.to_json(), m_must_exit ? Exiting::yes : Exiting::no);
 #else
     return error_reply(id, protocol::code::no_device,
                        "kernel '" + job->kernel +
@@ -261,8 +291,12 @@ Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> c
     std::fprintf(stderr, "ktune-worker: --memory-mb %lld ignored: this is an AddressSanitizer or "
                          "ThreadSanitizer build, which cannot run under RLIMIT_AS\n", *memory_mb);
 #else
+    // Soft limit only: a bench worker lifts it before its first CUDA job (CUDA's virtual
+    // reservations do not fit under it).
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_AS, &limit) != 0) return errno_error("getrlimit(RLIMIT_AS)");
     const rlim_t bytes = static_cast<rlim_t>(*memory_mb) << 20;
-    const rlimit limit{bytes, bytes};
+    limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? bytes : std::min(bytes, limit.rlim_max);
     if (::setrlimit(RLIMIT_AS, &limit) != 0) {
       return errno_error("setrlimit(RLIMIT_AS, " + std::to_string(*memory_mb) + " MiB)");
     }

@@ -5,9 +5,11 @@
 //   ktune-worker --fd <N> --role compile|bench [--cpu <core>] [--memory-mb <MiB>]
 // where <N> is this process's end of a socketpair (inherited, not close-on-exec), --cpu pins
 // the worker to one core (sched_setaffinity; posix_spawn cannot do it for the parent) and
-// --memory-mb caps its address space (RLIMIT_AS; ignored with a note on stderr in
+// --memory-mb caps its address space (a soft RLIMIT_AS; ignored with a note on stderr in
 // AddressSanitizer and ThreadSanitizer builds, whose shadow memory cannot live under such a
-// limit).
+// limit). The cap is for CPU candidates: a bench worker lifts it, with a note on stderr, before
+// its first CUDA job, since the CUDA driver's virtual reservations make cuInit fail under it
+// (docs/gpu.md).
 //
 // Worker protocol: newline-delimited JSON over fd N, one object per line, strictly
 // request/reply (the worker answers each request before reading the next one).
@@ -24,12 +26,16 @@
 //     {"id":<N>,"ok":true,"outcome":{BenchOutcome}}
 //     {"id":<N>,"ok":true,"outcome":{"devices":[{"name":"cuda:0","fingerprint":..,"details":{..}}]}}
 //     {"id":<N>,"ok":false,"error":{"code":"<code>","message":"..."}}
+//   a reply after which the worker exits carries "exiting":true next to "ok" (today: a CUDA
+//   bench reply whose outcome has "context_lost":true); the daemon must send nothing more.
 //
 // CUDA: a compile job with language "cuda" goes to NvrtcCompiler, a bench job carrying "launch"
 // to CudaRunner on device job.cuda_device; both are created on first use. Their setup failures
 // (libnvrtc or libcuda missing, a stub driver, no device), and any CUDA job or "devices" in a
-// worker built without the CUDA backend, answer the error no_device with the cause. After a
-// sticky CUDA error (the context is lost) the worker replies, then exits k_exit_context_lost.
+// worker built without the CUDA backend, answer the error no_device with the cause. A CUDA bench
+// outcome is CudaRunOutcome::to_json(): BenchOutcome's fields plus "resources" and
+// "context_lost". After a fatal CUDA error (cuda::is_fatal_error: the context is lost) the
+// worker replies with "exiting":true, then exits k_exit_context_lost.
 //
 // CompileJob, CompileOutcome: compiler/compiler.hpp (to_json/from_json); BenchJob, BenchOutcome:
 // bench/runner.hpp. A failed candidate (compile error, mismatch, ...) is an ok reply whose
@@ -76,7 +82,7 @@ inline constexpr std::size_t k_max_line_bytes = 16u << 20;
 
 // Serves requests on `fd` until "exit" or end of input. Returns the process exit status: 0 on
 // exit or end of input, 1 when the socket fails (read or write error), k_exit_context_lost after
-// a sticky CUDA error. Blocking I/O.
+// a fatal CUDA error. Blocking I/O.
 [[nodiscard]] int run_worker(int fd, Role role);
 
 } // namespace ktune

@@ -190,3 +190,50 @@ TEST_CASE("compare_elements", "[bench][host_buffers]") {
     CHECK(m->got == 2.5);
   }
 }
+
+TEST_CASE("fill_sentinel", "[bench][host_buffers]") {
+  constexpr std::size_t n = 5;
+
+  SECTION("floats read as NaN in every width") {
+    std::vector<float> f32(n, 1.0f);
+    fill_sentinel(DType::f32, f32.data(), n);
+    for (float v : f32) CHECK(std::isnan(v));
+    std::vector<double> f64(n, 1.0);
+    fill_sentinel(DType::f64, f64.data(), n);
+    for (double v : f64) CHECK(std::isnan(v));
+    std::vector<std::uint16_t> f16(n, float_to_half(1.0f));
+    fill_sentinel(DType::f16, f16.data(), n);
+    for (std::size_t i = 0; i < n; ++i) CHECK(std::isnan(element_as_double(DType::f16, f16.data(), i)));
+  }
+
+  SECTION("integers get a large value that no init produces") {
+    std::vector<std::int32_t> i32(n, 0);
+    fill_sentinel(DType::i32, i32.data(), n);
+    CHECK(i32 == std::vector<std::int32_t>(n, 0x7fff7fff));
+    std::vector<std::int64_t> i64(n, 0);
+    fill_sentinel(DType::i64, i64.data(), n);
+    CHECK(i64 == std::vector<std::int64_t>(n, 0x7fff7fff7fff7fffLL));
+  }
+
+  SECTION("only the given elements are written") {
+    std::vector<float> a(n, 2.0f);
+    fill_sentinel(DType::f32, a.data(), n - 1);
+    CHECK(a.back() == 2.0f);
+  }
+
+  SECTION("an element left unwritten fails the check; one unwritten on both sides passes") {
+    std::vector<float> expected(n, 0.0f), got(n, 0.0f);
+    fill_sentinel(DType::f32, got.data(), n);
+    for (std::size_t i = 0; i + 1 < n; ++i) got[i] = 0.0f; // the candidate skipped the last one
+    auto mismatch = compare_elements(DType::f32, got.data(), expected.data(), n, 1e-3, 1e-5);
+    REQUIRE(mismatch.has_value());
+    CHECK(mismatch->index == n - 1);
+    CHECK(mismatch->differing == 1);
+    fill_sentinel(DType::f32, expected.data() + (n - 1), 1); // the reference skipped it too
+    CHECK_FALSE(compare_elements(DType::f32, got.data(), expected.data(), n, 1e-3, 1e-5));
+
+    std::vector<std::int32_t> ints(n, 0), ints_got(n);
+    fill_sentinel(DType::i32, ints_got.data(), n);
+    CHECK(compare_elements(DType::i32, ints_got.data(), ints.data(), n, 0, 0)->differing == n);
+  }
+}

@@ -66,17 +66,58 @@ TEST_CASE("a missing library is no_device naming it", "[cuda]") {
 TEST_CASE("CUDA error names and classes", "[cuda]") {
   CHECK(cuda::driver_error_name(CUDA_ERROR_ILLEGAL_ADDRESS) == "CUDA_ERROR_ILLEGAL_ADDRESS");
   CHECK(cuda::driver_error_name(CUDA_ERROR_STUB_LIBRARY) == "CUDA_ERROR_STUB_LIBRARY");
+  CHECK(cuda::driver_error_name(CUDA_ERROR_CONTAINED) == "CUDA_ERROR_CONTAINED");
   CHECK(cuda::driver_error_name(123456) == "CUDA_ERROR_123456");
-  for (int code : {700, 702, 710, 714, 715, 716, 717, 718, 719}) {
-    INFO(code);
-    CHECK(cuda::is_sticky_error(code));
-  }
-  for (int code : {0, 1, 2, 200, 209, 500, 701, 713, 720}) {
-    INFO(code);
-    CHECK_FALSE(cuda::is_sticky_error(code));
-  }
   CHECK(cuda::is_out_of_resources(701));
   CHECK_FALSE(cuda::is_out_of_resources(700));
+}
+
+TEST_CASE("the fatal CUDA errors are those after which the process must restart", "[cuda]") {
+  struct Row {
+    int code;
+    bool fatal;
+  };
+  // cuda.h: "the process must be terminated and relaunched" -- and 214, 220, 999 by choice.
+  const Row table[] = {
+      {CUDA_ERROR_ECC_UNCORRECTABLE, true},     {CUDA_ERROR_NVLINK_UNCORRECTABLE, true},
+      {CUDA_ERROR_CONTAINED, true},             {CUDA_ERROR_ILLEGAL_ADDRESS, true},
+      {CUDA_ERROR_LAUNCH_TIMEOUT, true},        {CUDA_ERROR_ASSERT, true},
+      {CUDA_ERROR_HARDWARE_STACK_ERROR, true},  {CUDA_ERROR_ILLEGAL_INSTRUCTION, true},
+      {CUDA_ERROR_MISALIGNED_ADDRESS, true},    {CUDA_ERROR_INVALID_ADDRESS_SPACE, true},
+      {CUDA_ERROR_INVALID_PC, true},            {CUDA_ERROR_LAUNCH_FAILED, true},
+      {CUDA_ERROR_TENSOR_MEMORY_LEAK, true},    {CUDA_ERROR_MPS_CLIENT_TERMINATED, true},
+      {CUDA_ERROR_EXTERNAL_DEVICE, true},       {CUDA_ERROR_UNKNOWN, true},
+      // A property of one candidate or one call: the context goes on.
+      {CUDA_SUCCESS, false},                    {CUDA_ERROR_INVALID_VALUE, false},
+      {CUDA_ERROR_OUT_OF_MEMORY, false},        {CUDA_ERROR_INVALID_IMAGE, false},
+      {CUDA_ERROR_NO_BINARY_FOR_GPU, false},    {CUDA_ERROR_NOT_FOUND, false},
+      {CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, false}, {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, false},
+      {CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, false}, {CUDA_ERROR_NOT_SUPPORTED, false},
+  };
+  for (const Row& row : table) {
+    INFO(row.code << " " << cuda::driver_error_name(row.code));
+    CHECK(cuda::is_fatal_error(row.code) == row.fatal);
+  }
+  CHECK(cuda::is_fatal_error(226));
+  CHECK(cuda::is_fatal_error(721));
+  CHECK(cuda::is_fatal_error(911));
+}
+
+TEST_CASE("a driver older than the toolkit's CUDA major is refused with both versions", "[cuda]") {
+  CHECK_FALSE(cuda::driver_version_problem(13000, 13000));
+  CHECK_FALSE(cuda::driver_version_problem(13000, 13020)); // minor version compatibility
+  CHECK_FALSE(cuda::driver_version_problem(13010, 12080));
+  const auto old = cuda::driver_version_problem(12040, 13000);
+  REQUIRE(old.has_value());
+  CHECK(*old ==
+        "the NVIDIA driver supports CUDA 12.4 (cuDriverGetVersion 12040), and ktune's CUDA backend "
+        "is built for CUDA 13.0: every kernel its nvrtc compiles would fail to load. Install a "
+        "driver for CUDA 13.0 or newer (on Linux, driver 580 or newer), or build ktune against the "
+        "CUDA 12 toolkit");
+  CHECK_THAT(*cuda::driver_version_problem(11080, 12030), Contains("driver 525 or newer"));
+  // The toolkit ktune was built with needs a driver for its own major version.
+  CHECK_THAT(*cuda::driver_version_problem(CUDA_VERSION - 1000, CUDA_VERSION),
+             Contains("built for CUDA " + std::to_string(CUDA_VERSION / 1000) + "."));
 }
 
 namespace {
@@ -113,6 +154,29 @@ TEST_CASE("KTUNE_CU throws with file:line, the call and the error", "[cuda]") {
     CHECK(error.location() == "test_cuda_api.cpp:" + std::to_string(line));
     CHECK(error.summary() == "test_cuda_api.cpp:" + std::to_string(line) +
                                  ": cuMemAlloc(&ptr, 4096) failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
+  }
+}
+
+TEST_CASE("error names come from the driver's cuGetErrorName", "[cuda]") {
+  cuda::DriverApi api = failing_driver();
+  // Without cuGetErrorName: ktune's own list.
+  CHECK(cuda::driver_error_name(api, CUDA_ERROR_OUT_OF_MEMORY) == "CUDA_ERROR_OUT_OF_MEMORY");
+  CHECK(cuda::driver_error_name(api, static_cast<CUresult>(4242)) == "CUDA_ERROR_4242");
+  // With it: the driver's name, also for codes newer than ktune's list.
+  api.cuGetErrorName = [](CUresult result, const char** name) -> CUresult {
+    if (result != 4242) return CUDA_ERROR_INVALID_VALUE;
+    *name = "CUDA_ERROR_FROM_A_NEWER_DRIVER";
+    return CUDA_SUCCESS;
+  };
+  CHECK(cuda::driver_error_name(api, static_cast<CUresult>(4242)) == "CUDA_ERROR_FROM_A_NEWER_DRIVER");
+  CHECK(cuda::driver_error_name(api, CUDA_ERROR_OUT_OF_MEMORY) == "CUDA_ERROR_OUT_OF_MEMORY");
+  api.cuMemAlloc = [](CUdeviceptr*, size_t) -> CUresult { return static_cast<CUresult>(4242); };
+  CUdeviceptr ptr = 0;
+  try {
+    KTUNE_CU(api, cuMemAlloc(&ptr, 1));
+    FAIL("KTUNE_CU did not throw");
+  } catch (const cuda::CudaCallError& error) {
+    CHECK(error.name() == "CUDA_ERROR_FROM_A_NEWER_DRIVER");
   }
 }
 

@@ -16,6 +16,9 @@ namespace {
 const std::string k_vadd_source = R"(
 extern "C" __global__ void vadd(const float* x, const float* y, float* z, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
+#ifdef SKIP
+  if (i == 17) return;
+#endif
   if (i < n) z[i] = x[i] + y[i];
 #ifdef WRONG
   if (i == 17) z[i] += 1.0f;
@@ -154,6 +157,19 @@ TEST_CASE("CUDA runner: a wrong candidate is mismatch naming the element", "[cud
   CHECK(next.outcome.status == CandidateStatus::ok);
 }
 
+TEST_CASE("CUDA runner: an output element left unwritten is mismatch", "[cuda][gpu]") {
+  test::require_cuda_device();
+  test::TempDir dir;
+  auto runner = make_runner();
+  const std::string reference = compile(dir, *runner, k_vadd_source, {});
+  const std::string skipping = compile(dir, *runner, k_vadd_source, {{"SKIP", 1}});
+  const CudaRunOutcome result =
+      runner->run_cuda(vadd_job(skipping, reference), linear_launch(128), std::nullopt);
+  // Z[17] still holds the sentinel, a NaN, where a zero-filled buffer could have matched.
+  CHECK(result.outcome.status == CandidateStatus::mismatch);
+  CHECK_THAT(result.outcome.reason, Contains("Z[17]: got nan") && Contains("1 of 10000 elements differ"));
+}
+
 TEST_CASE("CUDA runner: a write past a buffer is mismatch", "[cuda][gpu]") {
   test::require_cuda_device();
   test::TempDir dir;
@@ -226,7 +242,8 @@ TEST_CASE("CUDA runner: without launch geometry a job is runtime_error", "[cuda]
   CHECK_THAT(outcome.reason, Contains("no CUDA launch geometry"));
 }
 
-TEST_CASE("CUDA runner: an illegal address is crash and loses the context", "[cuda][gpu]") {
+// [loses-context]: scripts/gpu-selftest.sh runs these last, each in its own process.
+TEST_CASE("CUDA runner: an illegal address is crash and loses the context", "[cuda][gpu][loses-context]") {
   test::require_cuda_device();
   test::TempDir dir;
   auto runner = make_runner();

@@ -810,3 +810,42 @@ TEST_CASE("a store moves, and the moved-to store keeps working", "[db]") {
   CHECK(must(b.all_winners()).size() == 1);
   must(b.create_job(sample_job()));
 }
+
+TEST_CASE("writes in one transaction are committed together or not at all", "[db]") {
+  test::TempDir dir;
+  const std::string path = dir.str() + "/ktune.db";
+  Store store = open_store(path);
+  const auto job_id = must(store.create_job(sample_job()));
+
+  // Two rows and the progress in one commit (the store's own transactions become savepoints).
+  auto ok = store.in_transaction([&]() -> Result<void> {
+    if (auto r = store.insert_result(sample_result(job_id, R"({"BLOCK_M":64})", 0)); !r) {
+      return r.error();
+    }
+    if (auto r = store.insert_result(sample_result(job_id, R"({"BLOCK_M":32})", 1)); !r) {
+      return r.error();
+    }
+    return store.update_job_progress(job_id, 2, 0);
+  });
+  REQUIRE(ok.ok());
+  CHECK(must(store.job_results(job_id)).size() == 2);
+  CHECK(must(store.get_job(job_id))->done == 2);
+
+  // A failure inside rolls back every write made in it, and the store goes on writing.
+  auto failed = store.in_transaction([&]() -> Result<void> {
+    if (auto r = store.insert_result(sample_result(job_id, R"({"BLOCK_M":16})", 2)); !r) {
+      return r.error();
+    }
+    if (auto r = store.update_job_progress(job_id, 3, 0); !r) return r.error();
+    return store.insert_result(sample_result(job_id, R"({"BLOCK_M":64})", 3)).error(); // duplicate
+  });
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.error().code == "duplicate_result");
+  CHECK(must(store.job_results(job_id)).size() == 2);
+  CHECK(must(store.get_job(job_id))->done == 2);
+  must(store.insert_result(sample_result(job_id, R"({"BLOCK_M":8})", 4)));
+
+  // Read back by another connection: only committed rows exist.
+  Store reader = must(Store::open(path, OpenMode::read_only));
+  CHECK(must(reader.job_results(job_id)).size() == 3);
+}

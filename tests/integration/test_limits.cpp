@@ -1,6 +1,7 @@
 // The lifecycle settings and rules that need no running daemon: [limits] and the new [daemon]
 // keys, --idle-s, the bench deadline derived from [measure], which statuses quarantine a config
 // and the store query behind the quarantine.
+#include "daemon/planner.hpp"
 #include "daemon/config.hpp"
 #include "daemon/replies.hpp"
 #include "daemon/scheduler.hpp"

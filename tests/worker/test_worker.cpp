@@ -444,3 +444,56 @@ TEST_CASE("A bench worker checks a gemm candidate against the default config", "
   CHECK(outcome->status == ktune::CandidateStatus::ok);
   CHECK(outcome->gflops > 0);
 }
+
+#ifdef KTUNE_HAVE_CUDA
+#include "bench/cuda_device.hpp"
+#include "compiler/nvrtc_compiler.hpp"
+#include "tests/cuda/gpu.hpp"
+
+// [loses-context]: scripts/gpu-selftest.sh runs it last, in its own process.
+TEST_CASE("A bench worker that loses its CUDA context says so, then exits 3", "[worker][gpu][loses-context]") {
+  ktune::test::require_cuda_device();
+  ktune::test::TempDir dir;
+  auto props = ktune::query_cuda_device(0);
+  REQUIRE(props.ok());
+  auto compiler = ktune::NvrtcCompiler::create();
+  REQUIRE(compiler.ok());
+  ktune::CompileJob compile;
+  compile.kernel = "wild";
+  compile.language = "cuda";
+  compile.source_path =
+      dir.write("wild.cu",
+                "extern \"C\" __global__ void wild(float* out, int n) {\n"
+                "  if (threadIdx.x == 0) *reinterpret_cast<float*>(16) = 1.0f;\n"
+                "}\n")
+          .string();
+  compile.dtype = "f32";
+  compile.source_hash = "wild";
+  compile.cache_dir = (dir.path() / "cache").string();
+  compile.arch = ktune::cuda_arch(props->cc_major, props->cc_minor);
+  const ktune::CompileOutcome compiled = (*compiler)->compile(compile);
+  INFO(compiled.log);
+  REQUIRE(compiled.status == ktune::CandidateStatus::ok);
+
+  ktune::BenchJob job;
+  job.kernel = "wild";
+  job.entry = "wild";
+  job.artifact_path = compiled.artifact_path;
+  job.shape = "N=256";
+  job.args = {{"OUT", "out", "f32", 256, "zero", 0}, {"N", "scalar", "i32", 0, "uniform", 256}};
+  job.launch = ktune::CudaLaunch{};
+  job.launch->block[0] = 32;
+
+  auto worker = WorkerProcess::with_role("bench");
+  REQUIRE(json::parse(worker.read_line()).at("ready") == true);
+  const json reply = worker.request({{"id", 1}, {"op", "bench"}, {"job", job.to_json()}});
+  INFO(reply.dump());
+  CHECK(reply.at("ok") == true);
+  CHECK(reply.at("exiting") == true);
+  CHECK(reply.at("outcome").at("status") == "crash");
+  CHECK(reply.at("outcome").at("context_lost") == true);
+  const int status = worker.wait_exit();
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 3);
+}
+#endif

@@ -1,0 +1,184 @@
+#include "daemon/planner.hpp"
+
+#include "core/protocol.hpp"
+#include "daemon/log.hpp"
+#include "daemon/replies.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace ktune::daemon {
+
+namespace code = protocol::code;
+
+namespace {
+
+Error internal_error(const Error& error) {
+  return make_error(code::internal, error.code + ": " + error.message);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+} // namespace
+
+bool quarantines(CandidateStatus status) {
+  return status == CandidateStatus::crash || status == CandidateStatus::timeout ||
+         status == CandidateStatus::compile_timeout || status == CandidateStatus::worker_lost;
+}
+
+Result<std::size_t> drop_quarantined(const Store& store, const std::string& kernel,
+                                     const std::string& source_hash,
+                                     const std::string& fingerprint, std::vector<Config>& configs,
+                                     std::int64_t except_job) {
+  auto bad = store.quarantined_configs(kernel, source_hash, fingerprint, except_job);
+  if (!bad) return bad.error();
+  if (bad->empty()) return std::size_t{0};
+  const std::size_t before = configs.size();
+  std::erase_if(configs, [&](const Config& c) { return bad->count(config_json_text(c)) > 0; });
+  return before - configs.size();
+}
+
+Result<std::vector<ResultRecord>> Planner::reusable_results(const JobRecord& record) const {
+  if (record.options.remeasure) return std::vector<ResultRecord>{};
+  auto rows = m_store.results_for_key(record.kernel, record.source_hash, record.shape,
+                                      record.dtype, record.fingerprint);
+  if (!rows) return rows.error();
+  std::map<std::string, ResultRecord> newest; // rows come oldest first
+  for (auto& row : *rows) {
+    if (row.job_id == record.id || quarantines(row.status)) continue;
+    newest[row.config] = std::move(row);
+  }
+  std::vector<ResultRecord> out;
+  out.reserve(newest.size());
+  for (auto& [config, row] : newest) out.push_back(std::move(row));
+  return out;
+}
+
+Result<JobPlan> Planner::plan(PlanRequest request) const {
+  const KernelSpec& spec = request.kernel.spec;
+  auto space = ParamSpace::create(spec, request.shape);
+  if (!space) return space.error();
+  const auto start = std::chrono::steady_clock::now();
+  auto configs = space->enumerate();
+  if (!configs) return configs.error();
+  KTUNE_LOG(debug) << "enumerated " << configs->size() << " of " << space->cartesian_size()
+                   << " configs of " << spec.name << " in " << log::elapsed_ms(start) << " ms";
+  if (configs->empty()) {
+    return make_error(code::empty_space,
+                      "kernel " + spec.name + " admits no config at " +
+                          request.shape.to_string() + ": all " +
+                          std::to_string(space->cartesian_size()) +
+                          " combinations are rejected by [space].constraints");
+  }
+
+  JobPlan plan;
+  JobRecord& record = plan.record;
+  record.kernel = spec.name;
+  record.source_hash = request.kernel.source_hash;
+  record.shape = request.shape.to_string();
+  record.dtype = request.dtype;
+  record.device = request.device.name;
+  record.fingerprint = request.device.fingerprint;
+  record.strategy = request.strategy;
+  record.seed = request.seed;
+  record.state = JobState::queued;
+  record.options = request.options;
+
+  if (!record.options.retry_failed) {
+    auto dropped = drop_quarantined(m_store, record.kernel, record.source_hash,
+                                    record.fingerprint, *configs);
+    if (!dropped) return internal_error(dropped.error());
+    plan.quarantined = *dropped;
+    if (plan.quarantined > 0) {
+      KTUNE_LOG(info) << spec.name << " on " << record.device << ": skipping "
+                      << plan.quarantined
+                      << " quarantined config(s) that crashed or hung in earlier jobs";
+    }
+    if (configs->empty()) {
+      return make_error(code::empty_space,
+                        "every config of " + spec.name + " at " + record.shape +
+                            " crashed or hung in an earlier job on " + record.device + " (" +
+                            std::to_string(plan.quarantined) +
+                            " quarantined); tune with retry_failed to run them again");
+    }
+  }
+  // The budget in evaluations: a count, or a share of the admitted configs (at least 1).
+  std::optional<std::int64_t> budget = request.budget;
+  if (request.budget_fraction) {
+    budget = std::max<std::int64_t>(
+        1, std::llround(*request.budget_fraction * static_cast<double>(configs->size())));
+  }
+  if (budget && static_cast<std::uint64_t>(*budget) >= configs->size()) budget.reset();
+  record.budget = budget;
+  record.total = budget ? *budget : static_cast<std::int64_t>(configs->size());
+
+  plan.kernel = std::move(request.kernel);
+  plan.device = std::move(request.device);
+  plan.shape = std::move(request.shape);
+  plan.configs = std::move(*configs);
+  return plan;
+}
+
+Result<void> Planner::commit(JobPlan& plan) const {
+  JobRecord& record = plan.record;
+  if (auto r = m_store.upsert_kernel(record.kernel, record.source_hash,
+                                     read_text(plan.kernel.spec_path));
+      !r) {
+    return internal_error(r.error());
+  }
+  if (auto r = m_store.upsert_device(plan.device); !r) return internal_error(r.error());
+  auto id = m_store.create_job(record);
+  if (!id) return internal_error(id.error());
+  record.id = *id;
+  auto reusable = reusable_results(record);
+  if (!reusable) return internal_error(reusable.error());
+  plan.reusable = std::move(*reusable);
+  return {};
+}
+
+Result<JobPlan> Planner::resume(KernelRegistry& registry, const JobRecord& job) const {
+  auto kernel = registry.find(job.kernel);
+  if (!kernel) return kernel.error();
+  if (kernel->source_hash != job.source_hash) {
+    return make_error("source_changed", "kernel " + job.kernel + " changed since the job started "
+                                        "(source hash " + job.source_hash + ", now " +
+                                        kernel->source_hash + ")");
+  }
+  auto shape = Shape::parse(job.shape);
+  if (!shape) return shape.error();
+  auto conformed = conform_shape(*shape, kernel->spec.shape_dims, kernel->spec.name);
+  if (!conformed) return conformed.error();
+  auto space = ParamSpace::create(kernel->spec, *conformed);
+  if (!space) return space.error();
+  auto configs = space->enumerate();
+  if (!configs) return configs.error();
+  JobPlan plan;
+  plan.record = job;
+  plan.record.state = JobState::queued;
+  if (!job.options.retry_failed) {
+    auto dropped = drop_quarantined(m_store, job.kernel, job.source_hash, job.fingerprint,
+                                    *configs, job.id);
+    if (!dropped) return dropped.error();
+    plan.quarantined = *dropped;
+  }
+  auto existing = m_store.job_results(job.id);
+  if (!existing) return existing.error();
+  auto reusable = reusable_results(job);
+  if (!reusable) return reusable.error();
+  plan.kernel = std::move(*kernel);
+  plan.shape = std::move(*conformed);
+  plan.configs = std::move(*configs);
+  plan.existing = std::move(*existing);
+  plan.reusable = std::move(*reusable);
+  return plan;
+}
+
+} // namespace ktune::daemon

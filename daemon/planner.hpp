@@ -1,0 +1,90 @@
+#pragma once
+// Planner: the one place a tune job's plan is built, for every way a job comes to be -- a client's
+// tune request (one per device with --device all), a tune-on-miss lookup, and a job resumed after
+// a restart. The search space, the quarantine, the budget, the rows a job reuses instead of
+// measuring and the request's options are decided here once. io thread only (it reads the store).
+//
+//   plan()    request -> JobPlan whose record is not stored yet (id 0): what an identical queued
+//             or running job is compared with before anything is written
+//   commit()  stores the kernel, the device and the job; fills record.id and the reusable rows
+//   resume()  a stored job -> JobPlan with the rows it already has
+#include "compiler/kernel_registry.hpp"
+#include "core/device.hpp"
+#include "core/param_space.hpp"
+#include "core/shape.hpp"
+#include "db/store.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ktune::daemon {
+
+// The priority of tune-on-miss jobs: below any a client may ask for (-100..100).
+inline constexpr int k_background_priority = -1000;
+
+// A validated tune, ready to run.
+struct JobPlan {
+  JobRecord record;               // strategy, budget (evaluations) and seed drive the search;
+                                  // options: priority and per-job deadlines
+  LoadedKernel kernel;
+  DeviceInfo device;              // the device the job runs on (plan(); resume() leaves it empty)
+  Shape shape;                    // conformed to the kernel's dims
+  std::vector<Config> configs;    // the search space; a candidate's config_index is its position
+  std::size_t quarantined = 0;    // configs left out because they crashed or hung before
+  std::vector<ResultRecord> existing; // rows the job already has (resume): not run again
+  std::vector<ResultRecord> reusable; // rows of other jobs for the same key: copied, not run
+};
+
+// What a tune asks for, checked against its kernel (RequestHandler resolves it).
+struct PlanRequest {
+  LoadedKernel kernel;
+  Shape shape;                    // conformed
+  std::string dtype;
+  DeviceInfo device;
+  std::string strategy = "exhaustive";
+  std::optional<std::int64_t> budget;      // evaluations
+  std::optional<double> budget_fraction;   // or a share of the admitted configs
+  std::int64_t seed = 0;
+  JobOptions options;
+};
+
+// Statuses that quarantine a config: it crashed, hung or lost its worker.
+[[nodiscard]] bool quarantines(CandidateStatus status);
+
+// Removes from `configs` those that quarantine (see quarantines()) in an earlier job of the same
+// kernel, source hash and device fingerprint, other than job `except_job`. Returns how many were
+// removed. Errors: db_error.
+[[nodiscard]] Result<std::size_t> drop_quarantined(const Store& store, const std::string& kernel,
+                                                   const std::string& source_hash,
+                                                   const std::string& fingerprint,
+                                                   std::vector<Config>& configs,
+                                                   std::int64_t except_job = 0);
+
+class Planner {
+public:
+  explicit Planner(Store& store) : m_store(store) {}
+
+  // The search space at the shape, minus quarantined configs (unless retry_failed), and the
+  // record of the job. Errors: the spec's (bad_shape, ...), empty_space saying why, internal
+  // when the store cannot be read.
+  [[nodiscard]] Result<JobPlan> plan(PlanRequest request) const;
+
+  // Stores the kernel, the device and the job (state queued); sets plan.record.id and the rows
+  // the job reuses. Errors: internal.
+  [[nodiscard]] Result<void> commit(JobPlan& plan) const;
+
+  // The plan of a stored job that did not finish, with the rows it has. Errors: source_changed
+  // when the kernel changed since, the spec's errors, internal.
+  [[nodiscard]] Result<JobPlan> resume(KernelRegistry& registry, const JobRecord& job) const;
+
+private:
+  // The rows measured for the record's winner key by other jobs, newest per config (none when
+  // the job remeasures; quarantining statuses excluded).
+  [[nodiscard]] Result<std::vector<ResultRecord>> reusable_results(const JobRecord& record) const;
+
+  Store& m_store;
+};
+
+} // namespace ktune::daemon

@@ -1,0 +1,333 @@
+// Scheduler driven in-process: real store (SQLite in a temp dir), real kernel families and
+// planner, fake worker endpoints answered by the test. Two lanes busy at once, priorities, fair
+// compile hand-out, cancel in every state, joining, a tune next to a compile check.
+#include "compiler/compiler.hpp"
+#include "compiler/kernel_registry.hpp"
+#include "daemon/planner.hpp"
+#include "daemon/scheduler.hpp"
+#include "tests/daemon/fake_workers.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace ktune;
+using namespace ktune::daemon;
+using ktune::test::FakeWorkers;
+using ktune::test::TempDir;
+using nlohmann::json;
+
+namespace {
+
+DeviceInfo device(const std::string& name) {
+  return DeviceInfo{name, "fp-" + name, {{"kind", name == "cpu" ? "cpu" : "test"}}};
+}
+
+// One scheduler over fake workers: `compile_workers` compile workers, lanes cpu and lane2.
+struct Rig {
+  explicit Rig(std::size_t compile_workers = 1)
+      : store(open_store(home)),
+        fakes(io), pool(io, fakes.spawner(), compile_workers), planner(store),
+        scheduler(io, store, pool, settings(compile_workers)) {
+    pool.add_lane("lane2");
+    registry.load({KTUNE_SOURCE_DIR "/kernels_src"});
+    scheduler.set_job_end_hook([this](std::int64_t id, JobState state) { ended[id] = state; });
+  }
+
+  static Store open_store(const TempDir& dir) {
+    auto opened = Store::open((dir.path() / "ktune.db").string(), OpenMode::read_write);
+    REQUIRE(opened);
+    Store store = std::move(opened.value());
+    return store;
+  }
+
+  static SchedulerSettings settings(std::size_t compile_workers) {
+    SchedulerSettings s;
+    s.cache_dir = "/nonexistent-cache";
+    s.compile_workers = compile_workers;
+    s.compile_ahead = 2;
+    s.measure.finalists = 0;   // no finals: the tests count requests
+    s.measure.prune_factor = 0;
+    return s;
+  }
+
+  // A committed plan: `kernel` (cpu family) at `shape` on `lane`, exhaustive within `budget`.
+  JobPlan plan(const std::string& kernel, const std::string& shape, const std::string& lane,
+               std::int64_t budget, int priority = 0) {
+    auto loaded = registry.find(kernel, Language::cpp);
+    REQUIRE(loaded);
+    PlanRequest request;
+    request.kernel = std::move(*loaded);
+    auto parsed = Shape::parse(shape);
+    REQUIRE(parsed);
+    auto conformed = conform_shape(*parsed, request.kernel.spec.shape_dims, kernel);
+    REQUIRE(conformed);
+    request.shape = std::move(*conformed);
+    request.dtype = "f32";
+    request.device = device(lane);
+    request.budget = budget;
+    request.options.priority = priority;
+    auto planned = planner.plan(std::move(request));
+    REQUIRE(planned);
+    REQUIRE(planner.commit(*planned));
+    return std::move(*planned);
+  }
+
+  std::int64_t enqueue(JobPlan plan) {
+    const auto id = plan.record.id;
+    scheduler.enqueue(std::move(plan));
+    return id;
+  }
+
+  // Answers the oldest pending request of `lane` ("" = compile pool) with success. The kernel
+  // of a compile request is returned (compile jobs name it); "" when nothing was pending.
+  std::string answer(const std::string& lane) {
+    if (fakes.count(lane) == 0) return {};
+    const auto& request = *std::find_if(fakes.pending.begin(), fakes.pending.end(),
+                                        [&](const auto& r) { return r.lane == lane; });
+    std::string what = request.op == "compile" ? request.job.value("kernel", "?") : request.op;
+    json reply;
+    if (request.op == "compile") {
+      CompileOutcome outcome;
+      outcome.artifact_path = "/fake/" + std::to_string(++artifacts) + ".so";
+      outcome.compile_ms = 1;
+      reply = outcome.to_json();
+    } else {
+      BenchOutcome outcome;
+      outcome.stats.n = 10;
+      outcome.stats.median_ms = outcome.stats.mean_ms = outcome.stats.min_ms =
+          outcome.stats.max_ms = outcome.stats.q1_ms = outcome.stats.q3_ms = 1.0 + artifacts;
+      reply = outcome.to_json();
+    }
+    REQUIRE(fakes.reply(lane, request.op, std::move(reply)));
+    ktune::test::poll(io);
+    return what;
+  }
+
+  // Answers requests one at a time, the lanes in turn, until `done` holds or nothing is pending.
+  bool drive(const std::function<bool()>& done, int limit = 2000) {
+    ktune::test::poll(io);
+    const std::string lanes[] = {"", "cpu", "lane2"};
+    for (int i = 0; i < limit; ++i) {
+      if (done()) return true;
+      bool any = false;
+      for (int k = 0; k < 3 && !any; ++k) any = !answer(lanes[(i + k) % 3]).empty();
+      if (!any) {
+        ktune::test::poll(io);
+        if (fakes.pending.empty()) return done();
+      }
+    }
+    return done();
+  }
+
+  [[nodiscard]] JobState state(std::int64_t id) {
+    auto job = store.get_job(id);
+    REQUIRE(job);
+    REQUIRE(job->has_value());
+    return (*job)->state;
+  }
+
+  TempDir home;
+  boost::asio::io_context io;
+  Store store;
+  FakeWorkers fakes;
+  WorkerPool pool;
+  Planner planner;
+  KernelRegistry registry;
+  Scheduler scheduler;
+  std::map<std::int64_t, JobState> ended;
+  int artifacts = 0;
+};
+
+} // namespace
+
+TEST_CASE("two jobs on two lanes measure at the same time", "[daemon][scheduler]") {
+  Rig rig(2);
+  const auto a = rig.enqueue(rig.plan("gemm", "M=64,N=64,K=64", "cpu", 3));
+  const auto b = rig.enqueue(rig.plan("reduce_sum", "N=4096", "lane2", 3));
+  REQUIRE(rig.drive([&] { return rig.fakes.count("cpu", "bench") && rig.fakes.count("lane2", "bench"); }));
+  CHECK(rig.scheduler.running() == 2);
+  CHECK(rig.scheduler.running_on("cpu") == a);
+  CHECK(rig.scheduler.running_on("lane2") == b);
+  REQUIRE(rig.drive([&] { return rig.ended.size() == 2; }));
+  CHECK(rig.state(a) == JobState::done);
+  CHECK(rig.state(b) == JobState::done);
+}
+
+TEST_CASE("one job per lane at a time, the highest priority first", "[daemon][scheduler]") {
+  Rig rig;
+  const auto low = rig.enqueue(rig.plan("gemm", "M=64,N=64,K=64", "cpu", 2, -5));
+  const auto high = rig.enqueue(rig.plan("gemm", "M=128,N=128,K=128", "cpu", 2, 5));
+  const auto other = rig.enqueue(rig.plan("gemm", "M=32,N=32,K=32", "lane2", 2, -50));
+  ktune::test::poll(rig.io);
+  CHECK(rig.scheduler.running_on("cpu") == high);
+  CHECK(rig.scheduler.running_on("lane2") == other); // another lane is not blocked by priority
+  CHECK(rig.state(low) == JobState::queued);
+  REQUIRE(rig.drive([&] { return rig.ended.count(high) > 0; }));
+  ktune::test::poll(rig.io);
+  CHECK(rig.scheduler.running_on("cpu") == low);
+  REQUIRE(rig.drive([&] { return rig.ended.size() == 3; }));
+  CHECK(rig.state(low) == JobState::done);
+}
+
+TEST_CASE("compiles are handed out fairly across active jobs", "[daemon][scheduler]") {
+  Rig rig(1);
+  rig.enqueue(rig.plan("gemm", "M=64,N=64,K=64", "cpu", 6));
+  rig.enqueue(rig.plan("reduce_sum", "N=4096", "lane2", 6));
+  // Compiles only (benches stay unanswered): each job keeps compile_ahead = 2 in flight.
+  std::vector<std::string> order;
+  for (int i = 0; i < 8; ++i) {
+    ktune::test::poll(rig.io);
+    const std::string kernel = rig.answer("");
+    if (kernel.empty()) break;
+    order.push_back(kernel);
+  }
+  REQUIRE(order.size() >= 6);
+  // After the two references, never the same job three times in a row while the other waits.
+  int run = 1;
+  for (std::size_t i = 1; i < order.size(); ++i) {
+    run = order[i] == order[i - 1] ? run + 1 : 1;
+    CHECK(run <= 2);
+  }
+  CHECK(std::count(order.begin(), order.end(), "gemm") >= 2);
+  CHECK(std::count(order.begin(), order.end(), "reduce_sum") >= 2);
+}
+
+TEST_CASE("cancel works on a queued job, a compiling job and a measuring job",
+          "[daemon][scheduler]") {
+  Rig rig(1);
+  const auto running = rig.enqueue(rig.plan("gemm", "M=64,N=64,K=64", "cpu", 4));
+  const auto queued = rig.enqueue(rig.plan("gemm", "M=32,N=32,K=32", "cpu", 4));
+  ktune::test::poll(rig.io);
+  REQUIRE(rig.scheduler.running_on("cpu") == running);
+
+  SECTION("queued: ends at once, never reaches a worker") {
+    CHECK(rig.scheduler.cancel(queued));
+    CHECK(rig.state(queued) == JobState::cancelled);
+    CHECK(rig.ended.at(queued) == JobState::cancelled);
+    CHECK_FALSE(rig.scheduler.cancel(queued));
+  }
+  SECTION("compiling: queued compiles withdrawn, ends once its request in flight is answered") {
+    rig.answer("");   // the reference
+    ktune::test::poll(rig.io);
+    REQUIRE(rig.fakes.count("") == 1); // one compile in flight, one waiting in the pool
+    CHECK(rig.pool.waiting("") == 1);
+    CHECK(rig.scheduler.cancel(running));
+    ktune::test::poll(rig.io);
+    CHECK(rig.pool.waiting("") == 0);
+    CHECK(rig.ended.count(running) == 0);
+    rig.answer("");
+    ktune::test::poll(rig.io);
+    CHECK(rig.state(running) == JobState::cancelled);
+    // The lane goes to the next job.
+    CHECK(rig.scheduler.running_on("cpu") == queued);
+  }
+  SECTION("measuring: the measurement in flight is kept, then the job ends") {
+    REQUIRE(rig.drive([&] { return rig.fakes.count("cpu", "bench") > 0; }));
+    auto before = rig.store.job_results(running);
+    REQUIRE(before);
+    CHECK(rig.scheduler.cancel(running));
+    rig.answer("cpu");
+    while (!rig.answer("").empty()) {
+    }
+    ktune::test::poll(rig.io);
+    CHECK(rig.state(running) == JobState::cancelled);
+    auto rows = rig.store.job_results(running);
+    REQUIRE(rows);
+    CHECK(rows->size() == before->size() + 1);
+  }
+  SECTION("a job that ended cannot be cancelled") {
+    REQUIRE(rig.drive([&] { return rig.ended.count(running) > 0; }));
+    CHECK_FALSE(rig.scheduler.cancel(running));
+  }
+}
+
+TEST_CASE("identical requests join the queued or running job", "[daemon][scheduler]") {
+  Rig rig;
+  JobPlan first = rig.plan("gemm", "M=64,N=64,K=64", "cpu", 3);
+  JobRecord same = first.record;
+  const auto id = rig.enqueue(std::move(first));
+  CHECK(rig.scheduler.find_same(same) == id);       // queued
+  ktune::test::poll(rig.io);
+  CHECK(rig.scheduler.find_same(same) == id);       // running
+  JobRecord other_device = same;
+  other_device.fingerprint = "fp-lane2";
+  CHECK_FALSE(rig.scheduler.find_same(other_device));
+  JobRecord retry = same;
+  retry.options.retry_failed = true;
+  CHECK_FALSE(rig.scheduler.find_same(retry));      // runs quarantined configs: another job
+  // A tune-on-miss plan (lowest priority) of the same key joins as well.
+  JobRecord background = same;
+  background.options.priority = k_background_priority;
+  CHECK(rig.scheduler.find_same(background) == id);
+}
+
+TEST_CASE("a tune submitted during a compile check finishes", "[daemon][scheduler]") {
+  Rig rig(1);
+  CheckPlan check;
+  check.record.kernel = "gemm";
+  check.record.strategy = "compile_check";
+  check.record.device = "sm_90";
+  auto id = rig.store.create_job(check.record);
+  REQUIRE(id);
+  check.record.id = *id;
+  for (int i = 0; i < 40; ++i) check.compiles.push_back({{"kernel", "check"}, {"n", i}});
+  int answered = 0;
+  std::optional<JobState> check_end;
+  check.on_compiled = [&](std::size_t, Result<json>) { ++answered; };
+  check.on_end = [&](JobState state) { check_end = state; };
+  rig.scheduler.enqueue(std::move(check));
+  ktune::test::poll(rig.io);
+  const auto tune = rig.enqueue(rig.plan("gemm", "M=64,N=64,K=64", "cpu", 3));
+  REQUIRE(rig.drive([&] { return rig.ended.count(tune) > 0; }));
+  CHECK(rig.state(tune) == JobState::done);
+  CHECK(answered < 40); // the tune did not wait for the whole check
+  REQUIRE(rig.drive([&] { return check_end.has_value(); }));
+  CHECK(*check_end == JobState::done);
+  CHECK(answered == 40);
+}
+
+TEST_CASE("a compile check can be cancelled while it runs", "[daemon][scheduler]") {
+  Rig rig(1);
+  CheckPlan check;
+  check.record.kernel = "gemm";
+  check.record.strategy = "compile_check";
+  auto id = rig.store.create_job(check.record);
+  REQUIRE(id);
+  check.record.id = *id;
+  for (int i = 0; i < 10; ++i) check.compiles.push_back({{"kernel", "check"}});
+  std::optional<JobState> check_end;
+  check.on_compiled = [](std::size_t, Result<json>) {};
+  check.on_end = [&](JobState state) { check_end = state; };
+  rig.scheduler.enqueue(std::move(check));
+  ktune::test::poll(rig.io);
+  rig.answer("");
+  CHECK(rig.scheduler.cancel(*id));
+  ktune::test::poll(rig.io);
+  CHECK_FALSE(check_end);   // one compile still in flight
+  rig.answer("");
+  ktune::test::poll(rig.io);
+  REQUIRE(check_end);
+  CHECK(*check_end == JobState::cancelled);
+  CHECK(rig.state(*id) == JobState::cancelled);
+  CHECK(rig.fakes.history.size() == 2);
+}
+
+TEST_CASE("stop interrupts queued and running jobs", "[daemon][scheduler]") {
+  Rig rig(1);
+  const auto a = rig.enqueue(rig.plan("gemm", "M=64,N=64,K=64", "cpu", 3));
+  const auto b = rig.enqueue(rig.plan("gemm", "M=32,N=32,K=32", "cpu", 3));
+  ktune::test::poll(rig.io);
+  bool stopped = false;
+  rig.scheduler.stop(std::chrono::milliseconds(10000), [&] { stopped = true; });
+  CHECK(rig.state(b) == JobState::interrupted);
+  CHECK_FALSE(stopped);      // the reference compile is in flight
+  rig.answer("");
+  ktune::test::poll(rig.io);
+  CHECK(stopped);
+  CHECK(rig.state(a) == JobState::interrupted);
+}

@@ -1,0 +1,132 @@
+// WorkerProcess against fake workers: shell scripts that speak the worker protocol on fd 3.
+#include "daemon/worker_process.hpp"
+
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/asio/signal_set.hpp>
+
+#include <csignal>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+using namespace ktune;
+using namespace ktune::daemon;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Answers its first request with `reply_fields` (the id echoed), then lingers for
+// `linger_s` seconds -- time in which a second request could still be written to it -- and
+// exits with status 3, as ktune-worker does after losing its CUDA context.
+std::string fake_worker(const test::TempDir& dir, const std::string& reply_fields,
+                        const std::string& linger_s) {
+  const auto path = dir.write("fake-worker.sh",
+                              "#!/bin/sh\n"
+                              "echo '{\"ready\":true,\"pid\":'$$',\"role\":\"bench\"}' >&3\n"
+                              "read -r line <&3\n"
+                              "id=$(echo \"$line\" | sed -n 's/^{\"id\":\\([0-9]*\\),.*/\\1/p')\n"
+                              "echo '{\"id\":'\"$id\"',\"ok\":true," + reply_fields + "}' >&3\n"
+                              "sleep " + linger_s + "\n"
+                              "exit 3\n");
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  return path.string();
+}
+
+// An io_context that routes SIGCHLD to a ChildWatch, as the server does, until `done`.
+struct Harness {
+  asio::io_context io;
+  ChildWatch children;
+  asio::signal_set signals{io, SIGCHLD};
+  bool done = false;
+
+  Harness() { wait_for_children(); }
+  void wait_for_children() {
+    signals.async_wait([this](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      children.reap();
+      if (!done) wait_for_children();
+    });
+  }
+};
+
+struct Replies {
+  std::optional<Result<nlohmann::json>> first;
+  std::optional<bool> idle_in_handler;
+  std::optional<bool> closing_in_handler;
+  std::optional<Result<nlohmann::json>> second;
+  bool exited = false;
+};
+
+// Spawns `path`, sends one bench request and, from inside its reply handler, a second one (what
+// a scheduler that picks the next idle worker would do). Runs until the worker has exited.
+Replies drive(Harness& h, const std::string& path) {
+  Replies replies;
+  auto spawned = WorkerProcess::spawn(h.io, h.children, path, WorkerRole::bench, {},
+                                      [&](WorkerProcess&) {
+                                        replies.exited = true;
+                                        h.done = true;
+                                      });
+  REQUIRE(spawned.ok());
+  std::shared_ptr<WorkerProcess> worker = spawned.value();
+  worker->request("bench", nlohmann::json::object(), [&, worker](Result<nlohmann::json> outcome) {
+    replies.first = std::move(outcome);
+    replies.idle_in_handler = worker->idle();
+    replies.closing_in_handler = worker->closing();
+    // Asked even when not idle (the pool would not pick it), to see what a closing worker says.
+    worker->request("bench", nlohmann::json::object(),
+                    [&](Result<nlohmann::json> second) { replies.second = std::move(second); });
+  });
+  h.io.run_for(std::chrono::seconds(20));
+  return replies;
+}
+
+} // namespace
+
+TEST_CASE("a worker whose reply says exiting is not idle when the reply is handled", "[daemon]") {
+  test::TempDir dir;
+  Harness h;
+  const Replies replies = drive(
+      h, fake_worker(dir, R"("exiting":true,"outcome":{"status":"crash","context_lost":true})", "0.5"));
+  REQUIRE(replies.first.has_value());
+  REQUIRE(replies.first->ok());
+  CHECK(replies.first->value().at("status") == "crash");
+  CHECK(replies.first->value().at("context_lost") == true);
+  REQUIRE(replies.idle_in_handler.has_value());
+  CHECK_FALSE(*replies.idle_in_handler);
+  CHECK(*replies.closing_in_handler);
+  // The request made anyway is refused at once, never written to the dying worker.
+  REQUIRE(replies.second.has_value());
+  REQUIRE_FALSE(replies.second->ok());
+  CHECK(replies.second->error().code == k_worker_lost);
+  CHECK_THAT(replies.second->error().message, Contains("is exiting"));
+  CHECK(replies.exited);
+}
+
+TEST_CASE("a worker whose reply does not say exiting stays idle for the next request", "[daemon]") {
+  test::TempDir dir;
+  Harness h;
+  const Replies replies = drive(h, fake_worker(dir, R"("outcome":{"status":"ok"})", "0.5"));
+  REQUIRE(replies.first.has_value());
+  REQUIRE(replies.first->ok());
+  REQUIRE(replies.idle_in_handler.has_value());
+  CHECK(*replies.idle_in_handler);
+  CHECK_FALSE(*replies.closing_in_handler);
+  // The fake answers one request only: the second is lost when it exits.
+  REQUIRE(replies.second.has_value());
+  REQUIRE_FALSE(replies.second->ok());
+  CHECK(replies.second->error().code == k_worker_lost);
+  CHECK_THAT(replies.second->error().message, Contains("exited with status 3"));
+  CHECK(replies.exited);
+}
+
+TEST_CASE("a worker that says it is exiting and stays is killed", "[daemon]") {
+  test::TempDir dir;
+  Harness h;
+  const Replies replies = drive(h, fake_worker(dir, R"("exiting":true,"outcome":{"status":"crash"})", "60"));
+  REQUIRE(replies.first.has_value());
+  CHECK(replies.first->ok());
+  CHECK(replies.exited);
+}

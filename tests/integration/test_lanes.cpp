@@ -1,0 +1,279 @@
+// Devices and lanes end to end: the real ktuned, workers, compilers, socket and database. Lookups
+// by device name and by fingerprint (a table tuned on an H100 imported here), one queue for every
+// kind of work (tune-on-miss jobs cancelled and joined, a tune next to a compile check), the one
+// planner (tune-on-miss reuses earlier results), and `--device all`.
+#include "client/client.hpp"
+#include "tests/cuda/skip.hpp"
+#include "tests/integration/daemon_process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using ktune::Connection;
+using ktune::test::DaemonProcess;
+using ktune::test::TempDir;
+using nlohmann::json;
+
+namespace {
+
+constexpr auto k_start_timeout = 60s;
+constexpr auto k_reply_timeout = 30s;
+constexpr auto k_tune_timeout = 600s;
+
+std::unique_ptr<DaemonProcess> start(const TempDir& home, const std::string& extra = {}) {
+  home.write("ktuned.toml",
+             "[measure]\nmin_samples = 3\nmax_samples = 20\nmax_time_s = 0.02\nmin_time_s = 0\n"
+             "warmup_ms = 1\nflush_cache = false\nfinalists = 0\n" + extra);
+  auto daemon = std::make_unique<DaemonProcess>(
+      home.str(), std::vector<std::string>{"--config", (home.path() / "ktuned.toml").string(),
+                                           "--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src",
+                                           "--log-level", "info"});
+  REQUIRE(daemon->wait_ready(k_start_timeout));
+  return daemon;
+}
+
+Connection connect(const DaemonProcess& daemon) {
+  auto c = Connection::connect(daemon.socket());
+  REQUIRE(c.ok());
+  return std::move(*c);
+}
+
+json reply_of(Connection& c, json request, std::chrono::milliseconds timeout = k_reply_timeout) {
+  auto reply = c.request(std::move(request), {}, timeout);
+  INFO((reply ? std::string() : reply.error().message));
+  REQUIRE(reply.ok());
+  return *reply;
+}
+
+json ok_result(Connection& c, json request, std::chrono::milliseconds timeout = k_reply_timeout) {
+  const json reply = reply_of(c, std::move(request), timeout);
+  INFO(reply.dump());
+  REQUIRE(reply.value("ok", false));
+  return reply.at("result");
+}
+
+std::string job_state(Connection& c, std::int64_t job) {
+  return ok_result(c, {{"op", "job"}, {"job", job}})["job"].value("state", "");
+}
+
+// Polls until the job is in one of the final states; returns the state.
+std::string wait_end(Connection& c, std::int64_t job, std::chrono::seconds limit = 300s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::string state;
+  while (std::chrono::steady_clock::now() < deadline) {
+    state = job_state(c, job);
+    if (state != "queued" && state != "running") return state;
+    std::this_thread::sleep_for(50ms);
+  }
+  return state;
+}
+
+// Stops the daemon, then reports the test skipped (exits the process).
+[[noreturn]] void skip(std::unique_ptr<DaemonProcess>& daemon, const std::string& reason) {
+  daemon.reset();
+  ktune::test::skip_test(reason);
+}
+
+} // namespace
+
+TEST_CASE("a lookup on cuda:0 without a GPU is no_device and says why", "[integration][lanes]") {
+  TempDir home;
+  auto daemon = start(home);
+  Connection c = connect(*daemon);
+  const json devices = ok_result(c, {{"op", "devices"}});
+  if (devices["cuda"].value("available", false)) skip(daemon, "this machine has a CUDA device");
+  const json reply = reply_of(c, {{"op", "lookup"}, {"kernel", "gemm"},
+                                  {"shape", "M=64,N=64,K=64"}, {"device", "cuda:0"}});
+  INFO(reply.dump());
+  REQUIRE_FALSE(reply.value("ok", true));
+  CHECK(reply["error"]["code"] == "no_device");
+  const std::string message = reply["error"]["message"];
+  CHECK_THAT(message, Catch::Contains("cuda:0"));
+  CHECK(message == "device cuda:0: " + devices["cuda"]["reason"].get<std::string>());
+  // A name that is no device at all.
+  const json unknown = reply_of(c, {{"op", "lookup"}, {"kernel", "gemm"},
+                                    {"shape", "M=64,N=64,K=64"}, {"device", "tpu:0"}});
+  CHECK(unknown["error"]["code"] == "unknown_device");
+}
+
+TEST_CASE("a table tuned on an H100, imported, answers lookups by fingerprint",
+          "[integration][lanes]") {
+  TempDir home;
+  auto daemon = start(home);
+  Connection c = connect(*daemon);
+  std::string source_hash;
+  const json kernels = ok_result(c, {{"op", "kernels"}});
+  for (const auto& k : kernels["kernels"]) {
+    if (k["name"] == "gemm" && k["language"] == "cuda") source_hash = k["source_hash"];
+  }
+  if (source_hash.empty()) skip(daemon, "ktune is built without the CUDA backend's families");
+  const std::string h100 = "5e1fa4b0c2d94e7a8b3c6d2e1f0a9b87";
+  const json details = {{"kind", "cuda"}, {"name", "NVIDIA H100 80GB HBM3"},
+                        {"compute_capability", "9.0"}, {"arch", "sm_90"}, {"sm_count", 132}};
+  auto row = [&](const std::string& shape, json config, double median_ms) {
+    return json{{"kernel", "gemm"}, {"shape", shape}, {"dtype", "f32"},
+                {"fingerprint", h100}, {"source_hash", source_hash}, {"config", config},
+                {"median_ms", median_ms}, {"gflops", 1000.0},
+                {"device", {{"name", "cuda:0"}, {"details", details}}}};
+  };
+  const json big = {{"BLOCK_M", 128}, {"BLOCK_N", 128}, {"BLOCK_K", 32}};
+  json table = {{"format", "ktune-table"}, {"schema_version", 1}, {"host", "h100-node"},
+                {"rows", {row("M=4096,N=4096,K=4096", big, 0.9)}}};
+  const json imported = ok_result(c, {{"op", "import"}, {"table", table}, {"policy", "faster"}});
+  INFO(imported.dump());
+  REQUIRE(imported["imported"] == 1);
+
+  auto lookup = [&](const std::string& shape, const std::string& device) {
+    return ok_result(c, {{"op", "lookup"}, {"kernel", "gemm"}, {"shape", shape},
+                         {"device", device}});
+  };
+  const json exact = lookup("M=4096,N=4096,K=4096", h100);
+  CHECK(exact["rung"] == "exact");
+  CHECK(exact["config"] == big);
+  const json nearest = lookup("M=4096,N=4096,K=2048", h100);
+  CHECK(nearest["rung"] == "nearest");
+  CHECK(nearest["config"] == big);
+  CHECK(nearest["from_shape"] == "M=4096,N=4096,K=4096");
+  // Another GPU's fingerprint, never seen here: the CUDA family's [default].
+  const json other = lookup("M=4096,N=4096,K=4096", "00112233445566778899aabbccddeeff");
+  CHECK(other["rung"] == "default");
+  CHECK(other["reason"] == "device_never_tuned");
+  // The same shape on this machine's CPU is not the H100's winner.
+  CHECK(lookup("M=4096,N=4096,K=4096", "cpu")["rung"] == "default");
+  // A fingerprint lookup never queues a tune here.
+  const json remote_miss = ok_result(c, {{"op", "lookup"}, {"kernel", "gemm"},
+                                         {"shape", "M=512,N=512,K=512"}, {"device", h100},
+                                         {"tune_on_miss", true}});
+  CHECK_FALSE(remote_miss.contains("tune_job"));
+}
+
+TEST_CASE("a tune submitted while a compile check holds the compile workers finishes",
+          "[integration][lanes]") {
+  TempDir home;
+  auto daemon = start(home, "[daemon]\ncompile_workers = 1\n");
+  Connection c = connect(*daemon);
+  if (!ok_result(c, {{"op", "kernels"}}).value("cuda_backend", false)) {
+    skip(daemon, "ktune is built without the CUDA backend");
+  }
+  // gemm's CUDA family admits hundreds of configs: minutes of nvrtc on one worker.
+  Connection check = connect(*daemon);
+  const json check_request = {{"v", 1}, {"id", 1}, {"op", "compile_check"}, {"kernel", "gemm"},
+                              {"arch", {"sm_80", "sm_90"}}};
+  REQUIRE(check.send_raw(check_request.dump() + "\n").ok());
+  std::this_thread::sleep_for(300ms);
+  const json tuned = ok_result(c, {{"op", "tune"}, {"kernel", "reduce_sum"}, {"shape", "N=4096"},
+                                   {"budget", 3}, {"strategy", "random"}, {"wait", true}},
+                               k_tune_timeout);
+  CHECK(tuned["job"]["state"] == "done");
+  // The check is a job like any: listed, and cancelled.
+  std::int64_t check_job = 0;
+  const json jobs = ok_result(c, {{"op", "jobs"}});
+  for (const auto& j : jobs["jobs"]) {
+    if (j["strategy"] == "compile_check") check_job = j["id"];
+  }
+  REQUIRE(check_job != 0);
+  CHECK(job_state(c, check_job) == "running");
+  ok_result(c, {{"op", "cancel"}, {"job", check_job}});
+  // The check's client gets its answer: cancelled.
+  auto line = check.read_line(k_reply_timeout);
+  REQUIRE(line.ok());
+  const json answer = json::parse(*line);
+  CHECK(answer["error"]["code"] == "cancelled");
+  CHECK(wait_end(c, check_job) == "cancelled");
+}
+
+TEST_CASE("tune-on-miss jobs are jobs of the one queue: cancelled, joined, planned alike",
+          "[integration][lanes]") {
+  TempDir home;
+  auto daemon = start(home);
+  Connection c = connect(*daemon);
+  auto miss = [&](const std::string& shape, const std::string& kernel = "gemm") {
+    const json answer = ok_result(c, {{"op", "lookup"}, {"kernel", kernel}, {"shape", shape},
+                                      {"tune_on_miss", true}});
+    REQUIRE(answer.contains("tune_job"));
+    return answer["tune_job"].get<std::int64_t>();
+  };
+
+  SECTION("a tune-on-miss job waiting behind another job can be cancelled") {
+    const json running = ok_result(c, {{"op", "tune"}, {"kernel", "gemm"},
+                                       {"shape", "M=128,N=128,K=128"}});
+    const std::int64_t background = miss("M=96,N=96,K=96");
+    CHECK(job_state(c, background) == "queued");
+    const json cancelled = ok_result(c, {{"op", "cancel"}, {"job", background}});
+    CHECK(cancelled["state"] == "cancelled");
+    ok_result(c, {{"op", "cancel"}, {"job", running["job"]}});
+  }
+  SECTION("an identical tune joins a tune-on-miss job") {
+    ok_result(c, {{"op", "tune"}, {"kernel", "gemm"}, {"shape", "M=128,N=128,K=128"}});
+    const std::int64_t background = miss("M=96,N=96,K=96");
+    const json joined = ok_result(c, {{"op", "tune"}, {"kernel", "gemm"},
+                                      {"shape", "M=96,N=96,K=96"}});
+    CHECK(joined["job"] == background);
+    CHECK(joined.value("joined", false));
+    // And a miss while an identical client tune is queued answers that job.
+    const json queued = ok_result(c, {{"op", "tune"}, {"kernel", "reduce_sum"},
+                                      {"shape", "N=8192"}});
+    const json answer = ok_result(c, {{"op", "lookup"}, {"kernel", "reduce_sum"},
+                                      {"shape", "N=8192"}, {"tune_on_miss", true}});
+    CHECK(answer["tune_job"] == queued["job"]);
+  }
+  SECTION("a tune-on-miss job reuses the results of an earlier job of its key") {
+    // An earlier job measured some configs of the key and was cancelled before a winner.
+    const json first = ok_result(c, {{"op", "tune"}, {"kernel", "reduce_sum"},
+                                     {"shape", "N=16384"}});
+    const std::int64_t first_job = first["job"];
+    const auto deadline = std::chrono::steady_clock::now() + 120s;
+    while (ok_result(c, {{"op", "job"}, {"job", first_job}})["job"].value("done", 0) < 2 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(20ms);
+    }
+    ok_result(c, {{"op", "cancel"}, {"job", first_job}});
+    REQUIRE(wait_end(c, first_job) == "cancelled");
+    const json measured = ok_result(c, {{"op", "job"}, {"job", first_job}});
+    const std::size_t earlier = measured["results"].size();
+    REQUIRE(earlier >= 2);
+
+    const std::int64_t background = miss("N=16384", "reduce_sum");
+    REQUIRE(wait_end(c, background) == "done");
+    const json job = ok_result(c, {{"op", "job"}, {"job", background}});
+    std::size_t reused = 0;
+    for (const auto& r : job["results"]) {
+      reused += r.value("reason", "").rfind("reused from job " + std::to_string(first_job), 0) == 0;
+    }
+    CHECK(reused == earlier);
+  }
+}
+
+TEST_CASE("tune with device all makes one job per device that has a family of the kernel",
+          "[integration][lanes]") {
+  TempDir home;
+  auto daemon = start(home);
+  Connection c = connect(*daemon);
+  const json devices = ok_result(c, {{"op", "devices"}});
+  std::size_t cuda_devices = devices["devices"].size() - 1;
+  const json queued = ok_result(c, {{"op", "tune"}, {"kernel", "gemm"},
+                                    {"shape", "M=64,N=64,K=64"}, {"device", "all"},
+                                    {"budget", 2}, {"strategy", "random"}});
+  REQUIRE(queued["jobs"].size() == 1 + cuda_devices);
+  CHECK(queued["jobs"][0]["device"] == "cpu");
+  // Waiting for all of them: one reply with every summary.
+  const json waited = ok_result(c, {{"op", "tune"}, {"kernel", "gemm"},
+                                    {"shape", "M=64,N=64,K=64"}, {"device", "all"},
+                                    {"budget", 2}, {"strategy", "random"}, {"wait", true}},
+                                k_tune_timeout);
+  REQUIRE(waited["jobs"].size() == 1 + cuda_devices);
+  CHECK(waited["jobs"][0]["job"]["id"] == queued["jobs"][0]["job"]);
+  CHECK(waited["jobs"][0]["job"]["state"] == "done");
+  if (cuda_devices == 0) {
+    // softmax has only a CUDA family: nothing here can run it.
+    const json none = reply_of(c, {{"op", "tune"}, {"kernel", "softmax"}, {"shape", "ROWS=64,COLS=64"},
+                                   {"device", "all"}});
+    CHECK(none["error"]["code"] == "no_device");
+  }
+}
