@@ -1,12 +1,14 @@
 # ktune: the two commands a new user runs. Everything else is CMake (CMakePresets.json).
 #   make demo   install missing Debian packages, build (release), start ktuned, tune gemm on the CPU
 #   make test   same setup, then the whole suite through ctest: the Catch2 tests, the CUDA
-#               compile check (every admitted config of every CUDA family for sm_80 and sm_90)
-#               and, with clang, a short run of every libFuzzer target
+#               compile check (every admitted config of every CUDA family for sm_80 and sm_90),
+#               the install, Python client and Debian package checks and, with clang, a short
+#               run of every libFuzzer target
+#   make package  the Debian package build/release/ktune_<version>_<arch>.deb (CPack)
 JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps release dev demo test test-dev test-tsan compile-check fuzz-smoke clean
+.PHONY: all deps release dev demo test test-dev test-tsan compile-check fuzz-smoke package clean
 
 all: release
 
@@ -27,6 +29,9 @@ demo: release
 test: release
 	@ctest --preset release -j $(JOBS) --output-on-failure
 	@$(MAKE) fuzz-smoke
+
+package: release
+	@cd build/release && cpack
 
 # libFuzzer targets (tests/fuzz): 20 s each over their seed corpora, two at a time; needs clang.
 # scripts/fuzz.sh runs them for as long as you like.

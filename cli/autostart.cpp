@@ -116,6 +116,7 @@ std::string describe_status(int status) {
 
 struct Started {
   bool already_running = false;   // ours lost the race to a daemon started elsewhere
+  std::int64_t pid = 0;           // the pid ktuned reported ready with
 };
 
 // Spawns ktuned detached and waits for its ready line.
@@ -174,7 +175,7 @@ Result<Started> start_daemon(const std::string& exe, const std::vector<std::stri
     if (const auto newline = text.find('\n'); newline != std::string::npos) {
       std::int64_t ready_pid = 0;
       if (std::sscanf(text.c_str(), "ready %" SCNd64, &ready_pid) == 1 && ready_pid > 0) {
-        return Started{};
+        return Started{false, ready_pid};
       }
       return make_error("daemon_failed", "ktuned wrote '" + text.substr(0, newline) +
                                              "' on its ready fd, expected 'ready <pid>'");
@@ -276,8 +277,10 @@ Result<Connection> connect_or_start(const AutostartOptions& options) {
     args.push_back("--socket");
     args.push_back(socket);
   }
-  auto started = start_daemon(*exe, args, paths.log_dir + "/ktuned.log", options.ready_timeout);
+  const std::string log_path = paths.log_dir + "/ktuned.log";
+  auto started = start_daemon(*exe, args, log_path, options.ready_timeout);
   if (!started) return started.error();
+  if (!started->already_running && options.on_started) options.on_started(started->pid, log_path);
   return connect_within(socket, options.ready_timeout);
 }
 

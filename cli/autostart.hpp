@@ -1,6 +1,9 @@
 #pragma once
 // Auto-start, in sccache's model: a `ktune` command that needs the daemon connects to it, and
-// when nothing answers starts one and then connects.
+// when nothing answers starts one and then connects. The rule is the same for every command
+// that sends a request to ktuned (all but `daemon stop`, `daemon status` and the commands that
+// read files or the database: export, report, replay); `ktune --help` states it, and the
+// command says on stderr that it started one (on_started).
 //
 // connect_or_start(socket):
 //   1. connect; done when a daemon answers.
@@ -21,6 +24,8 @@
 #include "core/result.hpp"
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <string>
 
 namespace ktune::cli {
@@ -30,6 +35,8 @@ struct AutostartOptions {
   double idle_s = 600;                     // passed as ktuned --idle-s
   std::chrono::milliseconds ready_timeout{10'000};
   std::chrono::milliseconds lock_timeout{30'000};
+  // Called once this call started a daemon that reported ready (not when one already ran).
+  std::function<void(std::int64_t pid, const std::string& log_path)> on_started;
 };
 
 // Errors: not_found (no ktuned executable), io_error (lock, log, pipe, spawn),

@@ -1,4 +1,5 @@
 #include "cli/commands.hpp"
+#include "cli/completion.hpp"
 #include "cli/cuda_commands.hpp"
 #include "cli/daemon_calls.hpp"
 #include "cli/report_command.hpp"
@@ -41,7 +42,7 @@ namespace ktune::cli {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -99,7 +100,8 @@ std::string first_line(std::string text) {
   return text;
 }
 
-// Unix seconds (or milliseconds, when implausibly large) as local time; strings verbatim.
+// Unix seconds (or milliseconds, when implausibly large) as ISO 8601 local time with its UTC
+// offset (2026-11-25T09:13:58+01:00); strings verbatim.
 std::string format_time(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (!v.is_number()) return "-";
@@ -108,9 +110,11 @@ std::string format_time(const json& v) {
   auto t = static_cast<std::time_t>(seconds);
   std::tm local{};
   if (::localtime_r(&t, &local) == nullptr) return as_text(v);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &local);
-  return buf;
+  char buf[40];
+  if (std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S%z", &local) == 0) return as_text(v);
+  std::string text = buf;
+  if (text.size() > 2) text.insert(text.size() - 2, ":");  // +0100 -> +01:00
+  return text;
 }
 
 std::string format_duration(double seconds) {
@@ -322,10 +326,36 @@ std::string now_text() {
 
 // ---- job rendering -----------------------------------------------------------------------------
 
+// "BM=64,BN=32 median 0.123 ms, 213.5 GFLOP/s": the words of the progress line's best and of
+// the winner line.
+std::string candidate_text(const json& config, double median_ms, double gflops) {
+  std::string text = format_config(config, ",") + " median " + format_ms(median_ms) + " ms";
+  if (gflops > 0) text += ", " + format_gflops(gflops) + " GFLOP/s";
+  return text;
+}
+
 std::string winner_line(const json& winner) {
-  return "winner: " + format_config(field(winner, "config"), ",") + " median " +
-         format_ms(as_double(field(winner, "median_ms"))) + " ms, " +
-         format_gflops(as_double(field(winner, "gflops"))) + " GFLOP/s";
+  return "winner: " + candidate_text(field(winner, "config"), as_double(field(winner, "median_ms")),
+                                     as_double(field(winner, "gflops")));
+}
+
+// When the winner is a tie-break's choice over a finalist with a lower median: the line that
+// says so, else "".
+std::string tie_break_line(const json& winner, const json& results) {
+  if (!winner.is_object() || !results.is_array()) return {};
+  const double winner_median = as_double(field(winner, "median_ms"));
+  const json* fastest = nullptr;
+  for (const auto& r : results) {
+    if (field(r, "tied") != json(true) || as_text(field(r, "status")) != "ok") continue;
+    const double median = as_double(field(r, "median_ms"));
+    if (median < winner_median && (!fastest || median < as_double(field(*fastest, "median_ms"))))
+      fastest = &r;
+  }
+  if (!fastest) return {};
+  return "tie: " + candidate_text(field(*fastest, "config"), as_double(field(*fastest, "median_ms")),
+                                  as_double(field(*fastest, "gflops"))) +
+         " is within the tie margin; the tie-break (fewer resources, then config order) chose "
+         "the winner";
 }
 
 void print_job_header(Output& io, const json& job, const json& winner) {
@@ -397,16 +427,11 @@ std::string ProgressPrinter::line(const json& data) {
   std::int64_t total = as_int(field(data, "total"));
   std::int64_t failed = as_int(field(data, "failed"));
   std::string text = "[" + std::to_string(done) + "/" + std::to_string(total) + "] failed " +
-                     std::to_string(failed) + "  best ";
+                     std::to_string(failed) + "  best: ";
   const json& config = field(data, "best_config");
-  double gflops = as_double(field(data, "best_gflops"));
-  double median = as_double(field(data, "best_median_ms"));
   if (!config.is_object() || config.empty()) return text + "-";
-  if (gflops > 0)
-    text += format_gflops(gflops) + " GFLOP/s";
-  else
-    text += format_ms(median) + " ms";
-  return text + " (" + format_config(config, ",") + ")";
+  return text + candidate_text(config, as_double(field(data, "best_median_ms")),
+                               as_double(field(data, "best_gflops")));
 }
 
 void ProgressPrinter::update(const json& data) {
@@ -435,6 +460,56 @@ void ProgressPrinter::finish() {
 }
 
 // ---- commands ----------------------------------------------------------------------------------
+
+namespace {
+
+// While `tune --wait` is attached: Ctrl-C (SIGINT) prints that the job goes on in ktuned and how
+// to follow or cancel it, then exits 130. The text is prepared outside the handler, which only
+// calls write() and _exit().
+char g_detach_text[256];
+volatile std::sig_atomic_t g_detach_length = 0;
+
+extern "C" void on_detach_signal(int) {
+  if (g_detach_length > 0) {
+    [[maybe_unused]] const auto n = ::write(STDERR_FILENO, g_detach_text, static_cast<std::size_t>(g_detach_length));
+  }
+  ::_exit(130);
+}
+
+class DetachNotice {
+public:
+  DetachNotice() {
+    set_text("\nktune: detached; the job keeps running in ktuned (`ktune jobs` lists it, "
+             "`ktune cancel N` cancels it)\n");
+    struct sigaction action {};
+    action.sa_handler = on_detach_signal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGINT, &action, &m_previous);
+  }
+  ~DetachNotice() { ::sigaction(SIGINT, &m_previous, nullptr); }
+  DetachNotice(const DetachNotice&) = delete;
+  DetachNotice& operator=(const DetachNotice&) = delete;
+
+  void set_job(std::int64_t job) {
+    if (job == m_job) return;
+    m_job = job;
+    const std::string id = std::to_string(job);
+    set_text("\nktune: detached; job " + id + " keeps running in ktuned (`ktune job " + id +
+             "` shows it, `ktune cancel " + id + "` cancels it)\n");
+  }
+
+private:
+  static void set_text(const std::string& text) {
+    g_detach_length = 0;
+    const std::size_t n = std::min(text.size(), sizeof g_detach_text);
+    std::memcpy(g_detach_text, text.data(), n);
+    g_detach_length = static_cast<std::sig_atomic_t>(n);
+  }
+  std::int64_t m_job = 0;
+  struct sigaction m_previous {};
+};
+
+} // namespace
 
 int daemon_start(const GlobalOptions& global, const DaemonStartOptions& options, Output& io) {
   const InstancePaths paths = resolve_paths(path_env_from_process());
@@ -474,6 +549,10 @@ int daemon_start(const GlobalOptions& global, const DaemonStartOptions& options,
   if (!options.config.empty()) {
     args.push_back("--config");
     args.push_back(absolute(options.config));
+  }
+  for (const auto& dir : options.only_kernel_dirs) {
+    args.push_back("--only-kernel-dir");
+    args.push_back(absolute(dir));
   }
   for (const auto& dir : options.kernel_dirs) {
     args.push_back("--kernel-dir");
@@ -577,7 +656,7 @@ int daemon_status(const GlobalOptions& global, Output& io) {
 
 int list_kernels(const GlobalOptions& global, Output& io) {
   const std::string socket = socket_path(global);
-  auto result = call_daemon(socket, global, op("kernels"), k_request_timeout);
+  auto result = call_daemon(socket, global, op("kernels"), k_request_timeout, io);
   if (!result) return report(io, result.error(), socket);
   if (global.json) {
     print_json(io, *result);
@@ -661,9 +740,7 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
   if (options.compile_timeout_s) body["compile_timeout_s"] = *options.compile_timeout_s;
   if (options.bench_timeout_s) body["bench_timeout_s"] = *options.bench_timeout_s;
 
-  AutostartOptions autostart;
-  autostart.socket = global.socket.empty() ? std::string() : socket;
-  auto conn = connect_or_start(autostart);
+  auto conn = connect_daemon(socket, global, io);
   if (!conn) return report(io, conn.error(), socket);
 
   if (!options.wait) {
@@ -678,8 +755,12 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
   }
 
   ProgressPrinter progress(io.err, io.err_is_tty);
-  auto result = call(*conn, std::move(body), milliseconds(0),
-                     [&](const json& event) { progress.update(field(event, "data")); });
+  DetachNotice notice;
+  auto result = call(*conn, std::move(body), milliseconds(0), [&](const json& event) {
+    const json& data = field(event, "data");
+    if (const auto job = as_int(field(data, "job")); job > 0) notice.set_job(job);
+    progress.update(data);
+  });
   progress.finish();
   if (!result) return report(io, result.error(), socket);
 
@@ -692,7 +773,14 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
     print_json(io, *result);
     return success ? k_exit_ok : k_exit_error;
   }
-  if (winner.is_object()) io.out << winner_line(winner) << '\n';
+  if (winner.is_object()) {
+    io.out << winner_line(winner) << '\n';
+    json job_request{{"op", "job"}, {"job", as_int(field(job, "id"))}};
+    if (auto full = call(*conn, std::move(job_request), k_request_timeout)) {
+      if (auto tie = tie_break_line(winner, field(*full, "results")); !tie.empty())
+        io.out << tie << '\n';
+    }
+  }
   if (state == "done") {
     io.out << "job " << id << " done: " << as_int(field(job, "total")) << " candidates, "
            << as_int(field(job, "failed")) << " failed\n";
@@ -705,20 +793,52 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
   return success ? k_exit_ok : k_exit_error;
 }
 
-int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io) {
+json arrange_results(const json& results, const JobViewOptions& view) {
+  if (!results.is_array()) return json::array();
+  std::vector<json> rows(results.begin(), results.end());
+  auto index = [](const json& r) { return as_int(field(r, "config_index"), INT64_MAX); };
+  auto ok = [](const json& r) { return as_text(field(r, "status")) == "ok"; };
+  auto median = [](const json& r) { return as_double(field(r, "median_ms"), 1e300); };
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](const json& a, const json& b) { return index(a) < index(b); });
+  if (view.sort == JobSort::median) {
+    std::stable_sort(rows.begin(), rows.end(), [&](const json& a, const json& b) {
+      if (ok(a) != ok(b)) return ok(a);
+      if (ok(a)) return median(a) < median(b);
+      return as_text(field(a, "status")) < as_text(field(b, "status"));
+    });
+  } else if (view.sort == JobSort::status) {
+    std::stable_sort(rows.begin(), rows.end(), [&](const json& a, const json& b) {
+      if (ok(a) != ok(b)) return ok(a);
+      const auto sa = as_text(field(a, "status")), sb = as_text(field(b, "status"));
+      if (sa != sb) return sa < sb;
+      return median(a) < median(b);
+    });
+  }
+  if (view.top > 0 && rows.size() > static_cast<std::size_t>(view.top)) rows.resize(view.top);
+  return json(rows);
+}
+
+int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io,
+             const JobViewOptions& view) {
   const std::string socket = socket_path(global);
   protocol::JobRequest request;
   request.job = job_id;
   json body = request.to_json();
   body["op"] = "job";
-  auto result = call_daemon(socket, global, std::move(body), k_request_timeout);
+  auto result = call_daemon(socket, global, std::move(body), k_request_timeout, io);
   if (!result) return report(io, result.error(), socket);
+  const json all_results = field(*result, "results");
+  const std::size_t total_rows = all_results.is_array() ? all_results.size() : 0;
+  if (result->is_object() && all_results.is_array())
+    (*result)["results"] = arrange_results(all_results, view);
   if (global.json) {
     print_json(io, *result);
     return k_exit_ok;
   }
   const json& winner = field(*result, "winner");
   print_job_header(io, field(*result, "job"), winner);
+  if (auto tie = tie_break_line(winner, all_results); !tie.empty()) io.out << "  " << tie << '\n';
 
   const json& results = field(*result, "results");
   if (!results.is_array() || results.empty()) {
@@ -727,16 +847,12 @@ int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io) {
   }
   std::vector<const json*> rows;
   for (const auto& r : results) rows.push_back(&r);
-  std::stable_sort(rows.begin(), rows.end(), [](const json* a, const json* b) {
-    return as_int(field(*a, "config_index"), INT64_MAX) <
-           as_int(field(*b, "config_index"), INT64_MAX);
+  // `tied` marks the winning group, the winner included: a tie needs two.
+  const auto tied_count = std::count_if(all_results.begin(), all_results.end(), [](const json& r) {
+    return field(r, "tied") == json(true);
   });
   const json& winner_config = field(winner, "config");
   bool marked = false;
-  // `tied` marks the winning group, the winner included: a tie needs two.
-  const auto tied_count = std::count_if(rows.begin(), rows.end(), [](const json* r) {
-    return field(*r, "tied") == json(true);
-  });
   Table table({{"  CONFIG"}, {"STATUS"}, {"MEDIAN(ms)", Align::right},
                {"GFLOP/s", Align::right}, {"REASON"}});
   for (const json* r : rows) {
@@ -758,7 +874,48 @@ int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io) {
   }
   io.out << '\n';
   table.print(io.out);
+  if (rows.size() < total_rows)
+    io.out << "(" << rows.size() << " of " << total_rows << " candidates; --top 0 shows all)\n";
   return k_exit_ok;
+}
+
+int daemon_log(const GlobalOptions& global, std::int64_t lines, bool follow, Output& io) {
+  const InstancePaths paths = resolve_paths(path_env_from_process());
+  const std::string log_path = paths.log_dir + "/ktuned.log";
+  std::ifstream in(log_path, std::ios::binary);
+  if (!in) {
+    return report_error(io, "not_found",
+                        "no daemon log at " + log_path +
+                            " (ktuned writes it when `ktune` starts it; a service logs to its "
+                            "journal: journalctl --user -u ktuned)");
+  }
+  std::vector<std::string> tail;
+  std::string line;
+  while (std::getline(in, line)) {
+    tail.push_back(line);
+    if (lines > 0 && tail.size() > static_cast<std::size_t>(lines)) tail.erase(tail.begin());
+  }
+  if (global.json && !follow) {
+    print_json(io, json{{"path", log_path}, {"lines", tail}});
+    return k_exit_ok;
+  }
+  for (const auto& l : tail) io.out << l << '\n';
+  io.out << std::flush;
+  if (!follow) return k_exit_ok;
+  in.clear();
+  for (;;) {  // until Ctrl-C
+    if (std::getline(in, line)) {
+      if (in.eof()) {  // a partial last line: wait for the rest
+        in.clear();
+        in.seekg(-static_cast<std::streamoff>(line.size()), std::ios::cur);
+      } else {
+        io.out << line << '\n' << std::flush;
+        continue;
+      }
+    }
+    in.clear();
+    std::this_thread::sleep_for(milliseconds(200));
+  }
 }
 
 int cancel_job(const GlobalOptions& global, std::int64_t job_id, Output& io) {
@@ -767,7 +924,7 @@ int cancel_job(const GlobalOptions& global, std::int64_t job_id, Output& io) {
   request.job = job_id;
   json body = request.to_json();
   body["op"] = "cancel";
-  auto result = call_daemon(socket, global, std::move(body), k_request_timeout);
+  auto result = call_daemon(socket, global, std::move(body), k_request_timeout, io);
   if (!result) return report(io, result.error(), socket);
   if (global.json) {
     print_json(io, *result);
@@ -784,7 +941,7 @@ int list_jobs(const GlobalOptions& global, std::int64_t limit, Output& io) {
   request.limit = limit;
   json body = request.to_json();
   body["op"] = "jobs";
-  auto result = call_daemon(socket, global, std::move(body), k_request_timeout);
+  auto result = call_daemon(socket, global, std::move(body), k_request_timeout, io);
   if (!result) return report(io, result.error(), socket);
   if (global.json) {
     print_json(io, *result);
@@ -817,7 +974,7 @@ int query(const GlobalOptions& global, const QueryOptions& options, Output& io) 
   request.device = options.device;
   json body = request.to_json();
   body["op"] = "lookup";
-  auto result = call_daemon(socket, global, std::move(body), k_request_timeout);
+  auto result = call_daemon(socket, global, std::move(body), k_request_timeout, io);
   if (!result) return report(io, result.error(), socket);
 
   const json& r = *result;
@@ -848,7 +1005,78 @@ int query(const GlobalOptions& global, const QueryOptions& options, Output& io) 
 
 // ---- command line ------------------------------------------------------------------------------
 
+namespace {
+
+// Passes everything through to `target` and keeps what it saw: the byte count and the end of
+// the text (for the last error line).
+class WatchingBuf : public std::streambuf {
+public:
+  explicit WatchingBuf(std::streambuf* target) : m_target(target) {}
+  [[nodiscard]] std::size_t bytes() const { return m_bytes; }
+  [[nodiscard]] const std::string& tail() const { return m_tail; }
+
+protected:
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    const char ch = traits_type::to_char_type(c);
+    return xsputn(&ch, 1) == 1 ? c : traits_type::eof();
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    m_bytes += static_cast<std::size_t>(n);
+    m_tail.append(s, static_cast<std::size_t>(n));
+    if (m_tail.size() > 8192) m_tail.erase(0, m_tail.size() - 4096);
+    return m_target->sputn(s, n);
+  }
+  int sync() override { return m_target->pubsync(); }
+
+private:
+  std::streambuf* m_target;
+  std::size_t m_bytes = 0;
+  std::string m_tail;
+};
+
+int run_command(int argc, const char* const* argv, Output& io);
+
+} // namespace
+
 int run(int argc, const char* const* argv, Output& io) {
+  bool json_mode = false;
+  for (int i = 1; i < argc; ++i) json_mode = json_mode || std::string_view(argv[i]) == "--json";
+  if (!json_mode) return run_command(argc, argv, io);
+  // --json: a command that fails without printing anything on stdout (an error written as
+  // text by a command that has no JSON error path of its own) still ends with one JSON error.
+  WatchingBuf out_buf(io.out.rdbuf());
+  WatchingBuf err_buf(io.err.rdbuf());
+  std::ostream out(&out_buf);
+  std::ostream err(&err_buf);
+  Output watched{out, err, io.err_is_tty, true, false};
+  const int code = run_command(argc, argv, watched);
+  out.flush();
+  err.flush();
+  if (code != k_exit_ok && out_buf.bytes() == 0) {
+    std::string text = err_buf.tail();
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    if (const auto nl = text.find_last_of('\n'); nl != std::string::npos) text.erase(0, nl + 1);
+    std::string error_code = code == k_exit_usage ? "usage" : "error";
+    if (text.rfind("ktune: ", 0) == 0) {
+      text.erase(0, 7);
+      // "code: message" when the first word is a code (lower case and underscores).
+      const auto colon = text.find(": ");
+      if (colon != std::string::npos && colon > 0 &&
+          text.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") == colon) {
+        error_code = text.substr(0, colon);
+        text.erase(0, colon + 2);
+      }
+    }
+    if (text.empty()) text = "ktune exited with status " + std::to_string(code);
+    io.out << json{{"error", {{"code", error_code}, {"message", text}}}}.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+  }
+  return code;
+}
+
+namespace {
+
+int run_command(int argc, const char* const* argv, Output& io) {
   CLI::App app{"ktune: tune kernels with the ktuned daemon and look up their winners.", "ktune"};
   app.option_defaults()->always_capture_default();
   app.require_subcommand(1);
@@ -881,7 +1109,12 @@ int run(int argc, const char* const* argv, Output& io) {
   start->add_option("--config", start_options.config, "ktuned configuration file (TOML)")
       ->check(CLI::ExistingFile);
   start->add_option("--kernel-dir", start_options.kernel_dirs,
-                    "a directory of kernel families (<name>/kernel.toml); repeatable")
+                    "a directory of kernel families (<name>/kernel.toml) added to the shipped "
+                    "ones; repeatable")
+      ->check(CLI::ExistingDirectory)
+      ->default_str("");
+  start->add_option("--only-kernel-dir", start_options.only_kernel_dirs,
+                    "a directory of kernel families used instead of the shipped ones; repeatable")
       ->check(CLI::ExistingDirectory)
       ->default_str("");
   start->footer(
@@ -900,6 +1133,17 @@ int run(int argc, const char* const* argv, Output& io) {
   auto* status = daemon->add_subcommand("status", "Show the running daemon (exit 1 when none)");
   status->footer("Prints pid, version, uptime, socket, database, connections, jobs and workers.\n\n"
                  "Examples:\n  ktune daemon status\n  ktune --json daemon status" + exit_codes);
+
+  std::int64_t log_lines = 50;
+  bool log_follow = false;
+  auto* log_cmd = daemon->add_subcommand("log", "Print the end of the daemon's log");
+  log_cmd->add_option("-n,--lines", log_lines, "this many last lines (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  log_cmd->add_flag("-f,--follow", log_follow, "keep printing what ktuned appends (Ctrl-C ends)");
+  log_cmd->footer("The log of a ktuned that ktune started: ktuned.log in the instance's log\n"
+                  "directory ($KTUNE_HOME/log, else $XDG_STATE_HOME/ktune/log). A ktuned run by\n"
+                  "systemd logs to its journal (journalctl --user -u ktuned).\n\n"
+                  "Examples:\n  ktune daemon log\n  ktune daemon log -f" + exit_codes);
 
   CudaCommands cuda_commands;
   add_cuda_commands(app, cuda_commands);
@@ -967,11 +1211,27 @@ int run(int argc, const char* const* argv, Output& io) {
       "--wait" + exit_codes);
 
   // job
+  const CLI::Validator job_id_check(
+      [](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        if (digits && text.find_first_not_of('0') != std::string::npos) return {};
+        return "expected a job id (a whole number from 1, as `ktune jobs` lists them), found '" +
+               text + "'";
+      },
+      "JOB_ID");
   std::int64_t job_id = 0;
+  JobViewOptions job_view;
+  std::string job_sort = "config";
   auto* job = app.add_subcommand("job", "Show one job and every candidate's result");
   job->add_option("id", job_id, "job id (from `ktune tune` or `ktune jobs`)")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(job_id_check);
+  job->add_option("--top", job_view.top, "show only the first K candidates (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  job->add_option("--sort", job_sort,
+                  "config (config order), median (fastest first, failures last) or status "
+                  "(grouped by status)")
+      ->check(CLI::IsMember({"config", "median", "status"}));
   job->footer(
       "Prints kernel, shape, dtype, device, state, counts and times, then each candidate in\n"
       "config order: CONFIG, STATUS (ok, compile_error, crash, timeout, mismatch, ...),\n"
@@ -981,12 +1241,12 @@ int run(int argc, const char* const* argv, Output& io) {
       "'ok (pruned)' those stopped early as clearly slower than the best. The time line splits\n"
       "the job's wall time into queue wait, compile (the bench worker waited for a compile),\n"
       "bench and overhead.\n\n"
-      "Example:\n  ktune job 3" + exit_codes);
+      "Examples:\n  ktune job 3\n  ktune job 3 --top 10 --sort median" + exit_codes);
 
   // cancel
   std::int64_t cancel_id = 0;
   auto* cancel = app.add_subcommand("cancel", "Cancel a queued or running job");
-  cancel->add_option("id", cancel_id, "job id")->required()->check(CLI::PositiveNumber);
+  cancel->add_option("id", cancel_id, "job id")->required()->check(job_id_check);
   cancel->footer(
       "A queued job is cancelled at once; a running one once the candidates in flight finish.\n"
       "Its results so far stay in the database; the job ends in state cancelled.\n\n"
@@ -1014,47 +1274,97 @@ int run(int argc, const char* const* argv, Output& io) {
       "Examples:\n  ktune query gemm --shape M=256,N=256,K=256 --device cpu\n"
       "  ktune --json query gemm --shape M=256,N=256,K=256" + exit_codes);
 
-  app.footer("Every command talks to ktuned over its Unix socket; `ktune <command> --help`\n"
-             "explains each one.\n\nExamples:\n"
+  // completion
+  std::string completion_shell;
+  auto* completion = app.add_subcommand("completion", "Print the shell completion script");
+  completion->add_option("shell", completion_shell, "bash, zsh or fish")
+      ->required()
+      ->check(CLI::IsMember({"bash", "zsh", "fish"}));
+  completion->footer("Installed packages ship these scripts; from a build tree:\n"
+                     "  source <(ktune completion bash)\n"
+                     "  ktune completion fish > ~/.config/fish/completions/ktune.fish" +
+                     exit_codes);
+
+  app.footer("Commands talk to ktuned over its Unix socket; `ktune <command> --help` explains\n"
+             "each one.\n\n"
+             "Autostart: every command that sends ktuned a request (tune, job, jobs, cancel,\n"
+             "query, kernels, devices, compile-check, import, sweep, daemon start) starts ktuned\n"
+             "when none answers, and says so on stderr; it then exits after 600 s without\n"
+             "clients or jobs. `daemon stop`, `daemon status`, `daemon log`, export, report and\n"
+             "replay never start one. KTUNE_NO_AUTOSTART=1 turns autostart off.\n\n"
+             "With --json every command prints one JSON document on stdout, an error too:\n"
+             "{\"error\":{\"code\":...,\"message\":...}} with a non-zero exit.\n\nExamples:\n"
              "  ktune daemon start\n"
              "  ktune tune gemm --shape M=256,N=256,K=256 --device cpu --wait\n"
              "  ktune query gemm --shape M=256,N=256,K=256 --device cpu" + exit_codes);
 
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--json") io.json = true;
+  }
+  // The first word that is not an option names the command: one that does not exist gets the
+  // nearest names instead of CLI11's "A subcommand is required".
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view word = argv[i];
+    if (word == "--socket") {
+      ++i;
+      continue;
+    }
+    if (word.empty() || word.front() == '-') continue;
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), word) == names.end()) {
+      return report_error(io, "usage",
+                          "unknown command '" + std::string(word) + "'" +
+                              did_you_mean(std::string(word), names) + "; run `ktune --help`",
+                          k_exit_usage);
+    }
+    break;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (io.json && e.get_exit_code() != 0) {
+      return report_error(io, "usage", e.what(), k_exit_usage);
+    }
     int code = app.exit(e, io.out, io.err);
     return code == 0 ? k_exit_ok : k_exit_usage;
   }
+  io.json = global.json;
   if (budget_option->count() > 0) {
     if (auto r = parse_budget_option(budget, tune_options); !r) {
-      io.err << "ktune tune: --budget: " << r.error().message << '\n';
-      return k_exit_usage;
+      return report_error(io, "usage", "tune --budget: " + r.error().message, k_exit_usage);
     }
   }
+  if (completion->parsed()) {
+    return write_completion(app, completion_shell, io.out) ? k_exit_ok : k_exit_usage;
+  }
+  job_view.sort = job_sort == "median" ? JobSort::median
+                  : job_sort == "status" ? JobSort::status
+                                         : JobSort::config;
 
   try {
     if (start->parsed()) return daemon_start(global, start_options, io);
     if (stop->parsed()) return daemon_stop(global, io);
     if (status->parsed()) return daemon_status(global, io);
+    if (log_cmd->parsed()) return daemon_log(global, log_lines, log_follow, io);
     if (kernels->parsed()) return list_kernels(global, io);
     if (auto code = run_cuda_commands(cuda_commands, global, io)) return *code;
     if (auto code = run_table_commands(table_commands, global, io)) return *code;
     if (auto code = run_sweep_command(sweep_command, global, io)) return *code;
     if (auto code = run_report_command(report_command, io)) return *code;
     if (tune_cmd->parsed()) return tune(global, tune_options, io);
-    if (job->parsed()) return show_job(global, job_id, io);
+    if (job->parsed()) return show_job(global, job_id, io, job_view);
     if (cancel->parsed()) return cancel_job(global, cancel_id, io);
     if (jobs->parsed()) return list_jobs(global, limit, io);
     if (query_cmd->parsed()) return query(global, query_options, io);
     if (replay_command.parsed()) return replay_command.run(global.json, io.out, io.err);
   } catch (const json::exception& e) {
     // Only a reply that breaks the protocol's types reaches here.
-    io.err << "ktune: bad_reply: unexpected reply from ktuned: " << e.what() << '\n';
-    return k_exit_error;
+    return report_error(io, "bad_reply", std::string("unexpected reply from ktuned: ") + e.what());
   }
-  io.err << "ktune: no command given; run `ktune --help`\n";
-  return k_exit_usage;
+  return report_error(io, "usage", "no command given; run `ktune --help`", k_exit_usage);
 }
+
+} // namespace
 
 } // namespace ktune::cli

@@ -4,7 +4,9 @@
 //
 // Exit codes: 0 ok, 1 error (daemon not running, an error reply, an I/O failure, a failed job),
 // 2 usage error (bad command line), 3 not tuned (`query` answered with a fallback config).
-// Errors go to `err` as "ktune: <code>: <message>"; results go to `out`.
+// Errors go to `err` as "ktune: <code>: <message>"; results go to `out`. With --json every
+// result is one JSON document on `out`, and an error is {"error":{"code":...,"message":...}}
+// on `out` with a non-zero exit.
 #include "core/result.hpp"
 
 #include <nlohmann/json.hpp>
@@ -30,6 +32,8 @@ struct Output {
   std::ostream& out;
   std::ostream& err;
   bool err_is_tty = false;
+  bool json = false;           // --json: errors too are one JSON object on `out`
+  bool error_reported = false; // report() printed an error (the JSON error object, once)
 };
 
 struct GlobalOptions {
@@ -39,7 +43,8 @@ struct GlobalOptions {
 
 struct DaemonStartOptions {
   std::string config;                 // "" = ktuned's default
-  std::vector<std::string> kernel_dirs;
+  std::vector<std::string> kernel_dirs;       // added to the shipped families
+  std::vector<std::string> only_kernel_dirs;  // instead of them
 };
 
 struct TuneOptions {
@@ -80,7 +85,22 @@ struct QueryOptions {
 [[nodiscard]] int list_kernels(const GlobalOptions& global, Output& io);
 // `tune`: with `wait`, 0 only when the job finished with a winner.
 [[nodiscard]] int tune(const GlobalOptions& global, const TuneOptions& options, Output& io);
-[[nodiscard]] int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io);
+// `job N`: candidates in config order, or sorted; at most `top` of them (0 = all).
+enum class JobSort { config, median, status };
+struct JobViewOptions {
+  JobSort sort = JobSort::config;
+  std::int64_t top = 0;
+};
+[[nodiscard]] int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io,
+                           const JobViewOptions& view = {});
+// The candidate rows of a job reply sorted and cut as `view` says: median = ok candidates
+// fastest first, then the others by status; status = grouped by status (ok first), fastest
+// first within a group; config = config order.
+[[nodiscard]] nlohmann::ordered_json arrange_results(const nlohmann::ordered_json& results, const JobViewOptions& view);
+// `daemon log`: the last `lines` lines of the instance's ktuned.log; `follow` keeps printing
+// what is appended until interrupted.
+[[nodiscard]] int daemon_log(const GlobalOptions& global, std::int64_t lines, bool follow,
+                             Output& io);
 // `cancel N`: cancels a queued or running job (results measured so far are kept).
 [[nodiscard]] int cancel_job(const GlobalOptions& global, std::int64_t job_id, Output& io);
 [[nodiscard]] int list_jobs(const GlobalOptions& global, std::int64_t limit, Output& io);
@@ -94,7 +114,7 @@ struct QueryOptions {
 // --- formatting, shared by the commands (and tested directly) ---------------------------------
 
 // {"BM":64,"BN":32} -> "BM=64<sep>BN=32"; null or empty -> "-".
-[[nodiscard]] std::string format_config(const nlohmann::json& config, std::string_view separator);
+[[nodiscard]] std::string format_config(const nlohmann::ordered_json& config, std::string_view separator);
 // Milliseconds with 3 decimals from 1 ms up, 3 significant digits below.
 [[nodiscard]] std::string format_ms(double ms);
 // GFLOP/s with one decimal from 1 up, 3 significant digits below; 0 (unknown) -> "-".
@@ -107,11 +127,11 @@ struct QueryOptions {
 class ProgressPrinter {
 public:
   ProgressPrinter(std::ostream& err, bool tty) : m_err(err), m_tty(tty) {}
-  void update(const nlohmann::json& data);
+  void update(const nlohmann::ordered_json& data);
   // Ends an in-place line with a newline; call once the final reply arrived.
   void finish();
 
-  [[nodiscard]] static std::string line(const nlohmann::json& data);
+  [[nodiscard]] static std::string line(const nlohmann::ordered_json& data);
 
 private:
   std::ostream& m_err;

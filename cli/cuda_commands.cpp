@@ -14,7 +14,7 @@ namespace ktune::cli {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 using std::chrono::milliseconds;
 
 constexpr milliseconds k_devices_timeout{60'000};
@@ -84,7 +84,9 @@ std::optional<int> run_cuda_commands(const CudaCommands& commands, const GlobalO
 
 int list_devices(const GlobalOptions& global, Output& io) {
   const std::string socket = socket_path(global);
-  auto result = call(socket, json{{"op", "devices"}}, k_devices_timeout);
+  auto conn = connect_daemon(socket, global, io);
+  if (!conn) return report(io, conn.error(), socket);
+  auto result = call(*conn, json{{"op", "devices"}}, k_devices_timeout);
   if (!result) return report(io, result.error(), socket);
   if (global.json) {
     io.out << result->dump(2) << '\n';
@@ -156,7 +158,9 @@ int compile_check(const GlobalOptions& global, const CompileCheckOptions& option
   json request{{"op", "compile_check"}, {"kernel", options.kernel}, {"arch", options.archs}};
   if (!options.shape.empty()) request["shape"] = options.shape;
   if (!options.dtype.empty()) request["dtype"] = options.dtype;
-  auto result = call(socket, std::move(request), milliseconds(0));
+  auto conn = connect_daemon(socket, global, io);
+  if (!conn) return report(io, conn.error(), socket);
+  auto result = call(*conn, std::move(request), milliseconds(0));
   if (!result) return report(io, result.error(), socket);
   if (global.json) {
     io.out << result->dump(2) << '\n';

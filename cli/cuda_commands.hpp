@@ -46,7 +46,7 @@ void add_cuda_commands(CLI::App& app, CudaCommands& commands);
 
 // The table compile-check prints for a compile_check reply, and its exit code (1 when "errors"
 // is not 0). Exposed for tests.
-[[nodiscard]] int print_compile_check(const nlohmann::json& result, bool errors_only,
+[[nodiscard]] int print_compile_check(const nlohmann::ordered_json& result, bool errors_only,
                                       std::ostream& out);
 
 } // namespace ktune::cli

@@ -6,6 +6,8 @@
 #include "db/store.hpp"
 #include "report/report.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <unistd.h>
 
 #include <chrono>
@@ -76,8 +78,14 @@ int write_report(const ReportOptions& options, Output& io) {
   if (auto written = write_file_atomic(options.output, html); !written) return fail(io, written.error());
   std::size_t results = 0;
   for (const auto& job : *jobs) results += job.results.size();
-  io.err << "wrote " << options.output << ": " << jobs->size() << " job(s), " << results
-         << " result(s)\n";
+  if (io.json) {
+    io.out << nlohmann::json{{"output", options.output}, {"jobs", jobs->size()}, {"results", results}}
+                  .dump(2)
+           << '\n';
+  } else {
+    io.err << "wrote " << options.output << ": " << jobs->size() << " job(s), " << results
+           << " result(s)\n";
+  }
   return k_exit_ok;
 }
 

@@ -161,9 +161,7 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
   }
 
   const std::string socket = socket_path(global);
-  AutostartOptions autostart;
-  autostart.socket = global.socket.empty() ? std::string() : socket;
-  auto conn = connect_or_start(autostart);
+  auto conn = connect_daemon(socket, global, io);
   if (!conn) return report(io, conn.error(), socket);
 
   // Submit and wait: at most k_max_outstanding jobs of the sweep queued or running at once (ktuned

@@ -22,11 +22,9 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 
 constexpr milliseconds k_import_timeout{120'000};
+constexpr std::size_t k_default_max_message_bytes = 1'048'576;  // ktuned's default limit
 
-int report(Output& io, const Error& error) {
-  io.err << "ktune: " << error.code << ": " << error.message << '\n';
-  return k_exit_error;
-}
+int report(Output& io, const Error& error) { return report_error(io, error.code, error.message); }
 
 
 std::string value_text(const json& j) {
@@ -131,7 +129,12 @@ int export_table(const ExportOptions& options, Output& io) {
     return io.out ? k_exit_ok : k_exit_error;
   }
   if (auto written = write_file_atomic(options.output, *text); !written) return report(io, written.error());
-  io.err << "exported " << table->rows.size() << " winner(s) to " << options.output << '\n';
+  if (io.json) {
+    io.out << json{{"output", options.output}, {"format", options.format},
+                   {"winners", table->rows.size()}}.dump(2) << '\n';
+  } else {
+    io.err << "exported " << table->rows.size() << " winner(s) to " << options.output << '\n';
+  }
   return k_exit_ok;
 }
 
@@ -144,8 +147,8 @@ json import_request(const tableio::Table& table, tableio::Policy policy) {
 int import_table_file(const GlobalOptions& global, const ImportOptions& options, Output& io) {
   const auto policy = tableio::parse_policy(options.policy);
   if (!policy) {
-    io.err << "ktune: unknown policy '" << options.policy << "' (expected faster, newer or keep)\n";
-    return k_exit_usage;
+    return report_error(io, "usage", "unknown policy '" + options.policy +
+                                         "' (expected faster, newer or keep)", k_exit_usage);
   }
   auto text = replay::read_text_file(options.file);
   if (!text) return report(io, text.error());
@@ -155,7 +158,22 @@ int import_table_file(const GlobalOptions& global, const ImportOptions& options,
   if (!table) return report(io, table.error());
 
   const std::string socket = socket_path(global);
-  auto reply = call(socket, import_request(*table, *policy), k_import_timeout);
+  auto conn = connect_daemon(socket, global, io);
+  if (!conn) return report(io, conn.error(), socket);
+  json request = import_request(*table, *policy);
+  const std::size_t request_bytes = request.dump(-1, ' ', false, json::error_handler_t::replace).size() + 1;
+  auto reply = call(*conn, std::move(request), k_import_timeout);
+  if (!reply && (reply.error().code == "io_error" || reply.error().code == "message_too_large")) {
+    // ktuned closes a connection whose line is over its limit, often before the reply can be
+    // read: the send fails with a broken pipe.
+    return report_error(
+        io, "message_too_large",
+        "the table (" + std::to_string(table->rows.size()) + " rows) is one import request of " +
+            std::to_string(request_bytes) + " bytes; ktuned accepts request lines of at most "
+            "[daemon].max_message_bytes (" + std::to_string(k_default_max_message_bytes) +
+            " bytes, 1 MiB, by default): raise that setting in ktuned's configuration or import "
+            "the table in parts (" + reply.error().message + ")");
+  }
   if (!reply) return report(io, reply.error(), socket);
   const json& result = *reply;
   if (global.json || options.json) {

@@ -186,6 +186,19 @@ Result<Connection> Connection::connect(const std::string& socket_path,
 
 Result<nlohmann::json> Connection::request(nlohmann::json request, const EventHandler& on_event,
                                            std::chrono::milliseconds timeout) {
+  return request_as<nlohmann::json>(std::move(request), on_event, timeout);
+}
+
+Result<nlohmann::ordered_json> Connection::request_ordered(nlohmann::json request,
+                                                           const OrderedEventHandler& on_event,
+                                                           std::chrono::milliseconds timeout) {
+  return request_as<nlohmann::ordered_json>(std::move(request), on_event, timeout);
+}
+
+template <class Json>
+Result<Json> Connection::request_as(nlohmann::json request,
+                                    const std::function<void(const Json&)>& on_event,
+                                    std::chrono::milliseconds timeout) {
   if (!request.is_object())
     return make_error("bad_request", "a request must be a JSON object, found " + describe(request));
   if (!request.contains("v")) request["v"] = 1;
@@ -203,13 +216,13 @@ Result<nlohmann::json> Connection::request(nlohmann::json request, const EventHa
   for (;;) {
     auto text = read_line_until(m_fd, m_buffer, deadline, waiting_for);
     if (!text) return text.error();
-    auto reply = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    auto reply = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (reply.is_discarded() || !reply.is_object()) {
       std::string shown = text->size() > 200 ? text->substr(0, 200) + "..." : *text;
       return io_error("the daemon sent a line that is not a JSON object: " + shown);
     }
     auto found_id = reply.find("id");
-    bool same_id = found_id != reply.end() && *found_id == id;
+    bool same_id = found_id != reply.end() && nlohmann::json(*found_id) == id;
     if (reply.contains("event")) {
       if (same_id && on_event) on_event(reply);
       continue;

@@ -22,6 +22,7 @@ public:
                                                       std::chrono::milliseconds(2000));
 
   using EventHandler = std::function<void(const nlohmann::json& event)>;
+  using OrderedEventHandler = std::function<void(const nlohmann::ordered_json& event)>;
 
   // Sends `request` (adds "v":1 and a fresh numeric "id" when absent) and returns the whole reply
   // object ({"ok":true,"result":...} or {"ok":false,"error":...}). Event lines carrying the same id
@@ -32,6 +33,12 @@ public:
                                                std::chrono::milliseconds timeout =
                                                    std::chrono::milliseconds(0));
 
+  // The same, with the reply's objects in the order ktuned wrote them (a config's parameters in
+  // the kernel spec's order), for what is shown to people.
+  [[nodiscard]] Result<nlohmann::ordered_json> request_ordered(
+      nlohmann::json request, const OrderedEventHandler& on_event = {},
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+
   // Raw access for tests of malformed input.
   [[nodiscard]] Result<void> send_raw(std::string_view bytes);
   [[nodiscard]] Result<std::string> read_line(std::chrono::milliseconds timeout);
@@ -41,6 +48,10 @@ public:
   ~Connection();
 
 private:
+  template <class Json>
+  [[nodiscard]] Result<Json> request_as(nlohmann::json request,
+                                        const std::function<void(const Json&)>& on_event,
+                                        std::chrono::milliseconds timeout);
   explicit Connection(int fd) : m_fd(fd) {}
   int m_fd = -1;
   std::string m_buffer;

@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
+#include <toml++/toml.h>
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -17,6 +19,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -27,8 +30,8 @@
 #include <unordered_map>
 #include <vector>
 
-#ifndef KTUNE_KERNELS_DIR
-#define KTUNE_KERNELS_DIR ""
+#ifndef KTUNE_DATA_DIR_FROM_LIB
+#error "KTUNE_DATA_DIR_FROM_LIB must be defined by the build"
 #endif
 
 namespace {
@@ -37,6 +40,7 @@ using Clock = std::chrono::steady_clock;
 using ktune_time = Clock::time_point;
 
 constexpr int k_default_timeout_us = 5000;
+constexpr int k_default_connect_timeout_us = 100000;
 constexpr int k_default_cache_ttl_ms = 1000;
 constexpr auto k_backoff_min = std::chrono::milliseconds(10);
 constexpr auto k_backoff_max = std::chrono::milliseconds(1000);
@@ -116,36 +120,50 @@ std::map<std::string, std::int64_t> shape_map(std::string_view shape) {
   return dims;
 }
 
-// The [default] table of a kernel.toml, in file order: NAME = integer lines until the next table.
+// The [default] table of a kernel.toml, in file order, read with toml++ (as ktuned reads it):
+// false when the text is not TOML, has no [default] table, or a value is not an integer.
 bool parse_default_table(const std::string& spec_text,
                          std::vector<std::pair<std::string, std::int64_t>>& out) {
-  std::istringstream lines(spec_text);
-  std::string line;
-  bool inside = false, found = false;
-  while (std::getline(lines, line)) {
-    if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
-    const auto b = line.find_first_not_of(" \t\r");
-    if (b == std::string::npos) continue;
-    line = line.substr(b);
-    line.erase(line.find_last_not_of(" \t\r") + 1);
-    if (line.front() == '[') {
-      inside = line == "[default]";
-      found = found || inside;
-      continue;
-    }
-    if (!inside) continue;
-    const auto eq = line.find('=');
-    if (eq == std::string::npos) return false;
-    std::string name = line.substr(0, eq);
-    name.erase(name.find_last_not_of(" \t") + 1);
-    std::string value = line.substr(eq + 1);
-    value.erase(0, value.find_first_not_of(" \t"));
-    char* end = nullptr;
-    const long long v = std::strtoll(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0') return false;
-    out.emplace_back(name, v);
+  toml::table root;
+  try {
+    root = toml::parse(spec_text);
+  } catch (const toml::parse_error&) {
+    return false;
   }
-  return found;
+  const toml::table* table = root["default"].as_table();
+  if (table == nullptr) return false;
+  std::vector<std::pair<const toml::key*, const toml::node*>> entries;
+  for (const auto& [key, node] : *table) entries.emplace_back(&key, &node);
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    const auto& pa = a.second->source().begin;
+    const auto& pb = b.second->source().begin;
+    return pa.line != pb.line ? pa.line < pb.line : pa.column < pb.column;
+  });
+  for (const auto& [key, node] : entries) {
+    const auto value = node->value<std::int64_t>();
+    if (!node->is_integer() || !value) return false;
+    out.emplace_back(std::string(key->str()), *value);
+  }
+  return true;
+}
+
+// <dir of this library (or of the program it is linked into)>/<KTUNE_DATA_DIR_FROM_LIB>/kernels,
+// else <that dir>/../share/ktune/kernels; "" when neither exists.
+std::string shipped_kernels_dir() {
+  namespace fs = std::filesystem;
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<const void*>(&ktune_options_init), &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return {};
+  }
+  std::error_code ec;
+  const fs::path self = fs::canonical(info.dli_fname, ec);
+  if (ec) return {};
+  for (const char* rel : {KTUNE_DATA_DIR_FROM_LIB, "../share/ktune"}) {
+    const fs::path dir = (self.parent_path() / rel / "kernels").lexically_normal();
+    if (fs::is_directory(dir, ec)) return dir.string();
+  }
+  return {};
 }
 
 std::string config_text(const std::vector<std::pair<std::string, std::int64_t>>& config) {
@@ -379,6 +397,7 @@ struct ktune_client {
   std::string db_path;
   std::vector<std::string> kernel_dirs;
   std::chrono::microseconds timeout{k_default_timeout_us};
+  std::chrono::microseconds connect_timeout{k_default_connect_timeout_us};
   std::chrono::milliseconds cache_ttl{k_default_cache_ttl_ms};
   bool cache_enabled = true;
   bool tune_on_miss = false;
@@ -423,6 +442,8 @@ struct ktune_client {
     retry_at = now + backoff;
   }
 
+  // Opens the connection; a connect() that fails (no daemon: ENOENT, ECONNREFUSED) starts or
+  // extends the backoff. A listen queue that is full (EAGAIN) is retried until `connect_timeout`.
   bool connect(ktune_time now) {
     if (fd >= 0) return true;
     if (now < retry_at) {
@@ -438,8 +459,19 @@ struct ktune_client {
     }
     std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
     fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    const ktune_time deadline = now + connect_timeout;
+    while (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      if ((errno == EAGAIN || errno == EINTR) && Clock::now() < deadline) {
+        const timespec pause{0, 200'000};
+        ::nanosleep(&pause, nullptr);
+        continue;
+      }
       error = "cannot connect to ktuned at " + socket_path + ": " + std::strerror(errno);
+      connection_failed(now);
+      return false;
+    }
+    if (fd < 0) {
+      error = "cannot create a socket: " + std::string(std::strerror(errno));
       connection_failed(now);
       return false;
     }
@@ -512,9 +544,13 @@ struct ktune_client {
   }
 
   // Asks ktuned. 1 = answered, 0 = not reachable or no answer in time, -1 = rejected.
+  // A fresh connection's first request may take `connect_timeout` more than `timeout` (ktuned
+  // accepts it and sets up its session); a fresh connection that still gets no answer is made
+  // once more before the caller falls back. A kept connection that ktuned closed meanwhile
+  // (idle_timeout, a restart) is replaced at once. Only a failed connect() starts the backoff:
+  // a daemon that is up but slow is asked again at the next lookup.
   int ask_daemon(const char* kernel, const char* shape, const char* dtype, const char* device,
                  ktune_time now, Entry& entry) {
-    if (!connect(now)) return 0;
     const std::int64_t id = next_id++;
     std::string& line = request_line;
     line.assign("{\"v\":1,\"id\":").append(std::to_string(id)).append(",\"op\":\"lookup\"");
@@ -531,17 +567,24 @@ struct ktune_client {
     }
     if (tune_on_miss) line.append(",\"tune_on_miss\":true");
     line.append("}\n");
-    if (!round_trip(line, id, now + timeout, reply_line)) {
-      connection_failed(Clock::now());
-      return 0;
+    int fresh_attempts = 0;
+    while (true) {
+      const bool kept = fd >= 0;
+      if (!connect(kept ? now : Clock::now())) return 0;
+      if (!kept) ++fresh_attempts;
+      const ktune_time deadline = kept ? now + timeout : Clock::now() + connect_timeout + timeout;
+      if (round_trip(line, id, deadline, reply_line)) break;
+      disconnect();
+      if (fresh_attempts >= 2) return 0;
     }
+    error.clear();
     entry.source = KTUNE_SOURCE_DAEMON;
     if (parse_lookup_reply_fast(reply_line, entry)) return 1;
 
     const auto reply = nlohmann::ordered_json::parse(reply_line, nullptr, false);
     if (reply.is_discarded() || !reply.is_object()) {
       error = "ktuned sent a line that is not a JSON object";
-      connection_failed(Clock::now());
+      disconnect();
       return 0;
     }
     if (reply.value("ok", false) != true) {
@@ -631,6 +674,7 @@ void ktune_options_init(ktune_options* options) {
   if (!options) return;
   *options = ktune_options{};
   options->timeout_us = k_default_timeout_us;
+  options->connect_timeout_us = k_default_connect_timeout_us;
   options->cache_ttl_ms = k_default_cache_ttl_ms;
 }
 
@@ -646,8 +690,12 @@ ktune_status ktune_connect(const ktune_options* options, ktune_client** out) {
     client->socket_path = o.socket_path && *o.socket_path ? o.socket_path : paths.socket;
     client->db_path = o.db_path && *o.db_path ? o.db_path : paths.db;
     client->kernel_dirs = split_dirs(o.kernel_dirs ? o.kernel_dirs : std::getenv("KTUNE_KERNEL_DIRS"));
-    if (std::strlen(KTUNE_KERNELS_DIR) != 0) client->kernel_dirs.push_back(KTUNE_KERNELS_DIR);
+    if (std::string shipped = shipped_kernels_dir(); !shipped.empty()) {
+      client->kernel_dirs.push_back(std::move(shipped));
+    }
     client->timeout = std::chrono::microseconds(o.timeout_us > 0 ? o.timeout_us : k_default_timeout_us);
+    client->connect_timeout = std::chrono::microseconds(
+        o.connect_timeout_us > 0 ? o.connect_timeout_us : k_default_connect_timeout_us);
     client->cache_enabled = o.cache_ttl_ms >= 0;
     client->cache_ttl = std::chrono::milliseconds(o.cache_ttl_ms > 0 ? o.cache_ttl_ms
                                                                     : k_default_cache_ttl_ms);

@@ -11,11 +11,8 @@
 #include <sstream>
 #include <unistd.h>
 
-#ifndef KTUNE_CONFIG_DIR
-#error "KTUNE_CONFIG_DIR must be defined by the build"
-#endif
-#ifndef KTUNE_KERNELS_DIR
-#error "KTUNE_KERNELS_DIR must be defined by the build"
+#ifndef KTUNE_DATA_DIR_FROM_BIN
+#error "KTUNE_DATA_DIR_FROM_BIN must be defined by the build"
 #endif
 #ifndef KTUNE_VERSION
 #error "KTUNE_VERSION must be defined by the build"
@@ -289,6 +286,17 @@ Result<std::string> read_file(const std::string& path) {
   return text.str();
 }
 
+// Appends `dir` unless the list already names the same directory (a symbolic link to it counts).
+void add_kernel_dir(std::vector<std::string>& dirs, const std::string& dir) {
+  std::error_code ec;
+  const auto canonical = fs::weakly_canonical(dir, ec);
+  for (const auto& existing : dirs) {
+    std::error_code ec2;
+    if (existing == dir || (!ec && fs::weakly_canonical(existing, ec2) == canonical && !ec2)) return;
+  }
+  dirs.push_back(dir);
+}
+
 int online_cores() {
   const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(std::min<long>(n, INT_MAX)) : 1;
@@ -329,12 +337,19 @@ std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
   CLI::App app{"ktuned: the ktune autotuning daemon (docs/protocol.md)", "ktuned"};
   app.set_version_flag("--version", KTUNE_VERSION);
   std::string log_level;
-  app.add_option("--config", cl.config, "TOML settings file (default " + default_config_path() + ")");
+  app.add_option("--config", cl.config,
+                 "TOML settings file (default: <prefix>/share/ktune/ktuned.toml when it exists, "
+                 "<prefix> being the directory above ktuned's bin/; without a file ktuned runs "
+                 "on its built-in defaults)");
   app.add_option("--socket", cl.socket, "Unix socket to listen on");
   app.add_option("--db", cl.db, "SQLite database");
   app.add_option("--cache-dir", cl.cache_dir, "compile cache directory");
   app.add_option("--kernel-dir", cl.kernel_dirs,
-                 "kernel family directory; repeat for several (replaces [daemon].kernel_dirs)")
+                 "kernel family directory added to [daemon].kernel_dirs (the shipped families by "
+                 "default); repeat for several")
+      ->take_all();
+  app.add_option("--only-kernel-dir", cl.only_kernel_dirs,
+                 "kernel family directory that replaces [daemon].kernel_dirs; repeat for several")
       ->take_all();
   app.add_option("--compile-workers", cl.compile_workers, "compile worker processes (0 = cores - 1)")
       ->check(CLI::Range(0, 1024));
@@ -398,14 +413,14 @@ Result<DaemonConfig> resolve_config(const CommandLine& command_line, const PathE
   config.socket = config.paths.socket;
   config.db = config.paths.db;
   config.cache_dir = config.paths.cache_dir;
-  config.kernel_dirs = {KTUNE_KERNELS_DIR};
+  config.kernel_dirs = {shipped_kernels_dir(exe_dir)};
 
   const std::string cwd = current_dir();
   std::string config_path;
   if (command_line.config) {
     config_path = absolute_path(*command_line.config, cwd);
-  } else if (std::error_code ec; fs::exists(default_config_path(), ec)) {
-    config_path = default_config_path();
+  } else if (std::error_code ec; fs::exists(default_config_path(exe_dir), ec)) {
+    config_path = default_config_path(exe_dir);
   }
   if (!config_path.empty()) {
     auto text = read_file(config_path);
@@ -418,10 +433,11 @@ Result<DaemonConfig> resolve_config(const CommandLine& command_line, const PathE
   if (command_line.socket) config.socket = absolute_path(*command_line.socket, cwd);
   if (command_line.db) config.db = absolute_path(*command_line.db, cwd);
   if (command_line.cache_dir) config.cache_dir = absolute_path(*command_line.cache_dir, cwd);
-  if (!command_line.kernel_dirs.empty()) {
+  if (!command_line.only_kernel_dirs.empty()) {
     config.kernel_dirs.clear();
-    for (const auto& dir : command_line.kernel_dirs) config.kernel_dirs.push_back(absolute_path(dir, cwd));
+    for (const auto& dir : command_line.only_kernel_dirs) add_kernel_dir(config.kernel_dirs, absolute_path(dir, cwd));
   }
+  for (const auto& dir : command_line.kernel_dirs) add_kernel_dir(config.kernel_dirs, absolute_path(dir, cwd));
   if (command_line.compile_workers) config.compile_workers = *command_line.compile_workers;
   if (command_line.log_level) config.log_level = *command_line.log_level;
   if (command_line.idle_s) config.idle_s = *command_line.idle_s;
@@ -440,6 +456,16 @@ std::string executable_dir() {
   return ec ? std::string() : exe.parent_path().string();
 }
 
-std::string default_config_path() { return std::string(KTUNE_CONFIG_DIR) + "/ktuned.toml"; }
+std::string data_dir(const std::string& exe_dir) {
+  return (fs::path(exe_dir) / KTUNE_DATA_DIR_FROM_BIN).lexically_normal().string();
+}
+
+std::string shipped_kernels_dir(const std::string& exe_dir) {
+  return (fs::path(data_dir(exe_dir)) / "kernels").string();
+}
+
+std::string default_config_path(const std::string& exe_dir) {
+  return (fs::path(data_dir(exe_dir)) / "ktuned.toml").string();
+}
 
 } // namespace ktune::daemon

@@ -71,7 +71,8 @@ struct DaemonConfig {
 struct CommandLine {
   std::optional<std::string> config;
   std::optional<std::string> socket, db, cache_dir, worker;
-  std::vector<std::string> kernel_dirs;    // non-empty replaces the configured list
+  std::vector<std::string> kernel_dirs;       // --kernel-dir: added to the configured list
+  std::vector<std::string> only_kernel_dirs;  // --only-kernel-dir: non-empty replaces it
   std::optional<int> compile_workers;
   int ready_fd = -1;
   std::optional<log::Level> log_level;
@@ -91,8 +92,9 @@ struct CommandLine {
                                              const std::string& base_dir, DaemonConfig& config);
 
 // Defaults for the instance in `env`, then the config file (`--config`, else
-// <KTUNE_CONFIG_DIR>/ktuned.toml when it exists), then the command line. `exe_dir` is where the
-// worker executable is looked for when neither `--worker` is given.
+// default_config_path(exe_dir) when it exists; no file at all means the built-in defaults), then
+// the command line. `exe_dir` is where the worker executable is looked for when `--worker` is not
+// given, and anchors the shipped data (data_dir).
 // Errors: config_error (unreadable or invalid file, out-of-range value).
 [[nodiscard]] Result<DaemonConfig> resolve_config(const CommandLine& command_line,
                                                   const PathEnv& env, const std::string& exe_dir);
@@ -100,7 +102,12 @@ struct CommandLine {
 // The directory of the running executable (/proc/self/exe); empty if it cannot be read.
 [[nodiscard]] std::string executable_dir();
 
-// The file read when --config is not given.
-[[nodiscard]] std::string default_config_path();
+// The shipped data of the binary in `exe_dir`: <exe_dir>/../share/ktune (the install prefix's
+// share/ktune; in the build tree CMake links it to the source tree's kernels_src and configs).
+[[nodiscard]] std::string data_dir(const std::string& exe_dir);
+// <data_dir>/kernels: the kernel families ktuned loads by default.
+[[nodiscard]] std::string shipped_kernels_dir(const std::string& exe_dir);
+// <data_dir>/ktuned.toml: the file read when --config is not given (when it exists).
+[[nodiscard]] std::string default_config_path(const std::string& exe_dir);
 
 } // namespace ktune::daemon

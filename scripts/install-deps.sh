@@ -18,6 +18,10 @@ packages=(
   libxxhash-dev         # content hashes (XXH3-128)
   zlib1g-dev            # gzip-compressed recorded spaces (ktune replay)
   python3
+  python3-pytest        # the Python client's tests (tests/client)
+  python3-venv python3-setuptools  # pip install of the Python client into a venv, offline
+  help2man              # the man pages of ktune and ktuned
+  dpkg-dev lintian      # `make package` (dpkg-shlibdeps) and its check in tests/packaging
   chromium              # renders `ktune report` pages headless in tests/report
   clang libclang-rt-14-dev  # libFuzzer targets (tests/fuzz, make fuzz-smoke)
 )

@@ -49,6 +49,7 @@ Run run_ktune(const ktune::test::TempDir& home, const std::vector<std::string>& 
     if (eq != std::string::npos) env_map[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
   env_map.erase("KTUNE_DAEMON");
+  env_map.erase("KTUNE_NO_AUTOSTART");  // another test case of this binary may have set it
   env_map["KTUNE_HOME"] = (home.path() / "home").string();
   for (const auto& [k, v] : extra_env) env_map[k] = v;
   std::vector<std::string> env_strings;
@@ -222,6 +223,14 @@ TEST_CASE("ktune round trip with ktuned", "[cli][daemon]") {
   CHECK_THAT(job.out, Catch::StartsWith("job " + job_id + ": reduce_sum N=4096") &&
                           Catch::Contains("\n* "));
 
+  auto report_json =
+      run_ktune(home, {"--json", "report", job_id, "-o", (home.path() / "r.html").string()});
+  INFO("report: " << report_json.out << report_json.err);
+  CHECK(report_json.code == 0);
+  const auto report_result = nlohmann::json::parse(report_json.out, nullptr, false);
+  REQUIRE(report_result.is_object());
+  CHECK(report_result["jobs"] == 1);
+
   auto jobs = run_ktune(home, {"jobs"});
   CHECK(jobs.code == 0);
   CHECK_THAT(jobs.out, Catch::Contains("reduce_sum"));
@@ -231,4 +240,34 @@ TEST_CASE("ktune round trip with ktuned", "[cli][daemon]") {
   CHECK_THAT(stop.out, Catch::StartsWith("ktuned stopped"));
   auto after = run_ktune(home, {"daemon", "status"});
   CHECK(after.code == 1);
+
+  // One autostart rule: after `daemon stop`, the next command that needs ktuned starts it and
+  // says so (devices is one of them).
+  auto devices = run_ktune(home, {"devices"});
+  INFO("devices: " << devices.out << devices.err);
+  CHECK(devices.code == 0);
+  CHECK_THAT(devices.err, Catch::Contains("ktuned was not running; started it (pid "));
+  auto log = run_ktune(home, {"daemon", "log", "-n", "20"});
+  CHECK(log.code == 0);
+  CHECK_THAT(log.out, Catch::Contains("listening on"));
+  auto unknown = run_ktune(home, {"--json", "tune", "reduce_sun", "--shape", "N=64"});
+  CHECK(unknown.code == 1);
+  const auto error = nlohmann::json::parse(unknown.out, nullptr, false);
+  REQUIRE(error.is_object());
+  CHECK(error["error"]["code"] == "unknown_kernel");
+  CHECK_THAT(error["error"]["message"].get<std::string>(),
+             Catch::Contains("did you mean 'reduce_sum'?"));
+  CHECK(run_ktune(home, {"daemon", "stop"}).code == 0);
+
+  // A table over the daemon's message limit: the error names the limit and the setting.
+  const auto table = (home.path() / "table.json").string();
+  auto exported = run_ktune(home, {"export", "--format", "json", "-o", table});
+  REQUIRE(exported.code == 0);
+  auto small = home.write("small.toml", "[daemon]\nmax_message_bytes = 1024\n");
+  REQUIRE(run_ktune(home, {"daemon", "start", "--config", small.string()}).code == 0);
+  auto import = run_ktune(home, {"import", table});
+  INFO("import: " << import.out << import.err);
+  CHECK(import.code == 1);
+  CHECK_THAT(import.err, Catch::Contains("[daemon].max_message_bytes") &&
+                             Catch::Contains("bytes"));
 }

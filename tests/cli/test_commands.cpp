@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <regex>
 #include <sstream>
 
 using ktune::test::FakeDaemon;
@@ -24,6 +25,11 @@ public:
 
   [[nodiscard]] const std::string& socket() const { return m_daemon.socket(); }
   [[nodiscard]] json last_request() const { return json::parse(m_daemon.received().back()); }
+  [[nodiscard]] std::vector<json> requests() const {
+    std::vector<json> all;
+    for (const auto& line : m_daemon.received()) all.push_back(json::parse(line));
+    return all;
+  }
 
 private:
   FakeResponse answer(const std::string& line) {
@@ -88,11 +94,11 @@ TEST_CASE("formatting helpers", "[cli]") {
   SECTION("progress line") {
     json data = {{"done", 5}, {"total", 27}, {"failed", 1}, {"best_config", {{"BM", 64}}},
                  {"best_median_ms", 1.0}, {"best_gflops", 12.34}};
-    CHECK(ProgressPrinter::line(data) == "[5/27] failed 1  best 12.3 GFLOP/s (BM=64)");
+    CHECK(ProgressPrinter::line(data) == "[5/27] failed 1  best: BM=64 median 1.000 ms, 12.3 GFLOP/s");
     data["best_gflops"] = 0;
-    CHECK(ProgressPrinter::line(data) == "[5/27] failed 1  best 1.000 ms (BM=64)");
+    CHECK(ProgressPrinter::line(data) == "[5/27] failed 1  best: BM=64 median 1.000 ms");
     data["best_config"] = nullptr;
-    CHECK(ProgressPrinter::line(data) == "[5/27] failed 1  best -");
+    CHECK(ProgressPrinter::line(data) == "[5/27] failed 1  best: -");
   }
 }
 
@@ -110,7 +116,7 @@ TEST_CASE("ProgressPrinter", "[cli]") {
     CHECK(lines >= 10);
     CHECK(lines <= 20);
     CHECK(text.find('\r') == std::string::npos);
-    CHECK_THAT(text, Catch::EndsWith("[100/100] failed 0  best -\n"));
+    CHECK_THAT(text, Catch::EndsWith("[100/100] failed 0  best: -\n"));
   }
 
   SECTION("on a terminal, rewrites one line and ends it on finish") {
@@ -119,7 +125,7 @@ TEST_CASE("ProgressPrinter", "[cli]") {
     p.update(data(1));
     p.update(data(2));
     p.finish();
-    CHECK(err.str() == "\r[1/100] failed 0  best -\x1b[K\r[2/100] failed 0  best -\x1b[K\n");
+    CHECK(err.str() == "\r[1/100] failed 0  best: -\x1b[K\r[2/100] failed 0  best: -\x1b[K\n");
   }
 }
 
@@ -182,11 +188,15 @@ TEST_CASE("commands against a fake daemon", "[cli]") {
     daemon.results["tune"] = {{"job", k_job}, {"winner", k_winner}};
     auto r = run_cli(daemon, {"tune", "gemm", "--shape", "M=64,N=64,K=64", "--wait"});
     CHECK(r.code == 0);
-    CHECK_THAT(r.err, Catch::Contains("[1/3] failed 0  best 10.0 GFLOP/s (BM=64)") &&
-                          Catch::Contains("[3/3] failed 1  best 27.2 GFLOP/s (BM=64)"));
+    // The progress line's best and the winner line use the same words.
+    CHECK_THAT(r.err, Catch::Contains("[1/3] failed 0  best: BM=64 median 2.000 ms, 10.0 GFLOP/s") &&
+                          Catch::Contains("[3/3] failed 1  best: BM=64 median 1.200 ms, 27.2 GFLOP/s"));
     CHECK(r.out ==
           "winner: BM=64,BN=32 median 1.234 ms, 27.2 GFLOP/s\njob 7 done: 3 candidates, 1 failed\n");
-    CHECK(daemon.last_request()["wait"] == true);
+    const auto received = daemon.requests();
+    REQUIRE_FALSE(received.empty());
+    CHECK(received.front()["op"] == "tune");
+    CHECK(received.front()["wait"] == true);
   }
 
   SECTION("tune --wait exits 1 when the job failed") {
@@ -228,6 +238,95 @@ TEST_CASE("commands against a fake daemon", "[cli]") {
     CHECK_THAT(r.out, Catch::Contains("compile_error") &&
                           Catch::Contains("kernel.cpp:3: error: boom ...") &&
                           Catch::Contains("CONFIG") && Catch::Contains("MEDIAN(ms)"));
+  }
+
+  SECTION("job --top K --sort median: the fastest K, failures last") {
+    daemon.results["job"] = {
+        {"job", k_job},
+        {"winner", k_winner},
+        {"results",
+         {{{"config", {{"BM", 64}, {"BN", 32}}}, {"config_index", 2}, {"status", "ok"},
+           {"median_ms", 1.2345}, {"gflops", 27.24}},
+          {{"config", {{"BM", 32}, {"BN", 32}}}, {"config_index", 0}, {"status", "ok"},
+           {"median_ms", 2.5}, {"gflops", 13.1}},
+          {{"config", {{"BM", 128}, {"BN", 32}}}, {"config_index", 1}, {"status", "crash"},
+           {"median_ms", nullptr}}}}};
+    auto r = run_cli(daemon, {"job", "7", "--top", "2", "--sort", "median"});
+    CHECK(r.code == 0);
+    const auto fastest = r.out.find("* BM=64,BN=32");
+    const auto next = r.out.find("BM=32,BN=32");
+    REQUIRE(fastest != std::string::npos);
+    REQUIRE(next != std::string::npos);
+    CHECK(fastest < next);
+    CHECK(r.out.find("BM=128") == std::string::npos);
+    CHECK_THAT(r.out, Catch::Contains("(2 of 3 candidates"));
+    auto by_status = run_cli(daemon, {"--json", "job", "7", "--sort", "status", "--top", "3"});
+    const json rows = json::parse(by_status.out)["results"];
+    REQUIRE(rows.size() == 3);
+    CHECK(rows[2]["status"] == "crash");
+    auto bad = run_cli(daemon, {"job", "7", "--sort", "speed"});
+    CHECK(bad.code == 2);
+  }
+
+  SECTION("job ids: a clear message for a word") {
+    auto r = run_cli(daemon, {"job", "abc"});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("expected a job id") && Catch::Contains("'abc'"));
+  }
+
+  SECTION("timestamps in text output are ISO 8601") {
+    daemon.results["job"] = {{"job", k_job}, {"winner", k_winner}, {"results", json::array()}};
+    auto r = run_cli(daemon, {"job", "7"});
+    CHECK(std::regex_search(r.out, std::regex(R"(created   \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d)")));
+  }
+
+  SECTION("a tie-break that chose a slower median is said") {
+    daemon.results["tune"] = {{"job", k_job}, {"winner", k_winner}};
+    daemon.results["job"] = {
+        {"job", k_job},
+        {"winner", k_winner},
+        {"results",
+         {{{"config", {{"BM", 64}, {"BN", 32}}}, {"status", "ok"}, {"tied", true},
+           {"median_ms", 1.2345}, {"gflops", 27.24}},
+          {{"config", {{"BM", 32}, {"BN", 32}}}, {"status", "ok"}, {"tied", true},
+           {"median_ms", 1.2}, {"gflops", 28.0}}}}};
+    auto r = run_cli(daemon, {"tune", "gemm", "--shape", "M=64,N=64,K=64", "--wait"});
+    CHECK(r.code == 0);
+    CHECK_THAT(r.out, Catch::Contains("tie: BM=32,BN=32 median 1.200 ms, 28.0 GFLOP/s is within the "
+                                      "tie margin; the tie-break"));
+  }
+
+  SECTION("--json errors are one JSON object on stdout") {
+    daemon.results["lookup"] = {{"error", {{"code", "unknown_kernel"}, {"message", "unknown kernel 'gem'"}}}};
+    daemon.results["kernels"] = {{"kernels", {{{"name", "gemm"}}, {{"name", "reduce_sum"}}}}};
+    auto r = run_cli(daemon, {"--json", "query", "gem", "--shape", "M=1"});
+    CHECK(r.code == 1);
+    const json error = json::parse(r.out);
+    CHECK(error["error"]["code"] == "unknown_kernel");
+    CHECK_THAT(error["error"]["message"].get<std::string>(), Catch::Contains("did you mean 'gemm'?"));
+    auto text = run_cli(daemon, {"query", "gem", "--shape", "M=1"});
+    CHECK_THAT(text.err, Catch::Contains("unknown kernel 'gem' (did you mean 'gemm'?)"));
+    auto usage = run_cli(daemon, {"--json", "tune", "gemm"});
+    CHECK(usage.code == 2);
+    CHECK(json::parse(usage.out)["error"]["code"] == "usage");
+  }
+
+  SECTION("unknown commands get the nearest names") {
+    auto r = run_cli(daemon, {"tnue"});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("unknown command 'tnue'") && Catch::Contains("did you mean 'tune'"));
+    auto j = run_cli(daemon, {"--json", "jbos"});
+    CHECK(j.code == 2);
+    CHECK_THAT(json::parse(j.out)["error"]["message"].get<std::string>(), Catch::Contains("'jobs'"));
+  }
+
+  SECTION("completion scripts come from the CLI definition") {
+    for (const char* shell : {"bash", "zsh", "fish"}) {
+      auto r = run_cli(daemon, {"completion", shell});
+      CHECK(r.code == 0);
+      CHECK_THAT(r.out, Catch::Contains("tune") && Catch::Contains("shape") &&
+                            Catch::Contains("compile-check") && Catch::Contains("sort"));
+    }
   }
 
   SECTION("jobs prints one row per job; --json prints the result object") {
@@ -318,4 +417,21 @@ TEST_CASE("commands without a daemon", "[cli]") {
     auto bad = run({"job", "abc"});
     CHECK(bad.code == 2);
   }
+}
+
+TEST_CASE("parameters print in the order ktuned sent them (the kernel spec's order)", "[cli]") {
+  ktune::test::TempDir dir;
+  FakeDaemon daemon(dir.str() + "/k.sock", [](const std::string& line) {
+    FakeResponse response;
+    response.lines.push_back(R"({"v":1,"id":)" + FakeDaemon::id_of(line).dump() +
+                             R"(,"ok":true,"result":{"rung":"exact","exact":true,)"
+                             R"("config":{"BM":64,"BK":8,"BN":32},"median_ms":1.5,"gflops":2.0,"job":3}})");
+    return response;
+  });
+  std::vector<const char*> argv{"ktune", "--socket", daemon.socket().c_str(), "query", "gemm",
+                                "--shape", "M=1,N=1,K=1"};
+  std::ostringstream out, err;
+  ktune::cli::Output io{out, err, false};
+  CHECK(ktune::cli::run(static_cast<int>(argv.size()), argv.data(), io) == 0);
+  CHECK_THAT(out.str(), Catch::StartsWith("BM=64 BK=8 BN=32"));
 }

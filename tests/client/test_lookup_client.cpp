@@ -231,3 +231,33 @@ TEST_CASE("lookup client: ladder, tune-on-miss, daemon and database fallbacks") 
           KTUNE_E_NO_ANSWER);
   }
 }
+
+TEST_CASE("lookup client: the [default] table is read as TOML, as ktuned reads it", "[client]") {
+  TempDir dir;
+  dir.write("kernels/odd/kernel.toml",
+            "[kernel]\nname = \"odd\"\n\n[ default ]   # spaced header\nUNROLL = 0x8\nBM = 1_024\n");
+  dir.write("kernels/bad/kernel.toml", "[kernel]\nname = \"bad\"\n[default]\nBM = \"x\"\n");
+  const std::string kernels = (dir.path() / "kernels").string();
+  const std::string socket = (dir.path() / "none.sock").string();
+  const std::string db = (dir.path() / "none.db").string();
+  ktune_options options;
+  ktune_options_init(&options);
+  options.socket_path = socket.c_str();
+  options.db_path = db.c_str();
+  options.kernel_dirs = kernels.c_str();
+  options.cache_ttl_ms = -1;
+  ktune_client* client = nullptr;
+  REQUIRE(ktune_connect(&options, &client) == KTUNE_OK);
+  ktune_answer answer{};
+  REQUIRE(ktune_lookup(client, "odd", "N=1", nullptr, nullptr, &answer) == KTUNE_OK);
+  CHECK(answer.rung == KTUNE_RUNG_DEFAULT);
+  CHECK(answer.source == KTUNE_SOURCE_SPEC);
+  CHECK(std::string(answer.config_json) == "{\"UNROLL\":8,\"BM\":1024}");
+  REQUIRE(answer.param_count == 2);
+  CHECK(std::string(answer.params[0].name) == "UNROLL");
+  CHECK(ktune_lookup(client, "bad", "N=1", nullptr, nullptr, &answer) == KTUNE_E_NO_ANSWER);
+  // The shipped families are found next to the library without any kernel_dirs.
+  CHECK(ktune_lookup(client, "gemm", "M=8,N=8,K=8", nullptr, nullptr, &answer) == KTUNE_OK);
+  CHECK(answer.rung == KTUNE_RUNG_DEFAULT);
+  ktune_close(client);
+}

@@ -1,5 +1,7 @@
-"""client/python/ktune_client.py against a real ktuned: the ladder, then the fallbacks; a
-connection ktuned closed as idle is replaced at the next lookup."""
+"""The Python client (client/python, package ktune_client), run with `python3 -m pytest`:
+against a real ktuned the ladder, then the fallbacks, and a connection ktuned closed as idle
+replaced at the next lookup; against a scripted socket a slow first connect retried before any
+fallback and a late answer that leaves no backoff behind; [default] read as TOML."""
 import json
 import os
 import shutil
@@ -7,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -130,6 +133,119 @@ class PythonClientTest(unittest.TestCase):
         client.close()
         self.assertTrue(request(sock_path, {"op": "shutdown"})["ok"])
         self.assertEqual(daemon.wait(30), 0)
+
+
+NEAREST = {"rung": "nearest", "config": {"BM": 32, "BN": 64}, "from_shape": "M=32,N=32,K=32",
+           "reason": "shape_not_tuned", "median_ms": 0.5, "job": 1}
+
+
+class ScriptedDaemon:
+    """A Unix socket that plays ktuned's lookup: the first `silent` connections get no answer
+    (kept open, as a daemon busy elsewhere), later ones get NEAREST."""
+
+    def __init__(self, silent):
+        self.dir = tempfile.mkdtemp(prefix="ktune-py-fake-")
+        self.path = os.path.join(self.dir, "ktuned.sock")
+        self.silent = silent
+        self.connections = 0
+        self.held = []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(16)
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            if self.connections <= self.silent:
+                self.held.append(conn)
+                continue
+            threading.Thread(target=self.answer, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def answer(conn):
+        buffer = b""
+        with conn:
+            while True:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    request = json.loads(line)
+                    reply = {"v": 1, "id": request["id"], "ok": True, "result": NEAREST}
+                    conn.sendall((json.dumps(reply) + "\n").encode())
+
+    def close(self):
+        self.listener.close()
+        for conn in self.held:
+            conn.close()
+        shutil.rmtree(self.dir, True)
+
+
+class ConnectTest(unittest.TestCase):
+    def fake(self, silent):
+        daemon = ScriptedDaemon(silent)
+        self.addCleanup(daemon.close)
+        return daemon
+
+    def test_a_silent_first_connection_is_made_again_before_any_fallback(self):
+        daemon = self.fake(silent=1)
+        client = ktune_client.Client(daemon.path, os.path.join(daemon.dir, "absent.db"), [KERNELS],
+                                     timeout=0.2, connect_timeout=0.05, cache_ttl=None)
+        answer = client.lookup("gemm", "M=40,N=32,K=32")
+        self.assertEqual((answer.source, answer.rung), ("daemon", "nearest"))
+        self.assertEqual(answer.from_shape, "M=32,N=32,K=32")
+        self.assertEqual(daemon.connections, 2)
+
+    def test_a_late_answer_leaves_no_backoff_that_would_hide_the_daemon(self):
+        daemon = self.fake(silent=2)
+        client = ktune_client.Client(daemon.path, os.path.join(daemon.dir, "absent.db"), [KERNELS],
+                                     timeout=0.05, connect_timeout=0.01, cache_ttl=None)
+        fallback = client.lookup("gemm", "M=40,N=32,K=32")
+        self.assertEqual((fallback.source, fallback.rung), ("spec", "default"))
+        self.assertIn("did not answer", client.last_error)
+        # The daemon is up: the next lookup asks it at once and gets its nearest answer.
+        answer = client.lookup("gemm", "M=40,N=32,K=32")
+        self.assertEqual((answer.source, answer.rung), ("daemon", "nearest"))
+
+    def test_a_missing_daemon_falls_back_and_backs_off(self):
+        home = tempfile.mkdtemp(prefix="ktune-py-none-")
+        self.addCleanup(shutil.rmtree, home, True)
+        client = ktune_client.Client(os.path.join(home, "ktuned.sock"),
+                                     os.path.join(home, "ktune.db"), [KERNELS], cache_ttl=None)
+        first = client.lookup("gemm", "M=40,N=32,K=32")
+        self.assertEqual((first.source, first.rung, first.reason),
+                         ("spec", "default", "daemon_unreachable"))
+        client.lookup("gemm", "M=40,N=32,K=32")
+        self.assertIn("backoff", client.last_error)
+
+
+class DefaultTableTest(unittest.TestCase):
+    def test_default_is_read_as_toml_in_file_order(self):
+        spec = "[kernel]\nname = 'k'\n[ default ]\nUNROLL = 0x8  # hex\nBM = 64\nBN = 1_024\n"
+        config = ktune_client.parse_default_table(spec)
+        self.assertEqual(config, {"UNROLL": 8, "BM": 64, "BN": 1024})
+        self.assertEqual(list(config), ["UNROLL", "BM", "BN"])
+
+    def test_no_default_or_not_integers_or_not_toml(self):
+        self.assertIsNone(ktune_client.parse_default_table("[kernel]\nname = 'k'\n"))
+        self.assertIsNone(ktune_client.parse_default_table("[default]\nBM = 'x'\n"))
+        self.assertIsNone(ktune_client.parse_default_table("[default]\nBM = true\n"))
+        self.assertIsNone(ktune_client.parse_default_table("[default\nBM = 1\n"))
+
+    def test_the_shipped_specs_parse(self):
+        for name in sorted(os.listdir(KERNELS)):
+            path = os.path.join(KERNELS, name, "kernel.toml")
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    self.assertIsNotNone(ktune_client.parse_default_table(f.read()), path)
 
 
 if __name__ == "__main__":

@@ -111,7 +111,8 @@ TEST_CASE("settings are layered: defaults then file then command line", "[daemon
     CHECK(config->socket == dir.str() + "/ktuned.sock");
     CHECK(config->db == dir.str() + "/ktune.db");
     CHECK(config->compile_workers == 2);
-    CHECK(config->kernel_dirs == std::vector<std::string>{"/x", "/y"});
+    // --kernel-dir adds to the file's list.
+    CHECK(config->kernel_dirs == std::vector<std::string>{dir.str() + "/k", "/x", "/y"});
     CHECK(config->measure.min_samples == 4);
     CHECK(config->ready_fd == 5);
     CHECK(config->log_level == ktune::log::Level::debug);
@@ -127,6 +128,25 @@ TEST_CASE("settings are layered: defaults then file then command line", "[daemon
     CHECK(config->compile_workers >= 1);
     CHECK(config->worker_path == "/w/kw");
     CHECK(config->kernel_dirs.size() == 1);
+  }
+  SECTION("--only-kernel-dir replaces the list, --kernel-dir still adds") {
+    auto cl = parse({"--config", file.string(), "--only-kernel-dir", "/x", "--kernel-dir", "/y",
+                     "--kernel-dir", "/x"});
+    REQUIRE(std::holds_alternative<CommandLine>(cl));
+    const auto config = resolve_config(std::get<CommandLine>(cl), env, "/opt/ktune/bin");
+    REQUIRE(config.ok());
+    CHECK(config->kernel_dirs == std::vector<std::string>{"/x", "/y"});
+  }
+  SECTION("without a config file: the built-in defaults and the shipped families next to ktuned") {
+    auto cl = parse({"--kernel-dir", "/extra"});
+    REQUIRE(std::holds_alternative<CommandLine>(cl));
+    const auto config = resolve_config(std::get<CommandLine>(cl), env, "/opt/ktune/bin");
+    INFO((config ? std::string() : config.error().message));
+    REQUIRE(config.ok());
+    CHECK(config->config_path.empty());
+    CHECK(config->kernel_dirs ==
+          std::vector<std::string>{"/opt/ktune/share/ktune/kernels", "/extra"});
+    CHECK(ktune::daemon::default_config_path("/opt/ktune/bin") == "/opt/ktune/share/ktune/ktuned.toml");
   }
   SECTION("a missing config file is an error naming it") {
     auto cl = parse({"--config", (dir.path() / "absent.toml").string()});

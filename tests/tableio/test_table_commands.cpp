@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+
 #include <sstream>
 
 using namespace ktune;
@@ -89,13 +91,15 @@ TEST_CASE("ktune import reads the file and builds one import request", "[tableio
     REQUIRE(decoded->rows.size() == 1);
     REQUIRE(tableio::same_config(decoded->rows[0].config, table.rows[0].config));
   }
-  SECTION("no daemon: says so") {
+  SECTION("no daemon and autostart off: says so") {
+    ::setenv("KTUNE_NO_AUTOSTART", "1", 1);  // import starts ktuned otherwise (cli/autostart.hpp)
     Captured c;
     cli::GlobalOptions global;
     global.socket = dir.str() + "/no.sock";
     cli::ImportOptions options;
     options.file = path.string();
     REQUIRE(cli::import_table_file(global, options, c.io) == cli::k_exit_error);
+    ::unsetenv("KTUNE_NO_AUTOSTART");
     REQUIRE_THAT(c.err.str(), Catch::Contains("ktuned is not running"));
   }
   SECTION("a bad file: the reader's error, before any connection") {

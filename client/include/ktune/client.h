@@ -9,8 +9,11 @@
  *      database, exact winners only, as of the kernel's newest job recorded there;
  *   4. the kernel's [default] config, from the spec text stored in the database, else from
  *      <kernel dir>/<kernel>/kernel.toml.
- * A lost connection is retried with exponential backoff (10 ms doubling to 1 s), so a stopped
- * daemon costs one failed connect() per backoff period, not one per lookup.
+ * A fresh connection's first request may take connect_timeout_us (default 100 ms) on top of the
+ * lookup timeout, and a fresh connection that gets no answer is made once more before step 3.
+ * A connect() that fails (no daemon) is retried with exponential backoff (10 ms doubling to 1 s),
+ * so a stopped daemon costs one failed connect() per backoff period, not one per lookup; a daemon
+ * that is up but answered late is asked again at the next lookup, never skipped by the backoff.
  *
  * Thread safety: one ktune_client handle is used by one thread at a time; open one per thread.
  * Strings in a ktune_answer stay valid until the next ktune_lookup or ktune_close on the handle.
@@ -78,10 +81,13 @@ typedef struct ktune_options {
                               else /tmp/ktune-<uid>/ktuned.sock (as ktuned) */
   const char* db_path;     /* NULL: as ktuned ($KTUNE_HOME/ktune.db, $XDG_STATE_HOME/ktune/ktune.db,
                               ~/.local/state/ktune/ktune.db) */
-  const char* kernel_dirs; /* ':'-separated; NULL: $KTUNE_KERNEL_DIRS, then the built-in kernels */
-  int timeout_us;          /* per lookup; <= 0: 5000 */
+  const char* kernel_dirs; /* ':'-separated; NULL: $KTUNE_KERNEL_DIRS; then always the shipped
+                              families, <prefix>/share/ktune/kernels next to the library */
+  int timeout_us;          /* per lookup on an open connection; <= 0: 5000 */
   int cache_ttl_ms;        /* 0: 1000; < 0: no cache */
   int tune_on_miss;        /* non-zero: ask ktuned to tune a key it has no exact winner for */
+  int connect_timeout_us;  /* added to timeout_us for the first request on a new connection;
+                              <= 0: 100000 */
 } ktune_options;
 
 /* Fills `options` with the defaults above. */

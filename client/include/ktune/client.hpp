@@ -44,8 +44,9 @@ public:
   struct Options {
     std::string socket_path;   // empty: ktuned's default
     std::string db_path;       // empty: ktuned's default
-    std::string kernel_dirs;   // ':'-separated; empty: $KTUNE_KERNEL_DIRS, then built-in
+    std::string kernel_dirs;   // ':'-separated; empty: $KTUNE_KERNEL_DIRS; then the shipped ones
     int timeout_us = 5000;
+    int connect_timeout_us = 100000;  // extra for the first request on a new connection
     int cache_ttl_ms = 1000;   // < 0: no cache
     bool tune_on_miss = false;
   };
@@ -58,6 +59,7 @@ public:
     o.db_path = options.db_path.empty() ? nullptr : options.db_path.c_str();
     o.kernel_dirs = options.kernel_dirs.empty() ? nullptr : options.kernel_dirs.c_str();
     o.timeout_us = options.timeout_us;
+    o.connect_timeout_us = options.connect_timeout_us;
     o.cache_ttl_ms = options.cache_ttl_ms;
     o.tune_on_miss = options.tune_on_miss ? 1 : 0;
     m_status = ktune_connect(&o, &m_handle);

@@ -1,16 +1,22 @@
-"""ktune runtime lookup client, standard library only (socket, json, sqlite3).
+"""ktune runtime lookup client, standard library only (socket, json, sqlite3, tomllib).
 
 Same ladder as libktune_client (docs/protocol.md, section lookup):
-  1. the in-process cache of earlier answers (entries live cache_ttl seconds);
+  1. the in-process cache of earlier answers (entries live `cache_ttl` seconds);
   2. ktuned over its Unix socket: exact winner, else the nearest tuned shape, else [default];
-  3. when ktuned cannot be reached or does not answer within `timeout` seconds (default 5 ms):
-     a read-only open of the SQLite database, exact winners only, as of the kernel's newest job;
+  3. when ktuned cannot be reached or does not answer in time: a read-only open of the SQLite
+     database, exact winners only, as of the kernel's newest job;
   4. the kernel's [default], from the spec text stored in the database, else from
-     <kernel dir>/<kernel>/kernel.toml.
-The connection is kept between lookups. When ktuned closed it meanwhile (idle_timeout, a
-restart), the next lookup finds it closed, connects again at once and sends the lookup again;
-a connection that cannot be made is retried with exponential backoff (10 ms doubling to 1 s).
+     <kernel dir>/<kernel>/kernel.toml (read with tomllib, as ktuned reads it with toml++).
 
+Timeouts: a lookup on an open connection waits at most `timeout` seconds (default 5 ms). The
+first request on a new connection may take `connect_timeout` (default 100 ms) more, since ktuned
+has to accept the connection first; a new connection that still gets no answer is made once
+more before the fallbacks. A connection ktuned closed meanwhile (idle_timeout, a restart) is
+replaced at once. Only a connect that fails (no daemon) starts the backoff (10 ms doubling to
+1 s); a daemon that is up but answered late is asked again at the next lookup, so the backoff
+never hides a live daemon's answer.
+
+    from ktune_client import Client
     client = Client()
     answer = client.lookup("gemm", "M=512,N=512,K=512")
     answer.config   # {"BM": 64, ...} in the kernel's parameter order
@@ -19,33 +25,48 @@ a connection that cannot be made is retried with exponential backoff (10 ms doub
 One Client is used by one thread at a time.
 """
 
+from __future__ import annotations
+
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import time
+import tomllib
+from typing import Any, Iterable, Optional
 
-__all__ = ["Answer", "Client", "LookupError", "default_paths"]
+__all__ = ["Answer", "Client", "LookupError", "default_paths", "parse_default_table",
+           "shipped_kernel_dirs"]
+__version__ = "0.1.0"
 
 _BACKOFF_MIN = 0.010
 _BACKOFF_MAX = 1.0
 
 
-class LookupError(Exception):
+class LookupError(Exception):  # noqa: A001 (the name the client has always exported)
     """ktuned refused the request (code, message), or no rung of the ladder could answer."""
 
-    def __init__(self, code, message):
+    def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
 
 
 class Answer:
+    """One lookup's answer.
+
+    rung: "exact", "nearest" or "default"; exact: rung == "exact"; source: "cache", "daemon",
+    "database" or "spec"; config: parameter name -> int in the kernel's order; from_shape: the
+    tuned shape of a nearest answer; reason: why not exact; median_ms and job: the winner's.
+    """
+
     __slots__ = ("rung", "exact", "source", "config", "from_shape", "reason", "median_ms", "job",
                  "tune_job")
 
-    def __init__(self, rung, config, source, from_shape="", reason="", median_ms=0.0, job=0,
-                 tune_job=0):
+    def __init__(self, rung: str, config: dict[str, int], source: str, from_shape: str = "",
+                 reason: str = "", median_ms: float = 0.0, job: int = 0,
+                 tune_job: int = 0) -> None:
         self.rung = rung
         self.exact = rung == "exact"
         self.source = source
@@ -56,16 +77,16 @@ class Answer:
         self.job = job
         self.tune_job = tune_job
 
-    def params(self):
+    def params(self) -> list[tuple[str, int]]:
         """The config as (name, value) pairs, in the kernel's parameter order."""
         return list(self.config.items())
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"Answer(rung={self.rung!r}, source={self.source!r}, config={self.config!r}, "
                 f"from_shape={self.from_shape!r}, reason={self.reason!r})")
 
 
-def default_paths():
+def default_paths() -> tuple[str, str]:
     """(socket, db) as ktuned resolves them (core/paths.hpp)."""
     home = os.environ.get("KTUNE_HOME", "")
     if home:
@@ -78,7 +99,17 @@ def default_paths():
     return os.path.join(runtime_dir, "ktuned.sock"), os.path.join(state, "ktune", "ktune.db")
 
 
-def _shape_map(shape):
+def shipped_kernel_dirs() -> list[str]:
+    """The kernel families installed with the ktuned on PATH (<prefix>/share/ktune/kernels)."""
+    ktuned = shutil.which("ktuned")
+    if ktuned is None:
+        return []
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(ktuned)))
+    kernels = os.path.join(prefix, "share", "ktune", "kernels")
+    return [kernels] if os.path.isdir(kernels) else []
+
+
+def _shape_map(shape: str) -> Optional[dict[str, int]]:
     dims = {}
     for item in shape.split(","):
         name, eq, value = item.partition("=")
@@ -94,65 +125,76 @@ def _shape_map(shape):
     return dims
 
 
-def _parse_default_table(spec_text):
-    """The [default] table of a kernel.toml as an ordered dict of ints, or None."""
-    config, inside, found = {}, False, False
-    for line in spec_text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        if line.startswith("["):
-            inside = line == "[default]"
-            found = found or inside
-            continue
-        if inside:
-            name, eq, value = line.partition("=")
-            if not eq:
-                return None
-            try:
-                config[name.strip()] = int(value.strip())
-            except ValueError:
-                return None
-    return config if found else None
+def parse_default_table(spec_text: str) -> Optional[dict[str, int]]:
+    """The [default] table of a kernel.toml in file order, or None when the text is not TOML,
+    has no [default] table, or a value is not an integer (booleans included)."""
+    try:
+        spec = tomllib.loads(spec_text)
+    except tomllib.TOMLDecodeError:
+        return None
+    table = spec.get("default")
+    if not isinstance(table, dict):
+        return None
+    config = {}
+    for name, value in table.items():
+        if not isinstance(value, int) or isinstance(value, bool):
+            return None
+        config[name] = value
+    return config
 
 
 class Client:
-    def __init__(self, socket_path=None, db_path=None, kernel_dirs=None, timeout=0.005,
-                 cache_ttl=1.0, tune_on_miss=False):
+    """A lookup client; see the module docstring for the ladder and the timeouts.
+
+    socket_path, db_path: ktuned's defaults when None (default_paths()). kernel_dirs: where
+    kernel.toml files are read for the last rung; None means $KTUNE_KERNEL_DIRS (':'-separated);
+    the shipped families (shipped_kernel_dirs()) are searched after them. cache_ttl: seconds an
+    answer is reused; None or < 0 turns the cache off. tune_on_miss: ask ktuned to tune a key
+    it has no exact winner for.
+    """
+
+    def __init__(self, socket_path: Optional[str] = None, db_path: Optional[str] = None,
+                 kernel_dirs: Optional[Iterable[str]] = None, timeout: float = 0.005,
+                 cache_ttl: Optional[float] = 1.0, tune_on_miss: bool = False,
+                 connect_timeout: float = 0.1) -> None:
         default_socket, default_db = default_paths()
         self.socket_path = socket_path or default_socket
         self.db_path = db_path or default_db
         if kernel_dirs is None:
             kernel_dirs = [d for d in os.environ.get("KTUNE_KERNEL_DIRS", "").split(":") if d]
-        self.kernel_dirs = list(kernel_dirs)
+        self.kernel_dirs = list(kernel_dirs) + [d for d in shipped_kernel_dirs()
+                                                if d not in kernel_dirs]
         self.timeout = timeout
-        self.cache_ttl = cache_ttl   # None or < 0: no cache
+        self.connect_timeout = connect_timeout
+        self.cache_ttl = cache_ttl
         self.tune_on_miss = tune_on_miss
         self.last_error = ""
-        self._sock = None
+        self._sock: Optional[socket.socket] = None
         self._buffer = b""
         self._next_id = 1
         self._retry_at = 0.0
         self._backoff = 0.0
-        self._db = None
-        self._cache = {}
+        self._db: Optional[sqlite3.Connection] = None
+        self._cache: dict[tuple[str, str, str, str], tuple[float, Answer]] = {}
 
-    def close(self):
+    def close(self) -> None:
+        """Closes the connection and the database."""
         self._disconnect()
         if self._db is not None:
             self._db.close()
             self._db = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def clear_cache(self):
+    def clear_cache(self) -> None:
+        """Drops the cached answers."""
         self._cache.clear()
 
-    def lookup(self, kernel, shape, dtype="f32", device="cpu"):
+    def lookup(self, kernel: str, shape: str, dtype: str = "f32", device: str = "cpu") -> Answer:
         """An Answer; raises LookupError when ktuned refuses the request or nothing answers."""
         now = time.monotonic()
         key = (kernel, shape, dtype, device)
@@ -166,31 +208,32 @@ class Client:
         self.last_error = ""
         answer = self._ask_daemon(kernel, shape, dtype, device, now)
         if answer is None:
-            answer = self._from_database(kernel, shape, dtype, device, now)
+            answer = self._from_database(kernel, shape, dtype, device)
         if answer is None:
             answer = self._from_spec(kernel)
         if answer is None:
             raise LookupError("no_answer", self.last_error +
                               f"; no winner in the database and no [default] for kernel '{kernel}'")
         if use_cache:
+            assert self.cache_ttl is not None
             self._cache[key] = (now + self.cache_ttl, answer)
         return answer
 
     # ktuned ---------------------------------------------------------------------------------
 
-    def _disconnect(self):
+    def _disconnect(self) -> None:
         if self._sock is not None:
             self._sock.close()
         self._sock = None
         self._buffer = b""
 
-    def _failed(self, message):
+    def _connect_failed(self, message: str) -> None:
         self.last_error = message
         self._disconnect()
         self._backoff = _BACKOFF_MIN if self._backoff == 0 else min(self._backoff * 2, _BACKOFF_MAX)
         self._retry_at = time.monotonic() + self._backoff
 
-    def _connect(self, now):
+    def _connect(self, now: float) -> bool:
         if self._sock is not None:
             return True
         if now < self._retry_at:
@@ -198,44 +241,47 @@ class Client:
             return False
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            s.settimeout(self.timeout)
+            s.settimeout(self.connect_timeout)
             s.connect(self.socket_path)
         except OSError as e:
             s.close()
-            self._failed(f"cannot connect to ktuned at {self.socket_path}: {e}")
+            self._connect_failed(f"cannot connect to ktuned at {self.socket_path}: {e}")
             return False
         self._sock = s
         self._backoff = 0.0
         return True
 
-    def _ask_daemon(self, kernel, shape, dtype, device, now):
+    def _ask_daemon(self, kernel: str, shape: str, dtype: str, device: str,
+                    now: float) -> Optional[Answer]:
         request_id = self._next_id
         self._next_id += 1
-        request = {"v": 1, "id": request_id, "op": "lookup", "kernel": kernel, "shape": shape,
-                   "dtype": dtype, "device": device}
+        request: dict[str, Any] = {"v": 1, "id": request_id, "op": "lookup", "kernel": kernel,
+                                   "shape": shape, "dtype": dtype, "device": device}
         if self.tune_on_miss:
             request["tune_on_miss"] = True
-        deadline = now + self.timeout
-        # A kept connection that ktuned closed gets the lookup (idempotent) once more on a fresh
-        # connection; a fresh connection that fails counts towards the backoff.
+        fresh_attempts = 0
         while True:
             kept = self._sock is not None
-            if not self._connect(now):
+            if not self._connect(now if kept else time.monotonic()):
                 return None
+            if kept:
+                deadline = now + self.timeout
+            else:
+                fresh_attempts += 1
+                deadline = time.monotonic() + self.connect_timeout + self.timeout
             try:
                 reply = self._exchange(request, deadline)
+                self.last_error = ""
                 break
             except socket.timeout:
-                self._failed(f"ktuned did not answer within {self.timeout * 1e6:.0f} us")
-                return None
-            except ConnectionError as e:
-                if kept:
-                    self._disconnect()
-                    continue
-                self._failed(f"connection to ktuned lost: {e}")
-                return None
+                self.last_error = (f"ktuned did not answer within {self.timeout * 1e6:.0f} us"
+                                   + ("" if kept else " (+ connect_timeout on a new connection)"))
             except (OSError, ValueError) as e:
-                self._failed(f"connection to ktuned lost: {e}")
+                self.last_error = f"connection to ktuned lost: {e}"
+            # The daemon accepted the connection: no backoff. Replace a kept connection; make
+            # a new one once more.
+            self._disconnect()
+            if fresh_attempts >= 2:
                 return None
         if not reply.get("ok"):
             error = reply.get("error", {})
@@ -245,9 +291,10 @@ class Client:
                       r.get("from_shape", ""), r.get("reason", ""), r.get("median_ms") or 0.0,
                       r.get("job", 0), r.get("tune_job", 0))
 
-    def _exchange(self, request, deadline):
+    def _exchange(self, request: dict[str, Any], deadline: float) -> dict[str, Any]:
         """Sends `request` and returns its reply. Raises socket.timeout past `deadline`,
         ConnectionError when ktuned closed the connection, OSError or ValueError otherwise."""
+        assert self._sock is not None
         self._sock.settimeout(max(deadline - time.monotonic(), 1e-6))
         self._sock.sendall((json.dumps(request, separators=(",", ":")) + "\n").encode())
         while True:
@@ -269,7 +316,7 @@ class Client:
 
     # offline fallbacks ----------------------------------------------------------------------
 
-    def _open_db(self):
+    def _open_db(self) -> Optional[sqlite3.Connection]:
         if self._db is None:
             if not os.path.exists(self.db_path):
                 self.last_error += f"; database {self.db_path} does not exist"
@@ -281,7 +328,8 @@ class Client:
                 return None
         return self._db
 
-    def _from_database(self, kernel, shape, dtype, device, now):
+    def _from_database(self, kernel: str, shape: str, dtype: str,
+                       device: str) -> Optional[Answer]:
         db = self._open_db()
         wanted = _shape_map(shape)
         if db is None or wanted is None:
@@ -303,7 +351,7 @@ class Client:
                               job)
         return None
 
-    def _from_spec(self, kernel):
+    def _from_spec(self, kernel: str) -> Optional[Answer]:
         text, source = None, "database"
         db = self._db
         if db is not None:
@@ -324,7 +372,7 @@ class Client:
                     break
                 except OSError:
                     continue
-        config = _parse_default_table(text) if text else None
+        config = parse_default_table(text) if text else None
         if config is None:
             return None
         return Answer("default", config, source, "", "daemon_unreachable")
