@@ -746,11 +746,17 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
   if (!options.wait) {
     auto result = call(*conn, std::move(body), k_request_timeout);
     if (!result) return report(io, result.error(), socket);
-    if (global.json) print_json(io, *result);
-    else
-      io.out << "job " << as_text(field(*result, "job")) << ' '
-             << as_text(field(*result, "state")) << " (" << as_int(field(*result, "total"))
-             << " candidates)\n";
+    if (global.json) {
+      print_json(io, *result);
+      return k_exit_ok;
+    }
+    // --device all: one job per device.
+    const json& jobs = field(*result, "jobs");
+    for (const json& queued : jobs.is_array() ? jobs : json::array({*result})) {
+      io.out << "job " << as_text(field(queued, "job")) << ' ' << as_text(field(queued, "state"))
+             << " on " << as_text(field(queued, "device")) << " ("
+             << as_int(field(queued, "total")) << " candidates)\n";
+    }
     return k_exit_ok;
   }
 
@@ -764,31 +770,45 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
   progress.finish();
   if (!result) return report(io, result.error(), socket);
 
-  const json& job = field(*result, "job");
-  const json& winner = field(*result, "winner");
-  const std::string state = as_text(field(job, "state"));
-  const std::string id = as_text(field(job, "id"));
-  const bool success = state == "done" && winner.is_object();
   if (global.json) {
     print_json(io, *result);
+    const json& jobs = field(*result, "jobs");
+    bool success = true;
+    for (const json& summary : jobs.is_array() ? jobs : json::array({*result})) {
+      success = success && as_text(field(field(summary, "job"), "state")) == "done" &&
+                field(summary, "winner").is_object();
+    }
     return success ? k_exit_ok : k_exit_error;
   }
-  if (winner.is_object()) {
-    io.out << winner_line(winner) << '\n';
-    json job_request{{"op", "job"}, {"job", as_int(field(job, "id"))}};
-    if (auto full = call(*conn, std::move(job_request), k_request_timeout)) {
-      if (auto tie = tie_break_line(winner, field(*full, "results")); !tie.empty())
-        io.out << tie << '\n';
+  // One job's end: its winner, a tie-break note, and its counts. True when it has a winner.
+  auto print_summary = [&](const json& summary) {
+    const json& job = field(summary, "job");
+    const json& winner = field(summary, "winner");
+    const std::string state = as_text(field(job, "state"));
+    const std::string id = as_text(field(job, "id"));
+    if (winner.is_object()) {
+      io.out << winner_line(winner) << '\n';
+      json job_request{{"op", "job"}, {"job", as_int(field(job, "id"))}};
+      if (auto full = call(*conn, std::move(job_request), k_request_timeout)) {
+        if (auto tie = tie_break_line(winner, field(*full, "results")); !tie.empty())
+          io.out << tie << '\n';
+      }
     }
-  }
-  if (state == "done") {
-    io.out << "job " << id << " done: " << as_int(field(job, "total")) << " candidates, "
-           << as_int(field(job, "failed")) << " failed\n";
-    if (!winner.is_object())
-      io.err << "ktune: no candidate passed; see `ktune job " << id << "` for the reasons\n";
-  } else {
-    std::string error = as_text(field(job, "error"));
-    io.err << "ktune: job " << id << ' ' << state << (error == "-" ? "" : ": " + error) << '\n';
+    if (state == "done") {
+      io.out << "job " << id << " done: " << as_int(field(job, "total")) << " candidates, "
+             << as_int(field(job, "failed")) << " failed\n";
+      if (!winner.is_object())
+        io.err << "ktune: no candidate passed; see `ktune job " << id << "` for the reasons\n";
+    } else {
+      std::string error = as_text(field(job, "error"));
+      io.err << "ktune: job " << id << ' ' << state << (error == "-" ? "" : ": " + error) << '\n';
+    }
+    return state == "done" && winner.is_object();
+  };
+  const json& jobs = field(*result, "jobs");
+  bool success = true;
+  for (const json& summary : jobs.is_array() ? jobs : json::array({*result})) {
+    success = print_summary(summary) && success;
   }
   return success ? k_exit_ok : k_exit_error;
 }
@@ -1172,7 +1192,9 @@ int run_command(int argc, const char* const* argv, Output& io) {
                        "problem shape as NAME=value pairs, e.g. M=256,N=256,K=256")
       ->required();
   tune_cmd->add_option("--dtype", tune_options.dtype, "element type (f32, f16, f64, ...)");
-  tune_cmd->add_option("--device", tune_options.device, "device: cpu or cuda:N");
+  tune_cmd->add_option("--device", tune_options.device,
+                       "device: cpu, cuda:N, or all (one job per device that has a family of "
+                       "the kernel; they run in parallel, one per device lane)");
   tune_cmd->add_option("--strategy", tune_options.strategy,
                        "search strategy: exhaustive (default), random, local, annealing, "
                        "genetic or bayes");
@@ -1266,7 +1288,9 @@ int run_command(int argc, const char* const* argv, Output& io) {
                         "problem shape as NAME=value pairs, e.g. M=256,N=256,K=256")
       ->required();
   query_cmd->add_option("--dtype", query_options.dtype, "element type");
-  query_cmd->add_option("--device", query_options.device, "device: cpu or cuda:N");
+  query_cmd->add_option("--device", query_options.device,
+                        "device: cpu, cuda:N, or a device fingerprint (as `ktune devices` and "
+                        "exported tables show it; a table imported from another machine answers)");
   query_cmd->footer(
       "Prints the winner's config (\"BM=64 BN=64 ...\") with its median time and GFLOP/s.\n"
       "When nothing is tuned for this key, prints the fallback ktuned hands a runtime (the\n"
