@@ -753,8 +753,9 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
     // --device all: one job per device.
     const json& jobs = field(*result, "jobs");
     for (const json& queued : jobs.is_array() ? jobs : json::array({*result})) {
+      const json& device = field(queued, "device");
       io.out << "job " << as_text(field(queued, "job")) << ' ' << as_text(field(queued, "state"))
-             << " on " << as_text(field(queued, "device")) << " ("
+             << (device.is_string() ? " on " + device.get<std::string>() : std::string()) << " ("
              << as_int(field(queued, "total")) << " candidates)\n";
     }
     return k_exit_ok;

@@ -160,22 +160,64 @@ int import_table_file(const GlobalOptions& global, const ImportOptions& options,
   const std::string socket = socket_path(global);
   auto conn = connect_daemon(socket, global, io);
   if (!conn) return report(io, conn.error(), socket);
-  json request = import_request(*table, *policy);
-  const std::size_t request_bytes = request.dump(-1, ' ', false, json::error_handler_t::replace).size() + 1;
-  auto reply = call(*conn, std::move(request), k_import_timeout);
-  if (!reply && (reply.error().code == "io_error" || reply.error().code == "message_too_large")) {
-    // ktuned closes a connection whose line is over its limit, often before the reply can be
-    // read: the send fails with a broken pipe.
-    return report_error(
-        io, "message_too_large",
-        "the table (" + std::to_string(table->rows.size()) + " rows) is one import request of " +
-            std::to_string(request_bytes) + " bytes; ktuned accepts request lines of at most "
-            "[daemon].max_message_bytes (" + std::to_string(k_default_max_message_bytes) +
-            " bytes, 1 MiB, by default): raise that setting in ktuned's configuration or import "
-            "the table in parts (" + reply.error().message + ")");
+  // ktuned reads request lines of at most [daemon].max_message_bytes: a bigger table goes in
+  // parts, each one import request, their replies added up.
+  std::size_t limit = k_default_max_message_bytes;
+  if (auto stats = call(*conn, json{{"op", "stats"}}, k_request_timeout)) {
+    limit = static_cast<std::size_t>(stats->value("max_message_bytes", limit));
   }
-  if (!reply) return report(io, reply.error(), socket);
-  const json& result = *reply;
+  auto request_bytes = [](const json& request) {
+    return request.dump(-1, ' ', false, json::error_handler_t::replace).size() + 1;
+  };
+  std::vector<tableio::Table> parts;
+  std::vector<tableio::Table> pending{*table};
+  while (!pending.empty()) {
+    tableio::Table part = std::move(pending.back());
+    pending.pop_back();
+    const std::size_t bytes = request_bytes(import_request(part, *policy));
+    if (bytes + 64 <= limit || part.rows.size() <= 1) {
+      if (bytes + 64 > limit) {
+        return report_error(
+            io, "message_too_large",
+            "a single row of the table makes an import request of " + std::to_string(bytes) +
+                " bytes; ktuned accepts request lines of at most [daemon].max_message_bytes (" +
+                std::to_string(limit) + " bytes here): raise that setting in ktuned's "
+                "configuration");
+      }
+      parts.push_back(std::move(part));
+      continue;
+    }
+    tableio::Table second = part;
+    const auto half = static_cast<std::ptrdiff_t>(part.rows.size() / 2);
+    part.rows.erase(part.rows.begin() + half, part.rows.end());
+    second.rows.erase(second.rows.begin(), second.rows.begin() + half);
+    pending.push_back(std::move(second)); // popped after `part`: the rows stay in order
+    pending.push_back(std::move(part));
+  }
+  json result = {{"rows", 0}, {"imported", 0}, {"replaced", 0}, {"kept", 0}, {"unchanged", 0},
+                 {"policy", tableio::to_string(*policy)}, {"jobs", json::array()},
+                 {"conflicts", json::array()}, {"requests", parts.size()}};
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (parts.size() > 1 && io.err_is_tty) {
+      io.err << "\rimporting part " << (i + 1) << "/" << parts.size() << std::flush;
+    }
+    auto reply = call(*conn, import_request(parts[i], *policy), k_import_timeout);
+    if (!reply) {
+      if (parts.size() > 1 && io.err_is_tty) io.err << '\n';
+      if (i > 0) {
+        io.err << "ktune: parts 1-" << i << " of " << parts.size()
+               << " were imported before this error\n";
+      }
+      return report(io, reply.error(), socket);
+    }
+    for (const char* count : {"rows", "imported", "replaced", "kept", "unchanged"}) {
+      result[count] = result[count].get<std::int64_t>() + reply->value(count, std::int64_t{0});
+    }
+    for (const char* list : {"jobs", "conflicts"}) {
+      for (const auto& item : reply->value(list, json::array())) result[list].push_back(item);
+    }
+  }
+  if (parts.size() > 1 && io.err_is_tty) io.err << '\n';
   if (global.json || options.json) {
     io.out << result.dump(2) << '\n';
   } else {

@@ -813,6 +813,7 @@ Result<nlohmann::json> RequestHandler::stats() const {
       {"lanes", std::move(lanes)},
       {"device", {{"name", m_ctx.devices.cpu().name},
                   {"fingerprint", m_ctx.devices.cpu().fingerprint}}},
+      {"max_message_bytes", m_ctx.config.max_message_bytes},
       {"db", m_ctx.config.db},
       {"socket", m_ctx.config.socket},
       {"kernel_dirs", m_ctx.config.kernel_dirs},
