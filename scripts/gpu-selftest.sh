@@ -83,7 +83,7 @@ need_binaries() {
 
 # --- build -------------------------------------------------------------------------------------
 step_build() {
-  local targets=(ktuned ktune-worker ktune test_cuda test_worker ktune_lookup_client_shared)
+  local targets=(ktuned ktune-worker ktune test_cuda test_worker test_integration ktune_lookup_client_shared)
   echo "# configure: cmake --preset release -DKTUNE_CUDA=ON"
   if ! cmake --preset release -DKTUNE_CUDA=ON >"$state/configure.log" 2>&1; then
     tail -20 "$state/configure.log"
@@ -127,10 +127,12 @@ run_cases() {
 }
 
 step_tests() {
-  need_binaries test_cuda test_worker
+  need_binaries test_cuda test_worker test_integration
   : >"$state/tests.tsv"
-  for binary in test_cuda test_worker; do run_cases "$binary" "[gpu]~[loses-context]"; done
-  for binary in test_cuda test_worker; do run_cases "$binary" "[gpu][loses-context]"; done
+  # test_integration's [gpu] cases start a ktuned of their own: two lanes at once, and a
+  # candidate that loses the context next to good ones.
+  for binary in test_cuda test_worker test_integration; do run_cases "$binary" "[gpu]~[loses-context]"; done
+  for binary in test_cuda test_worker test_integration; do run_cases "$binary" "[gpu][loses-context]"; done
   python3 - "$state/tests.tsv" "$require_gpu" >"$state/tests.out" <<'PY'
 import json, sys
 rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1]) if line.strip()]

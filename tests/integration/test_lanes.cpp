@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -322,4 +323,34 @@ TEST_CASE("a CPU job and a CUDA job run on their lanes at once, and the CUDA win
   const std::string fingerprint = devices["devices"][1]["fingerprint"];
   CHECK(ok_result(c, {{"op", "lookup"}, {"kernel", "gemm"}, {"shape", "M=1024,N=1024,K=1024"},
                       {"device", fingerprint}})["rung"] == "exact");
+}
+
+TEST_CASE("a candidate that loses the CUDA context is the only one blamed",
+          "[integration][gpu][loses-context]") {
+  TempDir home;
+  home.write("ktuned.toml",
+             "[measure]\nmin_samples = 3\nmax_samples = 20\nmax_time_s = 0.02\nmin_time_s = 0\n"
+             "warmup_ms = 1\nflush_cache = false\nfinalists = 0\n");
+  auto daemon = std::make_unique<DaemonProcess>(
+      home.str(), std::vector<std::string>{"--config", (home.path() / "ktuned.toml").string(),
+                                           "--kernel-dir", KTUNE_SOURCE_DIR "/tests/faults",
+                                           "--log-level", "info"});
+  REQUIRE(daemon->wait_ready(k_start_timeout));
+  Connection c = connect(*daemon);
+  const json devices = ok_result(c, {{"op", "devices"}});
+  if (!devices["cuda"].value("available", false)) {
+    skip(daemon, "no CUDA device: " + devices["cuda"].value("reason", std::string("?")));
+  }
+  // Exhaustive, in config order: FAULT=0, then 1 (loses the context), then 2 on a new worker.
+  const json tuned = ok_result(c, {{"op", "tune"}, {"kernel", "cuda_faults"}, {"shape", "N=4096"},
+                                   {"device", "cuda:0"}, {"wait", true}},
+                               k_tune_timeout);
+  CHECK(tuned["job"]["state"] == "done");
+  const json job = ok_result(c, {{"op", "job"}, {"job", tuned["job"]["id"]}});
+  std::map<std::int64_t, std::string> status;
+  for (const auto& r : job["results"]) status[r["config"]["FAULT"]] = r["status"];
+  INFO(job["results"].dump());
+  CHECK(status[0] == "ok");
+  CHECK(status[1] == "crash");
+  CHECK(status[2] == "ok");
 }
