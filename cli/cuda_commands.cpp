@@ -160,7 +160,26 @@ int compile_check(const GlobalOptions& global, const CompileCheckOptions& option
   if (!options.dtype.empty()) request["dtype"] = options.dtype;
   auto conn = connect_daemon(socket, global, io);
   if (!conn) return report(io, conn.error(), socket);
-  auto result = call(*conn, std::move(request), milliseconds(0));
+  // Progress on stderr: in place on a terminal, every tenth otherwise.
+  std::int64_t last_tenth = -1;
+  bool open_line = false;
+  auto result = call(*conn, std::move(request), milliseconds(0), [&](const Json& event) {
+    const Json data = event.value("data", Json::object());
+    const std::int64_t done = data.value("done", std::int64_t{0});
+    const std::int64_t total = std::max<std::int64_t>(1, data.value("total", std::int64_t{1}));
+    const std::string line = "compile-check job " + std::to_string(data.value("job", 0LL)) +
+                             ": " + std::to_string(done) + "/" + std::to_string(total) +
+                             " compiled, " + std::to_string(data.value("errors", 0LL)) +
+                             " error(s)";
+    if (io.err_is_tty) {
+      io.err << '\r' << line << std::flush;
+      open_line = true;
+    } else if (const std::int64_t tenth = done * 10 / total; tenth != last_tenth) {
+      last_tenth = tenth;
+      io.err << line << '\n';
+    }
+  });
+  if (open_line) io.err << '\n';
   if (!result) return report(io, result.error(), socket);
   if (global.json) {
     io.out << result->dump(2) << '\n';

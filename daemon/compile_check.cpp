@@ -46,6 +46,7 @@ struct CheckRun {
   std::vector<std::pair<std::size_t, std::string>> tasks; // config, arch
   std::vector<nlohmann::json> rows;
   std::size_t errors = 0;
+  std::size_t done = 0;
 
   void on_compiled(std::size_t index, Result<nlohmann::json> reply) {
     const auto& [config, arch] = tasks[index];
@@ -69,6 +70,14 @@ struct CheckRun {
     }
     if (row["status"] != "ok") ++errors;
     rows[index] = std::move(row);
+    // Progress for the client, one small event per compile (a compile takes tens of ms).
+    ++done;
+    if (auto s = session.lock()) {
+      s->send(protocol::encode_event(id, "progress", {{"job", job},
+                                                      {"done", done},
+                                                      {"total", tasks.size()},
+                                                      {"errors", errors}}));
+    }
   }
 
   void on_end(JobState state) {

@@ -8,7 +8,8 @@
 //   {"kernel","shape","dtype","arch":[..],"configs":N,"compiled":N*len(arch),"errors":E,
 //    "rows":[{"config":{..},"arch","status","message","registers","spills","compile_ms",
 //             "cached"}...]}
-// rows in (config, arch) order; "message" is the first non-empty log line of a compile_error;
+// rows in (config, arch) order; "message" is the first non-empty log line of a compile_error.
+// Before the reply, a progress event {"job","done","total","errors"} after every compile;
 // "job" is the id of the job the check ran as (strategy "compile_check", device = the archs): it
 // waits in the scheduler's queue like any job, shares the compile workers fairly with tune jobs,
 // and `cancel` stops it (the reply is then the error `cancelled`); a client that goes away

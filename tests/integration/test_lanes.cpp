@@ -181,10 +181,20 @@ TEST_CASE("a tune submitted while a compile check holds the compile workers fini
   REQUIRE(check_job != 0);
   CHECK(job_state(c, check_job) == "running");
   ok_result(c, {{"op", "cancel"}, {"job", check_job}});
-  // The check's client gets its answer: cancelled.
-  auto line = check.read_line(k_reply_timeout);
-  REQUIRE(line.ok());
-  const json answer = json::parse(*line);
+  // The check's client saw progress events of its job, then gets its answer: cancelled.
+  json answer;
+  int events = 0;
+  for (;;) {
+    auto line = check.read_line(k_reply_timeout);
+    REQUIRE(line.ok());
+    answer = json::parse(*line);
+    if (!answer.contains("event")) break;
+    ++events;
+    CHECK(answer["event"] == "progress");
+    CHECK(answer["data"]["job"] == check_job);
+    CHECK(answer["data"]["total"] == 1278);
+  }
+  CHECK(events > 0);
   CHECK(answer["error"]["code"] == "cancelled");
   CHECK(wait_end(c, check_job) == "cancelled");
 }
