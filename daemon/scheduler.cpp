@@ -452,8 +452,7 @@ void Scheduler::propose(ActiveJob& job) {
         ResultRecord row = *reuse->second;
         row.reason = "reused from job " + std::to_string(row.job_id) +
                      (row.reason.empty() ? "" : ": " + row.reason);
-        row.remeasured = false;
-        row.tied = false;
+        row.remeasured = false; // `tied` stays: the winning group of the job that measured it
         row.created_at = 0;
         record(job, index, std::move(row));
       } else {
@@ -782,6 +781,16 @@ std::vector<std::size_t> Scheduler::tie_set(const ActiveJob& job,
       if (verdict.tied[i]) ties.push_back(job.finalists[i].index);
     }
     return ties;
+  }
+  // Every row reused from an earlier job that judged its ties: that judgement stands, so a
+  // re-run of a finished key names the same winner.
+  if (job.artifacts.empty()) {
+    for (const auto& row : rows) {
+      if (row.status == CandidateStatus::ok && row.tied) {
+        ties.push_back(static_cast<std::size_t>(row.config_index));
+      }
+    }
+    if (!ties.empty()) return ties;
   }
   const ResultRecord& best = *fastest_result(rows);
   for (const auto& row : rows) {
