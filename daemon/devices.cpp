@@ -109,10 +109,10 @@ Error DeviceRegistry::no_cuda(const std::string& device) const {
 }
 
 Result<ResolvedDevice> DeviceRegistry::resolve(const std::string& device, Language prefer) const {
-  if (device == "cpu") return ResolvedDevice{"cpu", m_cpu.fingerprint, Language::cpp, true};
+  if (device == "cpu") return ResolvedDevice{m_cpu.name, m_cpu.fingerprint, Language::cpp, true};
   if (is_cuda_device(device)) {
-    auto found = local(device);
-    if (!found) return found.error();
+    const DeviceInfo* found = find_cuda(device);
+    if (!found) return no_cuda(device);
     return ResolvedDevice{found->name, found->fingerprint, Language::cuda, true};
   }
   if (is_hex(device)) {
@@ -121,7 +121,7 @@ Result<ResolvedDevice> DeviceRegistry::resolve(const std::string& device, Langua
       if (m_cuda) {
         for (const auto& d : *m_cuda) here = here || d.fingerprint == device;
       }
-      return ResolvedDevice{it->second.first, device, it->second.second, here};
+      return ResolvedDevice{it->second.first, it->first, it->second.second, here};
     }
     return ResolvedDevice{device, device, prefer, false};
   }
@@ -130,18 +130,22 @@ Result<ResolvedDevice> DeviceRegistry::resolve(const std::string& device, Langua
                         "' (expected cpu, cuda:N or a device fingerprint of 32 hex digits)");
 }
 
+const DeviceInfo* DeviceRegistry::find_cuda(const std::string& device) const {
+  if (!m_cuda) return nullptr;
+  const std::string_view name = device == "cuda" ? std::string_view("cuda:0") : device;
+  for (const auto& d : *m_cuda) {
+    if (d.name == name) return &d;
+  }
+  return nullptr;
+}
+
 Result<DeviceInfo> DeviceRegistry::local(const std::string& device) const {
   if (device == "cpu") return m_cpu;
   if (!is_cuda_device(device)) {
     return make_error(code::unknown_device,
                       "unknown device '" + device + "' (expected cpu, cuda:N or all)");
   }
-  const std::string name = device == "cuda" ? std::string("cuda:0") : device;
-  if (m_cuda) {
-    for (const auto& d : *m_cuda) {
-      if (d.name == name) return d;
-    }
-  }
+  if (const DeviceInfo* found = find_cuda(device)) return *found;
   return no_cuda(device);
 }
 

@@ -19,6 +19,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -32,9 +33,11 @@ namespace ktune::daemon {
 [[nodiscard]] Result<std::vector<DeviceInfo>> devices_from_json(const nlohmann::json& outcome);
 
 // A device as a lookup or tune names it, resolved.
+// Views into the registry or into the name resolved: valid until the registry changes (a probe,
+// remember()) or that name goes away -- a lookup's duration, with no copy on its path.
 struct ResolvedDevice {
-  std::string name;               // "cpu", "cuda:0", or the stored name of a fingerprint
-  std::string fingerprint;
+  std::string_view name;          // "cpu", "cuda:0", or the stored name of a fingerprint
+  std::string_view fingerprint;
   Language language = Language::cpp; // which family of a kernel runs there
   bool local = false;             // a device of this machine (it has a lane)
 };
@@ -72,6 +75,8 @@ public:
 
 private:
   [[nodiscard]] Error no_cuda(const std::string& device) const;
+  // The probed CUDA device named "cuda:N" ("cuda" = "cuda:0"); nullptr when there is none.
+  [[nodiscard]] const DeviceInfo* find_cuda(const std::string& device) const;
 
   DeviceInfo m_cpu;
   bool m_probed = false;

@@ -31,11 +31,6 @@ constexpr std::size_t k_import_step_rows = 32;
 // Requests slower than this are logged with their duration.
 constexpr double k_slow_request_ms = 100.0;
 
-// Store failures are the daemon's problem, not the request's: reply "internal".
-Error internal_error(const Error& error) {
-  return make_error(code::internal, error.code + ": " + error.message);
-}
-
 std::string join(const std::vector<std::string>& items, const char* separator) {
   std::string out;
   for (const auto& item : items) {
@@ -412,36 +407,31 @@ void RequestHandler::watch_jobs(const std::shared_ptr<Session>& session,
   };
   auto waiting = std::make_shared<Waiting>(Waiting{ids, ids.size()});
   std::weak_ptr<Session> weak = session;
+  auto reply = [this, weak, waiting, request_id = request.id] {
+    auto s = weak.lock();
+    if (!s) return;
+    nlohmann::json summaries = nlohmann::json::array();
+    for (const std::int64_t job : waiting->ids) {
+      auto summary = job_summary(m_ctx.store, job, WithResults::no);
+      if (!summary) {
+        s->send(protocol::encode_error(request_id, code::internal, summary.error().message));
+        return;
+      }
+      summaries.push_back(std::move(*summary));
+    }
+    s->send(protocol::encode_ok(request_id, {{"jobs", std::move(summaries)}}));
+  };
   for (const std::int64_t id : ids) {
     JobWatcher watcher;
     watcher.on_progress = [weak, request_id = request.id](const nlohmann::json& progress) {
       if (auto s = weak.lock()) s->send(protocol::encode_event(request_id, "progress", progress));
     };
-    watcher.on_finished = [this, weak, waiting, request_id = request.id](std::int64_t) {
-      if (--waiting->left > 0) return;
-      auto s = weak.lock();
-      if (!s) return;
-      nlohmann::json summaries = nlohmann::json::array();
-      for (const std::int64_t job : waiting->ids) {
-        auto summary = job_summary(m_ctx.store, job, WithResults::no);
-        if (!summary) {
-          s->send(protocol::encode_error(request_id, code::internal, summary.error().message));
-          return;
-        }
-        summaries.push_back(std::move(*summary));
-      }
-      s->send(protocol::encode_ok(request_id, {{"jobs", std::move(summaries)}}));
+    watcher.on_finished = [waiting, reply](std::int64_t) {
+      if (--waiting->left == 0) reply();
     };
     if (!m_ctx.scheduler.watch(id, std::move(watcher))) --waiting->left; // ended already
   }
-  if (waiting->left == 0) {
-    nlohmann::json summaries = nlohmann::json::array();
-    for (const std::int64_t job : ids) {
-      auto summary = job_summary(m_ctx.store, job, WithResults::no);
-      if (summary) summaries.push_back(std::move(*summary));
-    }
-    session->send(protocol::encode_ok(request.id, {{"jobs", std::move(summaries)}}));
-  }
+  if (waiting->left == 0) reply();
 }
 
 void RequestHandler::watch_job(const std::shared_ptr<Session>& session,
@@ -684,11 +674,12 @@ Result<std::int64_t> RequestHandler::tune_on_miss(const CachedKernel& kernel,
                                                   const std::string& shape,
                                                   const std::string& dtype,
                                                   const ResolvedDevice& device, uid_t client) {
-  const std::string key = lookup_key(kernel.name, kernel.source_hash, shape, dtype) + '\x1f' +
-                          device.fingerprint;
+  std::string key = lookup_key(kernel.name, kernel.source_hash, shape, dtype);
+  key += '\x1f';
+  key += device.fingerprint;
   if (const auto it = m_pending_tunes.find(key); it != m_pending_tunes.end()) return it->second;
   if (auto refused = m_quota.refusal(client)) return *refused;
-  auto target = resolve(kernel.name, shape, dtype, device.name);
+  auto target = resolve(kernel.name, shape, dtype, std::string(device.name));
   if (!target) return target.error();
   PlanRequest request;
   request.kernel = std::move(target->kernel);

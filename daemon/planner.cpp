@@ -16,10 +16,6 @@ namespace code = protocol::code;
 
 namespace {
 
-Error internal_error(const Error& error) {
-  return make_error(code::internal, error.code + ": " + error.message);
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;

@@ -173,4 +173,8 @@ std::string first_error_line(const std::string& log) {
   return first;
 }
 
+Error internal_error(const Error& error) {
+  return make_error(protocol::code::internal, error.code + ": " + error.message);
+}
+
 } // namespace ktune::daemon

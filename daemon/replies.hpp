@@ -44,6 +44,10 @@ enum class WithResults { no, yes };
 [[nodiscard]] Result<nlohmann::json> job_summary(const Store& store, std::int64_t job_id,
                                                  WithResults with_results);
 
+// A store failure as a client sees it: the daemon's problem, not the request's ("internal",
+// naming the store's code and message).
+[[nodiscard]] Error internal_error(const Error& error);
+
 // The first line of a compiler log that mentions an error (else its first non-empty line),
 // cut to 300 characters: the one-line reason of a compile_error result.
 [[nodiscard]] std::string first_error_line(const std::string& log);
