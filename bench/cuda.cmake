@@ -1,7 +1,6 @@
 # The CUDA measurement backend, included from bench/CMakeLists.txt after ktune_bench is defined.
-# cuda_launch.cpp (launch geometry from the spec, carried by BenchJob) is toolkit-free and always
-# built; the runner and the device queries need the toolkit's headers (KTUNE_CUDA, ktune_cuda).
-target_sources(ktune_bench PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_launch.cpp)
+# The launch geometry carried by BenchJob is toolkit-free (jobs/cuda_launch.*); the runner and
+# the device queries need the toolkit's headers (KTUNE_CUDA, ktune_cuda).
 if(KTUNE_CUDA)
   target_sources(ktune_bench PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/cuda_device.cpp

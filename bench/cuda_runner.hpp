@@ -8,7 +8,7 @@
 // The kernel is `extern "C" __global__ void <entry>(...)` with one parameter per spec arg:
 // buffers as device pointers, scalars by value in the arg's dtype (i32 int, i64 long long, f32
 // float, f64 double, f16 the 16 bits of a __half). It is launched with the candidate's CudaLaunch
-// (grid, block, dynamic shared bytes; bench/cuda_launch.hpp) on a dedicated stream.
+// (grid, block, dynamic shared bytes; jobs/cuda_launch.hpp) on a dedicated stream.
 //
 // Buffers are allocated once per key (shape, every arg's name/kind/dtype/count/init/value, seed;
 // only the latest key's are kept) with 256 bytes of a fixed pattern on either side, so a kernel
@@ -42,7 +42,7 @@
 //
 // Not thread-safe: one runner per bench worker, used from one thread.
 #include "bench/cuda_device.hpp"
-#include "bench/cuda_launch.hpp"
+#include "jobs/cuda_launch.hpp"
 #include "bench/runner.hpp"
 #include "cuda/cubin.hpp"
 

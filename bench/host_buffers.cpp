@@ -50,47 +50,6 @@ bool floats_match(double got, double expected, double rtol, double atol) {
 
 } // namespace
 
-std::optional<DType> parse_dtype(std::string_view text) {
-  if (text == "f32") return DType::f32;
-  if (text == "f64") return DType::f64;
-  if (text == "f16") return DType::f16;
-  if (text == "i32") return DType::i32;
-  if (text == "i64") return DType::i64;
-  return std::nullopt;
-}
-
-std::string_view to_string(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::f16: return "f16";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-  }
-  return "f32";
-}
-
-std::size_t dtype_bytes(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::f16: return 2;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-  }
-  return 4;
-}
-
-bool is_integral(DType dtype) { return dtype == DType::i32 || dtype == DType::i64; }
-
-std::optional<InitKind> parse_init_kind(std::string_view text) {
-  if (text == "uniform") return InitKind::uniform;
-  if (text == "zero") return InitKind::zero;
-  if (text == "ones") return InitKind::ones;
-  if (text == "index") return InitKind::index;
-  return std::nullopt;
-}
-
 std::uint16_t float_to_half(float value) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
   const std::uint16_t sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);

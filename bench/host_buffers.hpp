@@ -4,7 +4,8 @@
 // initialisation from a seed, and the element-wise output comparison.
 //
 // Thread safety: none of these share state; a HostBuffer is used from one thread at a time.
-#include "bench/runner.hpp"
+#include "jobs/bench_job.hpp"
+#include "jobs/dtype.hpp"
 #include "core/result.hpp"
 
 #include <cstddef>
@@ -14,19 +15,6 @@
 #include <string_view>
 
 namespace ktune {
-
-enum class DType { f32, f64, f16, i32, i64 };
-
-// "f32" "f64" "f16" "i32" "i64"; nullopt for anything else.
-[[nodiscard]] std::optional<DType> parse_dtype(std::string_view text);
-[[nodiscard]] std::string_view to_string(DType dtype);
-[[nodiscard]] std::size_t dtype_bytes(DType dtype);
-[[nodiscard]] bool is_integral(DType dtype);
-
-enum class InitKind { uniform, zero, ones, index };
-
-// "uniform" "zero" "ones" "index"; nullopt for anything else.
-[[nodiscard]] std::optional<InitKind> parse_init_kind(std::string_view text);
 
 // IEEE 754 binary16 conversions (round to nearest even), for f16 buffers.
 [[nodiscard]] std::uint16_t float_to_half(float value);

@@ -14,7 +14,7 @@
 //   capped     measured >= max_time_s, n >= max_samples, or (with n >= min_samples) the wall time
 //              since the first sample >= max_time_s (flushes and restores count there).
 // "measured" is the sum of the samples. rsd is the sample standard deviation over the mean.
-#include "bench/runner.hpp"
+#include "jobs/bench_job.hpp"
 
 #include <chrono>
 #include <cstddef>

@@ -13,7 +13,7 @@
 //   {"bench":"compile","configs":N,"workers":W,"arch":..,"nvrtc_cfg_per_s":..,"nvcc_cfg_per_s":..,
 //    "ratio":..,"nvrtc_1_cfg_per_s":..,"nvcc_1_cfg_per_s":..}
 // where nvrtc_cfg_per_s and nvcc_cfg_per_s are the W-process rates and ratio = nvrtc / nvcc.
-#include "compiler/kernel_registry.hpp"
+#include "jobs/kernel_registry.hpp"
 #include "compiler/nvrtc_compiler.hpp"
 #include "compiler/subprocess.hpp"
 #include "core/param_space.hpp"

@@ -1,59 +1,12 @@
 #pragma once
-// Compile backends behind one interface. A CompileJob is self-contained (it travels to a compile
-// worker as JSON); compiling never throws for a bad candidate: a compile error is an outcome.
-#include "core/result.hpp"
-#include "core/shape.hpp"
-#include "core/status.hpp"
+// Compile backends behind one interface (the job and its outcome: jobs/compile_job.hpp);
+// compiling never throws for a bad candidate: a compile error is an outcome.
+#include "jobs/compile_job.hpp"
+#include "jobs/dtype.hpp"
 
-#include <nlohmann/json.hpp>
-
-#include <chrono>
 #include <string>
-#include <vector>
 
 namespace ktune {
-
-struct CompileJob {
-  std::string kernel;              // family name, for messages
-  std::string language;            // "cpp" | "cuda"
-  std::string source_path;         // absolute path of the source file
-  std::vector<std::string> include_dirs;
-  NamedValues defines;             // -DNAME=value, the config
-  std::string dtype;               // passed as -DKTUNE_DTYPE=<c type> and -DKTUNE_DTYPE_<dtype>
-  std::vector<std::string> extra_flags;
-  std::string source_hash;         // of source + spec + included headers
-  std::string cache_dir;           // content-addressed artifact store
-  std::string arch;                // CUDA only: "sm_90"
-
-  // {"kernel":..,"language":..,"source_path":..,"include_dirs":[..],"defines":{"BM":64,..},
-  //  "dtype":..,"extra_flags":[..],"source_hash":..,"cache_dir":..,"arch":..}
-  // Required: kernel, language, source_path, dtype, cache_dir; the rest default to empty.
-  // "defines" is an object, so from_json returns the defines in name order (neither the
-  // compiler nor the cache key depends on their order). Errors: "bad_request" naming the field.
-  [[nodiscard]] nlohmann::json to_json() const;
-  [[nodiscard]] static Result<CompileJob> from_json(const nlohmann::json& j);
-};
-
-struct CompileOutcome {
-  CandidateStatus status = CandidateStatus::ok;   // ok | compile_error
-  std::string artifact_path;       // set when ok
-  std::string cache_key;
-  bool cached = false;             // true when the artifact was already in the cache
-  double compile_ms = 0;
-  std::string log;                 // the compiler's output (truncated to its first 8 KiB)
-  // The entry's resources where the compiler reports them (CUDA: registers from the CUBIN,
-  // spill bytes and static shared memory from ptxas), -1 when unknown.
-  int registers = -1;
-  int spills = -1;                 // spill store + load bytes
-  int shared_bytes = -1;
-
-  // {"status":"ok","artifact_path":..,"cache_key":..,"cached":false,"compile_ms":..,"log":..,
-  //  "registers":-1,"spills":-1,"shared_bytes":-1} (the last three optional, default -1)
-  // Required: status (a candidate status name), and artifact_path when status is ok.
-  // Errors: "bad_request" naming the field.
-  [[nodiscard]] nlohmann::json to_json() const;
-  [[nodiscard]] static Result<CompileOutcome> from_json(const nlohmann::json& j);
-};
 
 class Compiler {
 public:
@@ -64,11 +17,5 @@ public:
   // Returns the cached artifact when present, else compiles into the cache (temp file + rename).
   [[nodiscard]] virtual CompileOutcome compile(const CompileJob& job) = 0;
 };
-
-// Maps a dtype name to its C type: f32 float, f64 double, i32 int32_t, i64 int64_t. Errors
-// (code "bad_dtype"): f16 ("f16 is not supported by the host compiler") and unknown names.
-// dtype_size knows f16 (2 bytes).
-[[nodiscard]] Result<std::string> dtype_c_type(std::string_view dtype);
-[[nodiscard]] Result<std::size_t> dtype_size(std::string_view dtype);
 
 } // namespace ktune

@@ -87,11 +87,13 @@ std::string host_compiler_version(const std::string& cxx) {
   return output.substr(0, output.find('\n'));
 }
 
+std::string host_cxx() {
+  const char* env = std::getenv("KTUNE_CXX");
+  return env != nullptr && *env != '\0' ? env : "c++";
+}
+
 HostCompiler::HostCompiler(std::string cxx) : m_cxx(std::move(cxx)) {
-  if (m_cxx.empty()) {
-    const char* env = std::getenv("KTUNE_CXX");
-    m_cxx = env != nullptr && *env != '\0' ? env : "c++";
-  }
+  if (m_cxx.empty()) m_cxx = host_cxx();
   m_version = host_compiler_version(m_cxx);
   m_host_cpu = read_host_cpu();
 }

@@ -22,6 +22,9 @@ inline constexpr int k_cache_version = 1;
 // <cache_dir>/<key[0:2]>/<key>.so
 [[nodiscard]] std::string host_artifact_path(const std::string& cache_dir, const std::string& key);
 
+// The host compiler's command: $KTUNE_CXX when set and not empty, else "c++".
+[[nodiscard]] std::string host_cxx();
+
 class HostCompiler final : public Compiler {
 public:
   explicit HostCompiler(std::string cxx = {}); // empty: $KTUNE_CXX, else "c++"

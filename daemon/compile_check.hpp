@@ -16,7 +16,7 @@
 // cancels it too.
 // Errors: unknown_kernel (no CUDA family of that name), bad_request (no arch, an arch that is not
 // sm_XX, a malformed field), bad_shape, bad_dtype, empty_space, cancelled, internal.
-#include "compiler/kernel_registry.hpp"
+#include "jobs/kernel_registry.hpp"
 #include "core/protocol.hpp"
 #include "daemon/session.hpp"
 #include "daemon/scheduler.hpp"

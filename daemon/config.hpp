@@ -14,7 +14,7 @@
 //             final_rounds, tie_margin
 // Relative paths in a file are taken relative to that file's directory; relative paths on the
 // command line relative to the working directory. Every resolved path is absolute.
-#include "bench/runner.hpp"
+#include "jobs/bench_job.hpp"
 #include "core/paths.hpp"
 #include "core/result.hpp"
 #include "daemon/log.hpp"

@@ -10,35 +10,59 @@ namespace ktune::daemon {
 
 namespace code = protocol::code;
 
-Result<std::vector<DeviceInfo>> devices_from_json(const nlohmann::json& outcome) {
-  const auto it = outcome.find("devices");
-  if (!outcome.is_object() || it == outcome.end() || !it->is_array()) {
+namespace {
+
+Result<DeviceInfo> device_from_json(const nlohmann::json& d) {
+  if (!d.is_object() || !d.contains("name") || !d["name"].is_string() ||
+      !d.contains("fingerprint") || !d["fingerprint"].is_string()) {
     return make_error(code::internal,
-                      "worker reply to 'devices': expected {\"devices\":[...]}, found " +
-                          outcome.dump());
+                      "worker reply to 'devices': a device without a name and fingerprint: " +
+                          d.dump());
   }
-  std::vector<DeviceInfo> devices;
-  for (const auto& d : *it) {
-    if (!d.is_object() || !d.contains("name") || !d["name"].is_string() ||
-        !d.contains("fingerprint") || !d["fingerprint"].is_string()) {
-      return make_error(code::internal,
-                        "worker reply to 'devices': a device without a name and fingerprint: " +
-                            d.dump());
-    }
-    devices.push_back(DeviceInfo{d["name"].get<std::string>(), d["fingerprint"].get<std::string>(),
-                                 d.value("details", nlohmann::json::object())});
+  return DeviceInfo{d["name"].get<std::string>(), d["fingerprint"].get<std::string>(),
+                    d.value("details", nlohmann::json::object())};
+}
+
+} // namespace
+
+Result<DeviceProbe> probe_from_json(const nlohmann::json& outcome) {
+  if (!outcome.is_object() || !outcome.contains("cpu")) {
+    return make_error(code::internal,
+                      "worker reply to 'devices': expected {\"cpu\":{..},\"devices\":[...]}, "
+                      "found " + outcome.dump());
   }
-  return devices;
+  DeviceProbe probe;
+  auto cpu = device_from_json(outcome["cpu"]);
+  if (!cpu) return cpu.error();
+  probe.cpu = std::move(*cpu);
+  probe.cuda_backend = outcome.value("cuda_backend", false);
+  if (const auto error = outcome.find("cuda_error"); error != outcome.end()) {
+    probe.cuda = make_error(error->value("code", std::string(code::no_device)),
+                            error->value("message", std::string("no CUDA device")));
+    return probe;
+  }
+  const auto list = outcome.find("devices");
+  if (list == outcome.end() || !list->is_array()) {
+    return make_error(code::internal, "worker reply to 'devices': neither \"devices\":[...] nor "
+                                      "\"cuda_error\" in " + outcome.dump());
+  }
+  std::vector<DeviceInfo> cuda;
+  for (const auto& d : *list) {
+    auto device = device_from_json(d);
+    if (!device) return device.error();
+    cuda.push_back(std::move(*device));
+  }
+  probe.cuda = std::move(cuda);
+  return probe;
 }
 
 namespace {
 
 // A failure to get an answer from a worker (spawn_error, crash, worker_lost, timeout) as a
-// protocol code: internal. The worker's own no_device passes as it is.
+// protocol code: internal.
 Error as_reply_error(const Error& error) {
-  if (error.code == code::no_device) return error;
   return make_error(code::internal,
-                    "asking a worker for CUDA devices failed: " + error.code + ": " + error.message);
+                    "asking a worker for the devices failed: " + error.code + ": " + error.message);
 }
 
 bool is_hex(const std::string& text) {
@@ -64,6 +88,8 @@ void DeviceRegistry::remember(const DeviceInfo& device) {
   m_known[device.fingerprint] = {device.name, cpu ? Language::cpp : Language::cuda};
 }
 
+DeviceRegistry::DeviceRegistry() : m_cpu{"cpu", "", {{"kind", "cpu"}}} {}
+
 void DeviceRegistry::probe(WorkerPool& pool, std::function<void()> done) {
   Work work;
   work.op = "devices";
@@ -72,8 +98,21 @@ void DeviceRegistry::probe(WorkerPool& pool, std::function<void()> done) {
   work.on_reply = [this, &pool, done = std::move(done)](Result<nlohmann::json> reply,
                                                         const Delivery&) {
     m_probed = true;
-    m_cuda = reply ? devices_from_json(*reply)
-                   : Result<std::vector<DeviceInfo>>(as_reply_error(reply.error()));
+    auto probe = reply ? probe_from_json(*reply) : Result<DeviceProbe>(as_reply_error(reply.error()));
+    if (!probe) {
+      m_cpu_unknown = probe.error().message;
+      m_cuda = probe.error();
+      KTUNE_LOG(warn) << "devices unknown: " << m_cpu_unknown;
+      if (done) done();
+      return;
+    }
+    m_cpu = std::move(probe->cpu);
+    m_cuda_backend = probe->cuda_backend;
+    m_cpu_unknown.clear();
+    remember(m_cpu);
+    KTUNE_LOG(info) << "device cpu: " << m_cpu.details.value("model", std::string("?"))
+                    << ", fingerprint " << m_cpu.fingerprint;
+    m_cuda = std::move(probe->cuda);
     if (m_cuda) {
       for (const auto& d : *m_cuda) {
         remember(d);
@@ -140,7 +179,12 @@ const DeviceInfo* DeviceRegistry::find_cuda(const std::string& device) const {
 }
 
 Result<DeviceInfo> DeviceRegistry::local(const std::string& device) const {
-  if (device == "cpu") return m_cpu;
+  if (device == "cpu") {
+    if (!m_cpu_unknown.empty()) {
+      return make_error(code::no_device, "device cpu is unknown: " + m_cpu_unknown);
+    }
+    return m_cpu;
+  }
   if (!is_cuda_device(device)) {
     return make_error(code::unknown_device,
                       "unknown device '" + device + "' (expected cpu, cuda:N or all)");
@@ -150,7 +194,8 @@ Result<DeviceInfo> DeviceRegistry::local(const std::string& device) const {
 }
 
 std::vector<DeviceInfo> DeviceRegistry::all_local() const {
-  std::vector<DeviceInfo> out{m_cpu};
+  std::vector<DeviceInfo> out;
+  if (m_cpu_unknown.empty()) out.push_back(m_cpu);
   if (m_cuda) out.insert(out.end(), m_cuda->begin(), m_cuda->end());
   return out;
 }
@@ -164,7 +209,11 @@ nlohmann::json DeviceRegistry::to_json() const {
   } else {
     status = {{"available", false}, {"code", m_cuda.error().code}, {"reason", m_cuda.error().message}};
   }
-  return {{"devices", std::move(list)}, {"cuda", std::move(status)}};
+  nlohmann::json out{{"devices", std::move(list)}, {"cuda", std::move(status)}};
+  if (!m_cpu_unknown.empty()) {
+    out["cpu"] = {{"available", false}, {"code", code::no_device}, {"reason", m_cpu_unknown}};
+  }
+  return out;
 }
 
 Result<void> target_cuda_device(const Store& store, const JobRecord& record, CompileJob& job) {

@@ -6,8 +6,8 @@
 // table) are known too, so a lookup may name a device by fingerprint. io thread only.
 //
 // A device is named "cpu", "cuda:N" ("cuda" = "cuda:0") or by its fingerprint (32 hex digits).
-#include "bench/runner.hpp"
-#include "compiler/compiler.hpp"
+#include "jobs/bench_job.hpp"
+#include "jobs/compile_job.hpp"
 #include "core/device.hpp"
 #include "core/kernel_spec.hpp"
 #include "core/result.hpp"
@@ -28,9 +28,17 @@ namespace ktune::daemon {
 // "cuda" or "cuda:N".
 [[nodiscard]] bool is_cuda_device(const std::string& device);
 
-// The DeviceInfo list of a worker's "devices" outcome {"devices":[{name,fingerprint,details}]}.
-// Errors: internal naming what is malformed.
-[[nodiscard]] Result<std::vector<DeviceInfo>> devices_from_json(const nlohmann::json& outcome);
+// What a worker's "devices" probe found: the CPU, and the CUDA devices or why there are none.
+struct DeviceProbe {
+  DeviceInfo cpu;
+  bool cuda_backend = false;  // the workers are built with the CUDA backend
+  Result<std::vector<DeviceInfo>> cuda{std::vector<DeviceInfo>{}};
+};
+
+// A worker's "devices" outcome {"cpu":{name,fingerprint,details},"devices":[...]} (or
+// "cuda_error":{"code","message"} in place of "devices"). Errors: internal naming what is
+// malformed.
+[[nodiscard]] Result<DeviceProbe> probe_from_json(const nlohmann::json& outcome);
 
 // A device as a lookup or tune names it, resolved.
 // Views into the registry or into the name resolved: valid until the registry changes (a probe,
@@ -44,10 +52,13 @@ struct ResolvedDevice {
 
 class DeviceRegistry {
 public:
-  explicit DeviceRegistry(DeviceInfo cpu) : m_cpu(std::move(cpu)) { remember(m_cpu); }
+  DeviceRegistry();
 
-  // Asks a worker for the CUDA devices (highest priority on the compile pool) and adds a bench
-  // lane to `pool` for each one found; `done` runs once, on the io thread, never inside this call.
+  // Asks a worker for the devices (highest priority on the compile pool): the CPU, and the CUDA
+  // devices, adding a bench lane to `pool` for each one. ktuned never inspects a device in its
+  // own process. `done` runs once, on the io thread, never inside this call. A probe that fails
+  // (the worker cannot run) leaves the CPU unknown: lookups for cpu answer defaults and a tune
+  // on cpu is a no_device error naming why.
   void probe(WorkerPool& pool, std::function<void()> done = {});
 
   // Remembers a device's kind by fingerprint (the store's devices, imported ones).
@@ -55,6 +66,8 @@ public:
 
   [[nodiscard]] const DeviceInfo& cpu() const { return m_cpu; }
   [[nodiscard]] bool probed() const { return m_probed; }
+  // Whether the workers are built with the CUDA backend (false until probed).
+  [[nodiscard]] bool cuda_backend() const { return m_cuda_backend; }
   // The CUDA devices of the last probe, or why there are none.
   [[nodiscard]] const Result<std::vector<DeviceInfo>>& cuda() const { return m_cuda; }
 
@@ -79,7 +92,9 @@ private:
   [[nodiscard]] const DeviceInfo* find_cuda(const std::string& device) const;
 
   DeviceInfo m_cpu;
+  std::string m_cpu_unknown = "not probed yet"; // why the CPU is not known; "" once it is
   bool m_probed = false;
+  bool m_cuda_backend = false;
   Result<std::vector<DeviceInfo>> m_cuda{make_error("no_device", "not probed yet")};
   std::unordered_map<std::string, std::pair<std::string, Language>> m_known; // fp -> name, kind
 };

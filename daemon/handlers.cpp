@@ -768,14 +768,9 @@ Result<nlohmann::json> RequestHandler::kernels() {
   for (const auto& b : m_registry.broken()) {
     broken.push_back({{"path", b.spec_path}, {"error", b.error.message}});
   }
-#ifdef KTUNE_HAVE_CUDA
-  constexpr bool cuda_backend = true;
-#else
-  constexpr bool cuda_backend = false;
-#endif
   return nlohmann::json{{"kernels", std::move(listed)},
                         {"broken", std::move(broken)},
-                        {"cuda_backend", cuda_backend}};
+                        {"cuda_backend", m_ctx.devices.cuda_backend()}};
 }
 
 Result<nlohmann::json> RequestHandler::stats() const {

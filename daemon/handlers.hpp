@@ -3,7 +3,7 @@
 // gets exactly one reply carrying its id, ok or error; `tune` with "wait": true sends progress
 // events first and replies when the job ends. A malformed line gets an error reply and the
 // connection keeps being served. io thread only.
-#include "compiler/kernel_registry.hpp"
+#include "jobs/kernel_registry.hpp"
 #include "core/device.hpp"
 #include "core/protocol.hpp"
 #include "daemon/config.hpp"

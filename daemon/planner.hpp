@@ -8,7 +8,7 @@
 //             or running job is compared with before anything is written
 //   commit()  stores the kernel, the device and the job; fills record.id and the reusable rows
 //   resume()  a stored job -> JobPlan with the rows it already has
-#include "compiler/kernel_registry.hpp"
+#include "jobs/kernel_registry.hpp"
 #include "core/device.hpp"
 #include "core/param_space.hpp"
 #include "core/shape.hpp"

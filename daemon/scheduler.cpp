@@ -2,7 +2,7 @@
 
 #include "daemon/devices.hpp"
 
-#include "compiler/compiler.hpp"
+#include "jobs/compile_job.hpp"
 #include "core/stats.hpp"
 #include "daemon/log.hpp"
 #include "daemon/replies.hpp"

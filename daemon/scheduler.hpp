@@ -51,7 +51,7 @@
 //
 // Quarantine: configs that crashed, hung or lost their worker in earlier jobs of the same kernel
 // source and device are dropped from the candidates (drop_quarantined) by whoever builds a plan.
-#include "bench/runner.hpp"
+#include "jobs/bench_job.hpp"
 #include "daemon/planner.hpp"
 #include "daemon/worker_pool.hpp"
 #include "db/store.hpp"

@@ -1,7 +1,5 @@
 #include "daemon/server.hpp"
 
-#include "bench/host_device.hpp"
-#include "compiler/host_compiler.hpp"
 #include "core/param_space.hpp"
 #include "core/protocol.hpp"
 #include "core/shape.hpp"
@@ -68,12 +66,6 @@ Result<void> check_socket_dir(const std::string& dir) {
   return {};
 }
 
-// The compiler the compile workers use (HostCompiler's rule), for the device fingerprint.
-std::string host_cxx() {
-  const char* cxx = std::getenv("KTUNE_CXX");
-  return cxx && *cxx ? cxx : "c++";
-}
-
 std::chrono::milliseconds seconds_to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
 }
@@ -112,13 +104,7 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   server->m_store.emplace(std::move(*store));
   KTUNE_LOG(info) << "opened " << cfg.db << " in " << log::elapsed_ms(start) << " ms";
 
-  start = std::chrono::steady_clock::now();
-  server->m_devices =
-      std::make_unique<DeviceRegistry>(detect_cpu_device(host_compiler_version(host_cxx())));
-  const DeviceInfo& cpu = server->m_devices->cpu();
-  KTUNE_LOG(info) << "device cpu: " << cpu.details.value("model", std::string("?"))
-                  << ", fingerprint " << cpu.fingerprint << " (detected in "
-                  << log::elapsed_ms(start) << " ms)";
+  server->m_devices = std::make_unique<DeviceRegistry>();
   if (auto stored = server->m_store->list_devices()) {
     for (const auto& device : *stored) server->m_devices->remember(device);
   } else {
@@ -152,14 +138,20 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   }
   KTUNE_LOG(debug) << "scanned kernel directories in " << log::elapsed_ms(start) << " ms";
   auto resumed = server->resume_jobs();
-  // The CUDA devices are learnt from a worker; the jobs resume once they are known, so that a
-  // resumed CUDA job finds its lane.
-  server->m_devices->probe(*server->m_workers,
-                           [self, plans = std::make_shared<std::vector<JobPlan>>(
-                                      std::move(resumed))]() mutable {
-                             for (auto& plan : *plans) self->m_scheduler->enqueue(std::move(plan));
-                             plans->clear();
-                           });
+  // The devices are learnt from a worker (ktuned never inspects one itself). Until they are
+  // known nothing is accepted (connections wait in the listen backlog) and nothing resumes, so
+  // that no request and no resumed CUDA job sees a half-known machine.
+  start = std::chrono::steady_clock::now();
+  server->m_devices->probe(
+      *server->m_workers,
+      [self, start, plans = std::make_shared<std::vector<JobPlan>>(std::move(resumed))]() mutable {
+        KTUNE_LOG(info) << "devices probed in " << log::elapsed_ms(start) << " ms";
+        for (auto& plan : *plans) self->m_scheduler->enqueue(std::move(plan));
+        plans->clear();
+        if (self->m_stopping) return;
+        self->accept_next();
+        self->announce_ready();
+      });
 
   if (auto r = server->listen(); !r) return r.error();
 
@@ -315,14 +307,13 @@ void Server::watch_idle() {
 }
 
 int Server::run() {
-  accept_next();
+  // Accepting starts when the device probe answers (create()).
   wait_signal();
   m_last_busy = std::chrono::steady_clock::now();
   watch_idle();
   KTUNE_LOG(info) << "ktuned " << KTUNE_VERSION << " listening on " << m_config.socket << " (pid "
                   << ::getpid() << ", " << m_config.compile_workers << " compile worker(s), "
                   << "kernel dirs: " << m_config.kernel_dirs.size() << ")";
-  announce_ready();
   m_io.run();
 
   m_handler.reset();

@@ -17,7 +17,7 @@
 // the registry (a few file reads) stays off the per-lookup path.
 //
 // Not thread-safe: everything runs on ktuned's io thread.
-#include "compiler/kernel_registry.hpp"
+#include "jobs/kernel_registry.hpp"
 #include "core/result.hpp"
 #include "db/store.hpp"
 

@@ -144,11 +144,22 @@ ALTER TABLE jobs ADD COLUMN bench_timeout_s   REAL;
 
 Result<void> add_job_options_v4(DbRef db) { return db.exec("migration to schema v4", k_schema_v4); }
 
+// Schema v5: the latest job of a kernel without a scan of every job (the clients' database
+// fallback asks for it; a daemon with many imported jobs of other kernels made it a full scan).
+constexpr const char* k_schema_v5 = R"sql(
+CREATE INDEX jobs_by_kernel ON jobs (kernel, id);
+)sql";
+
+Result<void> add_jobs_by_kernel_v5(DbRef db) {
+  return db.exec("migration to schema v5", k_schema_v5);
+}
+
 constexpr std::array k_migrations{
     Migration{"create kernels, devices, jobs, results and winners", &create_schema_v1},
     Migration{"add results.registers and results.spill_bytes", &add_result_resources_v2},
     Migration{"add pruned/remeasured/tied results and job timing", &add_pipeline_columns_v3},
     Migration{"add the job's request options", &add_job_options_v4},
+    Migration{"index jobs by kernel", &add_jobs_by_kernel_v5},
 };
 static_assert(k_migrations.size() == static_cast<std::size_t>(k_schema_version),
               "k_schema_version must equal the number of migrations");

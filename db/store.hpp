@@ -32,7 +32,7 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 4;
+inline constexpr int k_schema_version = 5;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
 
 // Where a job's wall time went (ms). While it ran, every moment counts once: bench (the bench

@@ -119,7 +119,12 @@ run_cases() {
     rc=$?
     case $rc in
       0) printf '%s\t%s\tpassed\t\n' "$binary" "$name" ;;
-      4) printf '%s\t%s\tskipped\t%s\n' "$binary" "$name" "$(grep -m1 '^SKIPPED: ' <<<"$out" | cut -c10-)" ;;
+      4) if grep -q '^SKIPPED: ' <<<"$out"; then
+           printf '%s\t%s\tskipped\t%s\n' "$binary" "$name" "$(grep -m1 '^SKIPPED: ' <<<"$out" | cut -c10-)"
+         else  # four failed assertions, not a skip
+           printf '%s\t%s\tfailed\t%s\n' "$binary" "$name" "exit 4"
+           printf '%s\n' "$out" >"$state/failed-$(printf '%s' "$name" | tr -c 'A-Za-z0-9' '_').log"
+         fi ;;
       *) printf '%s\t%s\tfailed\t%s\n' "$binary" "$name" "exit $rc"
          printf '%s\n' "$out" >"$state/failed-$(printf '%s' "$name" | tr -c 'A-Za-z0-9' '_').log" ;;
     esac >>"$state/tests.tsv"

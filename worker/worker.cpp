@@ -1,5 +1,6 @@
 #include "worker/worker.hpp"
 
+#include "bench/host_device.hpp"
 #include "bench/host_runner.hpp"
 #include "compiler/host_compiler.hpp"
 #include "core/protocol.hpp"
@@ -29,6 +30,12 @@
 
 namespace ktune {
 namespace {
+
+#ifdef KTUNE_HAVE_CUDA
+constexpr bool k_cuda_backend = true;
+#else
+constexpr bool k_cuda_backend = false;
+#endif
 
 using nlohmann::json;
 
@@ -220,21 +227,29 @@ private:
 #endif
   }
 
-  // {"devices":[DeviceInfo as {"name","fingerprint","details"}, ...]} or the no_device error.
+  // {"cpu":{"name","fingerprint","details"},"cuda_backend":bool,"devices":[CUDA devices, same
+  // form]}, or with
+  // "cuda_error":{"code","message"} in place of "devices" when there is no CUDA device to list.
+  // The CPU is always there: the daemon learns it here, never in its own process.
   static std::string devices(const json& id) {
+    auto as_json = [](const DeviceInfo& d) {
+      return json{{"name", d.name}, {"fingerprint", d.fingerprint}, {"details", d.details}};
+    };
+    json out{{"cpu", as_json(detect_cpu_device(host_compiler_version(host_cxx())))},
+             {"cuda_backend", k_cuda_backend}};
 #ifdef KTUNE_HAVE_CUDA
-    auto listed = list_cuda_devices();
-    if (!listed) return error_reply(id, listed.error().code, listed.error().message);
-    json out = json::array();
-    for (const auto& d : *listed) {
-      out.push_back({{"name", d.name}, {"fingerprint", d.fingerprint}, {"details", d.details}});
+    if (auto listed = list_cuda_devices()) {
+      out["devices"] = json::array();
+      for (const auto& d : *listed) out["devices"].push_back(as_json(d));
+    } else {
+      out["cuda_error"] = {{"code", listed.error().code}, {"message", listed.error().message}};
     }
-    return ok_reply(id, json{{"devices", std::move(out)}});
 #else
-    return error_reply(id, protocol::code::no_device,
-                       "this ktune-worker was built without the CUDA backend (no CUDA toolkit at "
-                       "configure time)");
+    out["cuda_error"] = {{"code", protocol::code::no_device},
+                         {"message", "this ktune-worker was built without the CUDA backend (no "
+                                     "CUDA toolkit at configure time)"}};
 #endif
+    return ok_reply(id, out);
   }
 
   Role m_role;

@@ -37,8 +37,8 @@
 // "context_lost". After a fatal CUDA error (cuda::is_fatal_error: the context is lost) the
 // worker replies with "exiting":true, then exits k_exit_context_lost.
 //
-// CompileJob, CompileOutcome: compiler/compiler.hpp (to_json/from_json); BenchJob, BenchOutcome:
-// bench/runner.hpp. A failed candidate (compile error, mismatch, ...) is an ok reply whose
+// CompileJob, CompileOutcome: jobs/compile_job.hpp (to_json/from_json); BenchJob, BenchOutcome:
+// jobs/bench_job.hpp. A failed candidate (compile error, mismatch, ...) is an ok reply whose
 // outcome carries the status; error replies are for requests the worker cannot act on:
 //   bad_request       a line that is not JSON, not an object, an id that is not a number,
 //                     string or null, a missing or malformed "job", or an op this worker's

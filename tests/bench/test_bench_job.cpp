@@ -1,4 +1,4 @@
-#include "bench/runner.hpp"
+#include "jobs/bench_job.hpp"
 
 #include <catch2/catch.hpp>
 

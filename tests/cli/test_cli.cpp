@@ -1,4 +1,5 @@
 // The real `ktune` binary, run as a user would, with KTUNE_HOME in a temporary directory.
+#include "tests/cuda/skip.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -167,9 +168,8 @@ TEST_CASE("ktune round trip with ktuned", "[cli][daemon]") {
   const std::string kernels_dir = std::string(KTUNE_SOURCE_DIR) + "/kernels_src";
   if (!executable(k_bin_dir + "/ktuned") || !executable(k_bin_dir + "/ktune-worker") ||
       !fs::exists(kernels_dir + "/reduce_sum/kernel.toml")) {
-    WARN("skipped: needs " << k_bin_dir << "/ktuned, ktune-worker and "
-                           << kernels_dir << "/reduce_sum");
-    std::exit(4);  // ctest SKIP_RETURN_CODE
+    ktune::test::skip_test("needs " + k_bin_dir + "/ktuned, ktune-worker and " + kernels_dir +
+                           "/reduce_sum");
   }
   ktune::test::TempDir home;
   auto config = home.write("ktuned.toml",
@@ -274,8 +274,7 @@ TEST_CASE("ktune round trip with ktuned", "[cli][daemon]") {
 
 TEST_CASE("ktune import sends a table over the message limit in parts", "[cli][daemon]") {
   if (!executable(k_bin_dir + "/ktuned") || !executable(k_bin_dir + "/ktune-worker")) {
-    WARN("skipped: needs " << k_bin_dir << "/ktuned and ktune-worker");
-    std::exit(4);  // ctest SKIP_RETURN_CODE
+    ktune::test::skip_test("needs " + k_bin_dir + "/ktuned and ktune-worker");
   }
   ktune::test::TempDir home;
   // 5,000 winners of a made-up GPU: about 1.5 MB as one request, over the 1 MiB default limit.

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "compiler/kernel_registry.hpp"
+#include "jobs/kernel_registry.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <algorithm>

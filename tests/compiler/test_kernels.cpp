@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "compiler/host_compiler.hpp"
-#include "compiler/kernel_registry.hpp"
+#include "jobs/kernel_registry.hpp"
 #include "core/param_space.hpp"
 #include "tests/support/temp_dir.hpp"
 

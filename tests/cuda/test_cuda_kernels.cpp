@@ -2,10 +2,10 @@
 // sample of admitted configs compiles for sm_90 (`ktune compile-check` compiles all of them), and
 // on a GPU every family's default config computes what a plain host loop computes.
 #include "bench/cuda_device.hpp"
-#include "bench/cuda_launch.hpp"
+#include "jobs/cuda_launch.hpp"
 #include "bench/host_buffers.hpp"
 #include "bench/runner.hpp"
-#include "compiler/kernel_registry.hpp"
+#include "jobs/kernel_registry.hpp"
 #include "compiler/nvrtc_compiler.hpp"
 #include "core/param_space.hpp"
 #include "cuda/cuda_api.hpp"

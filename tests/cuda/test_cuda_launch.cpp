@@ -1,5 +1,5 @@
-#include "bench/cuda_launch.hpp"
-#include "bench/runner.hpp"
+#include "jobs/cuda_launch.hpp"
+#include "jobs/bench_job.hpp"
 
 #include <catch2/catch.hpp>
 

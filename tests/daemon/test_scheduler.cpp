@@ -1,8 +1,8 @@
 // Scheduler driven in-process: real store (SQLite in a temp dir), real kernel families and
 // planner, fake worker endpoints answered by the test. Two lanes busy at once, priorities, fair
 // compile hand-out, cancel in every state, joining, a tune next to a compile check.
-#include "compiler/compiler.hpp"
-#include "compiler/kernel_registry.hpp"
+#include "jobs/compile_job.hpp"
+#include "jobs/kernel_registry.hpp"
 #include "daemon/planner.hpp"
 #include "daemon/scheduler.hpp"
 #include "tests/daemon/fake_workers.hpp"

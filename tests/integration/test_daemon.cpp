@@ -498,9 +498,22 @@ TEST_CASE("a worker that dies or breaks the protocol fails the job with the reas
           "[integration]") {
   TempDir home;
   home.write("ktuned.toml", k_tiny_measure);
-  // Stand-in workers: each announces itself, reads the first request, then misbehaves.
-  const std::string ready = "printf '{\"ready\":true,\"pid\":%d,\"role\":\"compile\"}\\n' $$ >&3\n"
-                            "read -r request <&3\n";
+  // Stand-in workers: each announces itself and reads the first request; it answers the daemon's
+  // device probe with a CPU (as a real worker does), then misbehaves on the next request.
+  const auto probe_reply = home.write(
+      "probe-reply.json",
+      R"({"id":ID,"ok":true,"outcome":{"cpu":{"name":"cpu","fingerprint":)"
+      R"("0123456789abcdef0123456789abcdef","details":{"kind":"cpu"}},)"
+      R"("cuda_error":{"code":"no_device","message":"stand-in worker"}}})"
+      "\n");
+  const std::string ready =
+      "printf '{\"ready\":true,\"pid\":%d,\"role\":\"compile\"}\\n' $$ >&3\n"
+      "read -r request <&3\n"
+      "case \"$request\" in *'\"op\":\"devices\"'*)\n"
+      "  id=$(printf '%s' \"$request\" | sed 's/^{\"id\":\\([0-9]*\\).*/\\1/')\n"
+      "  sed \"s/ID/$id/\" '" + probe_reply.string() + "' >&3\n"
+      "  read -r request <&3;;\n"
+      "esac\n";
   std::string behaviour;
   std::string expected_reason;
   SECTION("killed by a signal") {

@@ -6,7 +6,7 @@
 // the client runs as nobody); a socket path owned by another user stops the start; a kernel spec
 // cannot reach outside its directory.
 #include "client/client.hpp"
-#include "compiler/kernel_registry.hpp"
+#include "jobs/kernel_registry.hpp"
 #include "tests/integration/daemon_process.hpp"
 #include "tests/support/temp_dir.hpp"
 

@@ -364,3 +364,39 @@ TEST_CASE("a candidate that loses the CUDA context is the only one blamed",
   CHECK(status[1] == "crash");
   CHECK(status[2] == "ok");
 }
+
+TEST_CASE("ktuned learns the CPU from a worker; without one it still serves, and says why",
+          "[integration][lanes]") {
+  TempDir home;
+  SECTION("a runnable worker: the CPU is a device with its fingerprint") {
+    auto daemon = start(home);
+    Connection c = connect(*daemon);
+    const json devices = ok_result(c, {{"op", "devices"}});
+    REQUIRE(devices.at("devices").size() >= 1);
+    CHECK(devices["devices"][0]["name"] == "cpu");
+    CHECK(devices["devices"][0]["fingerprint"].get<std::string>().size() == 32);
+    CHECK(devices["devices"][0]["details"]["kind"] == "cpu");
+    CHECK_FALSE(devices.contains("cpu"));
+  }
+  SECTION("a worker that cannot run: lookups answer, a tune on the CPU is no_device naming why") {
+    home.write("ktuned.toml", "");
+    DaemonProcess daemon(home.str(),
+                         {"--config", (home.path() / "ktuned.toml").string(), "--kernel-dir",
+                          KTUNE_SOURCE_DIR "/kernels_src", "--worker",
+                          (home.path() / "no-such-worker").string()});
+    REQUIRE(daemon.wait_ready(k_start_timeout));
+    Connection c = connect(daemon);
+    const json devices = ok_result(c, {{"op", "devices"}});
+    CHECK(devices.at("devices").empty());
+    CHECK(devices.at("cpu").at("available") == false);
+    CHECK(devices["cpu"]["code"] == "no_device");
+    const json lookup = ok_result(c, {{"op", "lookup"}, {"kernel", "reduce_sum"},
+                                      {"shape", "N=4096"}});
+    CHECK(lookup.at("rung") == "default");
+    const json tune = reply_of(c, {{"op", "tune"}, {"kernel", "reduce_sum"}, {"shape", "N=4096"}});
+    INFO(tune.dump());
+    CHECK(tune.at("error").at("code") == "no_device");
+    CHECK_THAT(tune["error"]["message"].get<std::string>(),
+               Catch::Contains("device cpu is unknown") && Catch::Contains("no-such-worker"));
+  }
+}

@@ -4,7 +4,7 @@
 #include "bench/runner.hpp"
 #include "compiler/compiler.hpp"
 #include "compiler/host_compiler.hpp"
-#include "compiler/kernel_registry.hpp"
+#include "jobs/kernel_registry.hpp"
 #include "core/hash.hpp"
 #include "tests/support/temp_dir.hpp"
 

@@ -13,7 +13,8 @@
 // two places hold a family of one name and language, the first wins and the second is listed as
 // broken (a duplicate). Not thread-safe: find() updates the registry's view of the family it
 // re-reads.
-#include "compiler/compiler.hpp"
+#include "jobs/compile_job.hpp"
+#include "jobs/dtype.hpp"
 #include "core/kernel_spec.hpp"
 #include "core/param_space.hpp"
 #include "core/result.hpp"

@@ -1,4 +1,4 @@
-#include "compiler/compiler.hpp"
+#include "jobs/compile_job.hpp"
 
 #include "core/protocol.hpp"
 
@@ -196,26 +196,6 @@ Result<CompileOutcome> CompileOutcome::from_json(const json& j) {
             ": field 'artifact_path' is missing (expected a string when status is ok)");
   }
   return outcome;
-}
-
-Result<std::string> dtype_c_type(std::string_view dtype) {
-  if (dtype == "f32") return std::string("float");
-  if (dtype == "f64") return std::string("double");
-  if (dtype == "i32") return std::string("int32_t");
-  if (dtype == "i64") return std::string("int64_t");
-  if (dtype == "f16") {
-    return make_error(protocol::code::bad_dtype, "f16 is not supported by the host compiler");
-  }
-  return make_error(protocol::code::bad_dtype, "unknown dtype '" + std::string(dtype) +
-                                                   "' (expected f32, f64, i32, i64 or f16)");
-}
-
-Result<std::size_t> dtype_size(std::string_view dtype) {
-  if (dtype == "f32" || dtype == "i32") return std::size_t{4};
-  if (dtype == "f64" || dtype == "i64") return std::size_t{8};
-  if (dtype == "f16") return std::size_t{2};
-  return make_error(protocol::code::bad_dtype, "unknown dtype '" + std::string(dtype) +
-                                                   "' (expected f32, f64, i32, i64 or f16)");
 }
 
 } // namespace ktune

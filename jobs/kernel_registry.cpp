@@ -1,4 +1,4 @@
-#include "compiler/kernel_registry.hpp"
+#include "jobs/kernel_registry.hpp"
 
 #include "core/hash.hpp"
 #include "core/protocol.hpp"

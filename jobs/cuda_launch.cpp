@@ -1,4 +1,4 @@
-#include "bench/cuda_launch.hpp"
+#include "jobs/cuda_launch.hpp"
 
 #include "core/expr.hpp"
 #include "core/protocol.hpp"

@@ -1,6 +1,6 @@
-#include "bench/runner.hpp"
+#include "jobs/bench_job.hpp"
 
-#include "bench/host_buffers.hpp"
+#include "jobs/dtype.hpp"
 #include "core/expr.hpp"
 
 #include <cmath>

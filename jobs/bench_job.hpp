@@ -1,0 +1,129 @@
+#pragma once
+// What the daemon sends a bench worker and what comes back. A BenchJob is self-contained (it
+// travels to the bench worker as JSON): every expression is already evaluated by the daemon
+// (make_bench_job). The worker runs it through a Runner (bench/runner.hpp).
+#include "core/kernel_spec.hpp"
+#include "core/param_space.hpp"
+#include "core/result.hpp"
+#include "core/stats.hpp"
+#include "core/status.hpp"
+#include "jobs/cuda_launch.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ktune {
+
+struct BenchArg {
+  std::string name;
+  std::string kind;            // in | out | inout | scalar
+  std::string dtype;           // f32 f64 i32 i64
+  std::int64_t count = 0;      // elements (buffers)
+  std::string init = "uniform";// uniform | zero | ones | index (buffers)
+  double value = 0;            // scalars (converted to dtype)
+
+  [[nodiscard]] nlohmann::json to_json() const;
+  // Validates kind, dtype, init and (buffers) count >= 1. Errors: "bad_request" naming
+  // `field` (e.g. "args[2]") and the key.
+  [[nodiscard]] static Result<BenchArg> from_json(const nlohmann::json& j,
+                                                  const std::string& field = "arg");
+};
+
+struct MeasureSettings {
+  int min_samples = 10;
+  int max_samples = 1000;
+  double target_rsd = 0.01;    // stop when stddev/mean falls under this ...
+  double min_time_s = 0.05;    // ... with at least this much measured time
+  double max_time_s = 15.0;    // hard cap on measured time
+  double warmup_ms = 25.0;
+  bool flush_cache = true;     // flush the LLC between samples
+  std::uint64_t seed = 42;     // buffer initialisation
+  int prune_after = 3;         // samples taken before the prune test (bench/sampler.hpp)
+  double prune_factor = 2.0;   // the scheduler prunes above prune_factor x the best median; 0 = off
+  // The finals (daemon/scheduler.hpp): when the search is over, the best and the candidates
+  // within final_margin of it, at most `finalists` of them (0 or 1: no finals), are measured
+  // again in final_rounds interleaved rounds; tie_margin decides the ties (judge_finals).
+  int finalists = 32;
+  double final_margin = 0.30;
+  int final_rounds = 5;
+  double tie_margin = 0.03;
+
+  [[nodiscard]] nlohmann::json to_json() const;
+  // Missing fields, and fields of the wrong type, keep their defaults.
+  [[nodiscard]] static MeasureSettings from_json(const nlohmann::json& j);
+  // Strict form (used by BenchJob::from_json): missing = default, a field of the wrong type is
+  // an error ("bad_request" naming the field). A null `j` gives the defaults.
+  [[nodiscard]] static Result<MeasureSettings> parse(const nlohmann::json& j);
+};
+
+struct BenchJob {
+  std::string kernel;
+  std::string entry;           // extern "C" symbol
+  std::string artifact_path;   // the candidate
+  std::string reference_path;  // the reference config's artifact ("" = no check)
+  std::string shape;           // for messages and buffer-cache keys
+  std::vector<BenchArg> args;  // in spec order
+  double flops = 0;            // per run, 0 = unknown
+  double bytes = 0;
+  double rtol = 1e-3, atol = 1e-5;
+  bool inplace = false;
+  MeasureSettings settings;
+  // Stop early, recording the candidate as pruned, when the median of its first
+  // settings.prune_after samples is above this (the scheduler passes prune_factor x the best
+  // median so far); 0 = never (JSON "prune_above_ms").
+  double prune_above_ms = 0;
+  // CUDA candidates only: the candidate's launch geometry and the reference config's (absent
+  // for CPU jobs). JSON "launch" and "reference_launch", CudaLaunch::to_json(), omitted when
+  // absent.
+  std::optional<CudaLaunch> launch;
+  std::optional<CudaLaunch> reference_launch;
+  int cuda_device = 0;         // CUDA candidates: the device ordinal (JSON "cuda_device")
+
+  [[nodiscard]] nlohmann::json to_json() const;
+  // Errors: "bad_request" naming the field ("args[1].dtype"). Required: kernel, entry,
+  // artifact_path, args; the rest default as above.
+  [[nodiscard]] static Result<BenchJob> from_json(const nlohmann::json& j);
+};
+
+struct BenchOutcome {
+  CandidateStatus status = CandidateStatus::ok;  // ok | mismatch | runtime_error | launch_error
+  std::string reason;          // one line: "max abs error 0.5 at C[17] (rtol 1e-3)"
+  SampleStats stats;
+  double gflops = 0;           // flops / median, 0 when flops unknown
+  double gbps = 0;
+  // The candidate's resources where the runner knows them (CUDA: cuFuncGetAttribute), -1 when
+  // unknown (every CPU candidate; spills are never reported by the driver).
+  int registers = -1;
+  int spills = -1;             // spill bytes
+  int shared_bytes = -1;       // static shared memory per block
+  bool pruned = false;         // sampling stopped early: slower than BenchJob::prune_above_ms
+  std::string stop;            // why sampling ended (SampleStop: converged, settled, capped, pruned)
+
+  // {"status":"ok","reason":"","stats":{"n":..,"min_ms":..,"max_ms":..,"median_ms":..,
+  //  "mean_ms":..,"stddev_ms":..,"q1_ms":..,"q3_ms":..},"gflops":..,"gbps":..,
+  //  "registers":-1,"spills":-1,"shared_bytes":-1,"pruned":false,"stop":"converged"} (the last
+  //  five optional: -1, false, "")
+  [[nodiscard]] nlohmann::json to_json() const;
+  // Errors: "bad_request" naming the field; status must be a known candidate status.
+  [[nodiscard]] static Result<BenchOutcome> from_json(const nlohmann::json& j);
+};
+
+// Evaluates the spec's arg counts/values and metrics for (shape, config, dtype) into a BenchJob.
+// Scalar args without a dtype are i64; buffer args without one take the job's dtype.
+// Expressions see the spec's shape dims and params, bound to bind(shape, config). Counts must be
+// >= 1; integral scalars must evaluate to integers (and fit i32 for i32 args); absent metrics
+// give 0. For a CUDA spec (language cuda) the job also carries the launch geometry of `config`
+// and of spec.default_config (make_cuda_launch), whose errors it returns. Errors, each naming
+// the kernel, shape, arg and expression: bad_expression (does not compile or evaluate),
+// bad_shape (count < 1, value out of range), bad_dtype (unknown dtype).
+[[nodiscard]] Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape,
+                                              const Config& config, const std::string& dtype,
+                                              const std::string& artifact_path,
+                                              const std::string& reference_path,
+                                              const MeasureSettings& settings);
+
+} // namespace ktune
