@@ -211,8 +211,10 @@ Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel
   return Target{std::move(*kernel), std::move(*conformed), dtype, std::move(*device)};
 }
 
-Result<nlohmann::json> RequestHandler::submit_tune(PlanRequest request, uid_t client) {
-  auto plan = m_planner.plan(std::move(request));
+Result<nlohmann::json> RequestHandler::submit_tune(PlanRequest request,
+                                                   Result<std::vector<Config>> configs,
+                                                   uid_t client) {
+  auto plan = m_planner.plan(std::move(request), std::move(configs));
   if (!plan) return plan.error();
   const std::int64_t total = plan->record.total;
   const std::size_t quarantined = plan->quarantined;
@@ -298,7 +300,8 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   } else {
     device_names.push_back(req.device);
   }
-  nlohmann::json jobs = nlohmann::json::array();
+  std::vector<PlanRequest> plans;
+  bool big = false;
   for (const auto& name : device_names) {
     auto target = resolve(req.kernel, req.shape, req.dtype, name);
     if (!target) return fail(target.error());
@@ -312,12 +315,48 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     plan.budget_fraction = req.budget_fraction;
     plan.seed = req.seed.value_or(0);
     plan.options = options;
-    auto submitted = submit_tune(std::move(plan), client);
-    if (!submitted) return fail(submitted.error());
+    const auto size = Planner::space_size(plan.kernel.spec, plan.shape);
+    big = big || (size && *size > k_inline_enumeration);
+    plans.push_back(std::move(plan));
+  }
+  const bool all = req.device == "all";
+  if (!big) {
+    std::vector<Result<std::vector<Config>>> spaces;
+    for (const auto& plan : plans) spaces.push_back(Planner::enumerate(plan.kernel.spec, plan.shape));
+    return submit_tunes(session, request, req.wait, all, std::move(plans), std::move(spaces));
+  }
+  // A big space is enumerated on the helper thread; the loop goes on serving meanwhile. A client
+  // gone by then has its request dropped (no job is created).
+  std::weak_ptr<Session> weak = session;
+  auto shared = std::make_shared<std::vector<PlanRequest>>(std::move(plans));
+  asio::post(m_offload, [this, weak, request, wait = req.wait, all, shared] {
+    auto spaces = std::make_shared<std::vector<Result<std::vector<Config>>>>();
+    for (const auto& plan : *shared) spaces->push_back(Planner::enumerate(plan.kernel.spec, plan.shape));
+    asio::post(m_ctx.io, [this, weak, request, wait, all, shared, spaces] {
+      auto session = weak.lock();
+      if (!session || m_stopping) return;
+      submit_tunes(session, request, wait, all, std::move(*shared), std::move(*spaces));
+    });
+  });
+}
+
+void RequestHandler::submit_tunes(const std::shared_ptr<Session>& session,
+                                  const protocol::Request& request, bool wait, bool all,
+                                  std::vector<PlanRequest> plans,
+                                  std::vector<Result<std::vector<Config>>> spaces) {
+  const uid_t client = session->peer().uid;
+  nlohmann::json jobs = nlohmann::json::array();
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    auto submitted = submit_tune(std::move(plans[i]), std::move(spaces[i]), client);
+    if (!submitted) {
+      session->send(protocol::encode_error(request.id, submitted.error().code,
+                                           submitted.error().message));
+      return;
+    }
     jobs.push_back(std::move(*submitted));
   }
-  if (req.device == "all") {
-    if (!req.wait) {
+  if (all) {
+    if (!wait) {
       session->send(protocol::encode_ok(request.id, {{"jobs", std::move(jobs)}}));
       return;
     }
@@ -325,7 +364,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     for (const auto& j : jobs) ids.push_back(j.at("job").get<std::int64_t>());
     return watch_jobs(session, request, std::move(ids));
   }
-  if (!req.wait) {
+  if (!wait) {
     session->send(protocol::encode_ok(request.id, jobs.front()));
     return;
   }
@@ -670,14 +709,18 @@ Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name
   return out;
 }
 
-Result<std::int64_t> RequestHandler::tune_on_miss(const CachedKernel& kernel,
-                                                  const std::string& shape,
-                                                  const std::string& dtype,
-                                                  const ResolvedDevice& device, uid_t client) {
+Result<std::optional<std::int64_t>> RequestHandler::tune_on_miss(const CachedKernel& kernel,
+                                                                 const std::string& shape,
+                                                                 const std::string& dtype,
+                                                                 const ResolvedDevice& device,
+                                                                 uid_t client) {
+  using Queued = std::optional<std::int64_t>;
   std::string key = lookup_key(kernel.name, kernel.source_hash, shape, dtype);
   key += '\x1f';
   key += device.fingerprint;
-  if (const auto it = m_pending_tunes.find(key); it != m_pending_tunes.end()) return it->second;
+  if (const auto it = m_pending_tunes.find(key); it != m_pending_tunes.end()) {
+    return it->second == 0 ? Queued() : Queued(it->second);
+  }
   if (auto refused = m_quota.refusal(client)) return *refused;
   auto target = resolve(kernel.name, shape, dtype, std::string(device.name));
   if (!target) return target.error();
@@ -687,12 +730,43 @@ Result<std::int64_t> RequestHandler::tune_on_miss(const CachedKernel& kernel,
   request.dtype = target->dtype;
   request.device = std::move(target->device);
   request.options.priority = k_background_priority;
-  auto submitted = submit_tune(std::move(request), client);
-  if (!submitted) return submitted.error();
+  if (const auto size = Planner::space_size(request.kernel.spec, request.shape);
+      size && *size > k_inline_enumeration) {
+    m_pending_tunes[key] = 0;
+    auto shared = std::make_shared<PlanRequest>(std::move(request));
+    asio::post(m_offload, [this, key, shared, client] {
+      auto configs = std::make_shared<Result<std::vector<Config>>>(
+          Planner::enumerate(shared->kernel.spec, shared->shape));
+      asio::post(m_ctx.io, [this, key, shared, client, configs] {
+        if (m_stopping) return;
+        auto id = submit_tune_on_miss(key, std::move(*shared), std::move(*configs), client);
+        if (!id) {
+          KTUNE_LOG(warn) << "tune-on-miss not queued: " << id.error().message;
+        }
+      });
+    });
+    return Queued();
+  }
+  auto configs = Planner::enumerate(request.kernel.spec, request.shape);
+  auto id = submit_tune_on_miss(key, std::move(request), std::move(configs), client);
+  if (!id) return id.error();
+  return Queued(*id);
+}
+
+Result<std::int64_t> RequestHandler::submit_tune_on_miss(const std::string& key,
+                                                         PlanRequest request,
+                                                         Result<std::vector<Config>> configs,
+                                                         uid_t client) {
+  const std::string what = request.kernel.spec.name + " " + request.shape.to_string() + " " +
+                           request.dtype + " on " + request.device.name;
+  auto submitted = submit_tune(std::move(request), std::move(configs), client);
+  if (!submitted) {
+    m_pending_tunes.erase(key);
+    return submitted.error();
+  }
   const std::int64_t id = submitted->at("job").get<std::int64_t>();
-  KTUNE_LOG(info) << "tune-on-miss: " << kernel.name << " " << shape << " " << dtype << " on "
-                  << device.name << (submitted->value("joined", false) ? " joins" : " is")
-                  << " job " << id;
+  KTUNE_LOG(info) << "tune-on-miss: " << what
+                  << (submitted->value("joined", false) ? " joins" : " is") << " job " << id;
   m_pending_tunes[key] = id;
   m_pending_jobs.emplace(id, key);
   return id;

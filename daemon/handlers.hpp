@@ -64,8 +64,20 @@ private:
   };
   [[nodiscard]] Result<Target> resolve(const std::string& kernel, const std::string& shape,
                                        const std::string& dtype, const std::string& device);
-  // Plans, joins or creates and queues one tune job; the reply fields of that job.
-  [[nodiscard]] Result<nlohmann::json> submit_tune(PlanRequest request, uid_t client);
+  // Plans (over `configs`, PlanRequest's space as Planner::enumerate gives it), joins or creates
+  // and queues one tune job; the reply fields of that job.
+  [[nodiscard]] Result<nlohmann::json> submit_tune(PlanRequest request,
+                                                   Result<std::vector<Config>> configs,
+                                                   uid_t client);
+  // The second half of `tune`: submits each plan over its space, then replies or watches.
+  void submit_tunes(const std::shared_ptr<Session>& session, const protocol::Request& request,
+                    bool wait, bool all, std::vector<PlanRequest> plans,
+                    std::vector<Result<std::vector<Config>>> spaces);
+  // The tune-on-miss job of `key` submitted over its space; on failure the key is forgotten.
+  [[nodiscard]] Result<std::int64_t> submit_tune_on_miss(const std::string& key,
+                                                         PlanRequest request,
+                                                         Result<std::vector<Config>> configs,
+                                                         uid_t client);
 
   // Ops answered at once; answer() dispatches them. `client`: the uid of the requesting
   // connection, charged for the jobs the request creates (tune-on-miss).
@@ -105,8 +117,9 @@ private:
                                                   uid_t client);
   // Tune-on-miss: a job of the lowest priority for the exact key on a local device, joined like
   // any identical request. Returns the job id; a new job is charged to `client`, and refused
-  // with too_many_jobs at its quota.
-  [[nodiscard]] Result<std::int64_t> tune_on_miss(const CachedKernel& kernel,
+  // with too_many_jobs at its quota. A space over k_inline_enumeration combinations is planned
+  // off the loop: nullopt until then (the misses answered meanwhile carry no tune_job).
+  [[nodiscard]] Result<std::optional<std::int64_t>> tune_on_miss(const CachedKernel& kernel,
                                                   const std::string& shape,
                                                   const std::string& dtype,
                                                   const ResolvedDevice& device, uid_t client);
@@ -121,9 +134,10 @@ private:
   Planner m_planner{m_ctx.store};
   bool m_tune_on_miss_policy = false;               // KTUNE_TUNE_ON_MISS=1 in ktuned's environment
   // Tune-on-miss keys with a queued or running job, so that a repeated miss skips planning.
-  std::map<std::string, std::int64_t> m_pending_tunes;  // key -> job id, until the job ends
+  std::map<std::string, std::int64_t> m_pending_tunes;  // key -> job id (0: being planned)
   std::multimap<std::int64_t, std::string> m_pending_jobs; // job id -> keys
-  // One thread for pure work too slow for the io thread (decoding an imported table). Declared
+  // One thread for pure work too slow for the io thread (decoding an imported table,
+  // enumerating a search space of more than k_inline_enumeration combinations). Declared
   // last, so it is joined before anything its tasks use is destroyed.
   asio::thread_pool m_offload{1};
 };

@@ -58,9 +58,8 @@ Result<std::vector<ResultRecord>> Planner::reusable_results(const JobRecord& rec
   return out;
 }
 
-Result<JobPlan> Planner::plan(PlanRequest request) const {
-  const KernelSpec& spec = request.kernel.spec;
-  auto space = ParamSpace::create(spec, request.shape);
+Result<std::vector<Config>> Planner::enumerate(const KernelSpec& spec, const Shape& shape) {
+  auto space = ParamSpace::create(spec, shape);
   if (!space) return space.error();
   const auto start = std::chrono::steady_clock::now();
   auto configs = space->enumerate();
@@ -69,11 +68,27 @@ Result<JobPlan> Planner::plan(PlanRequest request) const {
                    << " configs of " << spec.name << " in " << log::elapsed_ms(start) << " ms";
   if (configs->empty()) {
     return make_error(code::empty_space,
-                      "kernel " + spec.name + " admits no config at " +
-                          request.shape.to_string() + ": all " +
-                          std::to_string(space->cartesian_size()) +
+                      "kernel " + spec.name + " admits no config at " + shape.to_string() +
+                          ": all " + std::to_string(space->cartesian_size()) +
                           " combinations are rejected by [space].constraints");
   }
+  return configs;
+}
+
+Result<std::uint64_t> Planner::space_size(const KernelSpec& spec, const Shape& shape) {
+  auto space = ParamSpace::create(spec, shape);
+  if (!space) return space.error();
+  return space->cartesian_size();
+}
+
+Result<JobPlan> Planner::plan(PlanRequest request) const {
+  auto configs = enumerate(request.kernel.spec, request.shape);
+  return plan(std::move(request), std::move(configs));
+}
+
+Result<JobPlan> Planner::plan(PlanRequest request, Result<std::vector<Config>> configs) const {
+  const KernelSpec& spec = request.kernel.spec;
+  if (!configs) return configs.error();
 
   JobPlan plan;
   JobRecord& record = plan.record;

@@ -21,6 +21,10 @@
 
 namespace ktune::daemon {
 
+// Spaces of up to this many combinations are enumerated on the io thread (a few ms at most);
+// bigger ones on a helper thread (RequestHandler), so that lookups never wait for them.
+inline constexpr std::uint64_t k_inline_enumeration = 10'000;
+
 // The priority of tune-on-miss jobs: below any a client may ask for (-100..100).
 inline constexpr int k_background_priority = -1000;
 
@@ -66,10 +70,20 @@ class Planner {
 public:
   explicit Planner(Store& store) : m_store(store) {}
 
-  // The search space at the shape, minus quarantined configs (unless retry_failed), and the
-  // record of the job. Errors: the spec's (bad_shape, ...), empty_space saying why, internal
+  // The configs `spec` admits at `shape`. Touches no store: safe on any thread, which is where
+  // a big space is enumerated (RequestHandler, k_inline_enumeration). Errors: the spec's
+  // (bad_shape, space_too_large, ...), empty_space saying why.
+  [[nodiscard]] static Result<std::vector<Config>> enumerate(const KernelSpec& spec,
+                                                             const Shape& shape);
+  // How many combinations enumerate() walks (the cartesian product); errors as the spec's.
+  [[nodiscard]] static Result<std::uint64_t> space_size(const KernelSpec& spec, const Shape& shape);
+
+  // The search space at the shape (enumerated here, or given by enumerate()), minus quarantined
+  // configs (unless retry_failed), and the record of the job. Errors: enumerate()'s, internal
   // when the store cannot be read.
   [[nodiscard]] Result<JobPlan> plan(PlanRequest request) const;
+  [[nodiscard]] Result<JobPlan> plan(PlanRequest request,
+                                     Result<std::vector<Config>> configs) const;
 
   // Stores the kernel, the device and the job (state queued); sets plan.record.id and the rows
   // the job reuses. Errors: internal.

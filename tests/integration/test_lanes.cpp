@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -398,5 +399,66 @@ TEST_CASE("ktuned learns the CPU from a worker; without one it still serves, and
     CHECK(tune.at("error").at("code") == "no_device");
     CHECK_THAT(tune["error"]["message"].get<std::string>(),
                Catch::Contains("device cpu is unknown") && Catch::Contains("no-such-worker"));
+  }
+}
+
+TEST_CASE("a big search space is enumerated off the event loop", "[integration][lanes]") {
+  TempDir home;
+  // reduce_sum with four more parameters: 40^4 = 2.56 M combinations, 5 admitted.
+  const auto family = home.path() / "kernels" / "huge";
+  std::filesystem::create_directories(family);
+  std::filesystem::copy_file(KTUNE_SOURCE_DIR "/kernels_src/reduce_sum/kernel.cpp",
+                             family / "kernel.cpp");
+  std::string values;
+  for (int i = 0; i < 40; ++i) values += (i ? ", " : "") + std::to_string(i);
+  home.write("kernels/huge/kernel.toml",
+             "[kernel]\nname = \"huge\"\nlanguage = \"cpp\"\nsource = \"kernel.cpp\"\n"
+             "entry = \"reduce_sum\"\nshape = [\"N\"]\ndtypes = [\"f32\"]\n"
+             "[params]\nLANES = [16]\nCHUNK = [4096]\nA = [" + values + "]\nB = [" + values +
+             "]\nC = [" + values + "]\nD = [" + values + "]\n"
+             "[space]\nconstraints = [\"A + B + C + D < 2\"]\n"
+             "[[args]]\nname = \"X\"\nkind = \"in\"\ncount = \"N\"\n"
+             "[[args]]\nname = \"OUT\"\nkind = \"out\"\ncount = \"1\"\n"
+             "[[args]]\nname = \"N\"\nkind = \"scalar\"\nvalue = \"N\"\n"
+             "[check]\nreference = \"default\"\natol = 0.1\n"
+             "[default]\nLANES = 16\nCHUNK = 4096\nA = 0\nB = 0\nC = 0\nD = 0\n");
+  home.write("ktuned.toml", "[measure]\nmin_samples = 3\nmax_samples = 5\nmax_time_s = 0.01\n"
+                            "min_time_s = 0\nwarmup_ms = 1\nflush_cache = false\nfinalists = 0\n");
+  DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
+                                    "--kernel-dir", (home.path() / "kernels").string()});
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  Connection tuner = connect(daemon);
+  Connection c = connect(daemon);
+
+  SECTION("a tune: lookups are answered while its space is enumerated") {
+    REQUIRE(tuner.send_raw(R"({"v":1,"id":7,"op":"tune","kernel":"huge","shape":"N=4096"})"
+                           "\n").ok());
+    // Served while the 2.56 M combinations are walked: the tune has no job yet.
+    const json lookup = ok_result(c, {{"op", "lookup"}, {"kernel", "huge"}, {"shape", "N=4096"}});
+    CHECK(lookup.at("rung") == "default");
+    CHECK(ok_result(c, {{"op", "jobs"}}).at("jobs").empty());
+    auto line = tuner.read_line(k_reply_timeout);
+    REQUIRE(line.ok());
+    const json tuned = json::parse(*line);
+    INFO(tuned.dump());
+    REQUIRE(tuned.value("ok", false));
+    CHECK(tuned["result"]["total"] == 5);
+    CHECK(ok_result(c, {{"op", "cancel"}, {"job", tuned["result"]["job"]}}).is_object());
+  }
+  SECTION("a tune-on-miss: the misses while it is planned carry no job, later ones do") {
+    const json request = {{"op", "lookup"}, {"kernel", "huge"}, {"shape", "N=8192"},
+                          {"tune_on_miss", true}};
+    const json first = ok_result(c, request);
+    CHECK_FALSE(first.contains("tune_job"));
+    json later = first;
+    for (int i = 0; i < 600 && !later.contains("tune_job"); ++i) {
+      std::this_thread::sleep_for(100ms);
+      later = ok_result(c, request);
+    }
+    REQUIRE(later.contains("tune_job"));
+    const json jobs = ok_result(c, {{"op", "jobs"}});
+    REQUIRE(jobs.at("jobs").size() == 1);  // the repeated misses joined one job
+    CHECK(jobs["jobs"][0]["id"] == later["tune_job"]);
+    CHECK(jobs["jobs"][0]["total"] == 5);
   }
 }
