@@ -671,10 +671,18 @@ int list_kernels(const GlobalOptions& global, Output& io) {
       std::string params;
       const json& p = field(k, "params");
       if (p.is_object()) {
-        for (auto it = p.begin(); it != p.end(); ++it) {
+        // In the spec's order ("param_names"), else as the object lists them.
+        json names = field(k, "param_names");
+        if (!names.is_array()) {
+          names = json::array();
+          for (auto it = p.begin(); it != p.end(); ++it) names.push_back(it.key());
+        }
+        for (const auto& name : names) {
+          if (!name.is_string() || !p.contains(name.get<std::string>())) continue;
+          const json& values = p.at(name.get<std::string>());
           if (!params.empty()) params += ',';
-          params += it.key() + "(" +
-                    std::to_string(it.value().is_array() ? it.value().size() : 1) + ")";
+          params += name.get<std::string>() + "(" +
+                    std::to_string(values.is_array() ? values.size() : 1) + ")";
         }
       }
       table.add_row({as_text(field(k, "name")), as_text(field(k, "language")),

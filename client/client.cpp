@@ -1,5 +1,6 @@
 #include "client/client.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -189,10 +190,55 @@ Result<nlohmann::json> Connection::request(nlohmann::json request, const EventHa
   return request_as<nlohmann::json>(std::move(request), on_event, timeout);
 }
 
+namespace {
+
+// ktuned's replies carry configs as JSON objects (whose members a reader may sort) next to
+// "params": the kernel's parameter names in spec order. Puts the members of every "config" and
+// "best_config" object under such an object in that order (names not listed keep theirs, last).
+void apply_param_order(nlohmann::ordered_json& value, const nlohmann::ordered_json* order) {
+  if (value.is_array()) {
+    for (auto& item : value) apply_param_order(item, order);
+    return;
+  }
+  if (!value.is_object()) return;
+  if (const auto it = value.find("params"); it != value.end() && it->is_array() &&
+                                             std::all_of(it->begin(), it->end(),
+                                                         [](const auto& n) { return n.is_string(); })) {
+    order = &*it;
+  }
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    if (order != nullptr && it->is_object() && (it.key() == "config" || it.key() == "best_config")) {
+      nlohmann::ordered_json sorted = nlohmann::ordered_json::object();
+      for (const auto& name : *order) {
+        const auto& key = name.template get_ref<const std::string&>();
+        if (const auto found = it->find(key); found != it->end()) sorted[key] = *found;
+      }
+      for (auto member = it->begin(); member != it->end(); ++member) {
+        if (!sorted.contains(member.key())) sorted[member.key()] = member.value();
+      }
+      *it = std::move(sorted);
+    } else if (it.key() != "params") {
+      apply_param_order(*it, order);
+    }
+  }
+}
+
+} // namespace
+
 Result<nlohmann::ordered_json> Connection::request_ordered(nlohmann::json request,
                                                            const OrderedEventHandler& on_event,
                                                            std::chrono::milliseconds timeout) {
-  return request_as<nlohmann::ordered_json>(std::move(request), on_event, timeout);
+  OrderedEventHandler ordered_events;
+  if (on_event) {
+    ordered_events = [&on_event](const nlohmann::ordered_json& event) {
+      nlohmann::ordered_json copy = event;
+      apply_param_order(copy, nullptr);
+      on_event(copy);
+    };
+  }
+  auto reply = request_as<nlohmann::ordered_json>(std::move(request), ordered_events, timeout);
+  if (reply) apply_param_order(*reply, nullptr);
+  return reply;
 }
 
 template <class Json>

@@ -55,8 +55,13 @@ std::uint64_t cartesian_size(const KernelSpec& spec) {
 nlohmann::json kernel_to_json(const LoadedKernel& kernel) {
   const KernelSpec& spec = kernel.spec;
   nlohmann::json params = nlohmann::json::object();
-  for (const auto& param : spec.params) params[param.name] = param.values;
+  nlohmann::json names = nlohmann::json::array();  // spec order (an object's may be sorted)
+  for (const auto& param : spec.params) {
+    params[param.name] = param.values;
+    names.push_back(param.name);
+  }
   return {{"name", spec.name},
+          {"param_names", std::move(names)},
           {"language", std::string(to_string(spec.language))},
           {"shape", spec.shape_dims},
           {"dtypes", spec.dtypes},

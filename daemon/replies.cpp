@@ -35,6 +35,14 @@ nlohmann::json stored_config_to_json(const std::string& text) {
   return parsed.is_discarded() ? nlohmann::json(text) : parsed;
 }
 
+nlohmann::json param_order(const std::string& config_text) {
+  nlohmann::json names = nlohmann::json::array();
+  const auto parsed = nlohmann::ordered_json::parse(config_text, nullptr, false);
+  if (!parsed.is_object()) return names;
+  for (auto it = parsed.begin(); it != parsed.end(); ++it) names.push_back(it.key());
+  return names;
+}
+
 nlohmann::json job_to_json(const JobRecord& job) {
   return {
       {"id", job.id},
@@ -148,6 +156,7 @@ Result<nlohmann::json> job_summary(const Store& store, std::int64_t job_id, With
   auto results = store.job_results(job_id);
   if (!results) return results.error();
   nlohmann::json out = {{"job", job_to_json(**job)}, {"winner", winner_to_json(pick_winner(*results))}};
+  if (!results->empty()) out["params"] = param_order(results->front().config);
   if (with_results == WithResults::yes) {
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& r : *results) rows.push_back(result_to_json(r));

@@ -19,6 +19,9 @@ namespace ktune::daemon {
 [[nodiscard]] std::string config_json_text(const Config& config);
 // Parses stored config text back into an object (the text itself if it is not JSON).
 [[nodiscard]] nlohmann::json stored_config_to_json(const std::string& text);
+// The parameter names of a stored config's text, in the order written (the kernel spec's): the
+// "params" of replies that carry configs, since a JSON object's members may be read sorted.
+[[nodiscard]] nlohmann::json param_order(const std::string& config_text);
 
 [[nodiscard]] nlohmann::json job_to_json(const JobRecord& job);
 [[nodiscard]] nlohmann::json result_to_json(const ResultRecord& result);

@@ -881,6 +881,7 @@ nlohmann::json Scheduler::progress(const ActiveJob& job, const ResultRecord& las
       {"done", job.done},
       {"total", job.total},
       {"failed", job.failed},
+      {"params", param_order(last.config)},
       {"best_config", nullptr},
       {"best_median_ms", nullptr},
       {"best_gflops", nullptr},

@@ -198,6 +198,8 @@ TEST_CASE("ktune round trip with ktuned", "[cli][daemon]") {
   auto kernels = run_ktune(home, {"kernels"});
   CHECK(kernels.code == 0);
   CHECK_THAT(kernels.out, Catch::Contains("reduce_sum"));
+  // Parameters in the spec's order (LANES before CHUNK), not sorted.
+  CHECK_THAT(kernels.out, Catch::Contains("LANES(7),CHUNK(5)"));
 
   auto tune = run_ktune(home, {"tune", "reduce_sum", "--shape", "N=4096", "--wait"});
   INFO("tune: " << tune.out << tune.err);
@@ -205,7 +207,7 @@ TEST_CASE("ktune round trip with ktuned", "[cli][daemon]") {
   std::smatch m;
   REQUIRE(std::regex_search(tune.out, m, std::regex("job ([0-9]+) done: ([0-9]+) candidates")));
   const std::string job_id = m[1];
-  CHECK_THAT(tune.out, Catch::StartsWith("winner: "));
+  CHECK_THAT(tune.out, Catch::StartsWith("winner: LANES="));
 
   auto query = run_ktune(home, {"--json", "query", "reduce_sum", "--shape", "N=4096"});
   INFO("query: " << query.out << query.err);
@@ -221,7 +223,8 @@ TEST_CASE("ktune round trip with ktuned", "[cli][daemon]") {
   auto job = run_ktune(home, {"job", job_id});
   CHECK(job.code == 0);
   CHECK_THAT(job.out, Catch::StartsWith("job " + job_id + ": reduce_sum N=4096") &&
-                          Catch::Contains("\n* "));
+                          Catch::Contains("\n* LANES=") && Catch::Contains("  winner    LANES="));
+  CHECK_THAT(job.out, !Catch::Contains("CHUNK=4096,LANES="));
 
   auto report_json =
       run_ktune(home, {"--json", "report", job_id, "-o", (home.path() / "r.html").string()});
