@@ -97,11 +97,11 @@ Result<void> write_atomically(const std::string& final_path, const std::string& 
   const fs::path dir = fs::path(final_path).parent_path();
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return make_error("io", "cannot create cache directory " + dir.string() + ": " + ec.message());
+  if (ec) return make_error("io_error", "cannot create cache directory " + dir.string() + ": " + ec.message());
   std::string tmp_path = final_path + ".tmp.XXXXXX";
   const int fd = ::mkstemp(tmp_path.data());
   if (fd < 0) {
-    return make_error("io", "cannot create a temp file in " + dir.string() + ": " + std::strerror(errno));
+    return make_error("io_error", "cannot create a temp file in " + dir.string() + ": " + std::strerror(errno));
   }
   std::size_t written = 0;
   while (written < bytes.size()) {
@@ -111,19 +111,19 @@ Result<void> write_atomically(const std::string& final_path, const std::string& 
       const int err = errno;
       ::close(fd);
       ::unlink(tmp_path.c_str());
-      return make_error("io", "cannot write " + tmp_path + ": " + std::strerror(err));
+      return make_error("io_error", "cannot write " + tmp_path + ": " + std::strerror(err));
     }
     written += static_cast<std::size_t>(n);
   }
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp_path.c_str());
-    return make_error("io", "cannot write " + tmp_path + ": " + std::strerror(err));
+    return make_error("io_error", "cannot write " + tmp_path + ": " + std::strerror(err));
   }
   if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp_path.c_str());
-    return make_error("io", "cannot rename " + tmp_path + " to " + final_path + ": " + std::strerror(err));
+    return make_error("io_error", "cannot rename " + tmp_path + " to " + final_path + ": " + std::strerror(err));
   }
   return {};
 }
