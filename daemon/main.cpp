@@ -5,6 +5,7 @@
 #include "daemon/server.hpp"
 
 #include <csignal>
+#include <sys/stat.h>
 #include <exception>
 #include <variant>
 
@@ -12,6 +13,9 @@ int main(int argc, char** argv) {
   using namespace ktune::daemon;
   // A client or worker that goes away mid-write is an error return, not a reason to die.
   std::signal(SIGPIPE, SIG_IGN);
+  // Everything ktuned creates (database, WAL, logs, cache, directories) is its user's alone,
+  // whatever umask it was started with; workers and compilers inherit this.
+  ::umask(077);
   try {
     auto parsed = parse_command_line(argc, argv);
     if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;

@@ -77,7 +77,11 @@ std::string describe_failures(const std::map<CandidateStatus, int>& failures) {
 
 std::chrono::milliseconds bench_deadline(const SchedulerSettings& settings,
                                          std::optional<double> override_s) {
-  if (override_s && *override_s > 0) return seconds_to_ms(*override_s);
+  // A job's own deadline is capped by the daemon's (a job stored by an older ktuned, which did
+  // not refuse 1e308, must not hang a lane either).
+  if (override_s && *override_s > 0) {
+    return seconds_to_ms(std::min(*override_s, std::max(settings.bench_timeout_max_s, 1.0)));
+  }
   if (settings.bench_timeout_s > 0) return seconds_to_ms(settings.bench_timeout_s);
   const double estimate = 2.0 * (settings.measure.warmup_ms / 1000.0 + settings.measure.max_time_s) + 1.0;
   return seconds_to_ms(
@@ -1003,7 +1007,7 @@ void Scheduler::announce_end(std::int64_t job_id, JobState state) {
 std::chrono::milliseconds Scheduler::compile_deadline(const JobRecord& record) const {
   const std::optional<double>& compile_timeout_s = record.options.compile_timeout_s;
   const double seconds = compile_timeout_s && *compile_timeout_s > 0
-                             ? *compile_timeout_s
+                             ? std::min(*compile_timeout_s, std::max(m_settings.compile_timeout_s, 3600.0))
                              : m_settings.compile_timeout_s;
   return seconds_to_ms(seconds);
 }

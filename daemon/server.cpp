@@ -103,6 +103,11 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   if (!store) return store.error();
   server->m_store.emplace(std::move(*store));
   KTUNE_LOG(info) << "opened " << cfg.db << " in " << log::elapsed_ms(start) << " ms";
+  if (struct stat st{}; ::stat(cfg.db.c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
+    KTUNE_LOG(warn) << cfg.db << " is readable or writable by other users (mode "
+                    << std::oct << (st.st_mode & 0777) << std::dec
+                    << "): every job and result in it is visible to them; chmod 600 it";
+  }
 
   server->m_devices = std::make_unique<DeviceRegistry>();
   if (auto stored = server->m_store->list_devices()) {

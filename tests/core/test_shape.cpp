@@ -56,3 +56,23 @@ TEST_CASE("core/shape: conform to a kernel's dims", "[core][shape]") {
     CHECK_THAT(conformed.error().message, Catch::Contains("no dimension 'K'"));
   }
 }
+
+TEST_CASE("core/shape: a huge shape is refused after a bounded amount of work, quoted briefly",
+          "[core][shape]") {
+  // 143k dimensions (857 KB) once took 33 s of quadratic duplicate checks.
+  std::string text;
+  for (int i = 0; i < 143000; ++i) text += (i ? ",D" : "D") + std::to_string(i) + "=1";
+  auto shape = ktune::Shape::parse(text);
+  REQUIRE_FALSE(shape.ok());
+  CHECK(shape.error().code == "bad_shape");
+  CHECK_THAT(shape.error().message, Catch::Contains("more than 64 dimensions"));
+  CHECK(shape.error().message.size() < 400);
+
+  auto long_value = ktune::Shape::parse("N=" + std::string(100000, '7') + "x");
+  REQUIRE_FALSE(long_value.ok());
+  CHECK(long_value.error().message.size() < 600);
+
+  std::string sixty_four;
+  for (int i = 0; i < 64; ++i) sixty_four += (i ? ",D" : "D") + std::to_string(i) + "=2";
+  CHECK(ktune::Shape::parse(sixty_four).ok());
+}

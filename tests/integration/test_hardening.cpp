@@ -605,3 +605,62 @@ TEST_CASE("a kernel spec cannot reach outside its own directory", "[integration]
     CHECK(loaded.ok());
   }
 }
+
+TEST_CASE("client numbers and shapes are bounded: a deadline over the limit and a shape of 100k "
+          "dimensions are refused, and the daemon goes on",
+          "[integration][hardening]") {
+  TempDir home;
+  auto daemon = start_daemon(home, "[limits]\nbench_timeout_max_s = 60\n");
+  Connection c = connect(daemon->socket());
+  // A per-job deadline beyond the daemon's limit would let a hanging candidate hold its lane.
+  REQUIRE(c.send_raw(R"({"v":1,"id":1,"op":"tune","kernel":"reduce_sum","shape":"N=4096",)"
+                     R"("bench_timeout_s":1e308})" "\n").ok());
+  const json refused = read_json(c);
+  INFO(refused.dump());
+  CHECK(refused["error"]["code"] == "bad_request");
+  CHECK_THAT(refused["error"]["message"].get<std::string>(),
+             Catch::Contains("bench_timeout_s") && Catch::Contains("bench_timeout_max_s") &&
+                 Catch::Contains("60"));
+  CHECK(code_of(c, R"({"v":1,"id":2,"op":"tune","kernel":"reduce_sum","shape":"N=4096",)"
+                   R"("compile_timeout_s":1e9})") == "bad_request");
+  // Within the limit it is taken.
+  const json accepted = ok_result(c, {{"op", "tune"}, {"kernel", "reduce_sum"}, {"shape", "N=4096"},
+                                      {"bench_timeout_s", 30}, {"budget", 1}});
+  CHECK(accepted.at("job").get<std::int64_t>() >= 1);
+
+  // 100k dimensions, 0.9 MB: once parsed in quadratic time (143k took 33 s, every client frozen).
+  std::string shape;
+  for (int i = 0; i < 100000; ++i) shape += (i ? ",D" : "D") + std::to_string(i) + "=1";
+  const json lookup = {{"v", 1}, {"id", 3}, {"op", "lookup"}, {"kernel", "reduce_sum"},
+                       {"shape", shape}};
+  REQUIRE(lookup.dump().size() < 1024 * 1024);
+  REQUIRE(c.send_raw(lookup.dump() + "\n").ok());
+  const json bad = read_json(c);
+  CHECK(bad["error"]["code"] == "bad_shape");
+  CHECK_THAT(bad["error"]["message"].get<std::string>(), Catch::Contains("more than 64"));
+  CHECK(bad.dump().size() < 1000);
+  CHECK(ok_result(c, {{"op", "stats"}}).at("pid") == daemon->pid());
+}
+
+TEST_CASE("what ktuned creates is private to its user whatever the umask it was started with",
+          "[integration][hardening]") {
+  TempDir home;
+  const mode_t before = ::umask(022);  // the usual umask: files 0644, directories 0755
+  auto daemon = start_daemon(home, "");
+  ::umask(before);
+  Connection c = connect(daemon->socket());
+  // A tune writes the database, its WAL and the compile cache.
+  (void)ok_result(c, {{"op", "tune"}, {"kernel", "reduce_sum"}, {"shape", "N=4096"},
+                      {"budget", 1}, {"wait", true}});
+  int checked = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(home.path())) {
+    if (entry.is_symlink() || entry.path().filename() == "ktuned.toml") continue;
+    struct stat st {};
+    REQUIRE(::lstat(entry.path().c_str(), &st) == 0);
+    INFO(entry.path().string() << " mode " << std::oct << (st.st_mode & 0777));
+    CHECK((st.st_mode & 0077) == 0);
+    ++checked;
+  }
+  CHECK(std::filesystem::exists(home.path() / "ktune.db"));
+  CHECK(checked >= 3);
+}
