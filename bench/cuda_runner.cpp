@@ -607,7 +607,9 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
     result.outcome.status = CandidateStatus::ok;
     result.outcome.pruned = sampler.reason() == SampleStop::pruned;
     result.outcome.stop = std::string(to_string(sampler.reason()));
-    result.outcome.stats = summarize(sampler.take_samples());
+    std::vector<double> samples = sampler.take_samples();
+    result.outcome.samples_ms.assign(samples.begin(), samples.end());
+    result.outcome.stats = summarize(std::move(samples));
     if (result.outcome.stats.median_ms > 0) {
       if (job.flops > 0) result.outcome.gflops = job.flops / (result.outcome.stats.median_ms * 1e6);
       if (job.bytes > 0) result.outcome.gbps = job.bytes / (result.outcome.stats.median_ms * 1e6);

@@ -387,7 +387,9 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
   outcome.status = CandidateStatus::ok;
   outcome.pruned = sampler.reason() == SampleStop::pruned;
   outcome.stop = std::string(to_string(sampler.reason()));
-  outcome.stats = summarize(sampler.take_samples());
+  std::vector<double> samples = sampler.take_samples();
+  outcome.samples_ms.assign(samples.begin(), samples.end());
+  outcome.stats = summarize(std::move(samples));
   if (outcome.stats.median_ms > 0) {
     if (job.flops > 0) outcome.gflops = job.flops / (outcome.stats.median_ms * 1e6);
     if (job.bytes > 0) outcome.gbps = job.bytes / (outcome.stats.median_ms * 1e6);

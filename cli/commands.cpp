@@ -3,6 +3,7 @@
 #include "cli/cuda_commands.hpp"
 #include "cli/daemon_calls.hpp"
 #include "cli/report_command.hpp"
+#include "cli/compare_command.hpp"
 #include "cli/sweep_command.hpp"
 #include "cli/table_commands.hpp"
 #include "core/unique_fd.hpp"
@@ -1180,6 +1181,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
   add_table_commands(app, table_commands);
   SweepCommand sweep_command;
   add_sweep_command(app, sweep_command);
+  CompareCommand compare_command;
+  add_compare_command(app, compare_command);
   ReportCommand report_command;
   add_report_command(app, report_command);
   replay::ReplayCommand replay_command(app);
@@ -1323,8 +1326,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
              "Autostart: every command that sends ktuned a request (tune, job, jobs, cancel,\n"
              "query, kernels, devices, compile-check, import, sweep, daemon start) starts ktuned\n"
              "when none answers, and says so on stderr; it then exits after 600 s without\n"
-             "clients or jobs. `daemon stop`, `daemon status`, `daemon log`, export, report and\n"
-             "replay never start one. KTUNE_NO_AUTOSTART=1 turns autostart off.\n\n"
+             "clients or jobs. `daemon stop`, `daemon status`, `daemon log`, export, compare,\n"
+             "report and replay never start one. KTUNE_NO_AUTOSTART=1 turns autostart off.\n\n"
              "With --json every command prints one JSON document on stdout, an error too:\n"
              "{\"error\":{\"code\":...,\"message\":...}} with a non-zero exit.\n\nExamples:\n"
              "  ktune daemon start\n"
@@ -1384,6 +1387,7 @@ int run_command(int argc, const char* const* argv, Output& io) {
     if (auto code = run_cuda_commands(cuda_commands, global, io)) return *code;
     if (auto code = run_table_commands(table_commands, global, io)) return *code;
     if (auto code = run_sweep_command(sweep_command, global, io)) return *code;
+    if (auto code = run_compare_command(compare_command, global, io)) return *code;
     if (auto code = run_report_command(report_command, io)) return *code;
     if (tune_cmd->parsed()) return tune(global, tune_options, io);
     if (job->parsed()) return show_job(global, job_id, io, job_view);

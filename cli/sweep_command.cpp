@@ -1,6 +1,7 @@
 #include "cli/sweep_command.hpp"
 
 #include "cli/autostart.hpp"
+#include "cli/compare_command.hpp"
 #include "cli/daemon_calls.hpp"
 #include "cli/output_file.hpp"
 #include "cli/table.hpp"
@@ -37,20 +38,6 @@ constexpr std::size_t k_max_outstanding = 32;
 
 bool is_final(const std::string& state) {
   return state == "done" || state == "failed" || state == "cancelled" || state == "interrupted";
-}
-
-// "5%" -> 0.05; "0.05" -> 0.05. Errors name the option.
-Result<double> parse_regression(const std::string& text) {
-  const bool percent = !text.empty() && text.back() == '%';
-  const std::string number = percent ? text.substr(0, text.size() - 1) : text;
-  double value = -1;
-  const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
-  if (ec == std::errc() && end == number.data() + number.size() && value >= 0) {
-    if (percent) return value / 100.0;
-    if (value < 1) return value;
-  }
-  return make_error("bad_request", "--max-regression: expected a share like 5% (or 0.05), found '" +
-                                       text + "'");
 }
 
 std::string duration_text(double seconds) {
@@ -98,6 +85,12 @@ std::string winners_markdown(const tableio::Table& table) {
   return out;
 }
 
+// Reports an error that ends the sweep: exit code 2 (1 means a regression).
+int fail(Output& io, const Error& error, const std::string& socket) {
+  report(io, error, socket);
+  return k_exit_failed;
+}
+
 } // namespace
 
 void add_sweep_command(CLI::App& app, SweepCommand& command) {
@@ -108,20 +101,27 @@ void add_sweep_command(CLI::App& app, SweepCommand& command) {
   cmd->add_option("--shard", o.shard, "run shard i of N (e.g. 2/4): jobs whose number is i-1 mod N");
   cmd->add_option("--baseline", o.baseline, "a table (ktune export --format json, or T4) to compare with");
   cmd->add_option("--max-regression", o.max_regression,
-                  "slowdown beyond which a key regressed, when also outside the noise (default 5%)");
+                  "the minimum effect: a slowdown smaller than this is not a regression, however "
+                  "significant (default 5%)");
   cmd->add_option("--out", o.out, "write the sweep's winners here (JSON table)");
-  cmd->add_option("--junit", o.junit, "write the comparison as JUnit XML here");
+  cmd->add_option("--junit", o.junit,
+                  "write JUnit XML here: the comparison with --baseline, else one passing case per key");
+  cmd->add_flag("--remeasure", o.remeasure,
+                "measure every config again with fresh samples instead of reusing earlier rows");
   cmd->add_flag("--dry-run", o.dry_run, "list the shard's jobs; submit nothing");
   cmd->footer(
       "Submits every job of the sweep (or of one shard) to ktuned below interactive tunes, shows\n"
       "one progress bar with an ETA, waits, exports the winners of the sweep's keys and, with\n"
-      "--baseline, compares them key by key: winner changed, time ratio; a key regressed when\n"
-      "it is slower by more than --max-regression and the 95% confidence intervals do not\n"
-      "overlap. Shards split the jobs deterministically, so N machines running 1/N .. N/N cover\n"
-      "the sweep exactly once; merge their tables with `ktune import`.\n\n"
-      "Exit codes: 0 all done, nothing regressed; 1 a regression, a failed job or an error; 2 usage.\n\n"
+      "--baseline, compares them key by key with `ktune compare`'s rule: a key regressed when\n"
+      "a Mann-Whitney U test on the two sides' samples is significant (p < 0.01) and it is slower\n"
+      "by more than --max-regression (a baseline without samples: the 95% intervals of the\n"
+      "medians must not overlap). Without --remeasure a config measured before for the same key\n"
+      "is reused, not run again. Shards split the jobs deterministically, so N machines running\n"
+      "1/N .. N/N cover the sweep exactly once; merge their tables with `ktune import`.\n\n"
+      "Exit codes: 0 all done, nothing regressed; 1 a regression; 2 an error (a failed or\n"
+      "rejected job, ktuned unreachable, an unreadable baseline, a bad option).\n\n"
       "Examples:\n  ktune sweep configs/sweeps/nightly.toml --out table.json\n"
-      "  ktune sweep configs/sweeps/nightly.toml --baseline last-good.json --junit sweep.xml\n"
+      "  ktune sweep configs/sweeps/nightly.toml --remeasure --baseline last-good.json --junit sweep.xml\n"
       "  ktune sweep configs/sweeps/nightly.toml --shard 2/4 --out shard2.json");
 }
 
@@ -137,15 +137,15 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
     io.err << "ktune sweep: --shard: " << shard.error().message << '\n';
     return k_exit_usage;
   }
-  auto max_regression = parse_regression(options.max_regression);
+  auto max_regression = parse_max_regression(options.max_regression);
   if (!max_regression) {
     io.err << "ktune sweep: " << max_regression.error().message << '\n';
-    return k_exit_usage;
+    return k_exit_failed;
   }
   auto parsed = sweep::load_sweep(options.file);
   if (!parsed) {
     io.err << "ktune sweep: " << parsed.error().message << '\n';
-    return k_exit_error;
+    return k_exit_failed;
   }
   const auto jobs = sweep::shard_jobs(*parsed, *shard);
   io.err << "sweep " << parsed->name << ": " << jobs.size() << " of " << parsed->jobs.size()
@@ -162,7 +162,7 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
 
   const std::string socket = socket_path(global);
   auto conn = connect_daemon(socket, global, io);
-  if (!conn) return report(io, conn.error(), socket);
+  if (!conn) return fail(io, conn.error(), socket);
 
   // Submit and wait: at most k_max_outstanding jobs of the sweep queued or running at once (ktuned
   // limits the jobs one user may queue), topped up as jobs end; one progress bar over all.
@@ -184,12 +184,13 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
                       {"priority", parsed->priority}};
       if (job.budget) request["budget"] = *job.budget;
       if (job.budget_fraction) request["budget_fraction"] = *job.budget_fraction;
+      if (options.remeasure) request["remeasure"] = true;
       auto reply = call(*conn, request, k_request_timeout);
       if (!reply && reply.error().code == "too_many_jobs") break; // try again as jobs end
       ++next;
       if (!reply) {
         if (reply.error().code == "not_running" || reply.error().code == "io_error") {
-          return report(io, reply.error(), socket);
+          return fail(io, reply.error(), socket);
         }
         io.err << "sweep job #" << job.number + 1 << " " << describe(job) << ": "
                << reply.error().code << ": " << reply.error().message << '\n';
@@ -202,7 +203,7 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
     }
 
     auto listed = call(*conn, {{"op", "jobs"}, {"limit", 10000}}, k_request_timeout);
-    if (!listed) return report(io, listed.error(), socket);
+    if (!listed) return fail(io, listed.error(), socket);
     for (const auto& j : listed->value("jobs", json::array())) {
       const auto id = j.value("id", std::int64_t{0});
       if (by_id.count(id) != 0) states[id] = j;
@@ -230,14 +231,14 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
 
   // The sweep's keys, from the store (read-only; ktuned names its database).
   auto stats = call(*conn, {{"op", "stats"}}, k_request_timeout);
-  if (!stats) return report(io, stats.error(), socket);
+  if (!stats) return fail(io, stats.error(), socket);
   auto store = Store::open(stats->value("db", std::string()), OpenMode::read_only);
-  if (!store) return report(io, store.error(), socket);
+  if (!store) return fail(io, store.error(), socket);
   std::set<std::tuple<std::string, std::string, std::string, std::string, std::string>> keys;
   int failed = 0;
   for (const auto& [id, members] : by_id) {
     auto record = store->get_job(id);
-    if (!record) return report(io, record.error(), socket);
+    if (!record) return fail(io, record.error(), socket);
     if (!record->has_value()) continue;
     const JobRecord& r = **record;
     if (r.state != JobState::done) {
@@ -251,7 +252,7 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
     keys.emplace(r.kernel, r.shape, r.dtype, r.fingerprint, r.source_hash);
   }
   auto all = tableio::load_table(*store, {});
-  if (!all) return report(io, all.error(), socket);
+  if (!all) return fail(io, all.error(), socket);
   tableio::Table table = std::move(*all);
   std::erase_if(table.rows, [&](const tableio::TableRow& row) {
     return keys.count({row.kernel, row.shape, row.dtype, row.fingerprint, row.source_hash}) == 0;
@@ -262,7 +263,7 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
     });
   });
   if (!options.out.empty()) {
-    if (auto w = write_file_atomic(options.out, tableio::write_json(table)); !w) return report(io, w.error(), socket);
+    if (auto w = write_file_atomic(options.out, tableio::write_json(table)); !w) return fail(io, w.error(), socket);
     io.err << "wrote " << table.rows.size() << " winners to " << options.out << '\n';
   }
 
@@ -275,29 +276,35 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
                   {"keys", table.rows.size()}};
   if (!options.baseline.empty()) {
     auto text = replay::read_text_file(options.baseline);
-    if (!text) return report(io, text.error(), socket);
+    if (!text) return fail(io, text.error(), socket);
     auto baseline = tableio::read_table(*text, options.baseline);
-    if (!baseline) return report(io, baseline.error(), socket);
-    const auto comparison = tableio::compare(table, *baseline, *max_regression);
+    if (!baseline) return fail(io, baseline.error(), socket);
+    const auto comparison = tableio::compare(table, *baseline, {.min_effect = *max_regression});
     regressions = comparison.regressions();
     summary["regressions"] = regressions;
     json regressed = json::array();
     for (const auto& key : comparison.keys) {
-      if (key.regressed) regressed.push_back(tableio::to_string(key.key));
+      if (key.regressed()) regressed.push_back(tableio::to_string(key.key));
     }
     summary["regressed"] = regressed;
     if (!global.json) io.out << tableio::render_markdown(comparison);
     if (!options.junit.empty()) {
       if (auto w = write_file_atomic(options.junit, tableio::render_junit(comparison, "ktune.sweep." + parsed->name)); !w) {
-        return report(io, w.error(), socket);
+        return fail(io, w.error(), socket);
       }
     }
-  } else if (!global.json) {
-    io.out << winners_markdown(table);
+  } else {
+    if (!options.junit.empty()) {
+      if (auto w = write_file_atomic(options.junit, tableio::render_junit(table, "ktune.sweep." + parsed->name)); !w) {
+        return fail(io, w.error(), socket);
+      }
+    }
+    if (!global.json) io.out << winners_markdown(table);
   }
   if (global.json) print_json(io, summary);
   if (regressions > 0) io.err << "sweep " << parsed->name << ": " << regressions << " key(s) regressed\n";
-  return regressions > 0 || failed > 0 || rejected > 0 ? k_exit_error : k_exit_ok;
+  if (failed > 0 || rejected > 0) return k_exit_failed;
+  return regressions > 0 ? k_exit_regression : k_exit_ok;
 }
 
 } // namespace ktune::cli

@@ -1,15 +1,18 @@
 #pragma once
 // `ktune sweep FILE [--shard i/N] [--baseline TABLE] [--max-regression 5%] [--out TABLE]
-//                   [--junit FILE] [--dry-run]`
+//                   [--junit FILE] [--remeasure] [--dry-run]`
 //
 // Submits every job of the sweep file (sweep/sweep_file.hpp) -- or of one shard of it -- to ktuned
 // at the sweep's priority (below interactive tunes), shows one progress bar over all of them with
 // an ETA on stderr, waits, and exports the winners of the sweep's keys as a JSON table
-// (docs/export-format.md) to --out. With --baseline, compares them key by key (winner changed,
-// time ratio; a regression only beyond --max-regression AND outside the 95% confidence
-// intervals), prints a markdown summary and writes JUnit XML to --junit.
-// Exit codes: 0 every job done and nothing regressed; 1 a regression, a failed job or an error;
-// 2 usage. --dry-run lists the shard's jobs and submits nothing.
+// (docs/export-format.md) to --out. With --baseline, compares them key by key with the one rule
+// of tableio/compare.hpp (Mann-Whitney U on the samples plus --max-regression as the minimum
+// effect) and prints a markdown summary. --junit is written whenever given: the comparison, or
+// without a baseline one passing case per key. --remeasure asks ktuned to measure every config
+// again (tune's `remeasure`) instead of reusing rows of earlier jobs.
+// Exit codes: 0 every job done and nothing regressed; 1 a regression; 2 an error (a failed or
+// rejected job, ktuned unreachable, a bad option or file). --dry-run lists the shard's jobs and
+// submits nothing.
 #include "cli/commands.hpp"
 
 #include <CLI/CLI.hpp>
@@ -26,6 +29,7 @@ struct SweepOptions {
   std::string max_regression = "5%";
   std::string out;
   std::string junit;
+  bool remeasure = false;
   bool dry_run = false;
 };
 

@@ -132,4 +132,54 @@ FinalsVerdict judge_finals(const std::vector<std::vector<double>>& round_ms, dou
   return v;
 }
 
+MedianInterval median_interval(std::vector<double> samples_ms) {
+  if (samples_ms.empty()) return {};
+  std::sort(samples_ms.begin(), samples_ms.end());
+  const std::size_t n = samples_ms.size();
+  if (n < 6) return {samples_ms.front(), samples_ms.back()};
+  // 1-based ranks n/2 -+ 1.96 sqrt(n)/2, widened outward to whole ranks.
+  const double half = 1.959964 * std::sqrt(static_cast<double>(n)) / 2.0;
+  const double centre = static_cast<double>(n) / 2.0;
+  const auto low_rank = static_cast<std::size_t>(std::max(1.0, std::floor(centre - half)));
+  const auto high_rank = static_cast<std::size_t>(
+      std::min(static_cast<double>(n), std::ceil(centre + 1.0 + half)));
+  return {samples_ms[low_rank - 1], samples_ms[high_rank - 1]};
+}
+
+RankTest mann_whitney(const std::vector<double>& a, const std::vector<double>& b) {
+  RankTest out;
+  if (a.empty() || b.empty()) return out;
+  struct Item {
+    double value;
+    bool from_a;
+  };
+  std::vector<Item> all;
+  all.reserve(a.size() + b.size());
+  for (double x : a) all.push_back({x, true});
+  for (double x : b) all.push_back({x, false});
+  std::sort(all.begin(), all.end(), [](const Item& l, const Item& r) { return l.value < r.value; });
+  // Mid-ranks over runs of ties; the sum of t^3 - t over tie runs for the variance correction.
+  double rank_sum_a = 0, tie_term = 0;
+  for (std::size_t i = 0; i < all.size();) {
+    std::size_t j = i;
+    while (j < all.size() && all[j].value == all[i].value) ++j;
+    const double mid_rank = (static_cast<double>(i + 1) + static_cast<double>(j)) / 2.0;
+    for (std::size_t k = i; k < j; ++k) {
+      if (all[k].from_a) rank_sum_a += mid_rank;
+    }
+    const double t = static_cast<double>(j - i);
+    tie_term += t * t * t - t;
+    i = j;
+  }
+  const double n1 = static_cast<double>(a.size()), n2 = static_cast<double>(b.size());
+  const double n = n1 + n2;
+  out.u = rank_sum_a - n1 * (n1 + 1) / 2.0;
+  const double mean = n1 * n2 / 2.0;
+  const double variance = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1)));
+  if (variance <= 0) return out; // every value equal
+  const double distance = std::max(0.0, std::abs(out.u - mean) - 0.5);
+  out.p_value = std::min(1.0, std::erfc(distance / std::sqrt(variance) / std::sqrt(2.0)));
+  return out;
+}
+
 } // namespace ktune

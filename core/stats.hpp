@@ -23,6 +23,25 @@ struct SampleStats {
 // medians of the rounds' ones. Rounds with n == 0 are skipped; none gives n == 0 and zeros.
 [[nodiscard]] SampleStats pool_rounds(const std::vector<SampleStats>& rounds);
 
+// A 95% confidence interval of the median of `samples_ms` from its order statistics (distribution
+// free: the ranks come from the binomial(n, 1/2) law, by its normal approximation). Robust to
+// outliers: a few preempted samples move it by a few ranks at most. n < 6 gives [min, max] (then
+// its coverage is below 95%); an empty input gives {0, 0}.
+struct MedianInterval {
+  double low_ms = 0, high_ms = 0;
+};
+[[nodiscard]] MedianInterval median_interval(std::vector<double> samples_ms);
+
+// The Mann-Whitney U test of two independent samples: U of `a` (the number of pairs a_i > b_j,
+// ties counting 1/2) and the two-sided p-value of "neither tends to be larger", from the normal
+// approximation with the tie correction and a continuity correction. Either side empty gives
+// p_value 1.
+struct RankTest {
+  double u = 0;
+  double p_value = 1;
+};
+[[nodiscard]] RankTest mann_whitney(const std::vector<double>& a, const std::vector<double>& b);
+
 // The verdict on a job's finals: every finalist measured once per round, all in the same rounds.
 struct FinalsVerdict {
   std::size_t best = 0;           // lowest median of its round medians (lower index on a tie)

@@ -725,6 +725,7 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
   r.status = outcome->status;
   r.reason = outcome->reason;
   r.stats = outcome->stats;
+  r.samples_ms = std::move(outcome->samples_ms);
   r.gflops = outcome->gflops;
   r.gbps = outcome->gbps;
   r.compile_ms = candidate.compile_ms;

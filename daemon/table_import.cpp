@@ -46,6 +46,7 @@ Result<TableRow> stored_row(const Store& store, const WinnerRecord& winner) {
     for (const ResultRecord& result : *results) {
       if (result.id == winner.result_id) {
         row.stats = result.stats;
+        row.samples_ms = result.samples_ms;
         if (result.created_at != 0) row.time_ms = result.created_at;
         break;
       }
@@ -177,6 +178,7 @@ Result<void> ImportRun::step(Store& store, std::size_t max_rows,
     result.status = CandidateStatus::ok;
     result.reason = "imported" + (row.host.empty() ? std::string() : " from " + row.host);
     result.stats = row.stats;  // n == 0: only the median is known
+    result.samples_ms = row.samples_ms;
     result.stats.median_ms = row.median_ms;
     result.gflops = row.gflops;
     result.gbps = row.gbps;

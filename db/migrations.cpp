@@ -154,12 +154,23 @@ Result<void> add_jobs_by_kernel_v5(DbRef db) {
   return db.exec("migration to schema v5", k_schema_v5);
 }
 
+// Schema v6: every measured result keeps its raw samples (little-endian float32, 4 bytes each),
+// so comparisons can test the samples themselves; older rows have NULL (none kept).
+constexpr const char* k_schema_v6 = R"sql(
+ALTER TABLE results ADD COLUMN samples BLOB;
+)sql";
+
+Result<void> add_result_samples_v6(DbRef db) {
+  return db.exec("migration to schema v6", k_schema_v6);
+}
+
 constexpr std::array k_migrations{
     Migration{"create kernels, devices, jobs, results and winners", &create_schema_v1},
     Migration{"add results.registers and results.spill_bytes", &add_result_resources_v2},
     Migration{"add pruned/remeasured/tied results and job timing", &add_pipeline_columns_v3},
     Migration{"add the job's request options", &add_job_options_v4},
     Migration{"index jobs by kernel", &add_jobs_by_kernel_v5},
+    Migration{"keep each result's raw samples", &add_result_samples_v6},
 };
 static_assert(k_migrations.size() == static_cast<std::size_t>(k_schema_version),
               "k_schema_version must equal the number of migrations");

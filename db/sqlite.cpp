@@ -105,6 +105,11 @@ void Statement::bind_text(int index, std::string_view value) {
 
 void Statement::bind_null(int index) { note_bind(sqlite3_bind_null(m_stmt, index)); }
 
+void Statement::bind_blob(int index, const void* data, std::size_t bytes) {
+  if (bytes == 0) return bind_null(index);
+  note_bind(sqlite3_bind_blob64(m_stmt, index, data, bytes, SQLITE_TRANSIENT));
+}
+
 void Statement::bind_optional_double(int index, const std::optional<double>& value) {
   if (value) bind_double(index, *value);
   else bind_null(index);
@@ -146,6 +151,13 @@ std::string Statement::column_text(int index) const {
   if (text == nullptr) return {};
   const int size = sqlite3_column_bytes(m_stmt, index);
   return std::string(reinterpret_cast<const char*>(text), static_cast<std::size_t>(size));
+}
+
+std::string Statement::column_blob(int index) const {
+  const auto* data = sqlite3_column_blob(m_stmt, index);
+  if (data == nullptr) return {};
+  const int size = sqlite3_column_bytes(m_stmt, index);
+  return std::string(static_cast<const char*>(data), static_cast<std::size_t>(size));
 }
 
 bool Statement::column_is_null(int index) const {

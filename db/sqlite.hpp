@@ -58,6 +58,8 @@ public:
   void bind_double(int index, double value);   // NaN is stored as NULL (SQLite has no NaN)
   void bind_text(int index, std::string_view value);
   void bind_null(int index);
+  // An empty blob binds SQL NULL.
+  void bind_blob(int index, const void* data, std::size_t bytes);
   void bind_optional_int(int index, const std::optional<std::int64_t>& value);
   void bind_optional_double(int index, const std::optional<double>& value);
 
@@ -73,6 +75,8 @@ public:
   [[nodiscard]] std::int64_t column_int(int index) const;
   [[nodiscard]] double column_double(int index) const;
   [[nodiscard]] std::string column_text(int index) const;
+  // The column's bytes (a blob, or text as bytes); empty for NULL.
+  [[nodiscard]] std::string column_blob(int index) const;
   [[nodiscard]] bool column_is_null(int index) const;
 
 private:

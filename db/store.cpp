@@ -4,12 +4,15 @@
 #include "db/sqlite.hpp"
 
 #include <array>
+#include <bit>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace ktune {
 
@@ -96,10 +99,27 @@ Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) 
   return job;
 }
 
+// results.samples: float32 little-endian, 4 bytes a sample.
+static_assert(std::endian::native == std::endian::little && sizeof(float) == 4,
+              "results.samples is stored as the machine's float32; add a byte swap here");
+
+std::string encode_samples(const std::vector<float>& samples_ms) {
+  std::string out(samples_ms.size() * sizeof(float), '\0');
+  if (!samples_ms.empty()) std::memcpy(out.data(), samples_ms.data(), out.size());
+  return out;
+}
+
+// A blob whose size is not a multiple of 4 is cut to the whole samples it holds.
+std::vector<float> decode_samples(const std::string& blob) {
+  std::vector<float> out(blob.size() / sizeof(float));
+  if (!out.empty()) std::memcpy(out.data(), blob.data(), out.size() * sizeof(float));
+  return out;
+}
+
 constexpr const char* k_result_columns =
     "id, job_id, kernel, source_hash, shape, dtype, fingerprint, config, config_index, status, "
     "reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, q1_ms, q3_ms, gflops, gbps, "
-    "compile_ms, created_at, registers, spill_bytes, pruned, shared_bytes, remeasured, tied";
+    "compile_ms, created_at, registers, spill_bytes, pruned, shared_bytes, remeasured, tied, samples";
 
 Result<ResultRecord> read_result(DbRef db, std::string_view op, const Statement& row) {
   ResultRecord result;
@@ -139,6 +159,7 @@ Result<ResultRecord> read_result(DbRef db, std::string_view op, const Statement&
   result.shared_bytes = static_cast<int>(row.column_int(27));
   result.remeasured = row.column_int(28) != 0;
   result.tied = row.column_int(29) != 0;
+  result.samples_ms = decode_samples(row.column_blob(30));
   return result;
 }
 
@@ -210,9 +231,9 @@ constexpr const char* k_insert_result_sql =
     "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
     "config_index, status, reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, q1_ms, "
     "q3_ms, gflops, gbps, compile_ms, created_at, registers, spill_bytes, pruned, shared_bytes, "
-    "remeasured, tied) "
+    "remeasured, tied, samples) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-    "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)";
+    "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)";
 
 constexpr const char* k_find_winner_sql =
     "SELECT kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, config, median_ms, "
@@ -550,6 +571,8 @@ Result<std::int64_t> Store::insert_result(const ResultRecord& result) {
   insert.bind_int(27, result.shared_bytes);
   insert.bind_int(28, result.remeasured ? 1 : 0);
   insert.bind_int(29, result.tied ? 1 : 0);
+  const std::string samples = encode_samples(result.samples_ms);
+  insert.bind_blob(30, samples.data(), samples.size());
 
   if (auto ran = insert.run(db, op); !ran) {
     const int code = sqlite3_extended_errcode(m_db);

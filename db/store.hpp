@@ -32,7 +32,7 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 5;
+inline constexpr int k_schema_version = 6;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
 
 // Where a job's wall time went (ms). While it ran, every moment counts once: bench (the bench
@@ -81,6 +81,9 @@ struct ResultRecord {
   std::string reason;              // one line
   std::string log;                 // compiler/worker log excerpt
   SampleStats stats;
+  // The raw samples of the measurement, in the order taken (results.samples: little-endian
+  // float32, NULL when none were kept: failed candidates, rows from before schema v6, imports).
+  std::vector<float> samples_ms;
   double gflops = 0, gbps = 0, compile_ms = 0;
   std::int64_t created_at = 0;     // unix ms; set by insert_result when 0
   int registers = -1;              // per thread (CUDA), -1 = unknown

@@ -297,7 +297,8 @@ nlohmann::json BenchOutcome::to_json() const {
               {"spills", spills},
               {"shared_bytes", shared_bytes},
               {"pruned", pruned},
-              {"stop", stop}};
+              {"stop", stop},
+              {"samples_ms", samples_ms}};
 }
 
 Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
@@ -322,6 +323,16 @@ Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
   if (auto r = read_int(j, "shared_bytes", what, o.shared_bytes); !r) return r.error();
   if (auto r = read_bool(j, "pruned", what, o.pruned); !r) return r.error();
   if (auto r = read_string(j, "stop", what, o.stop, Presence::optional); !r) return r.error();
+  if (const auto it = j.find("samples_ms"); it != j.end()) {
+    if (!it->is_array()) return field_error(what, "samples_ms", "an array of times in ms", *it);
+    o.samples_ms.reserve(it->size());
+    for (const auto& sample : *it) {
+      if (!sample.is_number()) {
+        return field_error(what, "samples_ms", "an array of times in ms", sample);
+      }
+      o.samples_ms.push_back(sample.get<float>());
+    }
+  }
   return o;
 }
 

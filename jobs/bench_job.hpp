@@ -93,6 +93,9 @@ struct BenchOutcome {
   CandidateStatus status = CandidateStatus::ok;  // ok | mismatch | runtime_error | launch_error
   std::string reason;          // one line: "max abs error 0.5 at C[17] (rtol 1e-3)"
   SampleStats stats;
+  // The timed samples behind `stats`, in the order taken (float32 is ample for times in ms:
+  // 7 significant digits). Empty for a failed candidate and in outcomes of older workers.
+  std::vector<float> samples_ms;
   double gflops = 0;           // flops / median, 0 when flops unknown
   double gbps = 0;
   // The candidate's resources where the runner knows them (CUDA: cuFuncGetAttribute), -1 when
@@ -105,8 +108,8 @@ struct BenchOutcome {
 
   // {"status":"ok","reason":"","stats":{"n":..,"min_ms":..,"max_ms":..,"median_ms":..,
   //  "mean_ms":..,"stddev_ms":..,"q1_ms":..,"q3_ms":..},"gflops":..,"gbps":..,
-  //  "registers":-1,"spills":-1,"shared_bytes":-1,"pruned":false,"stop":"converged"} (the last
-  //  five optional: -1, false, "")
+  //  "registers":-1,"spills":-1,"shared_bytes":-1,"pruned":false,"stop":"converged",
+  //  "samples_ms":[..]} (the last six optional: -1, false, "", [])
   [[nodiscard]] nlohmann::json to_json() const;
   // Errors: "bad_request" naming the field; status must be a known candidate status.
   [[nodiscard]] static Result<BenchOutcome> from_json(const nlohmann::json& j);

@@ -59,28 +59,77 @@ std::string xml_escape(std::string_view text) {
 std::string status_of(const KeyComparison& k) {
   if (k.presence == Presence::current_only) return "new";
   if (k.presence == Presence::baseline_only) return "missing";
-  if (k.regressed) return "REGRESSED";
-  if (k.improved) return "improved";
-  return "ok";
+  switch (k.verdict) {
+    case Verdict::regressed: return "REGRESSED";
+    case Verdict::improved: return "improved";
+    case Verdict::same: return "same";
+    case Verdict::unknown: return "unknown";
+  }
+  return "unknown";
 }
 
-// Why a key regressed (or not), one line.
-std::string explanation(const KeyComparison& k, double max_regression) {
+std::string interval_text(const Interval& interval, int decimals) {
+  return "[" + fixed(interval.low, decimals) + ", " + fixed(interval.high, decimals) + "]";
+}
+
+std::string ms_interval_text(const Interval& interval) {
+  return "[" + ms_text(interval.low) + ", " + ms_text(interval.high) + "]";
+}
+
+std::string p_text(double p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, p < 0.001 ? "%.1e" : "%.3f", p);
+  return buf;
+}
+
+// Why a key got its verdict, one line.
+std::string explanation(const KeyComparison& k, const CompareOptions& options) {
   if (k.presence == Presence::current_only) return "only in the current table";
   if (k.presence == Presence::baseline_only) return "only in the baseline";
   if (!k.ratio) return "baseline median is 0: no ratio";
   std::string text = "current " + ms_text(k.current->median_ms) + " ms vs baseline " +
-                     ms_text(k.baseline->median_ms) + " ms: ratio " + fixed(*k.ratio, 3) +
-                     " (limit " + fixed(1 + max_regression, 3) + ")";
-  if (k.noise_checked) {
-    text += k.intervals_overlap ? ", 95% intervals overlap" : ", 95% intervals apart";
-    text += " [" + ms_text(k.current_ci->low) + ", " + ms_text(k.current_ci->high) + "] vs [" +
-            ms_text(k.baseline_ci->low) + ", " + ms_text(k.baseline_ci->high) + "]";
-  } else {
-    text += ", no statistics: ratio alone";
+                     ms_text(k.baseline->median_ms) + " ms: ratio " + fixed(*k.ratio, 3);
+  if (k.ratio_ci) text += " " + interval_text(*k.ratio_ci, 3);
+  text += " (min effect " + percent(options.min_effect) + ")";
+  switch (k.method) {
+    case Method::rank_test:
+      text += ", Mann-Whitney p " + p_text(*k.p_value) + " (alpha " + p_text(options.alpha) +
+              ") on " + std::to_string(k.current_samples) + " vs " +
+              std::to_string(k.baseline_samples) + " samples";
+      break;
+    case Method::interval:
+      text += ", no samples on " +
+              std::string(k.current_samples == 0 ? "the current side" : "the baseline side") +
+              ": 95% intervals of the medians " + ms_interval_text(*k.current_ci) + " vs " +
+              ms_interval_text(*k.baseline_ci);
+      break;
+    case Method::ratio_only: text += ", no samples or statistics: ratio alone"; break;
+    case Method::none:
+      text += ", too few samples (" + std::to_string(k.current_samples) + " vs " +
+              std::to_string(k.baseline_samples) + ", need " + std::to_string(k_min_samples) + ")";
+      break;
   }
   if (k.winner_changed) text += "; winner changed";
   return text;
+}
+
+std::vector<double> widened(const std::vector<float>& samples) {
+  return {samples.begin(), samples.end()};
+}
+
+double median_of(std::vector<double> samples) { return summarize(std::move(samples)).median_ms; }
+
+// The interval of a median from stored statistics: the boxplot notch when the quartiles are
+// known, else Student's t on the stddev; nullopt when n < 2.
+std::optional<Interval> interval_from_stats(const TableRow& row) {
+  if (row.stats.n < 2) return std::nullopt;
+  const double n = static_cast<double>(row.stats.n);
+  if (row.stats.q3_ms > row.stats.q1_ms) {
+    const double half = 1.58 * (row.stats.q3_ms - row.stats.q1_ms) / std::sqrt(n);
+    return Interval{row.median_ms - half, row.median_ms + half};
+  }
+  const double half = t_quantile_975(row.stats.n - 1) * row.stats.stddev_ms / std::sqrt(n);
+  return Interval{row.median_ms - half, row.median_ms + half};
 }
 
 } // namespace
@@ -94,9 +143,32 @@ std::string_view to_string(Presence presence) {
   return "unknown";
 }
 
-std::size_t Comparison::regressions() const {
-  return static_cast<std::size_t>(
-      std::count_if(keys.begin(), keys.end(), [](const KeyComparison& k) { return k.regressed; }));
+std::string_view to_string(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::regressed: return "regressed";
+    case Verdict::improved: return "improved";
+    case Verdict::same: return "same";
+    case Verdict::unknown: return "unknown";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Method method) {
+  switch (method) {
+    case Method::rank_test: return "rank_test";
+    case Method::interval: return "interval";
+    case Method::ratio_only: return "ratio_only";
+    case Method::none: return "none";
+  }
+  return "none";
+}
+
+std::size_t Comparison::regressions() const { return count(Verdict::regressed); }
+
+std::size_t Comparison::count(Verdict verdict) const {
+  return static_cast<std::size_t>(std::count_if(keys.begin(), keys.end(), [&](const KeyComparison& k) {
+    return k.presence == Presence::both && k.verdict == verdict;
+  }));
 }
 
 std::size_t Comparison::count(Presence presence) const {
@@ -119,48 +191,83 @@ double t_quantile_975(std::size_t degrees) {
 }
 
 std::optional<Interval> confidence_interval(const TableRow& row) {
-  if (row.stats.n < 2) return std::nullopt;
-  const double n = static_cast<double>(row.stats.n);
-  const double half = t_quantile_975(row.stats.n - 1) * row.stats.stddev_ms / std::sqrt(n);
-  return Interval{row.median_ms - half, row.median_ms + half};
+  if (row.samples_ms.size() >= k_min_samples) {
+    const MedianInterval m = median_interval(widened(row.samples_ms));
+    return Interval{m.low_ms, m.high_ms};
+  }
+  return interval_from_stats(row);
 }
 
-Comparison compare(const Table& current, const Table& baseline, double max_regression) {
+KeyComparison compare_rows(const TableRow& current, const TableRow& baseline,
+                           const CompareOptions& options) {
+  KeyComparison k;
+  k.key = current.key();
+  k.presence = Presence::both;
+  k.current = current;
+  k.baseline = baseline;
+  k.winner_changed = !same_config(current.config, baseline.config);
+  k.current_samples = current.samples_ms.size();
+  k.baseline_samples = baseline.samples_ms.size();
+  const bool both_sampled = k.current_samples > 0 && k.baseline_samples > 0;
+  // With samples on both sides the medians compared are the samples' own.
+  const double current_ms = both_sampled ? median_of(widened(current.samples_ms)) : current.median_ms;
+  const double baseline_ms = both_sampled ? median_of(widened(baseline.samples_ms)) : baseline.median_ms;
+  if (baseline_ms > 0) k.ratio = current_ms / baseline_ms;
+  k.current_ci = confidence_interval(current);
+  k.baseline_ci = confidence_interval(baseline);
+  if (k.ratio && k.current_ci && k.baseline_ci && k.baseline_ci->low > 0) {
+    k.ratio_ci = Interval{k.current_ci->low / k.baseline_ci->high,
+                          k.current_ci->high / k.baseline_ci->low};
+  }
+  if (!k.ratio) return k; // unknown, Method::none
+  const bool slower = *k.ratio > 1 + options.min_effect;
+  const bool faster = *k.ratio < 1 / (1 + options.min_effect);
+  if (both_sampled) {
+    if (k.current_samples < k_min_samples || k.baseline_samples < k_min_samples) return k;
+    k.method = Method::rank_test;
+    k.p_value = mann_whitney(widened(current.samples_ms), widened(baseline.samples_ms)).p_value;
+    const bool significant = *k.p_value < options.alpha;
+    k.verdict = significant && slower   ? Verdict::regressed
+                : significant && faster ? Verdict::improved
+                                        : Verdict::same;
+    return k;
+  }
+  const auto current_stats = interval_from_stats(current);
+  const auto baseline_stats = interval_from_stats(baseline);
+  bool apart = true;
+  if (current_stats && baseline_stats) {
+    k.method = Method::interval;
+    k.current_ci = current_stats;
+    k.baseline_ci = baseline_stats;
+    apart = current_stats->low > baseline_stats->high || baseline_stats->low > current_stats->high;
+  } else {
+    k.method = Method::ratio_only;
+  }
+  k.verdict = slower && apart ? Verdict::regressed : faster && apart ? Verdict::improved : Verdict::same;
+  return k;
+}
+
+Comparison compare(const Table& current, const Table& baseline, const CompareOptions& options) {
   Comparison out;
-  out.max_regression = max_regression;
+  out.options = options;
   auto c = current.rows.begin();
   auto b = baseline.rows.begin();
   while (c != current.rows.end() || b != baseline.rows.end()) {
-    KeyComparison k;
     if (b == baseline.rows.end() || (c != current.rows.end() && c->key() < b->key())) {
+      KeyComparison k;
       k.key = c->key();
       k.presence = Presence::current_only;
       k.current = *c++;
+      out.keys.push_back(std::move(k));
     } else if (c == current.rows.end() || b->key() < c->key()) {
+      KeyComparison k;
       k.key = b->key();
       k.presence = Presence::baseline_only;
       k.baseline = *b++;
+      out.keys.push_back(std::move(k));
     } else {
-      k.key = c->key();
-      k.presence = Presence::both;
-      k.current = *c++;
-      k.baseline = *b++;
-      k.winner_changed = !same_config(k.current->config, k.baseline->config);
-      if (k.baseline->median_ms > 0) k.ratio = k.current->median_ms / k.baseline->median_ms;
-      k.current_ci = confidence_interval(*k.current);
-      k.baseline_ci = confidence_interval(*k.baseline);
-      k.noise_checked = k.current_ci && k.baseline_ci;
-      if (k.noise_checked) {
-        k.intervals_overlap = k.current_ci->low <= k.baseline_ci->high &&
-                              k.baseline_ci->low <= k.current_ci->high;
-      }
-      const bool apart = !k.noise_checked || !k.intervals_overlap;
-      if (k.ratio) {
-        k.regressed = *k.ratio > 1 + max_regression && apart;
-        k.improved = *k.ratio < 1 - max_regression && apart;
-      }
+      out.keys.push_back(compare_rows(*c++, *b++, options));
     }
-    out.keys.push_back(std::move(k));
   }
   return out;
 }
@@ -171,14 +278,17 @@ std::string render_markdown(const Comparison& comparison) {
          std::to_string(comparison.count(Presence::both)) + " in both, " +
          std::to_string(comparison.count(Presence::current_only)) + " only current, " +
          std::to_string(comparison.count(Presence::baseline_only)) + " only baseline; **" +
-         std::to_string(comparison.regressions()) + " regressed** (limit +" +
-         percent(comparison.max_regression) + ", outside the 95% intervals).\n\n";
-  out += "| status | kernel | shape | dtype | device | current ms | baseline ms | ratio | winner |\n";
-  out += "|---|---|---|---|---|---:|---:|---:|---|\n";
+         std::to_string(comparison.regressions()) + " regressed**, " +
+         std::to_string(comparison.count(Verdict::improved)) + " improved, " +
+         std::to_string(comparison.count(Verdict::unknown)) + " unknown (min effect " +
+         percent(comparison.options.min_effect) + ", Mann-Whitney alpha " +
+         p_text(comparison.options.alpha) + ").\n\n";
+  out += "| status | kernel | shape | dtype | device | current ms | baseline ms | ratio | 95% interval | p | method | winner |\n";
+  out += "|---|---|---|---|---|---:|---:|---:|---|---:|---|---|\n";
   std::vector<const KeyComparison*> order;
   for (const auto& k : comparison.keys) order.push_back(&k);
   std::stable_partition(order.begin(), order.end(),
-                        [](const KeyComparison* k) { return k->regressed; });
+                        [](const KeyComparison* k) { return k->regressed(); });
   for (const KeyComparison* k : order) {
     const std::string winner = k->presence != Presence::both ? "-"
                                : k->winner_changed
@@ -190,7 +300,11 @@ std::string render_markdown(const Comparison& comparison) {
            markdown_cell(device_label(*k)) + " | " +
            (k->current ? ms_text(k->current->median_ms) : "-") + " | " +
            (k->baseline ? ms_text(k->baseline->median_ms) : "-") + " | " +
-           (k->ratio ? fixed(*k->ratio, 3) : "-") + " | " + markdown_cell(winner) + " |\n";
+           (k->ratio ? fixed(*k->ratio, 3) : "-") + " | " +
+           (k->ratio_ci ? interval_text(*k->ratio_ci, 3) : "-") + " | " +
+           (k->p_value ? p_text(*k->p_value) : "-") + " | " +
+           (k->presence == Presence::both ? std::string(to_string(k->method)) : "-") + " | " +
+           markdown_cell(winner) + " |\n";
   }
   return out;
 }
@@ -210,17 +324,44 @@ std::string render_junit(const Comparison& comparison, std::string_view suite_na
                              device_label(k) + " source " + k.key.source_hash.substr(0, 12);
     out += "    <testcase classname=\"" + xml_escape(std::string(suite_name) + "." + k.key.kernel) +
            "\" name=\"" + xml_escape(name) + "\" time=\"0\">\n";
-    const std::string why = explanation(k, comparison.max_regression);
-    if (k.regressed) {
+    const std::string why = explanation(k, comparison.options);
+    if (k.regressed()) {
       out += "      <failure type=\"regression\" message=\"" +
-             xml_escape("regressed: ratio " + fixed(*k.ratio, 3) + " > " +
-                        fixed(1 + comparison.max_regression, 3)) +
+             xml_escape("regressed: ratio " + fixed(*k.ratio, 3) +
+                        (k.p_value ? ", p " + p_text(*k.p_value) : std::string()) +
+                        " (" + std::string(to_string(k.method)) + ")") +
              "\">" + xml_escape(why) + "</failure>\n";
     } else if (k.presence != Presence::both) {
       out += "      <skipped message=\"" + xml_escape(why) + "\"/>\n";
     } else {
-      out += "      <system-out>" + xml_escape(why) + "</system-out>\n";
+      out += "      <system-out>" + xml_escape(std::string(to_string(k.verdict)) + ": " + why) +
+             "</system-out>\n";
     }
+    out += "    </testcase>\n";
+  }
+  out += "  </testsuite>\n</testsuites>\n";
+  return out;
+}
+
+std::string render_junit(const Table& table, std::string_view suite_name) {
+  const std::string counts =
+      " tests=\"" + std::to_string(table.rows.size()) + "\" failures=\"0\" errors=\"0\"";
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  out += "<testsuites name=\"ktune\"" + counts + ">\n";
+  out += "  <testsuite name=\"" + xml_escape(suite_name) + "\"" + counts + " skipped=\"0\">\n";
+  for (const auto& row : table.rows) {
+    const std::string device = row.device_name.empty()
+                                   ? row.fingerprint.substr(0, 12)
+                                   : row.device_name + " (" + row.fingerprint.substr(0, 12) + ")";
+    const std::string name = row.kernel + " " + row.shape + " " + row.dtype + " " + device +
+                             " source " + row.source_hash.substr(0, 12);
+    out += "    <testcase classname=\"" + xml_escape(std::string(suite_name) + "." + row.kernel) +
+           "\" name=\"" + xml_escape(name) + "\" time=\"0\">\n";
+    out += "      <system-out>" +
+           xml_escape("tuned, no baseline: median " + ms_text(row.median_ms) + " ms over " +
+                      std::to_string(row.samples_ms.size()) + " kept samples, winner " +
+                      row.config_text()) +
+           "</system-out>\n";
     out += "    </testcase>\n";
   }
   out += "  </testsuite>\n</testsuites>\n";

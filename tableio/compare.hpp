@@ -1,13 +1,21 @@
 #pragma once
-// Comparing a table of winners with a baseline table (the regression check `ktune sweep` runs).
+// The one comparison rule of ktune: a table of winners against a baseline, key by key. Used by
+// `ktune sweep --baseline`, `ktune compare` and the merge step of a sharded sweep.
 //
-// Per key: present in both or in one only, whether the winning config changed, and the time
-// ratio current/baseline of the median times. A key regressed when
-//   ratio > 1 + max_regression
-// and, when both rows carry statistics (n >= 2), the two 95% confidence intervals do not overlap.
-// Each interval is centred on the row's median_ms with half-width t(0.975, n-1) * stddev / sqrt(n)
-// (Student's t). When either row lacks statistics the ratio alone decides. A key improved under
-// the mirror condition (ratio < 1 - max_regression, intervals apart).
+// Per key: present in both or in one only, whether the winning config changed, the ratio
+// current/baseline of the medians with its 95% interval, and a verdict:
+//   - both rows carry samples (>= k_min_samples each): the rank rule. A Mann-Whitney U test on
+//     the two sides' samples gives a p-value; the key regressed when p < alpha and the ratio of
+//     the sample medians > 1 + min_effect, improved under the mirror condition (ratio <
+//     1 / (1 + min_effect)), else same. The ratio interval comes from the order-statistics 95%
+//     intervals of the two medians: [current low / baseline high, current high / baseline low].
+//   - both carry samples but one has fewer than k_min_samples: unknown (too few samples).
+//   - a side has no samples (a table from before samples were kept): the interval rule, said so
+//     in `method`. Each row's median gets a 95% interval -- from its quartiles when known
+//     (median -+ 1.58 IQR / sqrt(n), the boxplot notch: robust to outliers), else Student's t on
+//     its stddev -- and the key regressed when the ratio > 1 + min_effect and the intervals do
+//     not overlap (mirror for improved). Rows without statistics: the ratio alone decides.
+//   - no ratio (a baseline median of 0): unknown.
 #include "tableio/table.hpp"
 
 #include <cstddef>
@@ -21,6 +29,26 @@ namespace ktune::tableio {
 enum class Presence { both, current_only, baseline_only };
 [[nodiscard]] std::string_view to_string(Presence presence);
 
+enum class Verdict { regressed, improved, same, unknown };
+[[nodiscard]] std::string_view to_string(Verdict verdict);
+
+// Which rule gave a key's verdict.
+enum class Method {
+  rank_test,   // samples on both sides
+  interval,    // a side without samples: intervals from the stored statistics
+  ratio_only,  // a side without samples or statistics
+  none,        // one side only, too few samples, or no ratio
+};
+[[nodiscard]] std::string_view to_string(Method method);
+
+// Samples each side needs for the rank rule.
+inline constexpr std::size_t k_min_samples = 5;
+
+struct CompareOptions {
+  double min_effect = 0.05;  // the smallest slowdown (or speed-up) that counts, e.g. 0.05 for 5%
+  double alpha = 0.01;       // the rank test's significance level
+};
+
 struct Interval {
   double low = 0, high = 0;
 };
@@ -30,36 +58,50 @@ struct KeyComparison {
   Presence presence = Presence::both;
   std::optional<TableRow> current, baseline;
   bool winner_changed = false;          // both present and the configs differ
+  Verdict verdict = Verdict::unknown;   // same for a key on one side only is not given: unknown
+  Method method = Method::none;
   std::optional<double> ratio;          // current / baseline median; both present, baseline > 0
-  std::optional<Interval> current_ci, baseline_ci; // when the row has n >= 2
-  bool noise_checked = false;           // both intervals known
-  bool intervals_overlap = false;       // meaningful when noise_checked
-  bool regressed = false;
-  bool improved = false;
+  std::optional<Interval> ratio_ci;     // its 95% interval, when both medians have one
+  std::optional<double> p_value;        // the rank test's, Method::rank_test only
+  std::optional<Interval> current_ci, baseline_ci; // 95% intervals of the two medians (ms)
+  std::size_t current_samples = 0, baseline_samples = 0;
+
+  [[nodiscard]] bool regressed() const { return verdict == Verdict::regressed; }
+  [[nodiscard]] bool improved() const { return verdict == Verdict::improved; }
 };
 
 struct Comparison {
-  double max_regression = 0;            // e.g. 0.05 for 5%
+  CompareOptions options;
   std::vector<KeyComparison> keys;      // in key order
 
   [[nodiscard]] std::size_t regressions() const;
   [[nodiscard]] std::size_t count(Presence presence) const;
+  [[nodiscard]] std::size_t count(Verdict verdict) const; // keys in both tables only
 };
 
 // The two-sided 95% Student t quantile for `degrees` of freedom (>= 1).
 [[nodiscard]] double t_quantile_975(std::size_t degrees);
-// The 95% interval of a row's median; nullopt when its stats have n < 2.
+// The 95% interval of a row's median: from its samples (order statistics) when it has at least
+// k_min_samples, else from its statistics (quartiles, else Student's t); nullopt when it has
+// neither samples nor n >= 2.
 [[nodiscard]] std::optional<Interval> confidence_interval(const TableRow& row);
 
-// Both tables normalized. max_regression >= 0.
+// One key in both tables, by the rule above.
+[[nodiscard]] KeyComparison compare_rows(const TableRow& current, const TableRow& baseline,
+                                         const CompareOptions& options);
+
+// Both tables normalized. options.min_effect >= 0, 0 < options.alpha < 1.
 [[nodiscard]] Comparison compare(const Table& current, const Table& baseline,
-                                 double max_regression);
+                                 const CompareOptions& options);
 
 // A markdown report: a summary line and one table row per key, regressions first.
 [[nodiscard]] std::string render_markdown(const Comparison& comparison);
 // JUnit XML: one <testcase> per key; a regression is a <failure>, a key in one table only is
-// <skipped>.
+// <skipped>; every testcase says the verdict, the method, ratio, interval and p-value.
 [[nodiscard]] std::string render_junit(const Comparison& comparison,
                                        std::string_view suite_name = "ktune.baseline");
+// JUnit XML of a run without a baseline: one passing <testcase> per row, saying its median and
+// winner (CI systems that expect the file get it on every run).
+[[nodiscard]] std::string render_junit(const Table& table, std::string_view suite_name);
 
 } // namespace ktune::tableio

@@ -118,6 +118,7 @@ ordered_json row_to_json(const TableRow& row) {
   out["config"] = row.config;
   out["median_ms"] = row.median_ms;
   if (row.stats.n > 0) out["stats"] = stats_to_json(row.stats);
+  if (!row.samples_ms.empty()) out["samples_ms"] = row.samples_ms;
   out["gflops"] = row.gflops;
   out["gbps"] = row.gbps;
   out["compile_ms"] = row.compile_ms;
@@ -181,6 +182,20 @@ Result<TableRow> row_from_json(const ordered_json& value, std::string_view where
   if (auto ok = check_config(out.config, where, row.path_of("config")); !ok) return ok.error();
   KTUNE_TABLE_TRY(out.median_ms, row.number("median_ms"));
   KTUNE_TABLE_TRY(out.stats, stats_from_json(row, where));
+  if (row.has("samples_ms")) {
+    const auto& samples = row.at("samples_ms");
+    if (!samples.is_array()) {
+      return invalid(where, row.path_of("samples_ms"),
+                     "expected an array of times in ms, found " + describe(samples));
+    }
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      if (!samples[i].is_number() || samples[i].get<double>() < 0) {
+        return invalid(where, row.path_of("samples_ms") + "[" + std::to_string(i) + "]",
+                       "expected a time in ms >= 0, found " + describe(samples[i]));
+      }
+      out.samples_ms.push_back(samples[i].get<float>());
+    }
+  }
   KTUNE_TABLE_TRY(out.gflops, row.number("gflops", false));
   KTUNE_TABLE_TRY(out.gbps, row.number("gbps", false));
   KTUNE_TABLE_TRY(out.compile_ms, row.number("compile_ms", false));

@@ -154,6 +154,7 @@ Result<Table> load_table(const Store& store, const TableFilter& filter, const st
       for (const ResultRecord& result : *results) {
         if (result.id != winner.result_id) continue;
         row.stats = result.stats;
+        row.samples_ms = result.samples_ms;
         row.gbps = result.gbps;
         row.compile_ms = result.compile_ms;
         if (result.gflops != 0) row.gflops = result.gflops;

@@ -38,6 +38,9 @@ struct TableRow {
   double median_ms = 0;
   // Every statistic of the winning measurement; n == 0 means they are unknown (only median_ms).
   SampleStats stats;
+  // The raw samples of the winning measurement, in the order taken; empty when unknown (a table
+  // from before samples were kept, a T4 import).
+  std::vector<float> samples_ms;
   double gflops = 0, gbps = 0;     // 0 = unknown
   double compile_ms = 0;           // 0 = unknown
   // Provenance.

@@ -376,6 +376,7 @@ TEST_CASE("BenchOutcome JSON", "[bench][bench_job]") {
   outcome.stats.stddev_ms = 0.1;
   outcome.gflops = 12.5;
   outcome.gbps = 3.25;
+  outcome.samples_ms = {0.75f, 0.5f, 1.25f};
 
   SECTION("round trip") {
     auto back = BenchOutcome::from_json(nlohmann::json::parse(outcome.to_json().dump()));
@@ -392,7 +393,25 @@ TEST_CASE("BenchOutcome JSON", "[bench][bench_job]") {
     CHECK(back->stats.stddev_ms == 0.1);
     CHECK(back->gflops == 12.5);
     CHECK(back->gbps == 3.25);
+    CHECK(back->samples_ms == outcome.samples_ms);
     CHECK(outcome.to_json()["status"] == "mismatch");
+  }
+
+  SECTION("an outcome without samples (an older worker) is valid and keeps none") {
+    auto j = outcome.to_json();
+    j.erase("samples_ms");
+    auto back = BenchOutcome::from_json(j);
+    REQUIRE(back.ok());
+    CHECK(back->samples_ms.empty());
+    CHECK(back->stats.n == 12);
+  }
+
+  SECTION("samples must be numbers") {
+    auto j = outcome.to_json();
+    j["samples_ms"] = nlohmann::json::array({0.5, "slow"});
+    auto back = BenchOutcome::from_json(j);
+    REQUIRE_FALSE(back.ok());
+    CHECK_THAT(back.error().message, Catch::Contains("samples_ms"));
   }
 
   SECTION("unknown status") {

@@ -133,3 +133,46 @@ TEST_CASE("core/stats: judge_finals", "[core][stats]") {
     CHECK(ktune::judge_finals({}, 0.03).tied.empty());
   }
 }
+
+TEST_CASE("core/stats: median_interval", "[core][stats]") {
+  SECTION("empty and small inputs") {
+    CHECK(ktune::median_interval({}).low_ms == 0);
+    const auto few = ktune::median_interval({3, 1, 2});
+    CHECK(few.low_ms == 1);
+    CHECK(few.high_ms == 3);
+  }
+  SECTION("order statistics around the median, untouched by outliers") {
+    std::vector<double> samples;
+    for (int i = 1; i <= 100; ++i) samples.push_back(i);
+    const auto ci = ktune::median_interval(samples);
+    // ranks 50 -+ 9.8: the 40th and 61st values.
+    CHECK(ci.low_ms == 40);
+    CHECK(ci.high_ms == 61);
+    samples.back() = 1e6;
+    samples[98] = 1e5;
+    CHECK(ktune::median_interval(samples).high_ms == 61);
+  }
+}
+
+TEST_CASE("core/stats: mann_whitney", "[core][stats]") {
+  SECTION("an empty side has p 1") { CHECK(ktune::mann_whitney({}, {1, 2}).p_value == 1); }
+  SECTION("identical values have p 1") {
+    CHECK(ktune::mann_whitney({1, 1, 1}, {1, 1, 1}).p_value == 1);
+  }
+  SECTION("U counts the pairs a > b") {
+    CHECK(ktune::mann_whitney({4, 5, 6}, {1, 2, 3}).u == 9);
+    CHECK(ktune::mann_whitney({1, 2, 3}, {4, 5, 6}).u == 0);
+    CHECK(ktune::mann_whitney({1, 2}, {2, 3}).u == Approx(0.5));
+  }
+  SECTION("p-values against scipy.stats.mannwhitneyu(method='asymptotic')") {
+    // Fully separated samples of 10 and 10: U = 100, z = (50 - 0.5) / sqrt(175).
+    std::vector<double> a, b;
+    for (int i = 0; i < 10; ++i) {
+      a.push_back(10 + i);
+      b.push_back(i);
+    }
+    CHECK(ktune::mann_whitney(a, b).p_value == Approx(0.00018267).epsilon(1e-3));
+    // Interleaved: no evidence either way.
+    CHECK(ktune::mann_whitney({1, 3, 5, 7, 9}, {2, 4, 6, 8, 10}).p_value > 0.5);
+  }
+}

@@ -109,7 +109,7 @@ TEST_CASE("migrating a fresh database creates the current schema once", "[db]") 
                                  "log", "n", "min_ms", "max_ms", "median_ms", "mean_ms",
                                  "stddev_ms", "q1_ms", "q3_ms", "gflops", "gbps", "compile_ms",
                                  "created_at", "registers", "spill_bytes", "pruned",
-                                 "shared_bytes", "remeasured", "tied"});
+                                 "shared_bytes", "remeasured", "tied", "samples"});
   CHECK(connection.columns("winners") ==
         std::vector<std::string>{"kernel", "source_hash", "shape", "dtype", "fingerprint",
                                  "result_id", "job_id", "config", "median_ms", "gflops",
@@ -269,4 +269,27 @@ TEST_CASE("schema v5 lets the clients find a kernel's newest job without scannin
   INFO(details);
   CHECK(details.find("USING INDEX jobs_by_kernel") != std::string::npos);
   CHECK(details.find("SCAN jobs") == std::string::npos);
+}
+
+TEST_CASE("schema v6 keeps samples of new results; results of a v5 database have none", "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  REQUIRE(all.size() >= 6);
+  CHECK(run(connection, all.subspan(0, 5)) == 5);
+  connection.exec(
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, total, done, failed, error, created_at, started_at, finished_at) VALUES "
+      "('gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'exhaustive', 'done', 1, 1, 0, '', 1, 1, 2)");
+  connection.exec(
+      "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
+      "config_index, status, reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, "
+      "gflops, gbps, compile_ms, created_at) VALUES (1, 'gemm', 'h', 'M=1', 'f32', 'fp', '{}', 0, "
+      "'ok', '', '', 3, 1, 3, 2, 2, 1, 0, 0, 0, 5)");
+  CHECK(run(connection, all.subspan(0, 6)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 6);
+  CHECK(connection.integer("SELECT samples IS NULL FROM results") == 1);
+  // Four bytes a sample: a blob of two float32 is 8 bytes.
+  connection.exec("UPDATE results SET samples = X'0000803F00000040'");
+  CHECK(connection.integer("SELECT length(samples) FROM results") == 8);
 }

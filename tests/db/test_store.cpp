@@ -189,6 +189,7 @@ void check_same(const ResultRecord& a, const ResultRecord& b) {
   CHECK(a.gbps == b.gbps);
   CHECK(a.compile_ms == b.compile_ms);
   CHECK(a.created_at == b.created_at);
+  CHECK(a.samples_ms == b.samples_ms);
 }
 
 void check_same(const WinnerRecord& a, const WinnerRecord& b) {
@@ -329,6 +330,7 @@ TEST_CASE("records round-trip with every field", "[db]") {
   SECTION("results") {
     const auto job_id = must(store.create_job(sample_job()));
     ResultRecord ok = sample_result(job_id, R"({"BLOCK_M":64})", 1);
+    ok.samples_ms = {0.125f, 0.0915f, 8.1f, 0.09f};  // kept as float32, exactly
     ok.id = must(store.insert_result(ok));
     ResultRecord failed = sample_result(job_id, R"({"BLOCK_M":128})", 0);
     failed.status = CandidateStatus::compile_error;
@@ -348,6 +350,7 @@ TEST_CASE("records round-trip with every field", "[db]") {
     failed.created_at = rows[0].created_at;
     check_same(rows[0], failed);
     check_same(rows[1], ok);
+    CHECK(rows[0].samples_ms.empty());  // a failed candidate keeps none: NULL
     CHECK(must(store.job_results(job_id + 1)).empty());
   }
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The sweep acceptance, end to end with the real binaries (ctest: test_sweep):
-#  1. a sweep of the CPU kernels at two shapes each runs unattended to a table;
-#  2. run again with --baseline of the first table it exits 0;
-#  3. a baseline edited to be 20% faster on one key makes it exit 1 and name that key;
+#  1. a sweep of the CPU kernels at two shapes each runs unattended to a table, keeping each
+#     winner's samples, and writes --junit without a baseline;
+#  2. run again with --baseline of the first table it exits 0; --remeasure measures afresh;
+#  3. a baseline edited to be 20% faster on one key makes it exit 1 and name that key, and so
+#     does `ktune compare` of the two tables (exit 2 for an unreadable one); merge-tables.sh
+#     with that baseline fails through the same rule;
 #  4. shards 1/2 and 2/2 cover exactly the unsharded sweep's keys, and importing both into a fresh
 #     daemon gives the same winners as the unsharded table.
 #
@@ -54,9 +57,12 @@ start "$work/a"
 export KTUNE_HOME="$work/a"
 
 # 1. Unattended to a table.
-"$bin/ktune" sweep "$work/sweep.toml" --out "$work/t1.json" >"$work/out1.md" || fail "the first sweep exited $?"
+"$bin/ktune" sweep "$work/sweep.toml" --out "$work/t1.json" --junit "$work/j0.xml" >"$work/out1.md" || fail "the first sweep exited $?"
+grep -q 'tests="4" failures="0"' "$work/j0.xml" || fail "no JUnit XML without --baseline: $(cat "$work/j0.xml" 2>&1)"
 [[ "$(keys "$work/t1.json" | wc -l)" == 4 ]] || fail "expected 4 keys in the table, got: $(keys "$work/t1.json")"
 grep -q "| gemm | M=32,N=32,K=32 |" "$work/out1.md" || fail "the summary lacks the gemm key: $(cat "$work/out1.md")"
+python3 -c 'import json,sys; rows = json.load(open(sys.argv[1]))["rows"]; sys.exit(0 if all(len(r.get("samples_ms", [])) >= 5 for r in rows) else 1)' "$work/t1.json" \
+  || fail "the table does not keep each winner's samples"
 
 # 2. Against its own table: exit 0, a JUnit file without failures.
 "$bin/ktune" sweep "$work/sweep.toml" --baseline "$work/t1.json" --junit "$work/j1.xml" >"$work/out2.md" \
@@ -73,6 +79,7 @@ row["median_ms"] /= 1.25
 # Without statistics the verdict is the ratio alone (tableio/compare.hpp): on a noisy machine (a
 # sanitizer build, a loaded box) the two 95% intervals of the same samples could overlap.
 row.pop("stats", None)
+row.pop("samples_ms", None)
 json.dump(table, open(sys.argv[2], "w"))
 PY
 set +e
@@ -83,13 +90,40 @@ set -e
 grep -q "M=64,N=32,K=32" "$work/out3.md" || fail "the summary does not name the regressed key: $(cat "$work/out3.md")"
 grep -q "<failure" "$work/j2.xml" || fail "JUnit has no failure for the regression"
 [[ "$(grep -c "<failure" "$work/j2.xml")" == 1 ]] || fail "expected exactly one JUnit failure"
+set +e
+"$bin/ktune" compare "$work/t1.json" "$work/fast.json" >"$work/cmp.md"; code_regressed=$?
+"$bin/ktune" compare "$work/t1.json" "$work/t1.json" >/dev/null; code_same=$?
+"$bin/ktune" compare "$work/t1.json" "$work/missing.json" 2>/dev/null; code_error=$?
+set -e
+[[ $code_regressed == 1 && $code_same == 0 && $code_error == 2 ]] \
+  || fail "ktune compare exit codes: regressed $code_regressed, same $code_same, error $code_error (expected 1, 0, 2)"
+grep -q "| REGRESSED | gemm | M=64,N=32,K=32 |" "$work/cmp.md" || fail "ktune compare does not name the key: $(cat "$work/cmp.md")"
 
 # 4. Shards cover the sweep exactly once; their tables merged in a fresh daemon give the same winners.
 "$bin/ktune" sweep "$work/sweep.toml" --shard 1/2 --out "$work/s1.json" >/dev/null || fail "shard 1/2 exited $?"
 "$bin/ktune" sweep "$work/sweep.toml" --shard 2/2 --out "$work/s2.json" >/dev/null || fail "shard 2/2 exited $?"
 [[ -z "$(comm -12 <(keys "$work/s1.json") <(keys "$work/s2.json"))" ]] || fail "shards overlap"
 [[ "$(sort <(keys "$work/s1.json") <(keys "$work/s2.json"))" == "$(keys "$work/t1.json")" ]] || fail "shards do not cover the sweep"
+# --remeasure measures again: every winner of its table is newer than the first table's.
+"$bin/ktune" sweep "$work/sweep.toml" --remeasure --out "$work/t1r.json" >/dev/null || fail "the remeasured sweep exited $?"
+python3 - "$work/t1.json" "$work/t1r.json" <<'PY' || fail "--remeasure reused earlier measurements"
+import json, sys
+first, again = (json.load(open(p))["rows"] for p in sys.argv[1:])
+assert len(again) == 4 and min(r["time_ms"] for r in again) > max(r["time_ms"] for r in first)
+PY
+# (Last in this daemon: it replaces the store's winners with fresh measurements.)
 "$bin/ktune" daemon stop >/dev/null
+
+# The merge step of a sharded sweep judges with the same rule (exit 1 against the fast baseline).
+mkdir -p "$work/merge"
+cp "$work/s1.json" "$work/merge/shard-1.json"
+cp "$work/s2.json" "$work/merge/shard-2.json"
+set +e
+PATH="$bin:$PATH" KTUNE_HOME= "$src/configs/deploy/merge-tables.sh" "$work/merge" 2 "$work/fast.json" >"$work/merge.md" 2>&1
+code=$?
+set -e
+[[ $code == 1 ]] || fail "merge-tables.sh against a 20% faster baseline exited $code: $(cat "$work/merge.md")"
+grep -q "<failure" "$work/merge/compare.xml" || fail "merge-tables.sh wrote no JUnit failure"
 
 start "$work/b"
 export KTUNE_HOME="$work/b"
