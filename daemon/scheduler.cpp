@@ -932,7 +932,15 @@ void Scheduler::finish(ActiveJob& job) {
                ties.end();
     if (row.tied) tie_ids.push_back(row.id);
   }
-  const ResultRecord* chosen = pick_winner(rows);
+  // The incumbent: the key's winner before this job. Kept when it is in the winning group.
+  auto incumbent = m_store.find_winner(rec.kernel, rec.source_hash, rec.shape, rec.dtype, rec.fingerprint);
+  if (!incumbent) {
+    KTUNE_LOG(warn) << "job " << rec.id << ": cannot read the incumbent winner: "
+                    << incumbent.error().message;
+  }
+  const std::string incumbent_config =
+      incumbent && incumbent->has_value() ? (*incumbent)->config : std::string();
+  const ResultRecord* chosen = pick_winner(rows, incumbent_config);
   WinnerRecord winner;
   winner.kernel = rec.kernel;
   winner.source_hash = rec.source_hash;
@@ -970,7 +978,10 @@ void Scheduler::finish(ActiveJob& job) {
   }
   KTUNE_LOG(info) << "job " << rec.id << " done in " << log::elapsed_ms(job.started)
                   << " ms: winner " << winner.config << " median " << winner.median_ms << " ms"
-                  << (tie_ids.size() > 1 ? " (" + std::to_string(tie_ids.size()) + "-way tie)" : "")
+                  << (tie_ids.size() > 1 ? " (" + std::to_string(tie_ids.size()) + "-way tie" +
+                                               (chosen->config == incumbent_config
+                                                    ? ", the incumbent kept)" : ")")
+                                         : "")
                   << ", " << job.failed << " of " << job.done << " candidates failed"
                   << (job.failures.empty() ? "" : " (" + describe_failures(job.failures) + ")")
                   << "; compile " << static_cast<std::int64_t>(job.timing.compile_ms)
