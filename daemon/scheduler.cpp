@@ -108,6 +108,7 @@ struct Scheduler::ActiveJob {
   int in_flight = 0;                    // worker requests sent for this job
   std::deque<Compiled> compiled;        // waiting for the bench worker
   bool benchmarking = false;
+  std::int64_t retaken = 0;             // samples the bench worker dropped as preempted
   std::map<std::size_t, Compiled> artifacts; // ok candidates measured in this job
   std::map<std::size_t, ResultRecord> ok_rows; // config index -> its ok row
   // The finals: the finalists in config order, each one's stats round by round, the finalists
@@ -728,6 +729,7 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
   r.spill_bytes = outcome->spills >= 0 ? outcome->spills : candidate.spills;
   r.shared_bytes = outcome->shared_bytes >= 0 ? outcome->shared_bytes : candidate.shared_bytes;
   r.pruned = outcome->pruned;
+  job.retaken += outcome->retaken;
   if (r.status != CandidateStatus::ok) r.log = stderr_tail;
   if (r.status == CandidateStatus::ok) job.artifacts[candidate.index] = candidate;
   record(job, candidate.index, std::move(r));
@@ -738,6 +740,7 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
 void Scheduler::on_final_measured(ActiveJob& job, const Compiled& candidate,
                                   Result<nlohmann::json> reply) {
   auto outcome = reply ? BenchOutcome::from_json(*reply) : Result<BenchOutcome>(reply.error());
+  if (outcome) job.retaken += outcome->retaken;
   if (outcome && outcome->status == CandidateStatus::ok && outcome->stats.median_ms > 0) {
     job.final_stats[candidate.index].push_back(outcome->stats);
   } else {
@@ -984,7 +987,7 @@ void Scheduler::finish(ActiveJob& job) {
                                          : "")
                   << ", " << job.failed << " of " << job.done << " candidates failed"
                   << (job.failures.empty() ? "" : " (" + describe_failures(job.failures) + ")")
-                  << "; compile " << static_cast<std::int64_t>(job.timing.compile_ms)
+                  << "; " << job.retaken << " preempted samples retaken; compile " << static_cast<std::int64_t>(job.timing.compile_ms)
                   << " ms, bench " << static_cast<std::int64_t>(job.timing.bench_ms)
                   << " ms, overhead " << static_cast<std::int64_t>(job.timing.overhead_ms) << " ms";
   announce_end(rec.id, JobState::done);

@@ -297,7 +297,8 @@ nlohmann::json BenchOutcome::to_json() const {
               {"spills", spills},
               {"shared_bytes", shared_bytes},
               {"pruned", pruned},
-              {"stop", stop}};
+              {"stop", stop},
+              {"retaken", retaken}};
 }
 
 Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
@@ -322,6 +323,7 @@ Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
   if (auto r = read_int(j, "shared_bytes", what, o.shared_bytes); !r) return r.error();
   if (auto r = read_bool(j, "pruned", what, o.pruned); !r) return r.error();
   if (auto r = read_string(j, "stop", what, o.stop, Presence::optional); !r) return r.error();
+  if (auto r = read_int64(j, "retaken", what, o.retaken); !r) return r.error();
   return o;
 }
 

@@ -376,6 +376,7 @@ TEST_CASE("BenchOutcome JSON", "[bench][bench_job]") {
   outcome.stats.stddev_ms = 0.1;
   outcome.gflops = 12.5;
   outcome.gbps = 3.25;
+  outcome.retaken = 4;
 
   SECTION("round trip") {
     auto back = BenchOutcome::from_json(nlohmann::json::parse(outcome.to_json().dump()));
@@ -392,7 +393,18 @@ TEST_CASE("BenchOutcome JSON", "[bench][bench_job]") {
     CHECK(back->stats.stddev_ms == 0.1);
     CHECK(back->gflops == 12.5);
     CHECK(back->gbps == 3.25);
+    CHECK(back->retaken == 4);
     CHECK(outcome.to_json()["status"] == "mismatch");
+  }
+
+  SECTION("retaken is optional (0) and must be an integer") {
+    auto j = outcome.to_json();
+    j.erase("retaken");
+    auto back = BenchOutcome::from_json(j);
+    REQUIRE(back.ok());
+    CHECK(back->retaken == 0);
+    j["retaken"] = "many";
+    CHECK_FALSE(BenchOutcome::from_json(j).ok());
   }
 
   SECTION("unknown status") {
