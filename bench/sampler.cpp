@@ -43,7 +43,8 @@ bool Sampler::preempted(double wall_ms, double cpu_ms) {
 SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> cpu_ms) {
   if (m_stop != SampleStop::more) return m_stop;
   const bool disturbed = cpu_ms && preempted(ms, *cpu_ms);
-  if (disturbed && m_retakes_in_a_row < k_max_retakes) {
+  if (disturbed && m_retakes_in_a_row < k_max_retakes &&
+      m_retaken < m_samples.size() + static_cast<std::size_t>(k_max_retakes)) {
     ++m_retakes_in_a_row;
     ++m_retaken;
     return SampleStop::more;
@@ -59,8 +60,8 @@ SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> 
   const auto count = static_cast<std::int64_t>(m_samples.size());
   const MeasureSettings& s = m_settings;
   const auto prune_after = static_cast<std::size_t>(std::max(1, s.prune_after));
-  if (m_prune_above_ms > 0 && !disturbed && m_clean.size() < prune_after) {
-    m_clean.push_back(ms);
+  if (m_prune_above_ms > 0 && m_clean.size() < prune_after) {
+    m_clean.push_back(disturbed ? *cpu_ms : ms);
     if (m_clean.size() == prune_after) {
       std::vector<double> first(m_clean);
       std::nth_element(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(first.size() / 2),

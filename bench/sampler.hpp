@@ -3,8 +3,8 @@
 // host and CUDA runners feed it one sample at a time and stop when add() says so.
 //
 // Sampling stops, checked after every sample, at the first of:
-//   pruned     prune_above_ms > 0, prune_after undisturbed samples taken (see preempted samples
-//              below) and their median is above it: the
+//   pruned     prune_above_ms > 0, prune_after samples taken and their median (of a preempted
+//              sample: its CPU time, see below) is above it: the
 //              candidate is clearly slower than the best so far (prune_factor x its median), so
 //              measuring it precisely is wasted time;
 //   converged  n >= min_samples, measured >= min_time_s and rsd < target_rsd;
@@ -20,10 +20,11 @@
 // CLOCK_THREAD_CPUTIME_ID around each launch): a sample whose wall time exceeds its CPU time by
 // more than k_preempt_ratio of it plus k_preempt_slack_ms spent part of its time off the CPU (the
 // thread was preempted, or waited for a page) and is not counted: add() returns `more` and the
-// runner takes it again. After k_max_retakes retakes in a row the next sample counts whatever
-// it shows, so a saturated machine slows sampling by at most (k_max_retakes + 1) x; such a
-// sample is flagged and never enters the prune test, which uses the first prune_after samples
-// that ran undisturbed -- a candidate is never pruned on preempted samples.
+// runner takes it again -- at most k_max_retakes times in a row, and at most one retake per
+// counted sample beyond the first k_max_retakes, so a saturated machine (where a long sample is
+// nearly always preempted) slows sampling by about 2x at most. A preempted sample that counts
+// enters the prune test with its CPU time (the candidate's own time), never its wall time: a
+// candidate is never pruned on preempted wall times.
 #include "jobs/bench_job.hpp"
 
 #include <chrono>
@@ -75,7 +76,7 @@ private:
   double m_prune_above_ms;
   Clock::time_point m_start;
   std::vector<double> m_samples;
-  std::vector<double> m_clean;       // the first prune_after undisturbed samples (the prune test)
+  std::vector<double> m_clean;       // the first prune_after samples' times for the prune test
   std::size_t m_retaken = 0;
   int m_retakes_in_a_row = 0;
   std::vector<double> m_rsd_history; // rsd after each sample once min_samples/min_time are met

@@ -126,11 +126,11 @@ TEST_CASE("Sampler retakes preempted samples and never prunes on them", "[bench]
   }
   SECTION("a 2 ms candidate whose first samples were preempted (6-14 ms) is not pruned at 4 ms") {
     Sampler sampler(settings(), 4.0, start);
-    // Every sample of the first three is preempted, even after its retakes: those count but
-    // stay out of the prune test; the undisturbed ones decide.
+    // Every sample of the first three is preempted, even after its retakes: those count, and
+    // the prune test sees their CPU time (2 ms), not their wall time.
     std::size_t i = 0;
     SampleStop stop = SampleStop::more;
-    for (; i < 3 * (Sampler::k_max_retakes + 1) && stop == SampleStop::more; ++i) {
+    for (; i < 100 && sampler.count() < 3 && stop == SampleStop::more; ++i) {
       const double wall = 6.0 + static_cast<double>(i % 5) * 2.0;
       stop = sampler.add(wall, start, 2.0);
     }
@@ -139,6 +139,22 @@ TEST_CASE("Sampler retakes preempted samples and never prunes on them", "[bench]
     for (; i < 1000 && stop == SampleStop::more; ++i) stop = sampler.add(2.0, start, 2.0);
     CHECK(stop != SampleStop::pruned);
     CHECK(sampler.count() >= 10);
+  }
+  SECTION("retakes are bounded overall: about one per counted sample") {
+    Sampler sampler(settings(), 0, start);
+    std::size_t adds = 0;
+    while (sampler.add(6.0 + static_cast<double>(adds % 3), start, 2.0) == SampleStop::more) ++adds;
+    ++adds;
+    CHECK(sampler.count() >= 10);
+    CHECK(sampler.count() + sampler.retaken() == adds);
+    CHECK(sampler.retaken() <= sampler.count() + static_cast<std::size_t>(Sampler::k_max_retakes));
+  }
+  SECTION("a slow candidate whose samples are all preempted is pruned on their CPU times") {
+    Sampler sampler(settings(), 4.0, start);
+    SampleStop stop = SampleStop::more;
+    for (int i = 0; i < 100 && stop == SampleStop::more; ++i) stop = sampler.add(12.0, start, 5.0);
+    CHECK(stop == SampleStop::pruned);
+    CHECK(sampler.count() == 3);
   }
   SECTION("a truly slow candidate is still pruned on its undisturbed samples") {
     Sampler sampler(settings(), 4.0, start);
