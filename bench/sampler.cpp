@@ -60,10 +60,10 @@ SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> 
   const auto count = static_cast<std::int64_t>(m_samples.size());
   const MeasureSettings& s = m_settings;
   const auto prune_after = static_cast<std::size_t>(std::max(1, s.prune_after));
-  if (m_prune_above_ms > 0 && m_clean.size() < prune_after) {
-    m_clean.push_back(disturbed ? *cpu_ms : ms);
-    if (m_clean.size() == prune_after) {
-      std::vector<double> first(m_clean);
+  if (m_prune_above_ms > 0 && m_prune_times.size() < prune_after) {
+    m_prune_times.push_back(disturbed ? *cpu_ms : ms);
+    if (m_prune_times.size() == prune_after) {
+      std::vector<double> first(m_prune_times);
       std::nth_element(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(first.size() / 2),
                        first.end());
       if (first[first.size() / 2] > m_prune_above_ms) return m_stop = SampleStop::pruned;

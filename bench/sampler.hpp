@@ -4,9 +4,9 @@
 //
 // Sampling stops, checked after every sample, at the first of:
 //   pruned     prune_above_ms > 0, prune_after samples taken and their median (of a preempted
-//              sample: its CPU time, see below) is above it: the
-//              candidate is clearly slower than the best so far (prune_factor x its median), so
-//              measuring it precisely is wasted time;
+//              sample: its CPU time, see below) is above it: the candidate is clearly slower
+//              than the best so far (prune_factor x its median), so measuring it precisely is
+//              wasted time;
 //   converged  n >= min_samples, measured >= min_time_s and rsd < target_rsd;
 //   settled    n >= min_samples, measured >= min_time_s, and the rsd estimate has stopped moving:
 //              over the last k_settle_window samples it stayed within k_settle_band of its
@@ -76,7 +76,7 @@ private:
   double m_prune_above_ms;
   Clock::time_point m_start;
   std::vector<double> m_samples;
-  std::vector<double> m_clean;       // the first prune_after samples' times for the prune test
+  std::vector<double> m_prune_times; // the first prune_after samples as the prune test sees them
   std::size_t m_retaken = 0;
   int m_retakes_in_a_row = 0;
   std::vector<double> m_rsd_history; // rsd after each sample once min_samples/min_time are met
