@@ -17,6 +17,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <ctime>
 #include <vector>
 
 namespace ktune {
@@ -28,6 +29,13 @@ using EntryFn = void (*)(void**);
 
 double elapsed_ms(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+// CPU time of the calling thread (user and system), ms.
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 
 std::optional<ArgKind> parse_arg_kind(std::string_view text) {
@@ -377,16 +385,21 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
     if (job.inplace) set.restore_inputs();  // before making the caches cold: the copy warms them
     if (evict) set.evict_buffers();
     if (sweep) sweep_cache();
+    // The thread's CPU time brackets the wall time, so the timed interval is what it was before;
+    // a wall time well above it means the thread was off the CPU (Sampler: retaken).
+    const double c0 = thread_cpu_ms();
     const auto t0 = Clock::now();
     entry(set.pointers.data());
     const auto t1 = Clock::now();
-    if (sampler.add(elapsed_ms(t0, t1), t1) != SampleStop::more) break;
+    const double c1 = thread_cpu_ms();
+    if (sampler.add(elapsed_ms(t0, t1), t1, c1 - c0) != SampleStop::more) break;
   }
 
   BenchOutcome outcome;
   outcome.status = CandidateStatus::ok;
   outcome.pruned = sampler.reason() == SampleStop::pruned;
   outcome.stop = std::string(to_string(sampler.reason()));
+  outcome.retaken = static_cast<std::int64_t>(sampler.retaken());
   std::vector<double> samples = sampler.take_samples();
   outcome.samples_ms.assign(samples.begin(), samples.end());
   outcome.stats = summarize(std::move(samples));

@@ -36,8 +36,20 @@ bool Sampler::settled() const {
   return *hi - *lo <= k_settle_band * now;
 }
 
-SampleStop Sampler::add(double ms, Clock::time_point now) {
+bool Sampler::preempted(double wall_ms, double cpu_ms) {
+  return wall_ms > cpu_ms * (1.0 + k_preempt_ratio) + k_preempt_slack_ms;
+}
+
+SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> cpu_ms) {
   if (m_stop != SampleStop::more) return m_stop;
+  const bool disturbed = cpu_ms && preempted(ms, *cpu_ms);
+  if (disturbed && m_retakes_in_a_row < k_max_retakes &&
+      m_retaken < m_samples.size() + static_cast<std::size_t>(k_max_retakes)) {
+    ++m_retakes_in_a_row;
+    ++m_retaken;
+    return SampleStop::more;
+  }
+  m_retakes_in_a_row = 0;
   m_samples.push_back(ms);
   m_measured_s += ms / 1000.0;
   const auto n = static_cast<double>(m_samples.size());
@@ -47,11 +59,15 @@ SampleStop Sampler::add(double ms, Clock::time_point now) {
 
   const auto count = static_cast<std::int64_t>(m_samples.size());
   const MeasureSettings& s = m_settings;
-  if (m_prune_above_ms > 0 && count == std::max(1, s.prune_after)) {
-    std::vector<double> first(m_samples);
-    std::nth_element(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(first.size() / 2),
-                     first.end());
-    if (first[first.size() / 2] > m_prune_above_ms) return m_stop = SampleStop::pruned;
+  const auto prune_after = static_cast<std::size_t>(std::max(1, s.prune_after));
+  if (m_prune_above_ms > 0 && m_prune_times.size() < prune_after) {
+    m_prune_times.push_back(disturbed ? *cpu_ms : ms);
+    if (m_prune_times.size() == prune_after) {
+      std::vector<double> first(m_prune_times);
+      std::nth_element(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(first.size() / 2),
+                       first.end());
+      if (first[first.size() / 2] > m_prune_above_ms) return m_stop = SampleStop::pruned;
+    }
   }
   const bool enough = count >= s.min_samples && m_measured_s >= s.min_time_s;
   const double current_rsd = rsd();

@@ -3,9 +3,10 @@
 // host and CUDA runners feed it one sample at a time and stop when add() says so.
 //
 // Sampling stops, checked after every sample, at the first of:
-//   pruned     prune_above_ms > 0, prune_after samples taken and their median is above it: the
-//              candidate is clearly slower than the best so far (prune_factor x its median), so
-//              measuring it precisely is wasted time;
+//   pruned     prune_above_ms > 0, prune_after samples taken and their median (of a preempted
+//              sample: its CPU time, see below) is above it: the candidate is clearly slower
+//              than the best so far (prune_factor x its median), so measuring it precisely is
+//              wasted time;
 //   converged  n >= min_samples, measured >= min_time_s and rsd < target_rsd;
 //   settled    n >= min_samples, measured >= min_time_s, and the rsd estimate has stopped moving:
 //              over the last k_settle_window samples it stayed within k_settle_band of its
@@ -14,10 +15,21 @@
 //   capped     measured >= max_time_s, n >= max_samples, or (with n >= min_samples) the wall time
 //              since the first sample >= max_time_s (flushes and restores count there).
 // "measured" is the sum of the samples. rsd is the sample standard deviation over the mean.
+//
+// Preempted samples (runners that know the thread's CPU time: the host runner reads
+// CLOCK_THREAD_CPUTIME_ID around each launch): a sample whose wall time exceeds its CPU time by
+// more than k_preempt_ratio of it plus k_preempt_slack_ms spent part of its time off the CPU (the
+// thread was preempted, or waited for a page) and is not counted: add() returns `more` and the
+// runner takes it again -- at most k_max_retakes times in a row, and at most one retake per
+// counted sample beyond the first k_max_retakes, so a saturated machine (where a long sample is
+// nearly always preempted) slows sampling by about 2x at most. A preempted sample that counts
+// enters the prune test with its CPU time (the candidate's own time), never its wall time: a
+// candidate is never pruned on preempted wall times.
 #include "jobs/bench_job.hpp"
 
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -37,12 +49,22 @@ public:
   // `prune_above_ms` <= 0 never prunes. `start` is the time of the first timed launch.
   Sampler(const MeasureSettings& settings, double prune_above_ms, Clock::time_point start);
 
+  static constexpr double k_preempt_ratio = 0.05;
+  static constexpr double k_preempt_slack_ms = 0.02;
+  static constexpr int k_max_retakes = 3;
+
+  // Whether a sample of `wall_ms` during which the thread ran `cpu_ms` was (partly) off the CPU.
+  [[nodiscard]] static bool preempted(double wall_ms, double cpu_ms);
+
   // Records one sample (ms) taken before `now`; returns SampleStop::more to go on, otherwise why
-  // sampling is over (then reason() returns the same).
-  SampleStop add(double ms, Clock::time_point now);
+  // sampling is over (then reason() returns the same). Without `cpu_ms` the sample is taken as
+  // undisturbed; with it, a preempted sample is retaken (see above).
+  SampleStop add(double ms, Clock::time_point now, std::optional<double> cpu_ms = std::nullopt);
 
   [[nodiscard]] SampleStop reason() const { return m_stop; }
   [[nodiscard]] std::size_t count() const { return m_samples.size(); }
+  // Samples dropped as preempted and taken again.
+  [[nodiscard]] std::size_t retaken() const { return m_retaken; }
   [[nodiscard]] double rsd() const;
   // The samples so far, in order; leaves the sampler empty.
   [[nodiscard]] std::vector<double> take_samples() { return std::move(m_samples); }
@@ -54,6 +76,9 @@ private:
   double m_prune_above_ms;
   Clock::time_point m_start;
   std::vector<double> m_samples;
+  std::vector<double> m_prune_times; // the first prune_after samples as the prune test sees them
+  std::size_t m_retaken = 0;
+  int m_retakes_in_a_row = 0;
   std::vector<double> m_rsd_history; // rsd after each sample once min_samples/min_time are met
   double m_measured_s = 0;
   double m_mean = 0, m_m2 = 0;       // Welford's running moments

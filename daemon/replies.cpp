@@ -107,16 +107,6 @@ bool better_result(const ResultRecord& candidate, const ResultRecord& best) {
   return candidate.config_index < best.config_index;
 }
 
-bool preferred_tie(const ResultRecord& a, const ResultRecord& b) {
-  if (a.registers >= 0 && b.registers >= 0 && a.registers != b.registers) {
-    return a.registers < b.registers;
-  }
-  if (a.shared_bytes >= 0 && b.shared_bytes >= 0 && a.shared_bytes != b.shared_bytes) {
-    return a.shared_bytes < b.shared_bytes;
-  }
-  return a.config_index < b.config_index;
-}
-
 const ResultRecord* fastest_result(const std::vector<ResultRecord>& results) {
   for (const bool with_pruned : {false, true}) {
     const ResultRecord* best = nullptr;
@@ -129,22 +119,28 @@ const ResultRecord* fastest_result(const std::vector<ResultRecord>& results) {
   return nullptr;
 }
 
-const ResultRecord* pick_winner(const std::vector<ResultRecord>& results) {
+const ResultRecord* pick_winner(const std::vector<ResultRecord>& results,
+                                const std::string& incumbent_config) {
   const ResultRecord* tie = nullptr;
   for (const auto& r : results) {
-    if (r.status == CandidateStatus::ok && r.tied && (tie == nullptr || preferred_tie(r, *tie))) {
-      tie = &r;
-    }
+    if (r.status != CandidateStatus::ok || !r.tied) continue;
+    if (!incumbent_config.empty() && r.config == incumbent_config) return &r;
+    if (tie == nullptr || better_result(r, *tie)) tie = &r;
   }
   return tie != nullptr ? tie : fastest_result(results);
 }
 
-nlohmann::json winner_to_json(const ResultRecord* winner) {
+nlohmann::json winner_to_json(const ResultRecord* winner, const std::vector<ResultRecord>& results) {
   if (winner == nullptr) return nullptr;
+  nlohmann::json group = nlohmann::json::array();
+  for (const auto& r : results) {
+    if (r.status == CandidateStatus::ok && r.tied) group.push_back(r.config_index);
+  }
   return {{"config", stored_config_to_json(winner->config)},
           {"config_index", winner->config_index},
           {"median_ms", winner->stats.median_ms},
-          {"gflops", winner->gflops}};
+          {"gflops", winner->gflops},
+          {"tie_group", std::move(group)}};
 }
 
 Result<nlohmann::json> job_summary(const Store& store, std::int64_t job_id, WithResults with_results) {
@@ -155,7 +151,19 @@ Result<nlohmann::json> job_summary(const Store& store, std::int64_t job_id, With
   }
   auto results = store.job_results(job_id);
   if (!results) return results.error();
-  nlohmann::json out = {{"job", job_to_json(**job)}, {"winner", winner_to_json(pick_winner(*results))}};
+  // The winner the job named is the key's stored winner while no later job replaced it; else
+  // (or while it runs) the rule again, without the incumbent it was judged against.
+  const JobRecord& rec = **job;
+  auto stored = store.find_winner(rec.kernel, rec.source_hash, rec.shape, rec.dtype, rec.fingerprint);
+  if (!stored) return stored.error();
+  const ResultRecord* winner = nullptr;
+  if (stored->has_value() && (*stored)->job_id == job_id) {
+    for (const auto& r : *results) {
+      if (r.id == (*stored)->result_id) winner = &r;
+    }
+  }
+  if (winner == nullptr) winner = pick_winner(*results);
+  nlohmann::json out = {{"job", job_to_json(rec)}, {"winner", winner_to_json(winner, *results)}};
   if (!results->empty()) out["params"] = param_order(results->front().config);
   if (with_results == WithResults::yes) {
     nlohmann::json rows = nlohmann::json::array();

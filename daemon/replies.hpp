@@ -28,17 +28,20 @@ namespace ktune::daemon {
 
 // Whether `candidate` beats `best`: lower median, ties to the lower config index.
 [[nodiscard]] bool better_result(const ResultRecord& candidate, const ResultRecord& best);
-// Among declared ties: fewer registers, then less shared memory (each compared only when known
-// for both), then the lower config index.
-[[nodiscard]] bool preferred_tie(const ResultRecord& a, const ResultRecord& b);
 // The `ok` result with the lowest median (ties: lower config index), pruned ones only when every
 // ok result was pruned; nullptr when there is none.
 [[nodiscard]] const ResultRecord* fastest_result(const std::vector<ResultRecord>& results);
-// A job's winner: the preferred of its declared ties (results.tied) when it has any, else the
-// best `ok` result; nullptr when there is none.
-[[nodiscard]] const ResultRecord* pick_winner(const std::vector<ResultRecord>& results);
-// {"config","median_ms","gflops","result"} or null.
-[[nodiscard]] nlohmann::json winner_to_json(const ResultRecord* winner);
+// A job's winner. With declared ties (results.tied): the incumbent -- the tied row whose config
+// text is `incumbent_config`, the key's winner before this job -- when it is in the group, else
+// the tie with the lowest median (then the lower config index). Without ties: the best `ok`
+// result. nullptr when there is none. Keeping the incumbent makes a re-run that learns nothing
+// new (its ties reused, or a group that still holds the old winner) name the same config.
+[[nodiscard]] const ResultRecord* pick_winner(const std::vector<ResultRecord>& results,
+                                              const std::string& incumbent_config = {});
+// {"config","config_index","median_ms","gflops","tie_group"} or null; tie_group lists the
+// config_index of every declared tie in `results` (the winner included; empty without ties).
+[[nodiscard]] nlohmann::json winner_to_json(const ResultRecord* winner,
+                                            const std::vector<ResultRecord>& results);
 
 // {"job":{...},"winner":{...}|null} plus "results":[...] when `with_results`.
 // The winner of a job still running is the best result so far.

@@ -112,6 +112,7 @@ struct Scheduler::ActiveJob {
   int in_flight = 0;                    // worker requests sent for this job
   std::deque<Compiled> compiled;        // waiting for the bench worker
   bool benchmarking = false;
+  std::int64_t retaken = 0;             // samples the bench worker dropped as preempted
   std::map<std::size_t, Compiled> artifacts; // ok candidates measured in this job
   std::map<std::size_t, ResultRecord> ok_rows; // config index -> its ok row
   // The finals: the finalists in config order, each one's stats round by round, the finalists
@@ -733,6 +734,7 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
   r.spill_bytes = outcome->spills >= 0 ? outcome->spills : candidate.spills;
   r.shared_bytes = outcome->shared_bytes >= 0 ? outcome->shared_bytes : candidate.shared_bytes;
   r.pruned = outcome->pruned;
+  job.retaken += outcome->retaken;
   if (r.status != CandidateStatus::ok) r.log = stderr_tail;
   if (r.status == CandidateStatus::ok) job.artifacts[candidate.index] = candidate;
   record(job, candidate.index, std::move(r));
@@ -743,6 +745,7 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
 void Scheduler::on_final_measured(ActiveJob& job, const Compiled& candidate,
                                   Result<nlohmann::json> reply) {
   auto outcome = reply ? BenchOutcome::from_json(*reply) : Result<BenchOutcome>(reply.error());
+  if (outcome) job.retaken += outcome->retaken;
   if (outcome && outcome->status == CandidateStatus::ok && outcome->stats.median_ms > 0) {
     job.final_stats[candidate.index].push_back(outcome->stats);
   } else {
@@ -938,7 +941,15 @@ void Scheduler::finish(ActiveJob& job) {
                ties.end();
     if (row.tied) tie_ids.push_back(row.id);
   }
-  const ResultRecord* chosen = pick_winner(rows);
+  // The incumbent: the key's winner before this job. Kept when it is in the winning group.
+  auto incumbent = m_store.find_winner(rec.kernel, rec.source_hash, rec.shape, rec.dtype, rec.fingerprint);
+  if (!incumbent) {
+    KTUNE_LOG(warn) << "job " << rec.id << ": cannot read the incumbent winner: "
+                    << incumbent.error().message;
+  }
+  const std::string incumbent_config =
+      incumbent && incumbent->has_value() ? (*incumbent)->config : std::string();
+  const ResultRecord* chosen = pick_winner(rows, incumbent_config);
   WinnerRecord winner;
   winner.kernel = rec.kernel;
   winner.source_hash = rec.source_hash;
@@ -976,10 +987,13 @@ void Scheduler::finish(ActiveJob& job) {
   }
   KTUNE_LOG(info) << "job " << rec.id << " done in " << log::elapsed_ms(job.started)
                   << " ms: winner " << winner.config << " median " << winner.median_ms << " ms"
-                  << (tie_ids.size() > 1 ? " (" + std::to_string(tie_ids.size()) + "-way tie)" : "")
+                  << (tie_ids.size() > 1 ? " (" + std::to_string(tie_ids.size()) + "-way tie" +
+                                               (chosen->config == incumbent_config
+                                                    ? ", the incumbent kept)" : ")")
+                                         : "")
                   << ", " << job.failed << " of " << job.done << " candidates failed"
                   << (job.failures.empty() ? "" : " (" + describe_failures(job.failures) + ")")
-                  << "; compile " << static_cast<std::int64_t>(job.timing.compile_ms)
+                  << "; " << job.retaken << " preempted samples retaken; compile " << static_cast<std::int64_t>(job.timing.compile_ms)
                   << " ms, bench " << static_cast<std::int64_t>(job.timing.bench_ms)
                   << " ms, overhead " << static_cast<std::int64_t>(job.timing.overhead_ms) << " ms";
   announce_end(rec.id, JobState::done);

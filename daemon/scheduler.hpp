@@ -37,8 +37,9 @@
 // medians; remeasured). Comparing finalists round by round cancels what the machine did between
 // rounds; judge_finals (core/stats.hpp) declares ties: within tie_margin (3%) of the best at 95%
 // confidence, and never measured more than 2 x tie_margin slower. The winner among the ties
-// (results.tied, the best included) is the one with fewer registers, then less shared memory,
-// then the lower config index, so re-tuning picks the same config.
+// (results.tied, the best included) is the incumbent -- the key's winner before this job -- when
+// it is in the group, else the tie with the lowest median (pick_winner), so a re-tune that learns
+// nothing new keeps the config it named before.
 //
 // A worker that dies mid-request yields a `crash` (signal) or `worker_lost` row and is replaced
 // on the next request; one that passes its deadline (compile: `compile_timeout`; bench: derived

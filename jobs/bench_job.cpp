@@ -298,7 +298,8 @@ nlohmann::json BenchOutcome::to_json() const {
               {"shared_bytes", shared_bytes},
               {"pruned", pruned},
               {"stop", stop},
-              {"samples_ms", samples_ms}};
+              {"samples_ms", samples_ms},
+              {"retaken", retaken}};
 }
 
 Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
@@ -333,6 +334,7 @@ Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
       o.samples_ms.push_back(sample.get<float>());
     }
   }
+  if (auto r = read_int64(j, "retaken", what, o.retaken); !r) return r.error();
   return o;
 }
 

@@ -301,27 +301,17 @@ std::optional<std::size_t> job_winner(const JobData& data) {
       if (results[i].id == data.key_winner->result_id) return i;
     }
   }
-  // Two known counts compare; an unknown one (-1) never decides.
-  const auto fewer = [](int a, int b) -> std::optional<bool> {
-    if (a < 0 || b < 0 || a == b) return std::nullopt;
-    return a < b;
-  };
+  // The tie with the lowest median, then the lower config index (pick_winner in daemon/replies
+  // without the incumbent, which only the key's stored winner above records).
   std::optional<std::size_t> best;
   for (std::size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
     if (!r.tied || r.status != CandidateStatus::ok) continue;
-    if (!best) {
+    const auto& b = best ? results[*best] : r;
+    if (!best || r.stats.median_ms < b.stats.median_ms ||
+        (r.stats.median_ms == b.stats.median_ms && r.config_index < b.config_index)) {
       best = i;
-      continue;
     }
-    const auto& b = results[*best];
-    bool better = r.config_index < b.config_index;
-    if (auto regs = fewer(r.registers, b.registers)) {
-      better = *regs;
-    } else if (auto shared = fewer(r.shared_bytes, b.shared_bytes)) {
-      better = *shared;
-    }
-    if (better) best = i;
   }
   if (best) return best;
   for (const bool allow_pruned : {false, true}) {

@@ -377,6 +377,7 @@ TEST_CASE("BenchOutcome JSON", "[bench][bench_job]") {
   outcome.gflops = 12.5;
   outcome.gbps = 3.25;
   outcome.samples_ms = {0.75f, 0.5f, 1.25f};
+  outcome.retaken = 4;
 
   SECTION("round trip") {
     auto back = BenchOutcome::from_json(nlohmann::json::parse(outcome.to_json().dump()));
@@ -394,6 +395,7 @@ TEST_CASE("BenchOutcome JSON", "[bench][bench_job]") {
     CHECK(back->gflops == 12.5);
     CHECK(back->gbps == 3.25);
     CHECK(back->samples_ms == outcome.samples_ms);
+    CHECK(back->retaken == 4);
     CHECK(outcome.to_json()["status"] == "mismatch");
   }
 
@@ -412,6 +414,16 @@ TEST_CASE("BenchOutcome JSON", "[bench][bench_job]") {
     auto back = BenchOutcome::from_json(j);
     REQUIRE_FALSE(back.ok());
     CHECK_THAT(back.error().message, Catch::Contains("samples_ms"));
+  }
+
+  SECTION("retaken is optional (0) and must be an integer") {
+    auto j = outcome.to_json();
+    j.erase("retaken");
+    auto back = BenchOutcome::from_json(j);
+    REQUIRE(back.ok());
+    CHECK(back->retaken == 0);
+    j["retaken"] = "many";
+    CHECK_FALSE(BenchOutcome::from_json(j).ok());
   }
 
   SECTION("unknown status") {

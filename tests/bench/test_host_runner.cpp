@@ -4,9 +4,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <thread>
+
+#include <pthread.h>
+#include <sched.h>
 #include <string>
 #include <utility>
 
@@ -70,6 +75,20 @@ extern "C" void triple(void** args) {
 }
 )";
 
+// About 5 ms of dependent floating-point work per launch at iters = 2000000 (longer than a
+// scheduler time slice, so a thread sharing its core preempts most launches), touching no
+// memory: its time is CPU time, whatever else the machine does -- unless it is preempted.
+const std::string k_spin_source = R"(
+#include <cstdint>
+extern "C" void spin(void** args) {
+  float* z = static_cast<float*>(args[0]);
+  const std::int64_t iters = *static_cast<const std::int64_t*>(args[1]);
+  float acc = 0.0f;
+  for (std::int64_t i = 0; i < iters; ++i) acc = acc * 0.999f + 1.0f;
+  z[0] = acc;
+}
+)";
+
 // Builds test kernels with the system compiler into one directory per test process, each on
 // first use.
 class TestKernels {
@@ -91,6 +110,7 @@ public:
         {"triple", {&k_triple_source, ""}},
         {"triple_ref", {&k_triple_source, ""}},
         {"triple_wrong", {&k_triple_source, "-DWRONG"}},
+        {"spin", {&k_spin_source, ""}},
     };
     const auto& [source, flags] = k_recipes.at(name);
     const auto source_path = m_dir.write(name + ".cpp", *source);
@@ -412,4 +432,100 @@ TEST_CASE("HostRunner stopping criterion", "[bench][host_runner]") {
     CHECK(outcome.stats.n >= 3);  // min_samples is honoured before the wall-clock cap
     CHECK(outcome.stats.n < 1'000'000);
   }
+}
+
+namespace {
+
+// Pins the calling thread to one CPU for its lifetime, restoring its affinity afterwards.
+class PinnedToCpu {
+public:
+  explicit PinnedToCpu(int cpu) {
+    REQUIRE(sched_getaffinity(0, sizeof(m_saved), &m_saved) == 0);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);
+  }
+  ~PinnedToCpu() { sched_setaffinity(0, sizeof(m_saved), &m_saved); }
+  PinnedToCpu(const PinnedToCpu&) = delete;
+  PinnedToCpu& operator=(const PinnedToCpu&) = delete;
+
+private:
+  cpu_set_t m_saved{};
+};
+
+// A thread spinning on `cpu` until destroyed: the other work a busy machine runs on that core.
+class CpuHog {
+public:
+  explicit CpuHog(int cpu) : m_thread([this, cpu] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    m_started = true;
+    volatile std::uint64_t sink = 0;
+    while (!m_stop.load(std::memory_order_relaxed)) sink = sink + 1;
+  }) {
+    while (!m_started) std::this_thread::yield();
+  }
+  ~CpuHog() {
+    m_stop = true;
+    m_thread.join();
+  }
+  CpuHog(const CpuHog&) = delete;
+  CpuHog& operator=(const CpuHog&) = delete;
+
+private:
+  std::atomic<bool> m_stop{false};
+  std::atomic<bool> m_started{false};
+  std::thread m_thread;
+};
+
+BenchJob spin_job(const std::string& candidate) {
+  BenchJob job;
+  job.kernel = "spin";
+  job.entry = "spin";
+  job.artifact_path = candidate;
+  job.shape = "ITERS=2000000";
+  job.args = {
+      BenchArg{"Z", "out", "f32", 1, "zero", 0},
+      BenchArg{"ITERS", "scalar", "i64", 0, "uniform", 2000000},
+  };
+  job.settings = fast_settings();
+  job.settings.min_samples = 20;  // ~80 ms of samples: many time slices, the hog gets its share
+  job.settings.max_time_s = 0.3;
+  job.settings.prune_after = 3;
+  return job;
+}
+
+} // namespace
+
+TEST_CASE("HostRunner retakes preempted samples: a candidate sharing its core with a CPU hog is "
+          "not pruned",
+          "[bench][host_runner]") {
+  const int cpu = sched_getcpu();
+  REQUIRE(cpu >= 0);
+  PinnedToCpu pinned(cpu);
+  HostRunner runner;
+  BenchJob job = spin_job(kernel("spin"));
+
+  // Alone on its core: the candidate's own time.
+  const BenchOutcome alone = runner.run(job);
+  REQUIRE(alone.status == CandidateStatus::ok);
+  const double own_ms = alone.stats.median_ms;
+  INFO("alone: median " << own_ms << " ms, " << alone.retaken << " retaken");
+  REQUIRE(own_ms > 0);
+
+  // With a hog pinned to the same core, every sample risks being preempted (the hog takes
+  // half the core): sampled naively, the first three medians come out near 2x and a threshold
+  // of 1.5x prunes it. Preempted samples are retaken and never enter the prune test.
+  job.prune_above_ms = 1.5 * own_ms;
+  CpuHog hog(cpu);
+  const BenchOutcome loaded = runner.run(job);
+  INFO("with the hog: median " << loaded.stats.median_ms << " ms, n " << loaded.stats.n << ", "
+       << loaded.retaken << " retaken, stop " << loaded.stop);
+  REQUIRE(loaded.status == CandidateStatus::ok);
+  CHECK_FALSE(loaded.pruned);
+  CHECK(loaded.stop != "pruned");
+  CHECK(loaded.retaken > 0);
 }

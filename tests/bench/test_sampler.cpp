@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <vector>
 
 using ktune::MeasureSettings;
 using ktune::Sampler;
@@ -89,5 +90,78 @@ TEST_CASE("Sampler prunes a candidate slower than the threshold after prune_afte
     Sampler sampler(settings(), 0, Sampler::Clock::now());
     auto [stop, n] = run(sampler, [](std::size_t) { return 50.0; });
     CHECK(stop == SampleStop::converged);
+  }
+}
+
+TEST_CASE("Sampler retakes preempted samples and never prunes on them", "[bench][sampler]") {
+  const auto start = Sampler::Clock::now();
+  SECTION("the margin: wall above CPU time by 5% plus 20 us") {
+    CHECK_FALSE(Sampler::preempted(1.0, 1.0));
+    CHECK_FALSE(Sampler::preempted(1.06, 1.0));  // within 5% + 0.02 ms
+    CHECK(Sampler::preempted(1.08, 1.0));
+    CHECK_FALSE(Sampler::preempted(0.015, 0.001)); // the slack covers a tiny kernel's clock reads
+    CHECK(Sampler::preempted(4.0, 2.0));
+  }
+  SECTION("a preempted sample is not counted; the next undisturbed one is") {
+    Sampler sampler(settings(), 0, start);
+    CHECK(sampler.add(6.0, start, 2.0) == SampleStop::more);
+    CHECK(sampler.count() == 0);
+    CHECK(sampler.retaken() == 1);
+    CHECK(sampler.add(2.0, start, 2.0) == SampleStop::more);
+    CHECK(sampler.count() == 1);
+    CHECK(sampler.take_samples() == std::vector<double>{2.0});
+  }
+  SECTION("retakes are bounded: after k_max_retakes in a row the sample counts") {
+    Sampler sampler(settings(), 0, start);
+    for (int i = 0; i < Sampler::k_max_retakes; ++i) {
+      CHECK(sampler.add(6.0, start, 2.0) == SampleStop::more);
+      CHECK(sampler.count() == 0);
+    }
+    CHECK(sampler.add(6.0, start, 2.0) == SampleStop::more);
+    CHECK(sampler.count() == 1);
+    CHECK(sampler.retaken() == static_cast<std::size_t>(Sampler::k_max_retakes));
+    // The count of retakes in a row starts again after a counted sample.
+    CHECK(sampler.add(6.0, start, 2.0) == SampleStop::more);
+    CHECK(sampler.count() == 1);
+  }
+  SECTION("a 2 ms candidate whose first samples were preempted (6-14 ms) is not pruned at 4 ms") {
+    Sampler sampler(settings(), 4.0, start);
+    // Every sample of the first three is preempted, even after its retakes: those count, and
+    // the prune test sees their CPU time (2 ms), not their wall time.
+    std::size_t i = 0;
+    SampleStop stop = SampleStop::more;
+    for (; i < 100 && sampler.count() < 3 && stop == SampleStop::more; ++i) {
+      const double wall = 6.0 + static_cast<double>(i % 5) * 2.0;
+      stop = sampler.add(wall, start, 2.0);
+    }
+    REQUIRE(stop == SampleStop::more);
+    CHECK(sampler.count() == 3);
+    for (; i < 1000 && stop == SampleStop::more; ++i) stop = sampler.add(2.0, start, 2.0);
+    CHECK(stop != SampleStop::pruned);
+    CHECK(sampler.count() >= 10);
+  }
+  SECTION("retakes are bounded overall: about one per counted sample") {
+    Sampler sampler(settings(), 0, start);
+    std::size_t adds = 0;
+    while (sampler.add(6.0 + static_cast<double>(adds % 3), start, 2.0) == SampleStop::more) ++adds;
+    ++adds;
+    CHECK(sampler.count() >= 10);
+    CHECK(sampler.count() + sampler.retaken() == adds);
+    CHECK(sampler.retaken() <= sampler.count() + static_cast<std::size_t>(Sampler::k_max_retakes));
+  }
+  SECTION("a slow candidate whose samples are all preempted is pruned on their CPU times") {
+    Sampler sampler(settings(), 4.0, start);
+    SampleStop stop = SampleStop::more;
+    for (int i = 0; i < 100 && stop == SampleStop::more; ++i) stop = sampler.add(12.0, start, 5.0);
+    CHECK(stop == SampleStop::pruned);
+    CHECK(sampler.count() == 3);
+  }
+  SECTION("a truly slow candidate is still pruned on its undisturbed samples") {
+    Sampler sampler(settings(), 4.0, start);
+    CHECK(sampler.add(12.0, start, 2.0) == SampleStop::more);  // preempted: retaken
+    CHECK(sampler.add(5.0, start, 5.0) == SampleStop::more);
+    CHECK(sampler.add(5.0, start, 5.0) == SampleStop::more);
+    CHECK(sampler.add(5.0, start, 5.0) == SampleStop::pruned);
+    CHECK(sampler.count() == 3);
   }
 }

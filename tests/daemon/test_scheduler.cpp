@@ -4,6 +4,7 @@
 #include "jobs/compile_job.hpp"
 #include "jobs/kernel_registry.hpp"
 #include "daemon/planner.hpp"
+#include "daemon/replies.hpp"
 #include "daemon/scheduler.hpp"
 #include "tests/daemon/fake_workers.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -57,7 +58,7 @@ struct Rig {
 
   // A committed plan: `kernel` (cpu family) at `shape` on `lane`, exhaustive within `budget`.
   JobPlan plan(const std::string& kernel, const std::string& shape, const std::string& lane,
-               std::int64_t budget, int priority = 0) {
+               std::int64_t budget, int priority = 0, bool remeasure = false) {
     auto loaded = registry.find(kernel, Language::cpp);
     REQUIRE(loaded);
     PlanRequest request;
@@ -71,6 +72,7 @@ struct Rig {
     request.device = device(lane);
     request.budget = budget;
     request.options.priority = priority;
+    request.options.remeasure = remeasure;
     auto planned = planner.plan(std::move(request));
     REQUIRE(planned);
     REQUIRE(planner.commit(*planned));
@@ -95,12 +97,15 @@ struct Rig {
       CompileOutcome outcome;
       outcome.artifact_path = "/fake/" + std::to_string(++artifacts) + ".so";
       outcome.compile_ms = 1;
+      defines_of[outcome.artifact_path] = request.job.value("defines", json::object());
       reply = outcome.to_json();
     } else {
       BenchOutcome outcome;
       outcome.stats.n = 10;
       outcome.stats.median_ms = outcome.stats.mean_ms = outcome.stats.min_ms =
-          outcome.stats.max_ms = outcome.stats.q1_ms = outcome.stats.q3_ms = 1.0 + artifacts;
+          outcome.stats.max_ms = outcome.stats.q1_ms = outcome.stats.q3_ms =
+              bench_ms ? bench_ms(defines_of.at(request.job.at("artifact_path").get<std::string>()))
+                       : 1.0 + artifacts;
       reply = outcome.to_json();
     }
     REQUIRE(fakes.reply(lane, request.op, std::move(reply)));
@@ -141,6 +146,8 @@ struct Rig {
   Scheduler scheduler;
   std::map<std::int64_t, JobState> ended;
   int artifacts = 0;
+  std::map<std::string, json> defines_of;          // fake artifact -> its compile's defines
+  std::function<double(const json& defines)> bench_ms; // a candidate's median; unset: 1 + artifacts
 };
 
 } // namespace
@@ -330,4 +337,71 @@ TEST_CASE("stop interrupts queued and running jobs", "[daemon][scheduler]") {
   ktune::test::poll(rig.io);
   CHECK(stopped);
   CHECK(rig.state(a) == JobState::interrupted);
+}
+
+TEST_CASE("the winner is the incumbent when it ties, else the fastest tie; a re-run keeps it",
+          "[daemon][scheduler]") {
+  Rig rig;
+  // The first three gemm configs (a budget of 3, exhaustive), timed by the test; tie_margin (3%)
+  // decides the group without finals.
+  JobPlan first_plan = rig.plan("gemm", "M=64,N=64,K=64", "cpu", 3);
+  REQUIRE(first_plan.configs.size() >= 3);
+  const JobRecord key = first_plan.record;
+  std::vector<std::string> texts;
+  std::vector<json> configs;
+  for (std::size_t i = 0; i < 3; ++i) {
+    texts.push_back(config_json_text(first_plan.configs[i]));
+    configs.push_back(json::parse(texts.back()));
+  }
+  std::vector<double> times;
+  rig.bench_ms = [&](const json& defines) {
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      bool same = true;
+      for (const auto& [name, value] : configs[i].items()) same = same && defines.value(name, json()) == value;
+      if (same) return times.at(i);
+    }
+    FAIL("a bench of an unknown config: " << defines.dump());
+    return 0.0;
+  };
+  auto run = [&](JobPlan plan) {
+    const auto id = rig.enqueue(std::move(plan));
+    REQUIRE(rig.drive([&] { return rig.ended.count(id) > 0; }));
+    REQUIRE(rig.state(id) == JobState::done);
+    auto summary = job_summary(rig.store, id, WithResults::no);
+    REQUIRE(summary);
+    return summary->at("winner");
+  };
+
+  // No incumbent: the fastest of the group wins, not the lowest index.
+  times = {1.02, 1.00, 1.50};
+  json winner = run(std::move(first_plan));
+  CHECK(winner.at("config_index") == 1);
+  CHECK(winner.at("tie_group") == json::array({0, 1}));
+
+  // Measured again, config 0 now a little faster: config 1 is still in the group and stays.
+  times = {1.00, 1.02, 1.50};
+  winner = run(rig.plan("gemm", "M=64,N=64,K=64", "cpu", 3, 0, true));
+  CHECK(winner.at("config_index") == 1);
+  CHECK(winner.at("tie_group") == json::array({0, 1}));
+
+  // A re-run that measures nothing (every row reused) names the same winner.
+  auto benches = [&] {
+    return std::count_if(rig.fakes.history.begin(), rig.fakes.history.end(),
+                         [](const auto& r) { return r.op != "compile"; });
+  };
+  const auto measured = benches();
+  winner = run(rig.plan("gemm", "M=64,N=64,K=64", "cpu", 3));
+  CHECK(benches() == measured);
+  CHECK(winner.at("config_index") == 1);
+
+  // The incumbent out of the group: the fastest wins.
+  times = {1.00, 1.10, 1.50};
+  winner = run(rig.plan("gemm", "M=64,N=64,K=64", "cpu", 3, 0, true));
+  CHECK(winner.at("config_index") == 0);
+  CHECK(winner.at("tie_group") == json::array({0}));
+  auto stored = rig.store.find_winner(key.kernel, key.source_hash, key.shape, key.dtype,
+                                      key.fingerprint);
+  REQUIRE(stored);
+  REQUIRE(stored->has_value());
+  CHECK((*stored)->config == texts[0]);
 }

@@ -229,7 +229,7 @@ TEST_CASE("slow candidates are pruned after their first samples and never win",
 }
 
 TEST_CASE("the finals measure the nearest candidates again in rounds; the winner is the tie "
-          "with the lowest config index",
+          "with the lowest median",
           "[integration][pipeline]") {
   TempDir home;
   SECTION("finalists, rounds and ties") {
@@ -254,11 +254,12 @@ TEST_CASE("the finals measure the nearest candidates again in rounds; the winner
     for (const json* r : finalists) {
       // Three rounds of at least min_samples (3) each, pooled into the row.
       CHECK(r->at("n").get<int>() >= 9);
-      if (r->at("config_index") < first->at("config_index")) first = r;
+      if (r->at("median_ms") < first->at("median_ms")) first = r;
     }
     CHECK(job.at("winner").at("config") == first->at("config"));
+    CHECK(job.at("winner").at("tie_group").size() == 6);
   }
-  SECTION("default finals: the winner is the fastest or the preferred of its ties") {
+  SECTION("default finals: the winner is the fastest, alone or in its group of ties") {
     const json job = tune_in_new_daemon(home, "prune_factor = 0\n", "M=64,N=64,K=64");
     const json& winner = job.at("winner");
     REQUIRE(winner.is_object());
@@ -277,17 +278,16 @@ TEST_CASE("the finals measure the nearest candidates again in rounds; the winner
       CHECK(winner.at("config") == fastest->at("config"));  // a clear winner
     } else {
       REQUIRE(tied.size() >= 2);
-      // The fastest is among the ties and the winner is the tie with the lowest config index.
-      const json* first = tied.front();
+      // The fastest is among the ties and it wins (no incumbent in a fresh home).
       bool has_fastest = false;
       for (const json* r : tied) {
         INFO(r->dump());
         CHECK(r->at("median_ms").get<double>() <= fastest->at("median_ms").get<double>() * 1.5);
-        if (r->at("config_index") < first->at("config_index")) first = r;
         has_fastest = has_fastest || r->at("config") == fastest->at("config");
       }
       CHECK(has_fastest);
-      CHECK(winner.at("config") == first->at("config"));
+      CHECK(winner.at("config") == fastest->at("config"));
+      CHECK(winner.at("tie_group").size() == tied.size());
     }
   }
 }

@@ -101,10 +101,11 @@ TEST_CASE("job_winner follows the job op's rule", "[report]") {
     data.results[0].pruned = true;
     CHECK(job_winner(data) == 1u);
   }
-  SECTION("a declared tie with fewer registers wins") {
-    data.results[1].tied = data.results[3].tied = true;
-    data.results[1].registers = 40;
-    data.results[3].registers = 32;
+  SECTION("among declared ties the lowest median wins, not the lower index or fewer registers") {
+    data.results[0].tied = data.results[1].tied = data.results[3].tied = true;
+    data.results[3].stats.median_ms = 1.95;
+    data.results[1].registers = 32;
+    data.results[3].registers = 40;
     CHECK(job_winner(data) == 3u);
   }
   SECTION("the key's winner row, when it is this job's") {
