@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <map>
 #include <cerrno>
 #include <cinttypes>
 #include <csignal>
@@ -339,6 +340,29 @@ std::string winner_line(const json& winner) {
   return "winner: " + candidate_text(field(winner, "config"), as_double(field(winner, "median_ms")),
                                      as_double(field(winner, "gflops")));
 }
+
+} // namespace
+
+std::string finals_line(const json& search_best, const json& winner, const json& results) {
+  if (!search_best.is_object() || search_best.empty() || !winner.is_object() || !results.is_array())
+    return {};
+  const json& winner_config = field(winner, "config");
+  auto same = [](const json& a, const json& b) {
+    // Compared as sets of parameters: the order of the members does not matter.
+    return nlohmann::json(a) == nlohmann::json(b);
+  };
+  if (same(search_best, winner_config)) return {};
+  for (const auto& r : results) {
+    if (!same(field(r, "config"), search_best) || field(r, "remeasured") != json(true)) continue;
+    return "finals: the search's best " + format_config(search_best, ",") +
+           " measured " + format_ms(as_double(field(r, "median_ms"))) +
+           " ms when the finalists were measured again in interleaved rounds; the winner was "
+           "faster there";
+  }
+  return {};
+}
+
+namespace {
 
 // When the winner is a tie-break's choice over a finalist with a lower median: the line that
 // says so, else "".
@@ -772,9 +796,13 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
 
   ProgressPrinter progress(io.err, io.err_is_tty);
   DetachNotice notice;
+  std::map<std::int64_t, json> search_best;  // job -> the best config its progress line showed
   auto result = call(*conn, std::move(body), milliseconds(0), [&](const json& event) {
     const json& data = field(event, "data");
-    if (const auto job = as_int(field(data, "job")); job > 0) notice.set_job(job);
+    if (const auto job = as_int(field(data, "job")); job > 0) {
+      notice.set_job(job);
+      if (const json& best = field(data, "best_config"); best.is_object()) search_best[job] = best;
+    }
     progress.update(data);
   });
   progress.finish();
@@ -802,6 +830,12 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
       if (auto full = call(*conn, std::move(job_request), k_request_timeout)) {
         if (auto tie = tie_break_line(winner, field(*full, "results")); !tie.empty())
           io.out << tie << '\n';
+        const auto best = search_best.find(as_int(field(job, "id")));
+        if (best != search_best.end()) {
+          if (auto finals = finals_line(best->second, winner, field(*full, "results"));
+              !finals.empty())
+            io.out << finals << '\n';
+        }
       }
     }
     if (state == "done") {

@@ -119,6 +119,12 @@ struct JobViewOptions {
 [[nodiscard]] std::string format_ms(double ms);
 // GFLOP/s with one decimal from 1 up, 3 significant digits below; 0 (unknown) -> "-".
 [[nodiscard]] std::string format_gflops(double gflops);
+// When the progress line's best (`search_best`, a config) is not the winner because the finals
+// measured the finalists again: the line that says so, with the search best's median there
+// (its row in `results`, marked "remeasured"); else "".
+[[nodiscard]] std::string finals_line(const nlohmann::ordered_json& search_best,
+                                      const nlohmann::ordered_json& winner,
+                                      const nlohmann::ordered_json& results);
 
 // Renders `tune --wait` progress events ({"done","total","failed","best_config",
 // "best_median_ms","best_gflops"}) as `[done/total] failed F  best 12.3 GFLOP/s (BM=64,...)`.

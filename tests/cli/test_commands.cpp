@@ -435,3 +435,20 @@ TEST_CASE("parameters print in the order ktuned sent them (the kernel spec's ord
   CHECK(ktune::cli::run(static_cast<int>(argv.size()), argv.data(), io) == 0);
   CHECK_THAT(out.str(), Catch::StartsWith("BM=64 BK=8 BN=32"));
 }
+
+TEST_CASE("the tune summary says when the finals chose a winner other than the progress line's best",
+          "[cli]") {
+  using ordered = nlohmann::ordered_json;
+  const ordered best = ordered::parse(R"({"BM":64,"BN":64})");
+  const ordered winner = ordered::parse(R"({"config":{"BM":32,"BN":64},"median_ms":0.0257})");
+  ordered results = ordered::parse(R"([
+    {"config":{"BN":64,"BM":64},"status":"ok","median_ms":0.0262,"remeasured":true},
+    {"config":{"BM":32,"BN":64},"status":"ok","median_ms":0.0257,"remeasured":true}])");
+  const std::string line = ktune::cli::finals_line(best, winner, results);
+  CHECK_THAT(line, Catch::StartsWith("finals: the search's best BM=64,BN=64 measured 0.0262 ms") &&
+                       Catch::Contains("winner was faster there"));
+  // The best is the winner, or no finals measured it again: nothing to explain.
+  CHECK(ktune::cli::finals_line(winner["config"], winner, results).empty());
+  results[0]["remeasured"] = false;
+  CHECK(ktune::cli::finals_line(best, winner, results).empty());
+}
