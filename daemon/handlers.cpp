@@ -27,15 +27,6 @@ namespace {
 
 // Rows of an import written in one step: one transaction, ~3 ms of the loop.
 constexpr std::size_t k_import_step_rows = 32;
-// The longest per-job compile deadline a client may ask for where [limits] compile_timeout_s is
-// shorter (a big CUDA kernel under nvrtc may need more than the default).
-constexpr double k_max_compile_timeout_s = 3600;
-
-std::string format_number(double value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
-}
 
 // Requests slower than this are logged with their duration.
 constexpr double k_slow_request_ms = 100.0;
@@ -294,13 +285,13 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     }
     // A client may shorten a deadline or lengthen it up to the daemon's limit, never beyond: a
     // hanging candidate must always be killed ([limits], ktuned.toml).
-    const double limit = std::max(i == 0 ? m_ctx.config.compile_timeout_s : m_ctx.config.bench_timeout_max_s,
-                                  i == 0 ? k_max_compile_timeout_s : 0.0);
+    const double limit = i == 0 ? compile_timeout_limit_s(m_ctx.config.compile_timeout_s)
+                                : m_ctx.config.bench_timeout_max_s;
     if (it->get<double>() > limit) {
       return fail(make_error(code::bad_request,
                              std::string("tune: field '") + deadline_fields[i] + "' is " +
                                  it->dump() + " s, over this ktuned's limit of " +
-                                 format_number(limit) + " s ([limits] " +
+                                 nlohmann::json(limit).dump() + " s ([limits] " +
                                  (i == 0 ? "compile_timeout_s" : "bench_timeout_max_s") +
                                  " in ktuned.toml)"));
     }

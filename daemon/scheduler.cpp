@@ -1022,7 +1022,7 @@ void Scheduler::announce_end(std::int64_t job_id, JobState state) {
 std::chrono::milliseconds Scheduler::compile_deadline(const JobRecord& record) const {
   const std::optional<double>& compile_timeout_s = record.options.compile_timeout_s;
   const double seconds = compile_timeout_s && *compile_timeout_s > 0
-                             ? std::min(*compile_timeout_s, std::max(m_settings.compile_timeout_s, 3600.0))
+                             ? std::min(*compile_timeout_s, compile_timeout_limit_s(m_settings.compile_timeout_s))
                              : m_settings.compile_timeout_s;
   return seconds_to_ms(seconds);
 }

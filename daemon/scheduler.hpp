@@ -61,6 +61,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -73,6 +74,13 @@
 #include <vector>
 
 namespace ktune::daemon {
+
+// The longest compile deadline a job may ask for: [limits] compile_timeout_s, or an hour where
+// that is shorter (a big CUDA kernel under nvrtc may need more than the default). A request over
+// it is refused (RequestHandler); a stored job's deadline is capped to it (compile_deadline).
+[[nodiscard]] inline double compile_timeout_limit_s(double configured_s) {
+  return std::max(configured_s, 3600.0);
+}
 
 struct SchedulerSettings {
   std::string cache_dir;          // compile cache shared by every job
