@@ -40,6 +40,7 @@ std::string join(const std::vector<std::string>& items, const char* separator) {
   return out;
 }
 
+// The combinations of the spec's params (saturating): what enumeration walks at any shape.
 std::uint64_t cartesian_size(const KernelSpec& spec) {
   std::uint64_t size = 1;
   for (const auto& param : spec.params) {
@@ -332,8 +333,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     plan.budget_fraction = req.budget_fraction;
     plan.seed = req.seed.value_or(0);
     plan.options = options;
-    const auto size = Planner::space_size(plan.kernel.spec, plan.shape);
-    big = big || (size && *size > k_inline_enumeration);
+    big = big || cartesian_size(plan.kernel.spec) > k_inline_enumeration;
     plans.push_back(std::move(plan));
   }
   const bool all = req.device == "all";
@@ -747,8 +747,7 @@ Result<std::optional<std::int64_t>> RequestHandler::tune_on_miss(const CachedKer
   request.dtype = target->dtype;
   request.device = std::move(target->device);
   request.options.priority = k_background_priority;
-  if (const auto size = Planner::space_size(request.kernel.spec, request.shape);
-      size && *size > k_inline_enumeration) {
+  if (cartesian_size(request.kernel.spec) > k_inline_enumeration) {
     m_pending_tunes[key] = 0;
     auto shared = std::make_shared<PlanRequest>(std::move(request));
     asio::post(m_offload, [this, key, shared, client] {

@@ -75,12 +75,6 @@ Result<std::vector<Config>> Planner::enumerate(const KernelSpec& spec, const Sha
   return configs;
 }
 
-Result<std::uint64_t> Planner::space_size(const KernelSpec& spec, const Shape& shape) {
-  auto space = ParamSpace::create(spec, shape);
-  if (!space) return space.error();
-  return space->cartesian_size();
-}
-
 Result<JobPlan> Planner::plan(PlanRequest request) const {
   auto configs = enumerate(request.kernel.spec, request.shape);
   return plan(std::move(request), std::move(configs));

@@ -75,8 +75,6 @@ public:
   // (bad_shape, space_too_large, ...), empty_space saying why.
   [[nodiscard]] static Result<std::vector<Config>> enumerate(const KernelSpec& spec,
                                                              const Shape& shape);
-  // How many combinations enumerate() walks (the cartesian product); errors as the spec's.
-  [[nodiscard]] static Result<std::uint64_t> space_size(const KernelSpec& spec, const Shape& shape);
 
   // The search space at the shape (enumerated here, or given by enumerate()), minus quarantined
   // configs (unless retry_failed), and the record of the job. Errors: enumerate()'s, internal
