@@ -718,6 +718,12 @@ int list_kernels(const GlobalOptions& global, Output& io) {
   }
   if (const json& cuda = field(*result, "cuda_backend"); cuda.is_boolean() && !cuda.get<bool>())
     io.out << "\nCUDA backend: compiled out (ktune was built without a CUDA toolkit)\n";
+  const json& missing = field(*result, "missing_dirs");
+  if (missing.is_array()) {
+    for (const auto& dir : missing) {
+      io.out << "\nwarning: kernel directory " << as_text(dir) << " does not exist\n";
+    }
+  }
   const json& broken = field(*result, "broken");
   if (broken.is_array() && !broken.empty()) {
     io.out << "\nbroken kernel specs (not loaded):\n";

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +72,23 @@ CompileOutcome failure(CompileOutcome outcome, std::string log) {
   if (log.size() > k_max_log_bytes) log.resize(k_max_log_bytes);
   outcome.log = std::move(log);
   return outcome;
+}
+
+// A compile that failed because of the host, not the candidate: `why` becomes the outcome's
+// `infra` (docs/ARCHITECTURE.md § Whose failure).
+CompileOutcome host_failure(CompileOutcome outcome, std::string why) {
+  outcome = failure(std::move(outcome), why);
+  outcome.infra = std::move(why);
+  return outcome;
+}
+
+// The compiler's own words for a file system that took nothing (its output or its temporaries).
+std::string file_system_trouble(const std::string& log) {
+  for (const char* words : {"No space left on device", "Disk quota exceeded",
+                            "Read-only file system", "Permission denied", "Input/output error"}) {
+    if (log.find(words) != std::string::npos) return words;
+  }
+  return {};
 }
 
 } // namespace
@@ -153,15 +171,15 @@ CompileOutcome HostCompiler::compile(const CompileJob& job) {
   const fs::path dir = fs::path(final_path).parent_path();
   fs::create_directories(dir, ec);
   if (ec) {
-    return failure(std::move(outcome),
-                   "cannot create cache directory " + dir.string() + ": " + ec.message());
+    return host_failure(std::move(outcome),
+                        "cannot create cache directory " + dir.string() + ": " + ec.message());
   }
 
   std::string tmp_path = final_path + ".tmp.XXXXXX";
   const int tmp_fd = ::mkstemp(tmp_path.data());
   if (tmp_fd < 0) {
-    return failure(std::move(outcome),
-                   "cannot create a temp file in " + dir.string() + ": " + std::strerror(errno));
+    return host_failure(std::move(outcome), "cannot create a temp file in the compile cache " +
+                                                dir.string() + ": " + std::strerror(errno));
   }
   ::close(tmp_fd);
 
@@ -185,7 +203,7 @@ CompileOutcome HostCompiler::compile(const CompileJob& job) {
 
   if (!result) {
     ::unlink(tmp_path.c_str());
-    return failure(std::move(outcome), result.error().message);
+    return host_failure(std::move(outcome), "cannot run " + m_cxx + ": " + result.error().message);
   }
   std::string log = std::move(result->output);
   const bool produced = fs::file_size(tmp_path, ec) > 0 && !ec;
@@ -197,16 +215,28 @@ CompileOutcome HostCompiler::compile(const CompileJob& job) {
     ::unlink(tmp_path.c_str());
     if (result->end == ProcessEnd::signaled) {
       log += "\n" + m_cxx + " was killed by signal " + std::to_string(result->code);
+      if (result->code == SIGKILL) {
+        // Not by us (the worker has no deadline of its own): the OOM killer or an administrator.
+        outcome = failure(std::move(outcome), std::move(log));
+        outcome.infra = m_cxx + " was killed by SIGKILL from outside (the OOM killer or an administrator)";
+        return outcome;
+      }
     } else if (result->end == ProcessEnd::exited && result->code == 0) {
       log += "\n" + m_cxx + " exited 0 but wrote no output to " + tmp_path;
+    }
+    if (const std::string trouble = file_system_trouble(log); !trouble.empty()) {
+      outcome = failure(std::move(outcome), std::move(log));
+      outcome.infra = m_cxx + " could not write its files (" + trouble + ") in the compile cache " +
+                      dir.string() + " or its temporary directory";
+      return outcome;
     }
     return failure(std::move(outcome), std::move(log));
   }
   if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp_path.c_str());
-    return failure(std::move(outcome), "cannot rename " + tmp_path + " to " + final_path + ": " +
-                                           std::strerror(err));
+    return host_failure(std::move(outcome), "cannot rename " + tmp_path + " to " + final_path +
+                                                ": " + std::strerror(err));
   }
   outcome.status = CandidateStatus::ok;
   outcome.artifact_path = final_path;

@@ -26,6 +26,7 @@ Result<ParamSpace> ParamSpace::create(const KernelSpec& spec, const Shape& shape
   ParamSpace space;
   space.m_params = spec.params;
   space.m_shape = shape;
+  space.m_kernel = spec.name;
 
   for (const auto& p : spec.params) {
     if (p.values.empty()) {
@@ -77,9 +78,14 @@ Result<bool> ParamSpace::admits(const Config& config) const {
     if (std::find(param.values.begin(), param.values.end(), it->second) == param.values.end()) return false;
   }
   const NamedValues bindings = bind(m_shape, config);
-  for (const auto& constraint : m_constraints) {
-    Result<double> value = constraint.eval(bindings);
-    if (!value) return value.error();
+  for (std::size_t i = 0; i < m_constraints.size(); ++i) {
+    Result<double> value = m_constraints[i].eval(bindings);
+    if (!value) {
+      return make_error("spec_error", "kernel '" + m_kernel + "': [space].constraints[" +
+                                          std::to_string(i) + "]: " + value.error().message +
+                                          ", at config " + config_to_string(config) +
+                                          " and shape " + m_shape.to_string());
+    }
     if (*value == 0) return false;
   }
   return true;
@@ -95,7 +101,8 @@ Result<std::vector<Config>> ParamSpace::enumerate(std::uint64_t max_cartesian) c
   for (std::uint64_t index = 0; index < m_cartesian; ++index) {
     Config config = config_at(index);
     Result<bool> ok = admits(config);
-    if (ok && *ok) admitted.push_back(std::move(config));
+    if (!ok) return ok.error();  // an arithmetic error is the spec's, not an empty space
+    if (*ok) admitted.push_back(std::move(config));
   }
   return admitted;
 }

@@ -31,12 +31,12 @@ public:
   [[nodiscard]] Config config_at(std::uint64_t index) const;
 
   // Whether `config` names every param with one of its declared values and passes the
-  // constraints. Errors: "bad_expression" when a constraint cannot be evaluated (e.g. x % 0).
+  // constraints. Errors: "spec_error" when a constraint cannot be evaluated (e.g. x % 0), naming
+  // the kernel, the constraint, the error, the config and the shape.
   [[nodiscard]] Result<bool> admits(const Config& config) const;
 
-  // All admitted configs in index order; a config whose constraints cannot be evaluated (e.g.
-  // x % 0) is left out. Stops with an error ("space_too_large") when the cartesian product
-  // exceeds `max_cartesian`.
+  // All admitted configs in index order. Errors: the first constraint that cannot be evaluated
+  // (admits()); "space_too_large" when the cartesian product exceeds `max_cartesian`.
   [[nodiscard]] Result<std::vector<Config>> enumerate(std::uint64_t max_cartesian = 10'000'000) const;
 
   ParamSpace(ParamSpace&&) noexcept = default;
@@ -46,6 +46,7 @@ private:
   ParamSpace() = default;
   std::vector<ParamSpec> m_params;
   Shape m_shape;
+  std::string m_kernel;
   std::vector<Expr> m_constraints;
   std::uint64_t m_cartesian = 0;
 };

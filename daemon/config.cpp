@@ -169,10 +169,16 @@ Result<void> apply_daemon_table(const toml::table& table, const FileReader& read
       KTUNE_CONFIG_SET(config.compile_ahead, reader.integer(node, name, 0, 1 << 20));
     } else if (key == "search_batch") {
       KTUNE_CONFIG_SET(config.search_batch, reader.integer(node, name, 1, 1 << 20));
+    } else if (key == "lock_dir") {
+      KTUNE_CONFIG_SET(config.lock_dir, reader.path(node, name));
+    } else if (key == "log_max_mb") {
+      KTUNE_CONFIG_SET(config.log_max_mb, reader.number(node, name, 0.0));
+    } else if (key == "log_keep") {
+      KTUNE_CONFIG_SET(config.log_keep, reader.integer(node, name, 0, 100));
     } else {
       return reader.error(name, "unknown key (expected socket, db, cache_dir, kernel_dirs, "
                                 "compile_workers, compile_ahead, search_batch, max_message_bytes, idle_s, "
-                                "worker_idle_s or stop_grace_s)");
+                                "worker_idle_s, stop_grace_s, log_max_mb, log_keep or lock_dir)");
     }
   }
   return {};
@@ -414,6 +420,9 @@ Result<DaemonConfig> resolve_config(const CommandLine& command_line, const PathE
   config.db = config.paths.db;
   config.cache_dir = config.paths.cache_dir;
   config.kernel_dirs = {shipped_kernels_dir(exe_dir)};
+  config.lock_dir = ::access("/run/lock", W_OK) == 0 ? "/run/lock"
+                    : !env.xdg_runtime_dir.empty()     ? env.xdg_runtime_dir
+                                                       : "/tmp";
 
   const std::string cwd = current_dir();
   std::string config_path;

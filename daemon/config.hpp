@@ -4,7 +4,8 @@
 //
 // File keys:
 //   [daemon]  socket, db, cache_dir, kernel_dirs, compile_workers, compile_ahead, search_batch,
-//             max_message_bytes, idle_s, worker_idle_s, stop_grace_s
+//             max_message_bytes, idle_s, worker_idle_s, stop_grace_s, log_max_mb, log_keep,
+//             lock_dir
 //   [limits]  compile_timeout_s, bench_timeout_s, bench_timeout_min_s, bench_timeout_max_s,
 //             worker_memory_mb, max_connections, message_timeout_s, connection_idle_s,
 //             max_queued_jobs_per_client
@@ -37,6 +38,9 @@ struct DaemonConfig {
   std::string socket;
   std::string db;
   std::string cache_dir;
+  // Where the machine-wide device locks live (WorkerPool): /run/lock when writable, else
+  // $XDG_RUNTIME_DIR, else /tmp. Every ktuned on the machine must use the same one.
+  std::string lock_dir;
   std::vector<std::string> kernel_dirs;
   int compile_workers = 0;                 // 0 = online cores - 1 (at least 1); resolved by resolve_config
   int compile_ahead = 0;                   // compiled candidates kept ready for the bench worker; 0 = 2 x compile_workers
@@ -49,6 +53,9 @@ struct DaemonConfig {
   // Lifecycle. Durations in seconds; fractions are honoured (tests use milliseconds).
   double idle_s = 0;                       // exit after this long without clients or jobs; 0 = never
   double worker_idle_s = 60;               // a worker without work this long exits; 0 = never
+  // Size-based rotation of the log when it is a file (log::rotate_stderr_file); 0 = never.
+  double log_max_mb = 64;
+  int log_keep = 3;
   double stop_grace_s = 10;                // SIGTERM: how long the candidate in flight may finish
   // Deadlines per candidate, enforced with SIGKILL to the worker's process group.
   double compile_timeout_s = 120;

@@ -27,6 +27,10 @@ namespace {
 
 // Rows of an import written in one step: one transaction, ~3 ms of the loop.
 constexpr std::size_t k_import_step_rows = 32;
+// A step the database does not take (busy, full) is tried again every k_import_retry, for up to
+// k_import_wait in all; then the import fails with the cause.
+constexpr std::chrono::milliseconds k_import_retry{100};
+constexpr std::chrono::milliseconds k_import_wait{60'000};
 
 // Requests slower than this are logged with their duration.
 constexpr double k_slow_request_ms = 100.0;
@@ -419,6 +423,18 @@ void RequestHandler::import_step(std::weak_ptr<Session> weak, nlohmann::json id,
   auto stored = m_ctx.store.in_transaction(
       [&] { return run->step(m_ctx.store, k_import_step_rows, &upserted); });
   if (!stored) upserted.clear(); // the step was rolled back
+  // A database that takes no writes for now (locked by another process, a full disk): the step
+  // is tried again later, for up to k_import_wait; the loop goes on serving meanwhile.
+  if (!stored && is_transient(stored.error()) && run->waited() < k_import_wait) {
+    auto timer = std::make_shared<asio::steady_timer>(m_ctx.io, k_import_retry);
+    run->wait(k_import_retry);
+    timer->async_wait([this, timer, weak = std::move(weak), id = std::move(id),
+                       run = std::move(run)](const boost::system::error_code& ec) mutable {
+      if (ec || m_stopping) return;
+      import_step(std::move(weak), std::move(id), std::move(run));
+    });
+    return;
+  }
   std::set<std::string> fingerprints;
   for (const auto& winner : upserted) {
     m_index.put(winner);
@@ -834,7 +850,16 @@ Result<nlohmann::json> RequestHandler::job(const protocol::Request& request) {
   if (!req) return req.error();
   auto summary = job_summary(m_ctx.store, req->job, WithResults::yes);
   if (!summary && summary.error().code != code::unknown_job) return internal_error(summary.error());
+  if (summary) mark_stalled(*summary);
   return summary;
+}
+
+void RequestHandler::mark_stalled(nlohmann::json& job) const {
+  // While the store's writes wait, a job that is not over cannot record its progress or its end.
+  const StoreWriter& writer = m_ctx.scheduler.writer();
+  if (!writer.stall()) return;
+  const std::string state = job.value("state", "");
+  if (state == "queued" || state == "running") job["stalled"] = writer.describe_stall();
 }
 
 Result<nlohmann::json> RequestHandler::jobs(const protocol::Request& request) {
@@ -843,7 +868,10 @@ Result<nlohmann::json> RequestHandler::jobs(const protocol::Request& request) {
   auto list = m_ctx.store.list_jobs(req->limit);
   if (!list) return internal_error(list.error());
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& j : *list) out.push_back(job_to_json(j));
+  for (const auto& j : *list) {
+    out.push_back(job_to_json(j));
+    mark_stalled(out.back());
+  }
   return nlohmann::json{{"jobs", std::move(out)}};
 }
 
@@ -860,7 +888,18 @@ Result<nlohmann::json> RequestHandler::kernels() {
   }
   return nlohmann::json{{"kernels", std::move(listed)},
                         {"broken", std::move(broken)},
+                        {"missing_dirs", m_registry.missing_dirs()},
                         {"cuda_backend", m_ctx.devices.cuda_backend()}};
+}
+
+nlohmann::json RequestHandler::store_state() const {
+  const auto stall = m_ctx.scheduler.writer().stall();
+  if (!stall) return {{"stalled", false}};
+  return {{"stalled", true},
+          {"reason", stall->reason},
+          {"waiting", stall->waiting},
+          {"spilling", stall->spilling},
+          {"description", m_ctx.scheduler.writer().describe_stall()}};
 }
 
 Result<nlohmann::json> RequestHandler::stats() const {
@@ -887,6 +926,7 @@ Result<nlohmann::json> RequestHandler::stats() const {
         {"compile_limit", m_ctx.workers.compile_limit()},
         {"compile_waiting", m_ctx.workers.waiting("")}}},
       {"lanes", std::move(lanes)},
+      {"store", store_state()},
       {"device", {{"name", m_ctx.devices.cpu().name},
                   {"fingerprint", m_ctx.devices.cpu().fingerprint}}},
       {"max_message_bytes", m_ctx.config.max_message_bytes},

@@ -48,6 +48,10 @@ public:
 
   // (Re)scans the kernel directories; returns the families that failed to load.
   const std::vector<BrokenKernel>& load_kernels();
+  // Kernel directories of the last load_kernels() that do not exist.
+  [[nodiscard]] const std::vector<std::string>& missing_kernel_dirs() const {
+    return m_registry.missing_dirs();
+  }
 
   void handle(const std::shared_ptr<Session>& session, std::string_view line);
 
@@ -87,6 +91,10 @@ private:
   [[nodiscard]] Result<nlohmann::json> jobs(const protocol::Request& request);
   [[nodiscard]] Result<nlohmann::json> kernels();
   [[nodiscard]] Result<nlohmann::json> stats() const;
+  // {"stalled": false} or the store writer's stall: reason, writes waiting, whether rows spill.
+  [[nodiscard]] nlohmann::json store_state() const;
+  // Adds "stalled" (why, for how long) to a queued or running job's JSON while writes wait.
+  void mark_stalled(nlohmann::json& job) const;
   // `tune` answers later when it waits; the reply (or error) is sent by tune itself. At the quota
   // (JobQuota) it is refused before anything else, joining an identical job included. Device
   // "all": one job per local device that has a family of the kernel.
@@ -94,7 +102,8 @@ private:
   // {"job": N}: cancels a queued or running job (Scheduler::cancel).
   [[nodiscard]] Result<nlohmann::json> cancel(const protocol::Request& request);
   // `import`: the table is written in steps of k_import_step_rows rows, each one transaction,
-  // with the loop free between steps; the reply comes after the last one.
+  // with the loop free between steps; the reply comes after the last one. A step the database
+  // does not take for now is tried again (for up to a minute).
   void start_import(const std::shared_ptr<Session>& session, protocol::Request request);
   void import_step(std::weak_ptr<Session> session, nlohmann::json id,
                    std::shared_ptr<ImportRun> run);

@@ -37,24 +37,36 @@ std::string trim(std::string text) {
   return text;
 }
 
-} // namespace
-
-Result<InstanceLock> InstanceLock::acquire(const std::string& lock_file, const std::string& pid_file) {
+// Takes the exclusive flock on `lock_file` without waiting and writes this process's pid into
+// it. On EWOULDBLOCK the holder's pid (read from the file) goes into `holder`.
+Result<UniqueFd> lock_exclusive(const std::string& lock_file, std::string& holder) {
   UniqueFd fd(::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!fd.valid()) return io_error("cannot open lock file", lock_file, errno);
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) {
-      const std::string pid = trim(read_small(fd.get()));
-      return make_error(k_already_running,
-                        "ktuned already running (pid " + (pid.empty() ? "unknown" : pid) + ")");
+      holder = trim(read_small(fd.get()));
+      if (holder.empty()) holder = "unknown";
+      return make_error(k_already_running, holder);
     }
     return io_error("cannot lock", lock_file, errno);
   }
-
   const std::string pid_line = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd.get(), 0) != 0 || !write_all(fd.get(), pid_line)) {
     return io_error("cannot write pid into", lock_file, errno);
   }
+  return fd;
+}
+
+} // namespace
+
+Result<InstanceLock> InstanceLock::acquire(const std::string& lock_file, const std::string& pid_file) {
+  std::string holder;
+  auto fd = lock_exclusive(lock_file, holder);
+  if (!fd) {
+    if (fd.error().code != k_already_running) return fd.error();
+    return make_error(k_already_running, "ktuned already running (pid " + holder + ")");
+  }
+  const std::string pid_line = std::to_string(::getpid()) + "\n";
 
   // The pid file is written whole under a temporary name, so readers never see it half-written.
   const std::string tmp = pid_file + ".tmp";
@@ -67,12 +79,24 @@ Result<InstanceLock> InstanceLock::acquire(const std::string& lock_file, const s
     ::unlink(tmp.c_str());
     return io_error("cannot rename pid file to", pid_file, err);
   }
-  return InstanceLock(std::move(fd), pid_file);
+  return InstanceLock(std::move(*fd), pid_file);
+}
+
+Result<InstanceLock> InstanceLock::acquire_database(const std::string& db_path) {
+  std::string holder;
+  auto fd = lock_exclusive(db_path + ".lock", holder);
+  if (!fd) {
+    if (fd.error().code != k_already_running) return fd.error();
+    return make_error(k_database_in_use,
+                      "database " + db_path + " is in use by another ktuned (pid " + holder +
+                          "); one daemon per database: stop that one or give this one its own --db");
+  }
+  return InstanceLock(std::move(*fd), {});
 }
 
 InstanceLock::~InstanceLock() {
   if (!m_fd.valid()) return; // moved from
-  ::unlink(m_pid_file.c_str());
+  if (!m_pid_file.empty()) ::unlink(m_pid_file.c_str());
   // The lock itself is released when m_fd closes.
 }
 

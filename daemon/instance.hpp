@@ -11,6 +11,7 @@
 namespace ktune::daemon {
 
 inline constexpr const char* k_already_running = "already_running";
+inline constexpr const char* k_database_in_use = "database_in_use";
 
 class InstanceLock {
 public:
@@ -19,6 +20,10 @@ public:
   // lock file), io_error naming the file.
   [[nodiscard]] static Result<InstanceLock> acquire(const std::string& lock_file,
                                                     const std::string& pid_file);
+
+  // One daemon per database, whatever its instance: the same lock on `<db_path>.lock` (no pid
+  // file). Errors: database_in_use naming the database and the holder's pid, io_error.
+  [[nodiscard]] static Result<InstanceLock> acquire_database(const std::string& db_path);
 
   InstanceLock(InstanceLock&&) noexcept = default;
   InstanceLock& operator=(InstanceLock&&) noexcept = default;

@@ -4,7 +4,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <fcntl.h>
+#include <mutex>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace ktune::log {
@@ -12,6 +15,47 @@ namespace ktune::log {
 namespace {
 
 std::atomic<Level> g_level{Level::info};
+
+// Rotation (rotate_stderr_file); the mutex keeps a write and the rotation it triggers together.
+struct Rotation {
+  std::mutex mutex;
+  bool on = false;
+  std::string path;
+  std::uint64_t max_bytes = 0;
+  int keep = 0;
+  std::uint64_t size = 0;
+};
+Rotation g_rotation;
+
+void write_stderr(std::string_view text) {
+  const char* p = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(STDERR_FILENO, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break; // stderr gone: nothing sensible to do about it
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+// Called with the mutex held, once the file has passed its cap.
+void rotate_locked(Rotation& r) {
+  const std::string& path = r.path;
+  if (r.keep > 0) {
+    for (int i = r.keep - 1; i >= 1; --i) {
+      ::rename((path + "." + std::to_string(i)).c_str(), (path + "." + std::to_string(i + 1)).c_str());
+    }
+    ::rename(path.c_str(), (path + ".1").c_str());
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0) return; // keep writing to the renamed file rather than lose the log
+    ::dup2(fd, STDERR_FILENO);
+    ::close(fd);
+  } else if (::ftruncate(STDERR_FILENO, 0) != 0) {
+    return;
+  }
+  r.size = 0;
+}
 
 std::string utc_timestamp() {
   using namespace std::chrono;
@@ -55,15 +99,37 @@ Record::~Record() {
   line.append(6 - to_string(m_level).size(), ' ');
   line += m_text.str();
   line += '\n';
-  const char* p = line.data();
-  std::size_t left = line.size();
-  while (left > 0) {
-    const ssize_t n = ::write(STDERR_FILENO, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break; // stderr gone: nothing sensible to do about it
-    p += n;
-    left -= static_cast<std::size_t>(n);
+  write_raw(line);
+}
+
+void write_raw(std::string_view text) {
+  Rotation& r = g_rotation;
+  std::unique_lock lock(r.mutex);
+  if (!r.on) {
+    lock.unlock();
+    write_stderr(text);
+    return;
   }
+  write_stderr(text);
+  r.size += text.size();
+  if (r.size > r.max_bytes) rotate_locked(r);
+}
+
+std::optional<std::string> rotate_stderr_file(std::uint64_t max_bytes, int keep) {
+  struct stat st {};
+  if (max_bytes == 0 || ::fstat(STDERR_FILENO, &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  char target[4096];
+  const ssize_t n = ::readlink("/proc/self/fd/2", target, sizeof target - 1);
+  if (n <= 0 || target[0] != '/') return std::nullopt;
+  Rotation& r = g_rotation;
+  std::lock_guard lock(r.mutex);
+  r.path.assign(target, static_cast<std::size_t>(n));
+  r.max_bytes = max_bytes;
+  r.keep = keep;
+  r.size = static_cast<std::uint64_t>(st.st_size);
+  r.on = true;
+  if (r.size > r.max_bytes) rotate_locked(r);
+  return r.path;
 }
 
 double elapsed_ms(std::chrono::steady_clock::time_point start) {

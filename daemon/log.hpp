@@ -8,7 +8,9 @@
 // workers (which share stderr) do not interleave mid-line. Set the level once at startup;
 // logging itself may be used from any thread.
 #include <chrono>
+#include <cstdint>
 #include <optional>
+#include <string>
 #include <sstream>
 #include <string_view>
 
@@ -22,6 +24,16 @@ enum class Level { debug = 0, info = 1, warn = 2, error = 3 };
 void set_level(Level level);
 [[nodiscard]] Level level();
 [[nodiscard]] inline bool enabled(Level l) { return static_cast<int>(l) >= static_cast<int>(level()); }
+
+// Writes `text` to the log as it is (a worker's stderr), counted for rotation like records.
+void write_raw(std::string_view text);
+
+// Size-based rotation of a log that is a regular file on stderr (how `ktune daemon start` runs
+// ktuned): once `max_bytes` have been written past the file's size, it is renamed <path>.1
+// (<path>.1 to .2, ... keeping `keep` old files; 0 keeps none) and a fresh <path> takes fd 2.
+// Returns the log's path, or nothing when stderr is not a regular file (a terminal, a pipe, the
+// systemd journal: those keep their own bounds) or max_bytes is 0.
+std::optional<std::string> rotate_stderr_file(std::uint64_t max_bytes, int keep);
 
 // Accumulates one record and writes it when destroyed.
 class Record {

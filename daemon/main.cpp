@@ -5,6 +5,7 @@
 #include "daemon/server.hpp"
 
 #include <csignal>
+#include <cstdint>
 #include <sys/stat.h>
 #include <exception>
 #include <variant>
@@ -26,6 +27,11 @@ int main(int argc, char** argv) {
       return 1;
     }
     ktune::log::set_level(config->log_level);
+    if (auto log = ktune::log::rotate_stderr_file(
+            static_cast<std::uint64_t>(config->log_max_mb * 1024.0 * 1024.0), config->log_keep)) {
+      KTUNE_LOG(debug) << "the log " << *log << " is rotated past " << config->log_max_mb
+                       << " MB, keeping " << config->log_keep << " old file(s)";
+    }
     return run_daemon(std::move(*config));
   } catch (const std::exception& e) {
     KTUNE_LOG(error) << "ktuned: fatal: " << e.what();

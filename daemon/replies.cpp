@@ -191,6 +191,11 @@ std::string first_error_line(const std::string& log) {
 }
 
 Error internal_error(const Error& error) {
+  if (is_transient(error)) {
+    return make_error(protocol::code::store_busy,
+                      error.message + " (the database takes no writes right now; nothing was "
+                                      "started: try again)");
+  }
   return make_error(protocol::code::internal, error.code + ": " + error.message);
 }
 

@@ -49,6 +49,16 @@ ResultRecord worker_failure(const Error& error, CandidateStatus otherwise,
                        std::move(log), compile_ms);
 }
 
+// Attempts of a request whose worker was killed from outside before the death counts as the
+// candidate's.
+constexpr int k_killed_attempts = 2;
+// How long a measurement waits before it asks again for a device another ktuned measures on.
+constexpr std::chrono::milliseconds k_device_busy_retry{200};
+// The worker's error when another process holds the device's measurement lock (worker.hpp).
+constexpr const char* k_device_busy = "device_busy";
+// Compiles of one config that may fail by the host's fault (CompileOutcome::infra).
+constexpr int k_infra_attempts = 2;
+
 std::chrono::milliseconds seconds_to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
 }
@@ -113,6 +123,9 @@ struct Scheduler::ActiveJob {
   std::deque<Compiled> compiled;        // waiting for the bench worker
   bool benchmarking = false;
   std::int64_t retaken = 0;             // samples the bench worker dropped as preempted
+  std::int64_t killed_retries = 0;      // requests sent again after a worker was killed from outside
+  std::map<std::size_t, int> infra_attempts; // compiles per config that failed by the host's fault
+  std::chrono::steady_clock::time_point busy_logged; // last "waits for its device" line
   std::map<std::size_t, Compiled> artifacts; // ok candidates measured in this job
   std::map<std::size_t, ResultRecord> ok_rows; // config index -> its ok row
   // The finals: the finalists in config order, each one's stats round by round, the finalists
@@ -142,7 +155,8 @@ struct Scheduler::ActiveCheck {
 
 Scheduler::Scheduler(asio::io_context& io, Store& store, WorkerPool& workers,
                      SchedulerSettings settings)
-    : m_io(io), m_store(store), m_workers(workers), m_settings(std::move(settings)) {
+    : m_io(io), m_store(store), m_writer(io, store), m_workers(workers),
+      m_settings(std::move(settings)) {
   if (m_settings.compile_ahead == 0) {
     m_settings.compile_ahead = 2 * std::max<std::size_t>(1, m_settings.compile_workers);
   }
@@ -296,9 +310,11 @@ void Scheduler::start_check(CheckPlan plan) {
   check->plan = std::move(plan);
   ActiveCheck& c = *check;
   m_checks[id] = std::move(check);
-  if (auto r = m_store.set_job_state(id, JobState::running); !r) {
-    KTUNE_LOG(warn) << "job " << id << ": " << r.error().message;
-  }
+  m_writer.submit("job " + std::to_string(id) + "'s start",
+                  [id](Store& store) { return store.set_job_state(id, JobState::running); },
+                  [id](const Result<void>& r) {
+                    if (!r) KTUNE_LOG(warn) << "job " << id << ": " << r.error().message;
+                  });
   for (std::size_t i = 0; i < c.plan.compiles.size(); ++i) {
     Work work;
     work.op = "compile";
@@ -313,12 +329,12 @@ void Scheduler::start_check(CheckPlan plan) {
       --check.in_flight;
       const bool withdrawn = !reply && reply.error().code == k_withdrawn;
       if (!withdrawn && check.plan.on_compiled) check.plan.on_compiled(i, std::move(reply));
-      if (auto r = m_store.update_job_progress(id, static_cast<std::int64_t>(
-                                                       check.plan.compiles.size() - check.in_flight),
-                                               0);
-          !r && check.in_flight == 0) {
-        KTUNE_LOG(warn) << "job " << id << ": " << r.error().message;
-      }
+      const auto done = static_cast<std::int64_t>(check.plan.compiles.size() - check.in_flight);
+      m_writer.submit("job " + std::to_string(id) + "'s progress",
+                      [id, done](Store& store) { return store.update_job_progress(id, done, 0); },
+                      [id](const Result<void>& r) {
+                        if (!r) KTUNE_LOG(warn) << "job " << id << ": " << r.error().message;
+                      });
       advance_check(id);
     };
     ++c.in_flight;
@@ -386,35 +402,93 @@ void Scheduler::start_tune(JobPlan plan, std::chrono::steady_clock::time_point q
   if (!m_workers.has_lane(job.lane)) {
     fail(job, "no bench lane for device " + job.lane + " on this ktuned");
   }
-  if (auto r = m_store.set_job_state(id, JobState::running); !r) {
-    fail(job, "database: " + r.error().message);
-  } else {
-    KTUNE_LOG(info) << "job " << id << " running on lane " << job.lane;
-  }
+  KTUNE_LOG(info) << "job " << id << " running on lane " << job.lane;
+  m_writer.submit("job " + std::to_string(id) + "'s start",
+                  [id](Store& store) { return store.set_job_state(id, JobState::running); },
+                  [this, id](const Result<void>& r) {
+                    if (r) return;
+                    if (ActiveJob* running = find_tune(id)) fail(*running, "database: " + r.error().message);
+                  });
   advance(id);
 }
 
 void Scheduler::submit(ActiveJob& job, const std::string& lane, std::string op,
                        nlohmann::json request, std::chrono::milliseconds deadline,
                        std::function<void(ActiveJob&, Result<nlohmann::json>, const Delivery&)> handle) {
+  submit_attempt(job, lane, std::move(op), std::move(request), deadline,
+                 std::make_shared<Handler>(std::move(handle)), 1);
+}
+
+// A worker killed by SIGKILL that ktuned did not send (the OOM killer, an administrator) is the
+// host's doing until it happens again: the request goes once more to a fresh worker, and only a
+// second such death is the candidate's (a `crash`, which the quarantine then holds against it).
+void Scheduler::submit_attempt(ActiveJob& job, const std::string& lane, std::string op,
+                               nlohmann::json request, std::chrono::milliseconds deadline,
+                               std::shared_ptr<Handler> handle, int attempt) {
   const std::int64_t id = job.plan.record.id;
   Work work;
-  work.op = std::move(op);
-  work.job = std::move(request);
+  work.op = op;
+  work.job = request;
   work.deadline = deadline;
   work.priority = job.plan.record.options.priority;
   work.owner = id;
-  work.on_reply = [this, id, handle = std::move(handle)](Result<nlohmann::json> reply,
-                                                         const Delivery& delivery) {
+  work.on_reply = [this, id, lane, op, request = std::move(request), deadline, handle,
+                   attempt](Result<nlohmann::json> reply, const Delivery& delivery) mutable {
     if (ActiveJob* active = find_tune(id)) {
       account(*active);
       --active->in_flight;
-      handle(*active, std::move(reply), delivery);
+      if (!reply && reply.error().code == k_device_busy && !m_stopped && active->error.empty()) {
+        // Another ktuned measures on this device: nothing was measured; ask again shortly.
+        wait_for_device(*active, lane, std::move(op), std::move(request), deadline,
+                        std::move(handle), attempt, reply.error().message);
+        return;
+      }
+      if (!reply && reply.error().code == k_worker_killed) {
+        if (attempt < k_killed_attempts && !m_stopped) {
+          KTUNE_LOG(warn) << "job " << id << ": " << reply.error().message
+                          << "; the " << op << " goes to a fresh worker once more";
+          ++active->killed_retries;
+          submit_attempt(*active, lane, std::move(op), std::move(request), deadline,
+                         std::move(handle), attempt + 1);
+          return;
+        }
+        reply = make_error(k_worker_crash, reply.error().message +
+                                               "; again in a fresh worker: the failure reproduces");
+      }
+      (*handle)(*active, std::move(reply), delivery);
     }
     advance(id);
   };
   ++job.in_flight;
   m_workers.submit(lane, std::move(work));
+}
+
+void Scheduler::wait_for_device(ActiveJob& job, const std::string& lane, std::string op,
+                                nlohmann::json request, std::chrono::milliseconds deadline,
+                                std::shared_ptr<Handler> handle, int attempt,
+                                const std::string& why) {
+  const std::int64_t id = job.plan.record.id;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - job.busy_logged > std::chrono::seconds(10)) {
+    job.busy_logged = now;
+    KTUNE_LOG(info) << "job " << id << " waits for its device: " << why;
+  }
+  // Counted as in flight while it waits, so that the job neither ends nor starts its finals.
+  ++job.in_flight;
+  auto timer = std::make_shared<asio::steady_timer>(m_io, k_device_busy_retry);
+  timer->async_wait([this, id, timer, lane, op = std::move(op), request = std::move(request),
+                     deadline, handle = std::move(handle),
+                     attempt](const boost::system::error_code&) mutable {
+    ActiveJob* active = find_tune(id);
+    if (active == nullptr) return;
+    --active->in_flight;
+    if (m_stopped || !active->error.empty()) {
+      advance(id);
+      return;
+    }
+    submit_attempt(*active, lane, std::move(op), std::move(request), deadline, std::move(handle),
+                   attempt);
+  });
 }
 
 // Books the time since the last call to what the job was doing meanwhile.
@@ -608,6 +682,10 @@ void Scheduler::on_reference_compiled(ActiveJob& job, Result<nlohmann::json> rep
     fail(job, name + ": unreadable compile outcome: " + outcome.error().message);
     return;
   }
+  if (!outcome->infra.empty()) {
+    fail(job, name + ": the host failed, not the kernel: " + outcome->infra);
+    return;
+  }
   if (outcome->status != CandidateStatus::ok) {
     fail(job, name + " failed to compile (" + std::string(to_string(outcome->status)) +
                   "): " + first_error_line(outcome->log));
@@ -658,6 +736,23 @@ void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::
     return;
   }
   if (!outcome->cached) ++job.timing.compiles;
+  if (!outcome->infra.empty()) {
+    // The host's failure, not the candidate's: never recorded (a later job compiles it again).
+    // Tried once more at once; a kill that happens again is the candidate's (it is what needs
+    // the memory); any other host failure that persists ends the job with its cause.
+    const std::string name = config_to_string(job.plan.configs[index]);
+    if (++job.infra_attempts[index] < k_infra_attempts) {
+      KTUNE_LOG(warn) << "job " << job.plan.record.id << ": " << name << ": " << outcome->infra
+                      << "; compiling it again";
+      start_compile(job, index);
+      return;
+    }
+    if (outcome->infra.find("SIGKILL") == std::string::npos) {
+      fail(job, "the host failed, not the candidates: " + outcome->infra + " (compiling " + name +
+                    ", twice); the configs not measured are not recorded and run in a later job");
+      return;
+    }
+  }
   if (outcome->status != CandidateStatus::ok) {
     record(job, index,
            failed_result(outcome->status, first_error_line(outcome->log), outcome->log,
@@ -852,20 +947,6 @@ void Scheduler::record(ActiveJob& job, std::size_t index, ResultRecord result) {
   result.config = config_json_text(job.plan.configs[index]);
   result.config_index = static_cast<std::int64_t>(index);
 
-  // The row and the job's progress in one commit: durable before anyone hears of it.
-  const std::int64_t done = job.done + 1;
-  const std::int64_t failed = job.failed + (result.status == CandidateStatus::ok ? 0 : 1);
-  auto stored = m_store.in_transaction([&]() -> Result<void> {
-    auto id = m_store.insert_result(result);
-    if (!id) return id.error();
-    result.id = *id;
-    return m_store.update_job_progress(rec.id, done, failed);
-  });
-  if (!stored) {
-    fail(job, "database: cannot store the result of " + config_to_string(job.plan.configs[index]) +
-                  ": " + stored.error().message);
-    return;
-  }
   ++job.done;
   learn(job, index, result);
   KTUNE_LOG(debug) << "job " << rec.id << " [" << job.done << "/" << job.total << "] "
@@ -875,12 +956,27 @@ void Scheduler::record(ActiveJob& job, std::size_t index, ResultRecord result) {
                            ? " median " + std::to_string(result.stats.median_ms) + " ms" +
                                  (result.pruned ? " (pruned)" : "")
                            : " " + result.reason);
-  const auto watchers = m_watchers.find(rec.id);
-  if (watchers == m_watchers.end()) return;
-  const nlohmann::json event = progress(job, result);
-  for (const auto& watcher : std::vector(watchers->second)) {
-    if (watcher.on_progress) watcher.on_progress(event);
-  }
+  // The row and the job's progress in one commit: durable (stored, or in the spill journal while
+  // the database waits) before anyone hears of it. The event is the job as it is now.
+  const std::int64_t job_id = rec.id;
+  nlohmann::json event = m_watchers.count(job_id) != 0 ? progress(job, result) : nlohmann::json();
+  const std::string name = config_to_string(job.plan.configs[index]);
+  m_writer.submit_result(
+      std::move(result), job.done, job.failed,
+      [this, job_id, name, event = std::move(event)](const Result<void>& stored) {
+        if (!stored) {
+          if (ActiveJob* running = find_tune(job_id)) {
+            fail(*running, "database: cannot store the result of " + name + ": " +
+                               stored.error().message);
+          }
+          return;
+        }
+        const auto watchers = m_watchers.find(job_id);
+        if (watchers == m_watchers.end() || event.is_null()) return;
+        for (const auto& watcher : std::vector(watchers->second)) {
+          if (watcher.on_progress) watcher.on_progress(event);
+        }
+      });
 }
 
 nlohmann::json Scheduler::progress(const ActiveJob& job, const ResultRecord& last) const {
@@ -912,9 +1008,13 @@ void Scheduler::finish(ActiveJob& job) {
   const JobRecord& rec = job.plan.record;
   account(job);
   if (job.ok_rows.empty()) {
-    if (auto r = m_store.set_job_timing(rec.id, job.timing); !r) {
-      KTUNE_LOG(warn) << "job " << rec.id << ": cannot store its timing: " << r.error().message;
-    }
+    m_writer.submit("job " + std::to_string(rec.id) + "'s timing",
+                    [id = rec.id, timing = job.timing](Store& store) {
+                      return store.set_job_timing(id, timing);
+                    },
+                    [id = rec.id](const Result<void>& r) {
+                      if (!r) KTUNE_LOG(warn) << "job " << id << ": cannot store its timing: " << r.error().message;
+                    });
     end_job(rec.id, JobState::failed,
             "no candidate succeeded (" + describe_failures(job.failures) + ")");
     return;
@@ -935,11 +1035,11 @@ void Scheduler::finish(ActiveJob& job) {
   rows.reserve(job.ok_rows.size());
   for (auto& [index, row] : job.ok_rows) rows.push_back(row);
   const std::vector<std::size_t> ties = tie_set(job, rows);
-  std::vector<std::int64_t> tie_ids;
+  std::vector<std::int64_t> tie_indices;
   for (auto& row : rows) {
     row.tied = std::find(ties.begin(), ties.end(), static_cast<std::size_t>(row.config_index)) !=
                ties.end();
-    if (row.tied) tie_ids.push_back(row.id);
+    if (row.tied) tie_indices.push_back(row.config_index);
   }
   // The incumbent: the key's winner before this job. Kept when it is in the winning group.
   auto incumbent = m_store.find_winner(rec.kernel, rec.source_hash, rec.shape, rec.dtype, rec.fingerprint);
@@ -956,58 +1056,109 @@ void Scheduler::finish(ActiveJob& job) {
   winner.shape = rec.shape;
   winner.dtype = rec.dtype;
   winner.fingerprint = rec.fingerprint;
-  winner.result_id = chosen->id;
   winner.job_id = chosen->job_id;
   winner.config = chosen->config;
   winner.median_ms = chosen->stats.median_ms;
   winner.gflops = chosen->gflops;
   // The job's end in one commit: timing, the finals' measurements, the ties, the winner, done.
-  std::string step;
-  auto stored = m_store.in_transaction([&]() -> Result<void> {
-    step = "timing";
-    if (auto r = m_store.set_job_timing(rec.id, job.timing); !r) return r.error();
-    step = "a measurement of the finals";
-    for (const Compiled& f : job.finalists.size() >= 2 ? job.finalists : std::vector<Compiled>{}) {
-      const ResultRecord& row = job.ok_rows.at(f.index);
-      if (auto r = m_store.update_measurement(row.id, row.stats, row.gflops, row.gbps); !r) {
-        return r.error();
-      }
-    }
-    step = "the ties";
-    if (auto r = m_store.mark_ties(rec.id, tie_ids); !r) return r.error();
-    step = "the winner";
-    if (auto r = m_store.upsert_winner(winner); !r) return r.error();
-    step = "the state";
-    return m_store.set_job_state(rec.id, JobState::done);
-  });
-  if (!stored) {
-    end_job(rec.id, JobState::failed,
-            "database: cannot store " + step + ": " + stored.error().message);
-    return;
+  // Rows are named by config index (their ids are the store's: a row may still wait in the writer).
+  struct Remeasured {
+    std::int64_t index;
+    SampleStats stats;
+    double gflops, gbps;
+  };
+  std::vector<Remeasured> remeasured;
+  for (const Compiled& f : job.finalists.size() >= 2 ? job.finalists : std::vector<Compiled>{}) {
+    const ResultRecord& row = job.ok_rows.at(f.index);
+    remeasured.push_back({row.config_index, row.stats, row.gflops, row.gbps});
   }
-  KTUNE_LOG(info) << "job " << rec.id << " done in " << log::elapsed_ms(job.started)
-                  << " ms: winner " << winner.config << " median " << winner.median_ms << " ms"
-                  << (tie_ids.size() > 1 ? " (" + std::to_string(tie_ids.size()) + "-way tie" +
-                                               (chosen->config == incumbent_config
-                                                    ? ", the incumbent kept)" : ")")
-                                         : "")
-                  << ", " << job.failed << " of " << job.done << " candidates failed"
-                  << (job.failures.empty() ? "" : " (" + describe_failures(job.failures) + ")")
-                  << "; " << job.retaken << " preempted samples retaken; compile " << static_cast<std::int64_t>(job.timing.compile_ms)
-                  << " ms, bench " << static_cast<std::int64_t>(job.timing.bench_ms)
-                  << " ms, overhead " << static_cast<std::int64_t>(job.timing.overhead_ms) << " ms";
-  announce_end(rec.id, JobState::done);
+  std::ostringstream summary;
+  summary << "job " << rec.id << " done in " << log::elapsed_ms(job.started)
+          << " ms: winner " << winner.config << " median " << winner.median_ms << " ms"
+          << (tie_indices.size() > 1 ? " (" + std::to_string(tie_indices.size()) + "-way tie" +
+                                           (chosen->config == incumbent_config
+                                                ? ", the incumbent kept)" : ")")
+                                     : "")
+          << ", " << job.failed << " of " << job.done << " candidates failed"
+          << (job.failures.empty() ? "" : " (" + describe_failures(job.failures) + ")")
+          << "; " << job.retaken << " preempted samples retaken"
+          << (job.killed_retries > 0 ? "; " + std::to_string(job.killed_retries) +
+                                           " request(s) sent again after a worker was killed from outside"
+                                     : std::string())
+          << "; compile " << static_cast<std::int64_t>(job.timing.compile_ms)
+          << " ms, bench " << static_cast<std::int64_t>(job.timing.bench_ms)
+          << " ms, overhead " << static_cast<std::int64_t>(job.timing.overhead_ms) << " ms";
+  const std::int64_t job_id = rec.id;
+  const std::int64_t winner_index = chosen->config_index;
+  auto step = std::make_shared<std::string>();
+  m_writer.submit(
+      "job " + std::to_string(job_id) + "'s end",
+      [job_id, timing = job.timing, remeasured = std::move(remeasured),
+       tie_indices = std::move(tie_indices), winner, winner_index, step](Store& store) mutable
+      -> Result<void> {
+        *step = "its rows";
+        auto stored_rows = store.job_results(job_id);
+        if (!stored_rows) return stored_rows.error();
+        std::map<std::int64_t, std::int64_t> ids; // config index -> result id
+        for (const auto& row : *stored_rows) ids[row.config_index] = row.id;
+        const auto id_of = [&](std::int64_t index) -> Result<std::int64_t> {
+          const auto it = ids.find(index);
+          if (it == ids.end()) {
+            return make_error("unknown_result", "job " + std::to_string(job_id) +
+                                                    " has no stored row for config index " +
+                                                    std::to_string(index));
+          }
+          return it->second;
+        };
+        *step = "timing";
+        if (auto r = store.set_job_timing(job_id, timing); !r) return r.error();
+        *step = "a measurement of the finals";
+        for (const auto& m : remeasured) {
+          auto id = id_of(m.index);
+          if (!id) return id.error();
+          if (auto r = store.update_measurement(*id, m.stats, m.gflops, m.gbps); !r) return r.error();
+        }
+        *step = "the ties";
+        std::vector<std::int64_t> tie_ids;
+        for (const auto index : tie_indices) {
+          auto id = id_of(index);
+          if (!id) return id.error();
+          tie_ids.push_back(*id);
+        }
+        if (auto r = store.mark_ties(job_id, tie_ids); !r) return r.error();
+        *step = "the winner";
+        auto id = id_of(winner_index);
+        if (!id) return id.error();
+        winner.result_id = *id;
+        if (auto r = store.upsert_winner(winner); !r) return r.error();
+        *step = "the state";
+        return store.set_job_state(job_id, JobState::done);
+      },
+      [this, job_id, step, summary = summary.str()](const Result<void>& stored) {
+        if (!stored) {
+          end_job(job_id, JobState::failed,
+                  "database: cannot store " + *step + ": " + stored.error().message);
+          return;
+        }
+        KTUNE_LOG(info) << summary;
+        announce_end(job_id, JobState::done);
+      });
 }
 
 void Scheduler::end_job(std::int64_t job_id, JobState state, const std::string& error) {
   if (state != JobState::done) {
     KTUNE_LOG(warn) << "job " << job_id << " " << to_string(state) << ": " << error;
   }
-  if (auto r = m_store.set_job_state(job_id, state, error); !r) {
-    KTUNE_LOG(error) << "job " << job_id << ": cannot record state " << to_string(state) << ": "
-                     << r.error().message;
-  }
-  announce_end(job_id, state);
+  m_writer.submit(
+      "job " + std::to_string(job_id) + "'s state",
+      [job_id, state, error](Store& store) { return store.set_job_state(job_id, state, error); },
+      [this, job_id, state](const Result<void>& r) {
+        if (!r) {
+          KTUNE_LOG(error) << "job " << job_id << ": cannot record state " << to_string(state)
+                           << ": " << r.error().message;
+        }
+        announce_end(job_id, state);
+      });
 }
 
 void Scheduler::announce_end(std::int64_t job_id, JobState state) {

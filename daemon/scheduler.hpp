@@ -54,6 +54,7 @@
 // source and device are dropped from the candidates (drop_quarantined) by whoever builds a plan.
 #include "jobs/bench_job.hpp"
 #include "daemon/planner.hpp"
+#include "daemon/store_writer.hpp"
 #include "daemon/worker_pool.hpp"
 #include "db/store.hpp"
 
@@ -153,11 +154,15 @@ public:
   [[nodiscard]] std::map<int, std::size_t> queued_by_priority() const;
 
   // Called once for every job that ends (done, failed, cancelled, interrupted), after its final
-  // state is stored and before its watchers are told. The lookup path uses it to refresh its
+  // state is stored (a write that waits for the database delays it) and before its watchers are told. The lookup path uses it to refresh its
   // winner index.
   void set_job_end_hook(std::function<void(std::int64_t job_id, JobState state)> hook) {
     m_job_end_hook = std::move(hook);
   }
+
+  // The store's writes (in order, never waiting on the database on the loop) and their stall.
+  [[nodiscard]] StoreWriter& writer() { return m_writer; }
+  [[nodiscard]] const StoreWriter& writer() const { return m_writer; }
 
   // Graceful stop: nothing starts afterwards and queued jobs become `interrupted` at once. The
   // running jobs' requests in flight may finish (their results are recorded) for up to `grace`;
@@ -207,9 +212,15 @@ private:
                                                  const std::vector<ResultRecord>& rows) const;
   [[nodiscard]] std::chrono::milliseconds compile_deadline(const JobRecord& record) const;
   // Submits one request for `job` and calls `handle` with its reply while the job is running.
+  using Handler = std::function<void(ActiveJob&, Result<nlohmann::json>, const Delivery&)>;
   void submit(ActiveJob& job, const std::string& lane, std::string op, nlohmann::json request,
-              std::chrono::milliseconds deadline,
-              std::function<void(ActiveJob&, Result<nlohmann::json>, const Delivery&)> handle);
+              std::chrono::milliseconds deadline, Handler handle);
+  void submit_attempt(ActiveJob& job, const std::string& lane, std::string op,
+                      nlohmann::json request, std::chrono::milliseconds deadline,
+                      std::shared_ptr<Handler> handle, int attempt);
+  void wait_for_device(ActiveJob& job, const std::string& lane, std::string op,
+                       nlohmann::json request, std::chrono::milliseconds deadline,
+                       std::shared_ptr<Handler> handle, int attempt, const std::string& why);
   void record(ActiveJob& job, std::size_t index, ResultRecord result);
   void learn(ActiveJob& job, std::size_t index, const ResultRecord& result);
   void finish(ActiveJob& job);
@@ -222,7 +233,8 @@ private:
   [[nodiscard]] nlohmann::json progress(const ActiveJob& job, const ResultRecord& last) const;
 
   asio::io_context& m_io;
-  Store& m_store;
+  Store& m_store;               // reads; every write goes through m_writer
+  StoreWriter m_writer;
   WorkerPool& m_workers;
   SchedulerSettings m_settings;
   std::deque<Queued> m_queue;

@@ -6,6 +6,7 @@
 #include "daemon/compile_check.hpp"
 #include "daemon/log.hpp"
 #include "daemon/planner.hpp"
+#include "daemon/store_writer.hpp"
 
 #include <boost/asio/post.hpp>
 
@@ -98,11 +99,25 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
 
   if (auto r = ensure_private_dir(parent_dir(cfg.db)); !r) return r.error();
   if (auto r = ensure_private_dir(cfg.cache_dir); !r) return r.error();
+  auto db_lock = InstanceLock::acquire_database(cfg.db);
+  if (!db_lock) return db_lock.error();
+  server->m_db_lock.emplace(std::move(*db_lock));
   auto start = std::chrono::steady_clock::now();
   auto store = Store::open(cfg.db, OpenMode::read_write);
-  if (!store) return store.error();
+  if (!store) {
+    if (store.error().code == "db_busy") {
+      return make_error("db_busy", store.error().message +
+                                       " (another process has held a lock on the database for "
+                                       "more than 5 s; ktuned cannot start on it)");
+    }
+    return store.error();
+  }
   server->m_store.emplace(std::move(*store));
   KTUNE_LOG(info) << "opened " << cfg.db << " in " << log::elapsed_ms(start) << " ms";
+  // Results an earlier ktuned acknowledged while its database took no writes.
+  if (auto replayed = StoreWriter::replay_spill(*server->m_store); !replayed) {
+    return replayed.error();
+  }
   if (struct stat st{}; ::stat(cfg.db.c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
     KTUNE_LOG(warn) << cfg.db << " is readable or writable by other users (mode "
                     << std::oct << (st.st_mode & 0777) << std::dec
@@ -123,7 +138,7 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   server->m_workers = std::make_unique<WorkerPool>(
       server->m_io, server->m_children, cfg.worker_path,
       static_cast<std::size_t>(cfg.compile_workers), seconds_to_ms(cfg.worker_idle_s),
-      cfg.worker_memory_mb);
+      cfg.worker_memory_mb, cfg.lock_dir);
   server->m_scheduler = std::make_unique<Scheduler>(
       server->m_io, *server->m_store, *server->m_workers,
       SchedulerSettings{cfg.cache_dir, cfg.measure,
@@ -141,8 +156,14 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   for (const auto& broken : server->m_handler->load_kernels()) {
     KTUNE_LOG(warn) << "kernel family not loaded: " << broken.error.message;
   }
+  for (const auto& dir : server->m_handler->missing_kernel_dirs()) {
+    KTUNE_LOG(warn) << "kernel directory " << dir << " does not exist: no family is loaded from it";
+  }
   KTUNE_LOG(debug) << "scanned kernel directories in " << log::elapsed_ms(start) << " ms";
   auto resumed = server->resume_jobs();
+  // From here on the event loop never waits for another process's lock: a write that meets one
+  // waits in the store writer instead (daemon/store_writer.hpp).
+  server->m_store->set_busy_timeout(std::chrono::milliseconds(0));
   // The devices are learnt from a worker (ktuned never inspects one itself). Until they are
   // known nothing is accepted (connections wait in the listen backlog) and nothing resumes, so
   // that no request and no resumed CUDA job sees a half-known machine.
@@ -321,10 +342,12 @@ int Server::run() {
                   << "kernel dirs: " << m_config.kernel_dirs.size() << ")";
   m_io.run();
 
+  if (m_scheduler) m_scheduler->writer().flush();
   m_handler.reset();
   m_scheduler.reset();
   m_workers.reset();
   m_store.reset();
+  m_db_lock.reset();
   m_lock.reset();
   KTUNE_LOG(info) << "ktuned stopped";
   return 0;

@@ -72,6 +72,7 @@ private:
 
   DaemonConfig m_config;
   std::optional<InstanceLock> m_lock;          // released last
+  std::optional<InstanceLock> m_db_lock;       // one daemon per database (<db>.lock)
   asio::io_context m_io;
   asio::signal_set m_signals;
   asio::local::stream_protocol::acceptor m_acceptor;

@@ -181,7 +181,13 @@ void Session::write_next() {
                       // Reading paused for a backlog resumes once it is written.
                       if (self->m_out.empty() && self->m_read_paused && !self->m_closing) {
                         self->m_read_paused = false;
+                        // The time a line waited while the daemon did not read is not the
+                        // client's: its deadline starts again.
+                        if (!self->m_pending.empty()) {
+                          self->m_line_deadline = Clock::now() + self->m_limits.message_timeout;
+                        }
                         self->read_next();
+                        self->schedule_timer();
                       }
                       self->write_next();
                     });
@@ -190,7 +196,10 @@ void Session::write_next() {
 void Session::schedule_timer() {
   if (m_closed || m_closing) return;
   std::optional<Clock::time_point> next;
-  if (!m_pending.empty() && m_limits.message_timeout.count() > 0) next = m_line_deadline;
+  // While reading is paused for a backlog the client is not late: no line deadline runs.
+  if (!m_pending.empty() && !m_read_paused && m_limits.message_timeout.count() > 0) {
+    next = m_line_deadline;
+  }
   if (m_in_flight == 0 && !m_peer_done && m_limits.idle_timeout.count() > 0) {
     const auto idle_at = m_last_activity + m_limits.idle_timeout;
     if (!next || idle_at < *next) next = idle_at;
@@ -213,7 +222,8 @@ void Session::schedule_timer() {
 
 void Session::on_timer() {
   const auto now = Clock::now();
-  if (!m_pending.empty() && m_limits.message_timeout.count() > 0 && now >= m_line_deadline) {
+  if (!m_pending.empty() && !m_read_paused && m_limits.message_timeout.count() > 0 &&
+      now >= m_line_deadline) {
     refuse(protocol::code::timeout,
            "a request line was started and not finished within " +
                seconds_text(m_limits.message_timeout) + " (" + std::to_string(m_pending.size()) +

@@ -31,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <map>
 #include <set>
 #include <string>
@@ -52,6 +53,9 @@ public:
   [[nodiscard]] bool done() const { return m_next >= m_table.rows.size(); }
   [[nodiscard]] std::size_t rows_done() const { return m_next; }
   [[nodiscard]] nlohmann::json reply() const;
+  // How long its steps have waited for a database that took no writes.
+  [[nodiscard]] std::chrono::milliseconds waited() const { return m_waited; }
+  void wait(std::chrono::milliseconds more) { m_waited += more; }
 
 private:
   tableio::Table m_table;
@@ -59,6 +63,7 @@ private:
   std::map<std::pair<std::string, std::string>, std::vector<std::string>> m_orders;
   std::set<std::string> m_known_devices;
   std::size_t m_next = 0;
+  std::chrono::milliseconds m_waited{0};
   std::int64_t m_imported = 0, m_replaced = 0, m_kept = 0, m_unchanged = 0;
   nlohmann::json m_jobs = nlohmann::json::array();
   nlohmann::json m_conflicts = nlohmann::json::array();

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <sys/file.h>
 
 namespace ktune::daemon {
 
@@ -65,10 +67,10 @@ std::string visible_device(const std::string& lane) {
 
 WorkerPool::WorkerPool(asio::io_context& io, ChildWatch& children, std::string worker_path,
                        std::size_t compile_workers, std::chrono::milliseconds worker_idle,
-                       std::int64_t memory_mb)
+                       std::int64_t memory_mb, std::string lock_dir)
     : m_io(io), m_children(&children), m_worker_path(std::move(worker_path)),
       m_compile_limit(std::max<std::size_t>(1, compile_workers)), m_worker_idle(worker_idle),
-      m_memory_mb(memory_mb) {
+      m_memory_mb(memory_mb), m_lock_dir(std::move(lock_dir)) {
   m_spawner = [this](const WorkerSlot& slot, std::function<void()> on_exit) {
     return spawn_process(slot, std::move(on_exit));
   };
@@ -77,11 +79,23 @@ WorkerPool::WorkerPool(asio::io_context& io, ChildWatch& children, std::string w
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2) return;
+  // The last allowed CPU that no other ktuned on this machine has claimed; the last one when all
+  // are (then the measurement lock keeps the instances from measuring at once).
   for (int cpu = CPU_SETSIZE - 1; cpu >= 0; --cpu) {
-    if (CPU_ISSET(cpu, &allowed)) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    if (!m_bench_cpu) m_bench_cpu = cpu;
+    if (m_lock_dir.empty()) break;
+    const std::string claim = m_lock_dir + "/ktune-cpu" + std::to_string(cpu) + ".claim";
+    UniqueFd fd(::open(claim.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666));
+    if (fd.valid() && ::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) {
       m_bench_cpu = cpu;
+      m_cpu_claim = std::move(fd);
       break;
     }
+  }
+  if (!m_lock_dir.empty() && !m_cpu_claim.valid()) {
+    KTUNE_LOG(warn) << "every CPU is claimed by another ktuned on this machine; the cpu lane "
+                       "shares cpu " << *m_bench_cpu << " and takes turns measuring";
   }
   CPU_CLR(*m_bench_cpu, &allowed);
   m_compile_cpus = allowed;
@@ -120,6 +134,13 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
   const bool cpu_bench = slot.role == WorkerRole::bench && slot.lane == "cpu";
   if (cpu_bench && m_bench_cpu) {
     extra_args.insert(extra_args.end(), {"--cpu", std::to_string(*m_bench_cpu)});
+  }
+  if (slot.role == WorkerRole::bench && !m_lock_dir.empty()) {
+    const std::string device = is_cuda_lane(slot.lane) ? "cuda" + visible_device(slot.lane)
+                               : m_bench_cpu           ? "cpu" + std::to_string(*m_bench_cpu)
+                                                       : std::string("cpu");
+    extra_args.insert(extra_args.end(),
+                      {"--measure-lock", m_lock_dir + "/ktune-measure-" + device + ".lock"});
   }
   // CUDA reserves a large virtual range at cuInit: a CUDA lane's worker runs without RLIMIT_AS.
   if (m_memory_mb > 0 && !is_cuda_lane(slot.lane)) {

@@ -17,6 +17,7 @@
 // pinned to the last of them (ktune-worker --cpu) and compile workers, with the compilers they
 // start, are kept off it (sched_setaffinity), so compiles never disturb a CPU measurement.
 #include "core/result.hpp"
+#include "core/unique_fd.hpp"
 #include "daemon/worker_process.hpp"
 
 #include <sched.h>
@@ -86,10 +87,15 @@ class WorkerPool {
 public:
   // The real pool: ktune-worker processes started from `worker_path`, with `--memory-mb N`
   // (RLIMIT_AS) for compile and cpu bench workers when `memory_mb` > 0.
+  // With a `lock_dir`, devices are shared fairly with other ktuned instances on the machine
+  // (docs/ARCHITECTURE.md § One measurement per device): the cpu lane's worker is pinned to a
+  // core no other instance has claimed (ktune-cpu<N>.claim, held while this pool lives), and each
+  // bench worker holds its device's measurement lock (ktune-measure-<device>.lock) while it
+  // measures.
   WorkerPool(asio::io_context& io, ChildWatch& children, std::string worker_path,
              std::size_t compile_workers,
              std::chrono::milliseconds worker_idle = std::chrono::milliseconds(0),
-             std::int64_t memory_mb = 0);
+             std::int64_t memory_mb = 0, std::string lock_dir = {});
   // A pool over endpoints of the caller's making (tests).
   WorkerPool(asio::io_context& io, WorkerSpawner spawner, std::size_t compile_workers);
 
@@ -151,6 +157,8 @@ private:
   std::chrono::milliseconds m_worker_idle{0};
   std::int64_t m_memory_mb = 0;
   std::optional<int> m_bench_cpu;          // the cpu lane worker's CPU, when pinned
+  std::string m_lock_dir;                  // "" = no cross-instance locks
+  UniqueFd m_cpu_claim;                    // ktune-cpu<N>.claim of m_bench_cpu
   std::optional<cpu_set_t> m_compile_cpus; // every allowed CPU but the bench worker's
   std::map<std::string, Queue> m_queues;   // "" = compile pool, else a device's lane
   std::vector<std::shared_ptr<Worker>> m_workers;

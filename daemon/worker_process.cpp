@@ -196,17 +196,29 @@ void WorkerProcess::read_stderr() {
 }
 
 void WorkerProcess::append_stderr(std::string_view text) {
-  // The daemon's own stderr is its log: keep the worker's messages there too.
-  std::size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = ::write(2, text.data() + written, text.size() - written);
-    if (n <= 0) break;
-    written += static_cast<std::size_t>(n);
-  }
+  // The daemon's own stderr is its log: keep the worker's messages there too, up to
+  // k_stderr_log_bytes per request.
+  const std::size_t room =
+      m_stderr_logged < k_stderr_log_bytes ? k_stderr_log_bytes - m_stderr_logged : 0;
+  const std::size_t copy = std::min(room, text.size());
+  if (copy > 0) log::write_raw(text.substr(0, copy));
+  m_stderr_logged += copy;
+  m_stderr_dropped += text.size() - copy;
   m_stderr_tail.append(text);
   if (m_stderr_tail.size() > k_stderr_tail_bytes) {
     m_stderr_tail.erase(0, m_stderr_tail.size() - k_stderr_tail_bytes);
   }
+}
+
+void WorkerProcess::note_dropped_stderr() {
+  if (m_stderr_dropped > 0) {
+    KTUNE_LOG(warn) << to_string(m_role) << " worker " << m_pid << " wrote " << m_stderr_dropped
+                    << " more bytes to stderr than the log keeps per request ("
+                    << k_stderr_log_bytes << "); not copied (a result keeps the last "
+                    << k_stderr_tail_bytes << ")";
+  }
+  m_stderr_logged = 0;
+  m_stderr_dropped = 0;
 }
 
 void WorkerProcess::drain_stderr() {
@@ -246,6 +258,7 @@ void WorkerProcess::request(std::string_view op, nlohmann::json job, ReplyHandle
   m_pending = std::move(on_reply);
   m_idle_timer.cancel();
   drain_stderr();
+  note_dropped_stderr();
   m_stderr_tail.clear();
   m_request_deadline = deadline;
   if (deadline.count() > 0) {
@@ -284,6 +297,7 @@ void WorkerProcess::terminate() {
 }
 
 void WorkerProcess::kill_group() {
+  m_killed_by_us = true;
   if (!m_wait_status) ::kill(-m_pid, SIGKILL);
 }
 
@@ -425,6 +439,7 @@ void WorkerProcess::maybe_finish() {
   m_deadline.cancel();
   m_idle_timer.cancel();
   drain_stderr();
+  note_dropped_stderr();
   {
     boost::system::error_code ignored;
     m_stderr.close(ignored);
@@ -445,6 +460,10 @@ void WorkerProcess::maybe_finish() {
   } else if (m_killed_silent) {
     handler(make_error(k_worker_lost, "worker closed its socket while " + doing +
                                           " without exiting; killed"));
+  } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && !m_killed_by_us) {
+    handler(make_error(k_worker_killed,
+                       "worker killed by SIGKILL from outside ktuned (the OOM killer or an "
+                       "administrator) while " + doing));
   } else if (WIFSIGNALED(status)) {
     handler(make_error(k_worker_crash, "worker " + describe_wait_status(status) + " while " + doing));
   } else {

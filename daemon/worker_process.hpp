@@ -37,6 +37,9 @@ inline constexpr const char* k_worker_crash = "crash";        // killed by a sig
 inline constexpr const char* k_worker_lost = "worker_lost";   // exited, closed its socket, broke the protocol
 inline constexpr const char* k_spawn_error = "spawn_error";
 inline constexpr const char* k_worker_timeout = "timeout";    // killed at the request's deadline
+// Killed by SIGKILL that ktuned did not send (the OOM killer, an administrator): the host's doing
+// until it happens again (the scheduler retries the request once in a fresh worker).
+inline constexpr const char* k_worker_killed = "worker_killed";
 
 // Routes child exits to whoever started the child. The owner of the SIGCHLD signal_set calls
 // reap() on every SIGCHLD; reap() collects the watched children that have exited
@@ -92,6 +95,9 @@ public:
   // sent, at most the last k_stderr_tail_bytes. Complete once the reply handler runs.
   [[nodiscard]] const std::string& stderr_tail() const { return m_stderr_tail; }
   static constexpr std::size_t k_stderr_tail_bytes = 4096;
+  // What of a worker's stderr per request is copied into ktuned's log; the rest is counted and
+  // said in one line (a candidate writing a gigabyte must not fill the log).
+  static constexpr std::size_t k_stderr_log_bytes = 16 * 1024;
 
   // Closes the socket (the worker exits on EOF) and sends SIGTERM to the process group. A request
   // in flight is abandoned: its handler is never called.
@@ -122,6 +128,8 @@ private:
   void read_stderr();
   void append_stderr(std::string_view text);
   void drain_stderr();
+  // Logs how much of the last request's stderr was not copied, then starts counting afresh.
+  void note_dropped_stderr();
   void arm_idle_timer();
 
   asio::local::stream_protocol::socket m_socket;
@@ -134,11 +142,14 @@ private:
   asio::posix::stream_descriptor m_stderr;
   std::array<char, 4096> m_stderr_buffer{};
   std::string m_stderr_tail;
+  std::size_t m_stderr_logged = 0;     // bytes of this request's stderr copied into the log
+  std::size_t m_stderr_dropped = 0;    // and not copied
   asio::steady_timer m_deadline;
   asio::steady_timer m_idle_timer;
   std::chrono::milliseconds m_idle_timeout{0};
   std::chrono::milliseconds m_request_deadline{0};
   bool m_timed_out = false;            // killed by us at the request's deadline
+  bool m_killed_by_us = false;         // kill_group() was called (deadline, stuck, shutdown)
 
   bool m_ready = false;               // the ready line arrived
   bool m_closing = false;             // terminate(), a protocol error or an "exiting" reply

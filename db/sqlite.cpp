@@ -8,6 +8,19 @@ namespace ktune::db {
 
 namespace {
 
+// The code an SQLite result code is reported under: the conditions that pass by themselves (another
+// process holds the lock, the disk is full, the disk failed) have their own codes, so a writer can
+// wait them out instead of giving up; everything else is "db_error".
+const char* code_for(int rc) {
+  switch (rc & 0xff) {
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED: return "db_busy";
+  case SQLITE_FULL: return "db_full";
+  case SQLITE_IOERR: return "db_io";
+  default: return "db_error";
+  }
+}
+
 std::string where(std::string_view op, std::string_view path) {
   std::string text;
   text.reserve(op.size() + path.size() + 6);
@@ -18,8 +31,9 @@ std::string where(std::string_view op, std::string_view path) {
 } // namespace
 
 Error DbRef::error(std::string_view op) const {
-  const char* message = handle != nullptr ? sqlite3_errmsg(handle) : "out of memory";
-  return error(op, message);
+  if (handle == nullptr) return error(op, "out of memory");
+  return make_error(code_for(sqlite3_extended_errcode(handle)),
+                    where(op, path).append(sqlite3_errmsg(handle)));
 }
 
 Error DbRef::error(std::string_view op, std::string_view what) const {
@@ -32,7 +46,7 @@ Result<void> DbRef::exec(std::string_view op, const char* sql) const {
   if (rc == SQLITE_OK) return {};
   std::string what = message != nullptr ? message : sqlite3_errstr(rc);
   sqlite3_free(message);
-  return error(op, what);
+  return make_error(code_for(rc), where(op, path).append(what));
 }
 
 Result<std::int64_t> DbRef::query_int(std::string_view op, const char* sql) const {

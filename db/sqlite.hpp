@@ -21,7 +21,9 @@ struct DbRef {
   sqlite3* handle = nullptr;
   std::string_view path;
 
-  // "db_error": "<op> on <path>: <SQLite's message for the last failed call on handle>".
+  // "<op> on <path>: <SQLite's message for the last failed call on handle>", code "db_busy" (the
+  // database is locked by another connection), "db_full" (the disk is full), "db_io" (the disk
+  // failed) or "db_error" (anything else); ktune::is_transient (store.hpp) tells them apart.
   [[nodiscard]] Error error(std::string_view op) const;
   // "db_error": "<op> on <path>: <what>", for failures SQLite did not report itself.
   [[nodiscard]] Error error(std::string_view op, std::string_view what) const;

@@ -307,6 +307,11 @@ Result<Store> Store::open(const std::string& path, OpenMode mode) {
   sqlite3_extended_result_codes(handle, 1);
   if (sqlite3_busy_timeout(handle, k_busy_timeout_ms) != SQLITE_OK) return db.error(op);
 
+  // SQLite opens a file it may not write read-only without a word; every write would then fail.
+  if (!read_only && sqlite3_db_readonly(handle, "main") == 1) {
+    return db.error(op, "the file is read-only (its permissions, owner or file system); the "
+                        "daemon must write its database");
+  }
   // Identify the file before anything is changed in it.
   auto application_id = db.query_int(op, "PRAGMA application_id");
   if (!application_id) return application_id.error();
@@ -392,6 +397,14 @@ void Store::close() noexcept {
 }
 
 int Store::schema_version() const { return m_schema_version; }
+
+void Store::set_busy_timeout(std::chrono::milliseconds timeout) {
+  sqlite3_busy_timeout(m_db, static_cast<int>(timeout.count()));
+}
+
+bool is_transient(const Error& error) {
+  return error.code == "db_busy" || error.code == "db_full" || error.code == "db_io";
+}
 
 Result<void> Store::require_writable(std::string_view op) const {
   if (m_mode == OpenMode::read_write) return {};

@@ -13,6 +13,7 @@
 #include "core/stats.hpp"
 #include "core/status.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <functional>
@@ -102,6 +103,10 @@ struct WinnerRecord {
   std::int64_t updated_at = 0;     // unix ms; set by upsert_winner when 0
 };
 
+// Whether a store error passes by itself: the database is locked by another process ("db_busy"),
+// the disk is full ("db_full") or failing ("db_io"). A writer waits these out; other errors are final.
+[[nodiscard]] bool is_transient(const Error& error);
+
 class Store {
 public:
   // Errors: code "db_error" naming the path and SQLite's message; a file that is not a ktune DB
@@ -115,6 +120,9 @@ public:
   ~Store();
 
   [[nodiscard]] int schema_version() const;
+  // How long a statement waits for another connection's lock before failing with "db_busy"
+  // (5 s from open; ktuned sets 0 once started: its event loop never waits on a lock).
+  void set_busy_timeout(std::chrono::milliseconds timeout);
   [[nodiscard]] OpenMode mode() const { return m_mode; }
   [[nodiscard]] const std::string& path() const { return m_path; }
 

@@ -88,6 +88,16 @@ Result<void> read_bool(const json& j, const char* key, std::string_view what, bo
   return {};
 }
 
+bool is_arg_kind(std::string_view kind) {
+  return kind == "in" || kind == "out" || kind == "inout" || kind == "scalar";
+}
+
+Error with_context(const Error& error, const std::string& context) {
+  return make_error(error.code, context + ": " + error.message);
+}
+
+} // namespace
+
 json stats_to_json(const SampleStats& s) {
   return json{{"n", s.n},           {"min_ms", s.min_ms},       {"max_ms", s.max_ms},
               {"median_ms", s.median_ms}, {"mean_ms", s.mean_ms}, {"stddev_ms", s.stddev_ms},
@@ -110,16 +120,6 @@ Result<SampleStats> stats_from_json(const json& j, std::string_view what) {
   }
   return s;
 }
-
-bool is_arg_kind(std::string_view kind) {
-  return kind == "in" || kind == "out" || kind == "inout" || kind == "scalar";
-}
-
-Error with_context(const Error& error, const std::string& context) {
-  return make_error(error.code, context + ": " + error.message);
-}
-
-} // namespace
 
 // --- MeasureSettings ---------------------------------------------------------------------------
 

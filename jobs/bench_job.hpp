@@ -14,9 +14,15 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ktune {
+
+// A measurement summary as JSON ({"n", "min_ms", ..., "q3_ms"}) and back; errors are
+// "bad_request" naming `what` and the key.
+[[nodiscard]] nlohmann::json stats_to_json(const SampleStats& stats);
+[[nodiscard]] Result<SampleStats> stats_from_json(const nlohmann::json& j, std::string_view what);
 
 struct BenchArg {
   std::string name;

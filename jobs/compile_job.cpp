@@ -144,7 +144,8 @@ json CompileOutcome::to_json() const {
               {"log", log},
               {"registers", registers},
               {"spills", spills},
-              {"shared_bytes", shared_bytes}};
+              {"shared_bytes", shared_bytes},
+              {"infra", infra}};
 }
 
 Result<CompileOutcome> CompileOutcome::from_json(const json& j) {
@@ -177,6 +178,9 @@ Result<CompileOutcome> CompileOutcome::from_json(const json& j) {
   auto log = get_optional_string(k_outcome, j, "log");
   if (!log) return log.error();
   outcome.log = std::move(*log);
+  auto infra = get_optional_string(k_outcome, j, "infra");
+  if (!infra) return infra.error();
+  outcome.infra = std::move(*infra);
   for (auto [key, field] : {std::pair{"registers", &outcome.registers},
                             std::pair{"spills", &outcome.spills},
                             std::pair{"shared_bytes", &outcome.shared_bytes}}) {

@@ -46,9 +46,13 @@ struct CompileOutcome {
   int registers = -1;
   int spills = -1;                 // spill store + load bytes
   int shared_bytes = -1;
+  // Why the compile failed when the host is to blame rather than the candidate (the cache cannot
+  // be written: disk full, read-only, permissions; the compiler killed from outside); empty for
+  // the candidate's own failures. The daemon retries such a candidate and never records it.
+  std::string infra;
 
   // {"status":"ok","artifact_path":..,"cache_key":..,"cached":false,"compile_ms":..,"log":..,
-  //  "registers":-1,"spills":-1,"shared_bytes":-1} (the last three optional, default -1)
+  //  "registers":-1,"spills":-1,"shared_bytes":-1,"infra":""} (the last four optional)
   // Required: status (a candidate status name), and artifact_path when status is ok.
   // Errors: "bad_request" naming the field.
   [[nodiscard]] nlohmann::json to_json() const;

@@ -233,7 +233,9 @@ void KernelRegistry::load(const std::vector<std::string>& dirs) {
   m_dirs = dirs;
   m_kernels.clear();
   m_broken.clear();
+  m_missing_dirs.clear();
   for (const auto& dir : dirs) {
+    if (std::error_code ec; !fs::is_directory(dir, ec)) m_missing_dirs.push_back(dir);
     for (const auto& family : family_dirs(dir)) {
       const std::string spec_path = (family / k_spec_file).string();
       auto kernel = load_kernel(spec_path);

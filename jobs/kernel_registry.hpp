@@ -62,6 +62,8 @@ public:
   // Every loaded family as (name, language), sorted by name then language.
   [[nodiscard]] std::vector<std::pair<std::string, Language>> families() const;
   [[nodiscard]] const std::vector<BrokenKernel>& broken() const { return m_broken; }
+  // The kernel directories load() was given that do not exist (or are not directories).
+  [[nodiscard]] const std::vector<std::string>& missing_dirs() const { return m_missing_dirs; }
 
 private:
   using Key = std::pair<std::string, Language>;
@@ -76,6 +78,7 @@ private:
   std::vector<std::string> m_dirs;
   std::map<Key, LoadedKernel> m_kernels;
   std::vector<BrokenKernel> m_broken;
+  std::vector<std::string> m_missing_dirs;
 };
 
 // The language a device runs: cuda for "cuda" and "cuda:N", cpp otherwise.

@@ -4,13 +4,15 @@
 #include <charconv>
 #include <cstdio>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <unistd.h>
 
 namespace {
 
 constexpr const char* k_usage =
-    "usage: ktune-worker --fd <N> --role compile|bench [--cpu <core>] [--memory-mb <MiB>]\n";
+    "usage: ktune-worker --fd <N> --role compile|bench [--cpu <core>] [--memory-mb <MiB>]\n"
+    "                    [--measure-lock <file>]\n";
 
 std::optional<int> parse_int(std::string_view text) {
   int value = 0;
@@ -33,16 +35,22 @@ int main(int argc, char** argv) {
   std::optional<ktune::Role> role;
   std::optional<int> cpu;
   std::optional<int> memory_mb;
+  std::string measure_lock;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::fputs(k_usage, stdout);
       return 0;
     }
-    if (arg != "--fd" && arg != "--role" && arg != "--cpu" && arg != "--memory-mb")
+    if (arg != "--fd" && arg != "--role" && arg != "--cpu" && arg != "--memory-mb" &&
+        arg != "--measure-lock")
       return usage_error("unknown argument ", arg);
     if (i + 1 >= argc) return usage_error("missing value after ", arg);
     const std::string_view value = argv[++i];
+    if (arg == "--measure-lock") {
+      measure_lock = value;
+      continue;
+    }
     if (arg == "--role") {
       role = ktune::parse_role(value);
       if (!role) return usage_error("--role must be compile or bench, found ", value);
@@ -63,5 +71,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ktune-worker: %s\n", prepared.error().message.c_str());
     return 1;
   }
-  return ktune::run_worker(*fd, *role);
+  return ktune::run_worker(*fd, *role, measure_lock);
 }

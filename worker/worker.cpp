@@ -1,5 +1,7 @@
 #include "worker/worker.hpp"
 
+#include "core/unique_fd.hpp"
+
 #include "bench/host_device.hpp"
 #include "bench/host_runner.hpp"
 #include "compiler/host_compiler.hpp"
@@ -25,6 +27,7 @@
 #include <sched.h>
 #include <string>
 #include <sys/prctl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -106,7 +109,7 @@ std::string error_reply(const json& id, std::string_view code, std::string_view 
 // jobs never load libnvrtc or libcuda.
 class Handler {
 public:
-  explicit Handler(Role role) : m_role(role) {
+  Handler(Role role, std::string measure_lock) : m_role(role), m_measure_lock(std::move(measure_lock)) {
     if (role == Role::compile) m_compiler = std::make_unique<HostCompiler>();
     else m_runner = std::make_unique<HostRunner>();
   }
@@ -201,9 +204,30 @@ private:
 #endif
   }
 
+  // Takes the device's measurement lock (run_worker), waiting up to k_measure_lock_wait.
+  // Returns an open descriptor holding it (-1 when there is no lock to take), or an error.
+  Result<UniqueFd> lock_device() const {
+    if (m_measure_lock.empty()) return UniqueFd();
+    UniqueFd fd(::open(m_measure_lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666));
+    if (!fd.valid()) return UniqueFd(); // an unusable lock directory never stops measuring
+    const auto give_up = std::chrono::steady_clock::now() + k_measure_lock_wait;
+    while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) return UniqueFd();
+      if (std::chrono::steady_clock::now() >= give_up) {
+        return make_error("device_busy", "another process holds the measurement lock " +
+                                             m_measure_lock + " (another ktuned measures on "
+                                             "this device)");
+      }
+      ::usleep(5000);
+    }
+    return fd;
+  }
+
   std::string bench(const json& id, const json& job_json) {
     auto job = BenchJob::from_json(job_json);
     if (!job) return error_reply(id, job.error().code, job.error().message);
+    auto locked = lock_device();
+    if (!locked) return error_reply(id, locked.error().code, locked.error().message);
     if (!job->launch) return ok_reply(id, m_runner->run(*job).to_json());
 #ifdef KTUNE_HAVE_CUDA
     if (m_cuda_runner && m_cuda_ordinal != job->cuda_device) m_cuda_runner.reset();
@@ -253,6 +277,7 @@ private:
   }
 
   Role m_role;
+  std::string m_measure_lock;
   std::unique_ptr<HostCompiler> m_compiler;
   std::unique_ptr<HostRunner> m_runner;
 #ifdef KTUNE_HAVE_CUDA
@@ -275,9 +300,26 @@ std::optional<Role> parse_role(std::string_view text) {
   return std::nullopt;
 }
 
+namespace {
+
+// The daemon's death (PR_SET_PDEATHSIG) takes the worker's whole process group: the worker and
+// whatever it started (a compiler driver and its cc1plus), so that nothing outlives ktuned. ktuned
+// spawns each worker as the leader of its own group; a worker run by hand is not one, and then
+// only it exits (never the caller's group).
+void die_with_group(int) {
+  if (::getpgrp() == ::getpid()) ::kill(0, SIGKILL);
+  ::_exit(128 + SIGTERM);
+}
+
+} // namespace
+
 Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> cpu,
                                     std::optional<long long> memory_mb) {
-  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return errno_error("prctl(PR_SET_PDEATHSIG)");
+  struct sigaction on_term {};
+  on_term.sa_handler = die_with_group;
+  sigemptyset(&on_term.sa_mask);
+  if (::sigaction(SIGTERM, &on_term, nullptr) != 0) return errno_error("sigaction(SIGTERM)");
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) return errno_error("prctl(PR_SET_PDEATHSIG)");
   if (::getppid() != parent_pid) {
     return make_error("parent_gone", "the parent process " + std::to_string(parent_pid) +
                                          " exited before the worker started");
@@ -320,8 +362,8 @@ Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> c
   return {};
 }
 
-int run_worker(int fd, Role role) {
-  Handler handler(role);
+int run_worker(int fd, Role role, std::string measure_lock) {
+  Handler handler(role, std::move(measure_lock));
   const json ready{{"ready", true}, {"pid", static_cast<long long>(::getpid())},
                    {"role", std::string(to_string(role))}};
   if (!write_line(fd, dump(ready))) return 1;

@@ -58,6 +58,9 @@
 #include <optional>
 #include <string_view>
 
+#include <chrono>
+#include <string>
+
 namespace ktune {
 
 enum class Role { compile, bench };
@@ -82,7 +85,11 @@ inline constexpr std::size_t k_max_line_bytes = 16u << 20;
 
 // Serves requests on `fd` until "exit" or end of input. Returns the process exit status: 0 on
 // exit or end of input, 1 when the socket fails (read or write error), k_exit_context_lost after
-// a fatal CUDA error. Blocking I/O.
-[[nodiscard]] int run_worker(int fd, Role role);
+// a fatal CUDA error. Blocking I/O. A bench worker given `measure_lock` (a file path) holds an
+// exclusive flock on it while it measures; when another process holds it for longer than
+// k_measure_lock_wait, the request is answered with error "device_busy" (measured nothing; the
+// daemon asks again later).
+[[nodiscard]] int run_worker(int fd, Role role, std::string measure_lock = {});
+inline constexpr std::chrono::milliseconds k_measure_lock_wait{200};
 
 } // namespace ktune

@@ -62,10 +62,17 @@ TEST_CASE("core/param_space: indexing and enumeration", "[core][param_space]") {
     REQUIRE(space.ok());
     auto error = space->admits({{"BM", 16}, {"BK", 4}});
     REQUIRE_FALSE(error.ok());
-    CHECK(error.error().code == "bad_expression");
+    // An arithmetic error is the spec's: named with the constraint, the config and the shape,
+    // never an empty space.
+    CHECK(error.error().code == "spec_error");
+    CHECK_THAT(error.error().message, Catch::Contains("constraints[0]") &&
+                                          Catch::Contains("M % (BK - 4) == 0") &&
+                                          Catch::Contains("by zero") &&
+                                          Catch::Contains("BM=16,BK=4") && Catch::Contains("M=32"));
     auto all = space->enumerate();
-    REQUIRE(all.ok());
-    CHECK(all->size() == 3); // only BK=8 configs
+    REQUIRE_FALSE(all.ok());
+    CHECK(all.error().code == "spec_error");
+    CHECK_THAT(all.error().message, Catch::Contains("remainder by zero"));
   }
   SECTION("space too large") {
     auto space = ParamSpace::create(make_spec({}), shape_of("M=32,K=16"));

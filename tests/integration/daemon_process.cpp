@@ -15,7 +15,9 @@ extern char** environ;
 
 namespace ktune::test {
 
-DaemonProcess::DaemonProcess(const std::string& home, std::vector<std::string> args) : m_home(home) {
+DaemonProcess::DaemonProcess(const std::string& home, std::vector<std::string> args,
+                             const std::string& stderr_path)
+    : m_home(home) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   m_ready_fd = pipe_fds[0];
@@ -40,6 +42,10 @@ DaemonProcess::DaemonProcess(const std::string& home, std::vector<std::string> a
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 3);
+  if (!stderr_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  }
   const int rc = ::posix_spawn(&m_pid, argv[0], &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(pipe_fds[1]);

@@ -13,8 +13,10 @@ namespace ktune::test {
 
 class DaemonProcess {
 public:
-  // Starts KTUNE_BIN_DIR/ktuned with `args` plus --ready-fd, KTUNE_HOME=`home`.
-  DaemonProcess(const std::string& home, std::vector<std::string> args);
+  // Starts KTUNE_BIN_DIR/ktuned with `args` plus --ready-fd, KTUNE_HOME=`home`; its stderr goes
+  // to `stderr_path` when given (else the test's).
+  DaemonProcess(const std::string& home, std::vector<std::string> args,
+                const std::string& stderr_path = "");
   ~DaemonProcess();
   DaemonProcess(const DaemonProcess&) = delete;
   DaemonProcess& operator=(const DaemonProcess&) = delete;

@@ -664,3 +664,96 @@ TEST_CASE("what ktuned creates is private to its user whatever the umask it was 
   CHECK(std::filesystem::exists(home.path() / "ktune.db"));
   CHECK(checked >= 3);
 }
+
+TEST_CASE("a client that pipelines 100k lookups and reads late gets every reply",
+          "[integration][hardening]") {
+  TempDir home;
+  // A short line deadline: the time ktuned does not read (its reply backlog is full) must not
+  // count against the client.
+  auto daemon = start_daemon(home, "[limits]\nmessage_timeout_s = 1\n");
+  Connection c = connect(daemon->socket());
+  (void)ok_result(c, {{"op", "tune"}, {"kernel", "reduce_sum"}, {"shape", "N=4096"},
+                      {"budget", 1}, {"wait", true}});
+  constexpr int k_lookups = 100'000;
+  std::atomic<bool> send_failed{false};
+  std::thread writer([&] {
+    std::string batch;
+    for (int i = 0; i < k_lookups; ++i) {
+      batch += R"({"id":)" + std::to_string(i) +
+               R"(,"op":"lookup","kernel":"reduce_sum","shape":"N=4096"})" + "\n";
+      if (batch.size() > 64 * 1024 || i + 1 == k_lookups) {
+        // Blocks while ktuned does not read.
+        if (!c.send_raw(batch).ok()) {
+          send_failed = true;
+          return;
+        }
+        batch.clear();
+      }
+    }
+  });
+  std::this_thread::sleep_for(3s);  // reads nothing meanwhile: the backlog fills, ktuned pauses
+  int replies = 0, errors = 0;
+  std::string first_error;
+  while (replies < k_lookups) {
+    auto line = c.read_line(20s);
+    if (!line) {
+      first_error = line.error().message;
+      break;
+    }
+    const json reply = json::parse(*line);
+    if (!reply.value("ok", false)) {
+      ++errors;
+      if (first_error.empty()) first_error = reply.dump();
+    }
+    ++replies;
+  }
+  writer.join();
+  INFO(first_error);
+  CHECK_FALSE(send_failed);
+  CHECK(replies == k_lookups);
+  CHECK(errors == 0);
+}
+
+TEST_CASE("a missing kernel directory, a duplicate family name and a division by zero in a "
+          "constraint are each reported as what they are",
+          "[integration][hardening]") {
+  TempDir home, first, second;
+  const std::string spec = "[kernel]\nname = \"twice\"\nlanguage = \"cpp\"\nsource = \"k.cpp\"\n"
+                           "entry = \"k\"\nshape = [\"N\"]\ndtypes = [\"f32\"]\n[params]\nA = [0, 1]\n"
+                           "[space]\nconstraints = [\"N % A == 0\"]\n[[args]]\nname = \"OUT\"\n"
+                           "kind = \"out\"\ncount = \"N\"\n[default]\nA = 1\n";
+  for (const TempDir* dir : {&first, &second}) {
+    dir->write("twice/kernel.toml", spec);
+    dir->write("twice/k.cpp", "extern \"C\" void k(void**) {}\n");
+  }
+  const std::string missing = home.str() + "/no-such-kernels";
+  home.write("ktuned.toml", k_tiny_measure);
+  const std::string log = home.str() + "/stderr.txt";
+  DaemonProcess daemon(home.str(),
+                       {"--config", (home.path() / "ktuned.toml").string(), "--kernel-dir",
+                        first.str(), "--kernel-dir", second.str(), "--kernel-dir", missing},
+                       log);
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  Connection c = connect(daemon.socket());
+  const json kernels = ok_result(c, {{"op", "kernels"}});
+  INFO(kernels.dump());
+  CHECK(kernels.at("missing_dirs") == json::array({missing}));
+  bool duplicate = false;
+  for (const auto& b : kernels.at("broken")) {
+    duplicate = duplicate || b.at("error").get<std::string>().find("already defined") != std::string::npos;
+  }
+  CHECK(duplicate);
+  // The family of the first directory is the one loaded; its constraint divides by zero at A = 0.
+  auto reply = c.request({{"op", "tune"}, {"kernel", "twice"}, {"shape", "N=64"}}, {}, k_reply_timeout);
+  REQUIRE(reply.ok());
+  INFO(reply->dump());
+  REQUIRE_FALSE(reply->value("ok", true));
+  CHECK(reply->at("error").value("code", "") == "spec_error");
+  CHECK_THAT(reply->at("error").value("message", ""),
+             Catch::Contains("remainder by zero") && Catch::Contains("A=0") &&
+                 Catch::Contains("N % A == 0"));
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK_THAT(text.str(), Catch::Contains(missing + " does not exist"));
+}
