@@ -24,6 +24,7 @@ packages=(
   dpkg-dev lintian      # `make package` (dpkg-shlibdeps) and its check in tests/packaging
   chromium              # renders `ktune report` pages headless in tests/report
   clang libclang-rt-14-dev  # libFuzzer targets (tests/fuzz, make fuzz-smoke)
+  slurmctld slurmd slurm-client munge  # the one-node Slurm of tests/integration (scripts/slurm-local.sh)
 )
 # npm installs the report's charting library; Debian's npm only when none is on PATH (a Node.js
 # installed another way brings its own).
