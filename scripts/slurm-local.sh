@@ -122,7 +122,6 @@ MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
 MinJobAge=600
-KillWait=5
 InactiveLimit=0
 Waittime=0
 MaxArraySize=1001
