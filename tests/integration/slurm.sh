@@ -10,9 +10,9 @@
 #  3. a ktuned with `table_dirs` serves the merged winners: a table moved into the directory is
 #     answered by lookups within 2 s, and the same content under another name is not imported
 #     again;
-#  4. a second fleet loses shard 1 to `scancel` while it runs: the merge lists it (CANCELLED, its
-#     log) and fails with exit 2, the shard's private ktuned and home are gone, and re-running
-#     the same submission runs only that shard, after which the merge is complete.
+#  4. a second fleet loses a shard to `scancel` while it runs: it writes no table, its private
+#     ktuned and home are gone, the merge lists it (CANCELLED, its log) and fails with exit 2, and
+#     re-running the same submission runs only that shard, after which the merge is complete.
 # Without root or without the Slurm packages it prints "SKIPPED: <why>" (scripts/install-deps.sh
 # installs them; CI runs as root).
 #
@@ -88,6 +88,8 @@ K = [16]
 TOML
 
 py() { python3 - "$@"; }
+# A number field of `ktune --json` output, without starting Python (the window for step 4 is short).
+json_int() { sed -n "s/^ *\"$2\": \([0-9]*\),\{0,1\}$/\1/p" "$1"; }
 # Waits until Slurm has none of the given jobs queued or running.
 wait_jobs() {
   local deadline=$((SECONDS + 150))
@@ -102,14 +104,9 @@ job_field() { scontrol -o show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | hea
 out="$work/fleet1"
 "$bin/ktune" --json sweep "$work/sweep.toml" --slurm --shards 4 --out "$out" --config "$work/ktuned.toml" \
   >"$work/submit1.json" || fail "submission exited $?: $(cat "$work/submit1.json")"
-array="$(py "$work/submit1.json" <<'PY'
-import json, sys; print(json.load(open(sys.argv[1]))["array_job"])
-PY
-)"
-merge_job="$(py "$work/submit1.json" <<'PY'
-import json, sys; print(json.load(open(sys.argv[1]))["merge_job"])
-PY
-)"
+array="$(json_int "$work/submit1.json" array_job)"
+merge_job="$(json_int "$work/submit1.json" merge_job)"
+[[ -n "$array" && -n "$merge_job" ]] || fail "no job ids in: $(cat "$work/submit1.json")"
 grep -q "^exec '$bin/ktune' fleet shard '$out/sweep.toml' --shard \"\$SLURM_ARRAY_TASK_ID/4\"" "$out/shard.sbatch" \
   || fail "the batch script does not run the shard by the binary's absolute path: $(cat "$out/shard.sbatch")"
 [[ "$(job_field "$merge_job" Dependency)" == *"afterany:${array}_"* ]] \
@@ -206,25 +203,24 @@ KTUNE_HOME="$work/served" "$bin/ktune" daemon stop >/dev/null
 
 # --- 4. a cancelled shard, reported and resubmitted ----------------------------------------------
 out="$work/fleet2"
-"$bin/ktune" --json sweep "$work/sweep.toml" --slurm --shards 4 --max-parallel 2 --out "$out" \
+"$bin/ktune" --json sweep "$work/sweep.toml" --slurm --shards 4 --max-parallel 1 --out "$out" \
   --config "$work/ktuned.toml" >"$work/submit2.json" || fail "second submission exited $?"
-array="$(py "$work/submit2.json" <<'PY'
-import json, sys; print(json.load(open(sys.argv[1]))["array_job"])
-PY
-)"
-merge_job="$(py "$work/submit2.json" <<'PY'
-import json, sys; print(json.load(open(sys.argv[1]))["merge_job"])
-PY
-)"
+array="$(json_int "$work/submit2.json" array_job)"
+merge_job="$(json_int "$work/submit2.json" merge_job)"
+# The first task seen running with its private ktuned up is cancelled.
+running_task() { squeue -h -r -j "$array" -t RUNNING -o %K 2>/dev/null | head -n 1; }
 deadline=$((SECONDS + 60))
-until [[ "$(squeue -h -j "${array}_1" -o %T 2>/dev/null)" == RUNNING ]] && ls "$TMPDIR"/ktune-shard-1.* >/dev/null 2>&1; do
-  ((SECONDS < deadline)) || fail "shard 1 of array $array never ran: $(squeue -j "$array" 2>&1)"
+k=""
+until [[ -n "$k" ]] && ls "$TMPDIR"/ktune-shard-"$k".*/ktuned.sock >/dev/null 2>&1; do
+  ((SECONDS < deadline)) || fail "no shard of array $array was seen running: $(squeue -j "$array" 2>&1)"
+  k="$(running_task)"
   sleep 0.1
 done
-scancel "${array}_1"
+scancel "${array}_$k"
 wait_jobs "$array,$merge_job"
-echo "fleet 2 ended after $((SECONDS - started)) s"
-! ls "$TMPDIR"/ktune-shard-1.* >/dev/null 2>&1 || fail "the cancelled shard left its KTUNE_HOME: $(ls -d "$TMPDIR"/ktune-shard-1.*)"
+echo "fleet 2 ended after $((SECONDS - started)) s (shard $k cancelled)"
+! ls "$TMPDIR"/ktune-shard-"$k".* >/dev/null 2>&1 || fail "the cancelled shard left its KTUNE_HOME: $(ls -d "$TMPDIR"/ktune-shard-"$k".*)"
+[[ ! -e "$out/shards/shard-$k.json" ]] || fail "the cancelled shard $k wrote a table"
 [[ "$(job_field "$merge_job" ExitCode)" == 2:0 ]] \
   || fail "the merge job after a cancelled shard: $(job_field "$merge_job" JobState) exit $(job_field "$merge_job" ExitCode)"
 set +e
@@ -233,23 +229,16 @@ code=$?
 set -e
 [[ $code == 2 ]] || fail "fleet merge with a cancelled shard exited $code: $(cat "$work/merge2.txt")"
 grep -q "merged 3 of 4 shards" "$work/merge2.txt" || fail "fleet merge: $(cat "$work/merge2.txt")"
-grep -E "^ +1 +failed .*${array}_1 CANCELLED.*$out/logs/shard-1\.$array\.log" "$work/merge2.txt" >/dev/null \
-  || fail "fleet merge does not list shard 1 as cancelled with its log: $(cat "$work/merge2.txt")"
+grep -E "^ +$k +failed .*${array}_$k CANCELLED.*$out/logs/shard-$k\.$array\.log" "$work/merge2.txt" >/dev/null \
+  || fail "fleet merge does not list shard $k as cancelled with its log: $(cat "$work/merge2.txt")"
 grep -q 'failures="1"' "$work/merge2.xml" || fail "merge2.xml: $(head -n 3 "$work/merge2.xml")"
 
 "$bin/ktune" --json sweep "$work/sweep.toml" --slurm --out "$out" --config "$work/ktuned.toml" \
   >"$work/submit3.json" || fail "resubmission exited $?: $(cat "$work/submit3.json")"
-py "$work/submit3.json" <<'PY' || fail "the resubmission did not run exactly shard 1: $(cat "$work/submit3.json")"
-import json, sys; assert json.load(open(sys.argv[1]))["tasks"] == "1"
-PY
-array="$(py "$work/submit3.json" <<'PY'
-import json, sys; print(json.load(open(sys.argv[1]))["array_job"])
-PY
-)"
-merge_job="$(py "$work/submit3.json" <<'PY'
-import json, sys; print(json.load(open(sys.argv[1]))["merge_job"])
-PY
-)"
+grep -q "\"tasks\": \"$k\"" "$work/submit3.json" \
+  || fail "the resubmission did not run exactly shard $k: $(cat "$work/submit3.json")"
+array="$(json_int "$work/submit3.json" array_job)"
+merge_job="$(json_int "$work/submit3.json" merge_job)"
 wait_jobs "$array,$merge_job"
 [[ "$(job_field "$merge_job" JobState)" == COMPLETED ]] \
   || fail "the merge after the resubmission: $(job_field "$merge_job" JobState) exit $(job_field "$merge_job" ExitCode)"
