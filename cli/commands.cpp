@@ -4,6 +4,7 @@
 #include "cli/daemon_calls.hpp"
 #include "cli/report_command.hpp"
 #include "cli/compare_command.hpp"
+#include "cli/fleet.hpp"
 #include "cli/sweep_command.hpp"
 #include "cli/table_commands.hpp"
 #include "core/unique_fd.hpp"
@@ -1221,6 +1222,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
   add_table_commands(app, table_commands);
   SweepCommand sweep_command;
   add_sweep_command(app, sweep_command);
+  FleetCommands fleet_commands;
+  add_fleet_commands(app, fleet_commands);
   CompareCommand compare_command;
   add_compare_command(app, compare_command);
   ReportCommand report_command;
@@ -1427,6 +1430,7 @@ int run_command(int argc, const char* const* argv, Output& io) {
     if (auto code = run_cuda_commands(cuda_commands, global, io)) return *code;
     if (auto code = run_table_commands(table_commands, global, io)) return *code;
     if (auto code = run_sweep_command(sweep_command, global, io)) return *code;
+    if (auto code = run_fleet_commands(fleet_commands, global, io)) return *code;
     if (auto code = run_compare_command(compare_command, global, io)) return *code;
     if (auto code = run_report_command(report_command, io)) return *code;
     if (tune_cmd->parsed()) return tune(global, tune_options, io);

@@ -3,6 +3,7 @@
 #include "cli/autostart.hpp"
 #include "cli/compare_command.hpp"
 #include "cli/daemon_calls.hpp"
+#include "cli/fleet.hpp"
 #include "cli/output_file.hpp"
 #include "cli/table.hpp"
 #include "db/store.hpp"
@@ -109,6 +110,19 @@ void add_sweep_command(CLI::App& app, SweepCommand& command) {
   cmd->add_flag("--remeasure", o.remeasure,
                 "measure every config again with fresh samples instead of reusing earlier rows");
   cmd->add_flag("--dry-run", o.dry_run, "list the shard's jobs; submit nothing");
+  SlurmSubmitOptions& slurm = command.slurm;
+  cmd->add_flag("--slurm", slurm.enabled,
+                "submit the shards to Slurm as an array job (sbatch) instead of tuning here; "
+                "--out is then the fleet's output directory");
+  cmd->add_option("--shards", slurm.shards, "with --slurm: the number of shards (default: one per job)");
+  cmd->add_option("--partition", slurm.partition, "with --slurm: sbatch --partition");
+  cmd->add_option("--gpus-per-task", slurm.gpus_per_task, "with --slurm: sbatch --gpus-per-task");
+  cmd->add_option("--max-parallel", slurm.max_parallel,
+                  "with --slurm: at most this many shards run at once (--array=...%K)");
+  cmd->add_option("--time", slurm.time_limit, "with --slurm: sbatch --time of each shard");
+  cmd->add_option("--config", slurm.config, "with --slurm: the ktuned config of every shard's ktuned");
+  cmd->add_option("--kernel-dir", slurm.kernel_dirs,
+                  "with --slurm: kernel families added to every shard's ktuned");
   cmd->footer(
       "Submits every job of the sweep (or of one shard) to ktuned below interactive tunes, shows\n"
       "one progress bar with an ETA, waits, exports the winners of the sweep's keys and, with\n"
@@ -117,17 +131,28 @@ void add_sweep_command(CLI::App& app, SweepCommand& command) {
       "by more than --max-regression (a baseline without samples: the 95% intervals of the\n"
       "medians must not overlap). Without --remeasure a config measured before for the same key\n"
       "is reused, not run again. Shards split the jobs deterministically, so N machines running\n"
-      "1/N .. N/N cover the sweep exactly once; merge their tables with `ktune import`.\n\n"
+      "1/N .. N/N cover the sweep exactly once; `ktune fleet merge` merges their tables, and\n"
+      "--slurm submits them all as a Slurm array job (docs/deploy.md).\n\n"
       "Exit codes: 0 all done, nothing regressed; 1 a regression; 2 an error (a failed or\n"
       "rejected job, ktuned unreachable, an unreadable baseline, a bad option).\n\n"
       "Examples:\n  ktune sweep configs/sweeps/nightly.toml --out table.json\n"
       "  ktune sweep configs/sweeps/nightly.toml --remeasure --baseline last-good.json --junit sweep.xml\n"
-      "  ktune sweep configs/sweeps/nightly.toml --shard 2/4 --out shard2.json");
+      "  ktune sweep configs/sweeps/nightly.toml --shard 2/4 --out shard2.json\n"
+      "  ktune sweep configs/sweeps/nightly.toml --slurm --partition gpu --gpus-per-task 1 --shards 4 \\\n"
+      "      --out /shared/tables/nightly   # then: ktune fleet status, ktune fleet merge (docs/deploy.md)");
 }
 
 std::optional<int> run_sweep_command(const SweepCommand& command, const GlobalOptions& global,
                                      Output& io) {
   if (command.command == nullptr || !command.command->parsed()) return std::nullopt;
+  if (command.slurm.enabled) return submit_slurm_sweep(global, command.options, command.slurm, io);
+  for (const char* option : {"--shards", "--partition", "--gpus-per-task", "--max-parallel", "--time",
+                             "--config", "--kernel-dir"}) {
+    if (command.command->count(option) > 0) {
+      io.err << "ktune sweep: " << option << " is an option of --slurm\n";
+      return k_exit_usage;
+    }
+  }
   return run_sweep(global, command.options, io);
 }
 
@@ -262,6 +287,23 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
       return row.kernel == k.name && row.source_hash == k.source_hash;
     });
   });
+  if (options.provenance.is_object()) {
+    table.provenance = options.provenance;
+    table.provenance["jobs"] = jobs.size();
+    table.provenance["failed_jobs"] = failed;
+    table.provenance["rejected_jobs"] = rejected;
+    json devices = json::array();
+    std::set<std::string> seen;
+    for (const auto& row : table.rows) {
+      if (seen.insert(row.fingerprint).second) {
+        devices.push_back({{"name", row.device_name}, {"fingerprint", row.fingerprint}});
+      }
+    }
+    table.provenance["devices"] = devices;
+    table.provenance["finished_at_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count();
+  }
   if (!options.out.empty()) {
     if (auto w = write_file_atomic(options.out, tableio::write_json(table)); !w) return fail(io, w.error(), socket);
     io.err << "wrote " << table.rows.size() << " winners to " << options.out << '\n';

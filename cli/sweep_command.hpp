@@ -13,12 +13,19 @@
 // Exit codes: 0 every job done and nothing regressed; 1 a regression; 2 an error (a failed or
 // rejected job, ktuned unreachable, a bad option or file). --dry-run lists the shard's jobs and
 // submits nothing.
+//
+// With --slurm the sweep is not run here: its shards are submitted to Slurm as an array job, each
+// task running `ktune fleet shard` with a private ktuned, and a merge job after them
+// (cli/fleet.hpp); --out names the fleet's output directory.
 #include "cli/commands.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <CLI/CLI.hpp>
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ktune::cli {
 
@@ -31,11 +38,27 @@ struct SweepOptions {
   std::string junit;
   bool remeasure = false;
   bool dry_run = false;
+  // When an object: written into the --out table as its provenance, completed with the jobs'
+  // counts ("jobs", "failed_jobs", "rejected_jobs"), the devices of its rows and the finish time.
+  nlohmann::ordered_json provenance;
+};
+
+// `--slurm` and its options (cli/fleet.hpp).
+struct SlurmSubmitOptions {
+  bool enabled = false;
+  std::size_t shards = 0;          // 0 = one per job of the sweep
+  std::string partition;
+  int gpus_per_task = 0;           // 0 = none asked for
+  int max_parallel = 0;            // 0 = as many as Slurm runs
+  std::string time_limit;          // sbatch --time; "" = the partition's default
+  std::string config;              // the shards' ktuned config
+  std::vector<std::string> kernel_dirs;
 };
 
 struct SweepCommand {
   CLI::App* command = nullptr;
   SweepOptions options;
+  SlurmSubmitOptions slurm;
 };
 
 // Registers `sweep` on `app`. `command` must outlive the parse.

@@ -4,7 +4,7 @@
 #   include/ktune/            client.h, client.hpp
 #   share/ktune/              kernels/ (the shipped families), ktuned.toml (the documented
 #                             defaults ktuned reads without --config), deploy/ (systemd units,
-#                             Slurm and Kubernetes files, merge-tables.sh), python/ (the client)
+#                             Kubernetes files, Dockerfile), python/ (the client)
 #   lib/systemd/user/         ktuned.service, ktuned.socket
 #   share/doc/ktune/          README.md, docs/*.md
 #   share/man/man1/           ktune.1, ktuned.1 (help2man, when installed)
@@ -45,9 +45,7 @@ set(KTUNE_UNITS ${CMAKE_BINARY_DIR}/deploy/ktuned.service
                 ${PROJECT_SOURCE_DIR}/configs/deploy/ktuned.socket)
 install(FILES ${KTUNE_UNITS} ${PROJECT_SOURCE_DIR}/configs/deploy/k8s-sweep.yaml
               ${PROJECT_SOURCE_DIR}/configs/deploy/k8s-merge.yaml
-        DESTINATION ${KTUNE_SHARE_DIR}/deploy)
-install(PROGRAMS ${PROJECT_SOURCE_DIR}/configs/deploy/merge-tables.sh
-                 ${PROJECT_SOURCE_DIR}/configs/deploy/slurm-sweep.sh
+              ${PROJECT_SOURCE_DIR}/configs/deploy/Dockerfile
         DESTINATION ${KTUNE_SHARE_DIR}/deploy)
 install(FILES ${KTUNE_UNITS} DESTINATION lib/systemd/user)
 

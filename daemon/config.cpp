@@ -155,6 +155,16 @@ Result<void> apply_daemon_table(const toml::table& table, const FileReader& read
       KTUNE_CONFIG_SET(config.cache_dir, reader.path(node, name));
     } else if (key == "kernel_dirs") {
       KTUNE_CONFIG_SET(config.kernel_dirs, reader.paths(node, name));
+    } else if (key == "table_dirs") {
+      KTUNE_CONFIG_SET(config.table_dirs, reader.paths(node, name));
+    } else if (key == "table_policy") {
+      const auto* text = node.as_string();
+      const auto policy = text ? tableio::parse_policy(text->get()) : std::nullopt;
+      if (!policy) {
+        return reader.error(name, "expected \"faster\", \"newer\" or \"keep\", found " +
+                                      (text ? "\"" + text->get() + "\"" : describe(node)));
+      }
+      config.table_policy = *policy;
     } else if (key == "compile_workers") {
       KTUNE_CONFIG_SET(config.compile_workers, reader.integer(node, name, 0, 1024));
     } else if (key == "max_message_bytes") {
@@ -177,8 +187,9 @@ Result<void> apply_daemon_table(const toml::table& table, const FileReader& read
       KTUNE_CONFIG_SET(config.log_keep, reader.integer(node, name, 0, 100));
     } else {
       return reader.error(name, "unknown key (expected socket, db, cache_dir, kernel_dirs, "
-                                "compile_workers, compile_ahead, search_batch, max_message_bytes, idle_s, "
-                                "worker_idle_s, stop_grace_s, log_max_mb, log_keep or lock_dir)");
+                                "table_dirs, table_policy, compile_workers, compile_ahead, "
+                                "search_batch, max_message_bytes, idle_s, worker_idle_s, "
+                                "stop_grace_s, log_max_mb, log_keep or lock_dir)");
     }
   }
   return {};

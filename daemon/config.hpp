@@ -3,9 +3,9 @@
 // key), then the command line. Each layer overrides the one before it key by key.
 //
 // File keys:
-//   [daemon]  socket, db, cache_dir, kernel_dirs, compile_workers, compile_ahead, search_batch,
-//             max_message_bytes, idle_s, worker_idle_s, stop_grace_s, log_max_mb, log_keep,
-//             lock_dir
+//   [daemon]  socket, db, cache_dir, kernel_dirs, table_dirs, table_policy, compile_workers,
+//             compile_ahead, search_batch, max_message_bytes, idle_s, worker_idle_s, stop_grace_s,
+//             log_max_mb, log_keep, lock_dir
 //   [limits]  compile_timeout_s, bench_timeout_s, bench_timeout_min_s, bench_timeout_max_s,
 //             worker_memory_mb, max_connections, message_timeout_s, connection_idle_s,
 //             max_queued_jobs_per_client
@@ -19,6 +19,7 @@
 #include "core/paths.hpp"
 #include "core/result.hpp"
 #include "daemon/log.hpp"
+#include "tableio/merge.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +43,10 @@ struct DaemonConfig {
   // $XDG_RUNTIME_DIR, else /tmp. Every ktuned on the machine must use the same one.
   std::string lock_dir;
   std::vector<std::string> kernel_dirs;
+  // Directories whose tables ktuned imports on its own (daemon/table_watch.hpp), and the import
+  // policy for a key it already has.
+  std::vector<std::string> table_dirs;
+  tableio::Policy table_policy = tableio::Policy::newer;
   int compile_workers = 0;                 // 0 = online cores - 1 (at least 1); resolved by resolve_config
   int compile_ahead = 0;                   // compiled candidates kept ready for the bench worker; 0 = 2 x compile_workers
   int search_batch = 4;                    // proposals per batch of a search strategy (not exhaustive)

@@ -7,6 +7,7 @@
 #include "daemon/log.hpp"
 #include "daemon/replies.hpp"
 #include "daemon/table_import.hpp"
+#include "tableio/formats.hpp"
 
 #include <boost/asio/post.hpp>
 
@@ -397,28 +398,49 @@ void RequestHandler::start_import(const std::shared_ptr<Session>& session,
   // Reading a table of thousands of rows takes a while: it runs on the helper thread (it touches
   // nothing but the request), the store is written back on the io thread.
   std::weak_ptr<Session> weak = session;
-  asio::post(m_offload, [this, weak, id = request.id, body = std::move(request.body)]() mutable {
+  ImportDone done = [weak, id = request.id](Result<nlohmann::json> reply) {
+    auto session = weak.lock();
+    if (!session) return;
+    session->send(reply ? protocol::encode_ok(id, *reply)
+                        : protocol::encode_error(id, reply.error().code, reply.error().message));
+  };
+  asio::post(m_offload, [this, done = std::move(done), body = std::move(request.body)]() mutable {
     auto run = decode_import(body);
     body = nlohmann::json();
-    asio::post(m_ctx.io, [this, weak, id = std::move(id), run = std::move(run)]() mutable {
-      auto session = weak.lock();
-      if (m_stopping) return;
-      if (!run) {
-        if (session) session->send(protocol::encode_error(id, run.error().code, run.error().message));
-        return;
-      }
-      auto state = std::make_shared<ImportRun>(std::move(*run));
-      if (auto r = m_ctx.store.in_transaction([&] { return state->prepare(m_ctx.store); }); !r) {
-        if (session) session->send(protocol::encode_error(id, code::internal, r.error().message));
-        return;
-      }
-      import_step(weak, std::move(id), std::move(state));
+    asio::post(m_ctx.io, [this, run = std::move(run), done = std::move(done)]() mutable {
+      import_run(std::move(run), std::move(done));
     });
   });
 }
 
-void RequestHandler::import_step(std::weak_ptr<Session> weak, nlohmann::json id,
-                                 std::shared_ptr<ImportRun> run) {
+void RequestHandler::import_text(std::string text, std::string where, tableio::Policy policy,
+                                 ImportDone done) {
+  asio::post(m_offload, [this, text = std::move(text), where = std::move(where), policy,
+                         done = std::move(done)]() mutable {
+    auto table = tableio::read_table(text, where);
+    Result<ImportRun> run = table ? Result<ImportRun>(ImportRun(std::move(*table), policy))
+                                  : Result<ImportRun>(table.error());
+    asio::post(m_ctx.io, [this, run = std::move(run), done = std::move(done)]() mutable {
+      import_run(std::move(run), std::move(done));
+    });
+  });
+}
+
+void RequestHandler::import_run(Result<ImportRun> run, ImportDone done) {
+  if (m_stopping) return;
+  if (!run) {
+    done(run.error());
+    return;
+  }
+  auto state = std::make_shared<ImportRun>(std::move(*run));
+  if (auto r = m_ctx.store.in_transaction([&] { return state->prepare(m_ctx.store); }); !r) {
+    done(internal_error(r.error()));
+    return;
+  }
+  import_step(std::move(state), std::move(done));
+}
+
+void RequestHandler::import_step(std::shared_ptr<ImportRun> run, ImportDone done) {
   std::vector<WinnerRecord> upserted;
   auto stored = m_ctx.store.in_transaction(
       [&] { return run->step(m_ctx.store, k_import_step_rows, &upserted); });
@@ -428,10 +450,10 @@ void RequestHandler::import_step(std::weak_ptr<Session> weak, nlohmann::json id,
   if (!stored && is_transient(stored.error()) && run->waited() < k_import_wait) {
     auto timer = std::make_shared<asio::steady_timer>(m_ctx.io, k_import_retry);
     run->wait(k_import_retry);
-    timer->async_wait([this, timer, weak = std::move(weak), id = std::move(id),
-                       run = std::move(run)](const boost::system::error_code& ec) mutable {
+    timer->async_wait([this, timer, run = std::move(run),
+                       done = std::move(done)](const boost::system::error_code& ec) mutable {
       if (ec || m_stopping) return;
-      import_step(std::move(weak), std::move(id), std::move(run));
+      import_step(std::move(run), std::move(done));
     });
     return;
   }
@@ -446,26 +468,20 @@ void RequestHandler::import_step(std::weak_ptr<Session> weak, nlohmann::json id,
       m_ctx.devices.remember(**device);
     }
   }
-  auto session = weak.lock();
   if (!stored) {
     KTUNE_LOG(warn) << "import stopped after " << run->rows_done() << " rows: "
                     << stored.error().message;
-    if (session) {
-      session->send(protocol::encode_error(
-          id, code::internal,
-          stored.error().message + " (the rows before this step of " +
-              std::to_string(k_import_step_rows) + " are imported)"));
-    }
+    done(make_error(code::internal, stored.error().message + " (the rows before this step of " +
+                                        std::to_string(k_import_step_rows) + " are imported)"));
     return;
   }
   if (run->done()) {
-    if (session) session->send(protocol::encode_ok(id, run->reply()));
+    done(run->reply());
     return;
   }
-  asio::post(m_ctx.io, [this, weak = std::move(weak), id = std::move(id),
-                        run = std::move(run)]() mutable {
+  asio::post(m_ctx.io, [this, run = std::move(run), done = std::move(done)]() mutable {
     if (m_stopping) return;
-    import_step(std::move(weak), std::move(id), std::move(run));
+    import_step(std::move(run), std::move(done));
   });
 }
 

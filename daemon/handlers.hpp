@@ -58,6 +58,13 @@ public:
   // From now on every request is answered with shutting_down.
   void set_stopping() { m_stopping = true; }
 
+  // The reply of an import or its error; called on the io thread.
+  using ImportDone = std::function<void(Result<nlohmann::json>)>;
+  // Imports the text of a table file (json or T4 written by ktune; `where` names it in errors)
+  // the way the `import` op does: decoded on the helper thread, written in steps with the loop
+  // free between them. `done` is not called when the daemon stops first. (daemon/table_watch)
+  void import_text(std::string text, std::string where, tableio::Policy policy, ImportDone done);
+
 private:
   // A kernel, shape, dtype and local device resolved and checked against each other.
   struct Target {
@@ -105,8 +112,8 @@ private:
   // with the loop free between steps; the reply comes after the last one. A step the database
   // does not take for now is tried again (for up to a minute).
   void start_import(const std::shared_ptr<Session>& session, protocol::Request request);
-  void import_step(std::weak_ptr<Session> session, nlohmann::json id,
-                   std::shared_ptr<ImportRun> run);
+  void import_run(Result<ImportRun> run, ImportDone done);
+  void import_step(std::shared_ptr<ImportRun> run, ImportDone done);
   // Streams a queued or running job's progress to the session as events of `request`, then its
   // summary as the reply.
   void watch_job(const std::shared_ptr<Session>& session, const protocol::Request& request,

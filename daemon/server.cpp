@@ -160,6 +160,15 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
     KTUNE_LOG(warn) << "kernel directory " << dir << " does not exist: no family is loaded from it";
   }
   KTUNE_LOG(debug) << "scanned kernel directories in " << log::elapsed_ms(start) << " ms";
+  if (!cfg.table_dirs.empty()) {
+    auto watch = TableWatch::create(
+        server->m_io, cfg.table_dirs,
+        [self, policy = cfg.table_policy](std::string text, std::string path, TableWatch::Done done) {
+          self->m_handler->import_text(std::move(text), std::move(path), policy, std::move(done));
+        });
+    if (!watch) return watch.error();
+    server->m_table_watch = std::move(*watch);
+  }
   auto resumed = server->resume_jobs();
   // From here on the event loop never waits for another process's lock: a write that meets one
   // waits in the store writer instead (daemon/store_writer.hpp).
@@ -175,6 +184,7 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
         for (auto& plan : *plans) self->m_scheduler->enqueue(std::move(plan));
         plans->clear();
         if (self->m_stopping) return;
+        if (self->m_table_watch) self->m_table_watch->start();
         self->accept_next();
         self->announce_ready();
       });
@@ -497,6 +507,7 @@ void Server::stop() {
   m_stopping = true;
   KTUNE_LOG(info) << "stopping";
   m_handler->set_stopping();
+  if (m_table_watch) m_table_watch->stop();
   boost::system::error_code ignored;
   m_acceptor.close(ignored);
   m_accept_retry.cancel();

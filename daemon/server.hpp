@@ -21,6 +21,7 @@
 #include "daemon/instance.hpp"
 #include "daemon/scheduler.hpp"
 #include "daemon/session.hpp"
+#include "daemon/table_watch.hpp"
 #include "daemon/worker_pool.hpp"
 #include "db/store.hpp"
 
@@ -85,6 +86,7 @@ private:
   std::unique_ptr<WorkerPool> m_workers;
   std::unique_ptr<Scheduler> m_scheduler;
   std::unique_ptr<RequestHandler> m_handler;
+  std::unique_ptr<TableWatch> m_table_watch;   // [daemon].table_dirs; null when none
   std::set<std::shared_ptr<Session>> m_sessions;
   std::chrono::steady_clock::time_point m_started;
   bool m_listening = false;                   // the socket file is ours to remove

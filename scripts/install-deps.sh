@@ -19,11 +19,13 @@ packages=(
   zlib1g-dev            # gzip-compressed recorded spaces (ktune replay)
   python3
   python3-pytest        # the Python client's tests (tests/client)
+  python3-yaml          # the Kubernetes files check (tests/packaging/check_k8s.py)
   python3-venv python3-setuptools  # pip install of the Python client into a venv, offline
   help2man              # the man pages of ktune and ktuned
   dpkg-dev lintian      # `make package` (dpkg-shlibdeps) and its check in tests/packaging
   chromium              # renders `ktune report` pages headless in tests/report
   clang libclang-rt-14-dev  # libFuzzer targets (tests/fuzz, make fuzz-smoke)
+  slurmctld slurmd slurm-client munge  # the one-node Slurm of tests/integration (scripts/slurm-local.sh)
 )
 # npm installs the report's charting library; Debian's npm only when none is on PATH (a Node.js
 # installed another way brings its own).

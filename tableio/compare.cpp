@@ -309,63 +309,104 @@ std::string render_markdown(const Comparison& comparison) {
   return out;
 }
 
-std::string render_junit(const Comparison& comparison, std::string_view suite_name) {
-  const std::size_t tests = comparison.keys.size();
-  const std::size_t failures = comparison.regressions();
-  const std::size_t skipped = tests - comparison.count(Presence::both);
-  const std::string counts = " tests=\"" + std::to_string(tests) + "\" failures=\"" +
-                             std::to_string(failures) + "\" errors=\"0\"";
-  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += "<testsuites name=\"ktune\"" + counts + ">\n";
-  out += "  <testsuite name=\"" + xml_escape(suite_name) + "\"" + counts + " skipped=\"" +
+namespace {
+
+std::string suite_open(std::string_view suite_name, std::size_t tests, std::size_t failures,
+                       std::size_t skipped) {
+  return "  <testsuite name=\"" + xml_escape(suite_name) + "\" tests=\"" + std::to_string(tests) +
+         "\" failures=\"" + std::to_string(failures) + "\" errors=\"0\" skipped=\"" +
          std::to_string(skipped) + "\">\n";
+}
+
+} // namespace
+
+JunitSuite junit_suite(const Comparison& comparison, std::string_view suite_name) {
+  JunitSuite suite;
+  suite.tests = comparison.keys.size();
+  suite.failures = comparison.regressions();
+  suite.skipped = suite.tests - comparison.count(Presence::both);
+  suite.xml = suite_open(suite_name, suite.tests, suite.failures, suite.skipped);
   for (const auto& k : comparison.keys) {
     const std::string name = k.key.kernel + " " + k.key.shape + " " + k.key.dtype + " " +
                              device_label(k) + " source " + k.key.source_hash.substr(0, 12);
-    out += "    <testcase classname=\"" + xml_escape(std::string(suite_name) + "." + k.key.kernel) +
-           "\" name=\"" + xml_escape(name) + "\" time=\"0\">\n";
+    suite.xml += "    <testcase classname=\"" + xml_escape(std::string(suite_name) + "." + k.key.kernel) +
+                 "\" name=\"" + xml_escape(name) + "\" time=\"0\">\n";
     const std::string why = explanation(k, comparison.options);
     if (k.regressed()) {
-      out += "      <failure type=\"regression\" message=\"" +
-             xml_escape("regressed: ratio " + fixed(*k.ratio, 3) +
-                        (k.p_value ? ", p " + p_text(*k.p_value) : std::string()) +
-                        " (" + std::string(to_string(k.method)) + ")") +
-             "\">" + xml_escape(why) + "</failure>\n";
+      suite.xml += "      <failure type=\"regression\" message=\"" +
+                   xml_escape("regressed: ratio " + fixed(*k.ratio, 3) +
+                              (k.p_value ? ", p " + p_text(*k.p_value) : std::string()) +
+                              " (" + std::string(to_string(k.method)) + ")") +
+                   "\">" + xml_escape(why) + "</failure>\n";
     } else if (k.presence != Presence::both) {
-      out += "      <skipped message=\"" + xml_escape(why) + "\"/>\n";
+      suite.xml += "      <skipped message=\"" + xml_escape(why) + "\"/>\n";
     } else {
-      out += "      <system-out>" + xml_escape(std::string(to_string(k.verdict)) + ": " + why) +
-             "</system-out>\n";
+      suite.xml += "      <system-out>" + xml_escape(std::string(to_string(k.verdict)) + ": " + why) +
+                   "</system-out>\n";
     }
-    out += "    </testcase>\n";
+    suite.xml += "    </testcase>\n";
   }
-  out += "  </testsuite>\n</testsuites>\n";
-  return out;
+  suite.xml += "  </testsuite>\n";
+  return suite;
 }
 
-std::string render_junit(const Table& table, std::string_view suite_name) {
-  const std::string counts =
-      " tests=\"" + std::to_string(table.rows.size()) + "\" failures=\"0\" errors=\"0\"";
-  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += "<testsuites name=\"ktune\"" + counts + ">\n";
-  out += "  <testsuite name=\"" + xml_escape(suite_name) + "\"" + counts + " skipped=\"0\">\n";
+JunitSuite junit_suite(const Table& table, std::string_view suite_name) {
+  std::vector<JunitCase> cases;
   for (const auto& row : table.rows) {
     const std::string device = row.device_name.empty()
                                    ? row.fingerprint.substr(0, 12)
                                    : row.device_name + " (" + row.fingerprint.substr(0, 12) + ")";
-    const std::string name = row.kernel + " " + row.shape + " " + row.dtype + " " + device +
-                             " source " + row.source_hash.substr(0, 12);
-    out += "    <testcase classname=\"" + xml_escape(std::string(suite_name) + "." + row.kernel) +
-           "\" name=\"" + xml_escape(name) + "\" time=\"0\">\n";
-    out += "      <system-out>" +
-           xml_escape("tuned, no baseline: median " + ms_text(row.median_ms) + " ms over " +
-                      std::to_string(row.samples_ms.size()) + " kept samples, winner " +
-                      row.config_text()) +
-           "</system-out>\n";
-    out += "    </testcase>\n";
+    cases.push_back({std::string(suite_name) + "." + row.kernel,
+                     row.kernel + " " + row.shape + " " + row.dtype + " " + device + " source " +
+                         row.source_hash.substr(0, 12),
+                     "",
+                     "tuned, no baseline: median " + ms_text(row.median_ms) + " ms over " +
+                         std::to_string(row.samples_ms.size()) + " kept samples, winner " +
+                         row.config_text()});
   }
-  out += "  </testsuite>\n</testsuites>\n";
+  return junit_suite(suite_name, cases);
+}
+
+JunitSuite junit_suite(std::string_view suite_name, const std::vector<JunitCase>& cases) {
+  JunitSuite suite;
+  suite.tests = cases.size();
+  for (const auto& c : cases) suite.failures += c.failure.empty() ? 0 : 1;
+  suite.xml = suite_open(suite_name, suite.tests, suite.failures, 0);
+  for (const auto& c : cases) {
+    suite.xml += "    <testcase classname=\"" + xml_escape(c.classname) + "\" name=\"" +
+                 xml_escape(c.name) + "\" time=\"0\">\n";
+    if (!c.failure.empty()) {
+      suite.xml += "      <failure type=\"failure\" message=\"" + xml_escape(c.failure) + "\">" +
+                   xml_escape(c.text) + "</failure>\n";
+    } else {
+      suite.xml += "      <system-out>" + xml_escape(c.text) + "</system-out>\n";
+    }
+    suite.xml += "    </testcase>\n";
+  }
+  suite.xml += "  </testsuite>\n";
+  return suite;
+}
+
+std::string render_junit(const std::vector<JunitSuite>& suites) {
+  std::size_t tests = 0, failures = 0;
+  for (const auto& s : suites) {
+    tests += s.tests;
+    failures += s.failures;
+  }
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  out += "<testsuites name=\"ktune\" tests=\"" + std::to_string(tests) + "\" failures=\"" +
+         std::to_string(failures) + "\" errors=\"0\">\n";
+  for (const auto& s : suites) out += s.xml;
+  out += "</testsuites>\n";
   return out;
+}
+
+std::string render_junit(const Comparison& comparison, std::string_view suite_name) {
+  return render_junit(std::vector<JunitSuite>{junit_suite(comparison, suite_name)});
+}
+
+std::string render_junit(const Table& table, std::string_view suite_name) {
+  return render_junit(std::vector<JunitSuite>{junit_suite(table, suite_name)});
 }
 
 } // namespace ktune::tableio

@@ -104,4 +104,20 @@ struct Comparison {
 // winner (CI systems that expect the file get it on every run).
 [[nodiscard]] std::string render_junit(const Table& table, std::string_view suite_name);
 
+// The same reports as parts of a larger JUnit document: one <testsuite> element each, with its
+// counts, put together by render_junit(suites) under one <testsuites> that sums them.
+struct JunitSuite {
+  std::string xml;  // the <testsuite> element, indented by two spaces, ending with '\n'
+  std::size_t tests = 0, failures = 0, skipped = 0;
+};
+struct JunitCase {
+  std::string classname, name;
+  std::string failure;  // "" = passed; else the failure's message
+  std::string text;     // the failure's body, or the passing case's system-out
+};
+[[nodiscard]] JunitSuite junit_suite(const Comparison& comparison, std::string_view suite_name);
+[[nodiscard]] JunitSuite junit_suite(const Table& table, std::string_view suite_name);
+[[nodiscard]] JunitSuite junit_suite(std::string_view suite_name, const std::vector<JunitCase>& cases);
+[[nodiscard]] std::string render_junit(const std::vector<JunitSuite>& suites);
+
 } // namespace ktune::tableio

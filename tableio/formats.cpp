@@ -444,6 +444,7 @@ ordered_json table_to_json(const Table& table) {
   out["schema_version"] = k_table_schema_version;
   out["host"] = table.host;
   out["exported_at_ms"] = table.exported_at_ms;
+  if (!table.provenance.empty()) out["provenance"] = table.provenance;
   ordered_json rows = ordered_json::array();
   for (const auto& row : table.rows) rows.push_back(row_to_json(row));
   out["rows"] = std::move(rows);
@@ -549,6 +550,12 @@ Result<Table> table_from_json(const ordered_json& document, std::string_view whe
   Table table;
   KTUNE_TABLE_TRY(table.host, top.text("host", false));
   KTUNE_TABLE_TRY(table.exported_at_ms, top.integer("exported_at_ms", false));
+  if (top.has("provenance")) {
+    if (!top.at("provenance").is_object()) {
+      return invalid(where, "provenance", "expected an object, found " + describe(top.at("provenance")));
+    }
+    table.provenance = top.at("provenance");
+  }
   if (!top.has("rows")) return invalid(where, "rows", "missing; expected an array");
   const auto& rows = top.at("rows");
   if (!rows.is_array()) return invalid(where, "rows", "expected an array, found " + describe(rows));

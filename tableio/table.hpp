@@ -65,6 +65,9 @@ struct Table {
   std::vector<KernelSource> kernels;  // sorted by (name, source_hash)
   std::string host;                   // the exporting machine
   std::int64_t exported_at_ms = 0;
+  // Where and how the table was made, free-form ({"shard":"2/4","node":...,"slurm":{...}} for a
+  // fleet shard, the shards for a fleet merge); an empty object when nothing is recorded.
+  nlohmann::ordered_json provenance = nlohmann::ordered_json::object();
 
   // Sorts rows and kernels; returns an "invalid_table" error naming the first duplicate key.
   [[nodiscard]] Result<void> normalize();

@@ -4,8 +4,8 @@
 #     winner's samples, and writes --junit without a baseline;
 #  2. run again with --baseline of the first table it exits 0; --remeasure measures afresh;
 #  3. a baseline edited to be 20% faster on one key makes it exit 1 and name that key, and so
-#     does `ktune compare` of the two tables (exit 2 for an unreadable one); merge-tables.sh
-#     with that baseline fails through the same rule;
+#     does `ktune compare` of the two tables (exit 2 for an unreadable one); `ktune fleet merge`
+#     of the shards with that baseline fails through the same rule;
 #  4. shards 1/2 and 2/2 cover exactly the unsharded sweep's keys, and importing both into a fresh
 #     daemon gives the same winners as the unsharded table.
 #
@@ -114,16 +114,19 @@ PY
 # (Last in this daemon: it replaces the store's winners with fresh measurements.)
 "$bin/ktune" daemon stop >/dev/null
 
-# The merge step of a sharded sweep judges with the same rule (exit 1 against the fast baseline).
-mkdir -p "$work/merge"
-cp "$work/s1.json" "$work/merge/shard-1.json"
-cp "$work/s2.json" "$work/merge/shard-2.json"
+# The merge step of a sharded sweep (`ktune fleet merge`, without Slurm: the Kubernetes case, the
+# shard count given) judges with the same rule (exit 1 against the fast baseline).
+mkdir -p "$work/merge/shards"
+cp "$work/s1.json" "$work/merge/shards/shard-1.json"
+cp "$work/s2.json" "$work/merge/shards/shard-2.json"
 set +e
-PATH="$bin:$PATH" KTUNE_HOME= "$src/configs/deploy/merge-tables.sh" "$work/merge" 2 "$work/fast.json" >"$work/merge.md" 2>&1
+"$bin/ktune" fleet merge "$work/merge" --shards 2 --baseline "$work/fast.json" --junit "$work/merge/compare.xml" >"$work/merge.md" 2>&1
 code=$?
 set -e
-[[ $code == 1 ]] || fail "merge-tables.sh against a 20% faster baseline exited $code: $(cat "$work/merge.md")"
-grep -q "<failure" "$work/merge/compare.xml" || fail "merge-tables.sh wrote no JUnit failure"
+[[ $code == 1 ]] || fail "fleet merge against a 20% faster baseline exited $code: $(cat "$work/merge.md")"
+grep -q "<failure" "$work/merge/compare.xml" || fail "fleet merge wrote no JUnit failure"
+[[ "$(winners "$work/merge/merged.json")" == "$(sort <(winners "$work/s1.json") <(winners "$work/s2.json"))" ]] \
+  || fail "fleet merge lost or changed rows: $(cat "$work/merge.md")"
 
 start "$work/b"
 export KTUNE_HOME="$work/b"

@@ -29,7 +29,7 @@ done
 contents=$(dpkg-deb --contents "$deb" | awk '{print $6}')
 for f in ./usr/bin/ktune ./usr/bin/ktuned ./usr/bin/ktune-worker \
          ./usr/share/ktune/ktuned.toml ./usr/share/ktune/kernels/gemm/kernel.toml \
-         ./usr/share/ktune/deploy/merge-tables.sh ./usr/lib/systemd/user/ktuned.service \
+         ./usr/share/ktune/deploy/k8s-sweep.yaml ./usr/lib/systemd/user/ktuned.service \
          ./usr/lib/systemd/user/ktuned.socket ./usr/share/doc/ktune/copyright \
          ./usr/share/doc/ktune/changelog.gz ./usr/share/doc/ktune/README.md \
          ./usr/share/bash-completion/completions/ktune ./usr/share/zsh/vendor-completions/_ktune \

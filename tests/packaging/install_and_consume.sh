@@ -26,7 +26,7 @@ libdir=$(cd "$p" && ls -d lib*/pkgconfig | head -1 | xargs dirname)
 for f in bin/ktune bin/ktuned bin/ktune-worker include/ktune/client.h include/ktune/client.hpp \
          "$libdir/pkgconfig/ktune.pc" "$libdir/cmake/ktune/ktuneConfig.cmake" \
          share/ktune/ktuned.toml share/ktune/kernels/gemm/kernel.toml \
-         share/ktune/deploy/merge-tables.sh share/ktune/deploy/slurm-sweep.sh \
+         share/ktune/deploy/Dockerfile \
          share/ktune/deploy/k8s-sweep.yaml share/ktune/deploy/k8s-merge.yaml \
          share/ktune/deploy/ktuned.service share/ktune/deploy/ktuned.socket \
          lib/systemd/user/ktuned.service lib/systemd/user/ktuned.socket \
@@ -36,7 +36,6 @@ for f in bin/ktune bin/ktuned bin/ktune-worker include/ktune/client.h include/kt
          share/fish/vendor_completions.d/ktune.fish; do
   [ -e "$p/$f" ] || fail "cmake --install did not install $f"
 done
-[ -x "$p/share/ktune/deploy/merge-tables.sh" ] || fail "merge-tables.sh is not executable"
 if command -v help2man >/dev/null; then
   for f in share/man/man1/ktune.1.gz share/man/man1/ktuned.1.gz; do
     [ -e "$p/$f" ] || fail "cmake --install did not install $f"

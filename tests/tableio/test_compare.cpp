@@ -282,3 +282,19 @@ TEST_CASE("JUnit of a run without a baseline: one passing case per key", "[table
   REQUIRE_THAT(xml, Catch::Contains("tuned, no baseline"));
   REQUIRE(xml.find("<failure") == std::string::npos);
 }
+
+TEST_CASE("JUnit of several suites: one document whose counts add up", "[tableio]") {
+  const std::vector<tableio::JunitCase> shards = {
+      {"ktune.fleet.shards", "shard 1", "", "shard 1/2: done"},
+      {"ktune.fleet.shards", "shard 2", "shard 2 failed", "Slurm CANCELLED; log <x>.log"}};
+  const std::string xml = tableio::render_junit(
+      {tableio::junit_suite("ktune.fleet.shards", shards), tableio::junit_suite(current(), "ktune.fleet.winners")});
+  REQUIRE_THAT(xml, Catch::StartsWith("<?xml"));
+  REQUIRE_THAT(xml, Catch::Contains("<testsuites name=\"ktune\" tests=\"5\" failures=\"1\""));
+  REQUIRE_THAT(xml, Catch::Contains("<testsuite name=\"ktune.fleet.shards\" tests=\"2\" failures=\"1\""));
+  REQUIRE_THAT(xml, Catch::Contains("<failure type=\"failure\" message=\"shard 2 failed\">"));
+  REQUIRE_THAT(xml, Catch::Contains("log &lt;x&gt;.log"));
+  REQUIRE_THAT(xml, Catch::Contains("<testsuite name=\"ktune.fleet.winners\" tests=\"3\""));
+  // One suite alone renders exactly as render_junit of that report.
+  REQUIRE(tableio::render_junit({tableio::junit_suite(current(), "s")}) == tableio::render_junit(current(), "s"));
+}

@@ -57,6 +57,21 @@ TEST_CASE("json export reads back to the same table", "[tableio]") {
   REQUIRE(doc.at("format") == "ktune-table");
   REQUIRE(doc.at("schema_version") == tableio::k_table_schema_version);
   REQUIRE_FALSE(doc.at("rows")[1].contains("stats"));
+  REQUIRE_FALSE(doc.contains("provenance"));  // none recorded, none written
+}
+
+TEST_CASE("a table's provenance is written and read back", "[tableio]") {
+  auto table = sample_table();
+  table.provenance = {{"kind", "fleet-shard"}, {"shard", "2/4"}, {"node", "gpu-07"},
+                      {"slurm", {{"job_id", "13"}, {"array_job_id", "12"}, {"array_task_id", "2"}}}};
+  auto back = tableio::read_json(tableio::write_json(table), "shard-2.json");
+  REQUIRE(back.ok());
+  REQUIRE(back->provenance == table.provenance);
+  auto doc = tableio::table_to_json(table);
+  doc["provenance"] = "gpu-07";
+  const auto bad = tableio::table_from_json(doc, "shard-2.json");
+  REQUIRE_FALSE(bad.ok());
+  REQUIRE_THAT(bad.error().message, Catch::Contains("shard-2.json: provenance: expected an object"));
 }
 
 TEST_CASE("json reader errors name the file, the row and the field", "[tableio]") {
