@@ -41,6 +41,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace ktune::search {
 
@@ -69,7 +70,7 @@ class BayesSearch final : public Strategy {
 public:
   BayesSearch(const SearchSpace& space, std::uint64_t seed, const Prior& prior)
       : Strategy(space, seed), m_encoder(space), m_prior(estimate_prior(space, prior)),
-        m_features(m_encoder.size() + (m_prior.empty() ? 0 : 1)) {}
+        m_features(m_encoder.size() + (m_prior.empty() ? 0 : 1)), m_prior_picked(space.size(), false) {}
   [[nodiscard]] std::string_view name() const override { return "bayes"; }
 
 private:
@@ -95,7 +96,10 @@ private:
   std::optional<std::size_t> prior_pick(const std::vector<std::size_t>& taken) {
     for (; m_prior_next < m_prior.ranked.size(); ++m_prior_next) {
       const std::size_t id = m_prior.ranked[m_prior_next];
-      if (!is_proposed(id) && std::find(taken.begin(), taken.end(), id) == taken.end()) return id;
+      if (!is_proposed(id) && std::find(taken.begin(), taken.end(), id) == taken.end()) {
+        m_prior_picked[id] = true;
+        return id;
+      }
     }
     return std::nullopt;
   }
@@ -255,9 +259,26 @@ private:
     }
   }
 
+  // Whether the prior's own picks (the first k_prior_picks results) did better than the
+  // k_initial random ones after them: a prior whose favourites lose to random configs is one of
+  // another kind of device. True until those results are in.
+  [[nodiscard]] bool prior_picks_won() const {
+    if (m_observed_ids.size() < k_prior_picks + k_initial) return true;
+    double picked = std::numeric_limits<double>::infinity();
+    double random = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < k_prior_picks + k_initial; ++i) {
+      const std::size_t id = m_observed_ids[i];
+      if (state(id) != State::ok) continue;
+      double& best = m_prior_picked[id] ? picked : random;
+      best = std::min(best, time(id));
+    }
+    return picked <= random;
+  }
+
   // Whether the prior's scores rank the configs measured here as their times do: Spearman
   // correlation at least k_min_agreement, or too few scored configs to tell.
   [[nodiscard]] bool prior_agrees() const {
+    if (!prior_picks_won()) return false;
     std::vector<std::pair<double, double>> pairs; // (score, time)
     for (std::size_t id : m_ranked_ok) {
       if (!std::isnan(m_prior.score[id])) pairs.emplace_back(m_prior.score[id], time(id));
@@ -313,6 +334,7 @@ private:
   std::size_t m_features = 0;         // model inputs: the encoder's, plus one with a prior
   std::size_t m_prior_next = 0;       // position in m_prior.ranked of the next prior pick
   bool m_prior_trusted = true;        // as of the last fit (prior_agrees())
+  std::vector<bool> m_prior_picked;   // per config: proposed as one of the prior's picks
   std::vector<std::size_t> m_observed_ids; // in the order the results arrived
   std::vector<std::size_t> m_ranked_ok;    // successes, fastest first (as of the last fit)
   GaussianProcess m_gp;

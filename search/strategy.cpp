@@ -101,6 +101,8 @@ const std::vector<std::string>& strategy_names() {
   return names;
 }
 
+bool uses_prior(std::string_view name) { return name == "bayes"; }
+
 Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, const SearchSpace& space, std::uint64_t seed,
                                                 const Prior& prior) {
   if (name == "exhaustive") return make_exhaustive(space, seed);
