@@ -1,7 +1,9 @@
 // bench_strategies: every search strategy on every recorded GPU space of the shared dataset,
-// at budgets of 0.5%, 1%, 2% and 5% of each space's valid configs, 20 repeats each.
+// at budgets of 0.5%, 1%, 2% and 5% of each space's valid configs (those with a recorded time),
+// 20 repeats each; then leave-one-device-out runs with priors.
 //
 //   bench_strategies DATA_DIR [--repeats N] [--threads N] [--strategies a,b] [--only SUBSTRING] [--seed N]
+//                    [--prior-strategy S] [--up-to PERCENT]
 //
 // DATA_DIR is ../shared/datasets/gpu-cache (README.md, FORMAT.md there). Every .json and .json.gz
 // under it is read except spaces/ (search-space specifications, not results); files replay
@@ -12,12 +14,25 @@
 // best_strategy = the highest mean fraction at 2% (then at 1%). It beats random at 1% on a file
 // when its mean there exceeds both the simulated random strategy and the exact expectation of
 // uniform random sampling (computed from the recorded times, no sampling noise).
-// A run's proposals do not depend on its budget, so one run of 5% gives all four budgets.
+// A run's proposals do not depend on its budget, so one run of 5% gives all four budgets
+// (--up-to 2 stops the runs at 2%, leaving the larger budgets out, for quicker looks).
+//
+// Leave-one-device-out: files of the same kernel (same directory name) on several devices (file
+// name without .json[.gz] and a _T4 suffix) are the multi-device files, a recording kept in two
+// formats (t4/) counted once. Each is replayed, up to 2%, with the
+// prior strategy (bayes unless --prior-strategy) given, as its prior, one file of every other
+// device of its kernel; and once more given the same files with their times inverted (the
+// fastest config said to be the slowest: the worst prior there can be). The JSON line gains
+//   "frac_at_1pct_prior","frac_at_2pct_prior","frac_at_1pct_cold","frac_at_2pct_cold"
+//   (means over the multi-device files, cold = the same strategy without a prior),
+//   "worst_prior_minus_cold_1pct" (the file where the prior did worst against cold),
+//   "frac_at_1pct_inverted_prior","worst_inverted_minus_cold_1pct", "prior_files".
 // Repeat r of every strategy on every file runs with repeat_seed(seed, r); the default seed is
 // the one the published figures use, another (--seed) gives fresh runs for hold-out checks.
 #include "replay/file_reader.hpp"
 #include "replay/recorded_space.hpp"
 #include "replay/replay.hpp"
+#include "search/prior.hpp"
 #include "search/strategy.hpp"
 
 #include <nlohmann/json.hpp>
@@ -29,6 +44,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -51,7 +67,30 @@ struct DataFile {
   std::string skipped; // why the file was not used
   std::size_t evaluations[k_budgets] = {};
   double random_expected[k_budgets] = {};
+  std::string kernel; // the directory name
+  std::string device; // the file name without .json[.gz] and _T4
 };
+
+// Kernel and device of a data file, by its path: ".../<kernel>/<device>[_T4].json[.gz]".
+void name_file(DataFile& f) {
+  const fs::path path(f.relative);
+  f.kernel = path.parent_path().filename().string();
+  std::string stem = path.filename().string();
+  for (const char* suffix : {".gz", ".json", "_T4"}) {
+    if (stem.ends_with(suffix)) stem.resize(stem.size() - std::string(suffix).size());
+  }
+  f.device = stem;
+}
+
+// The prior with every source's times inverted: its fastest config said to be its slowest.
+ktune::search::Prior inverted(ktune::search::Prior prior) {
+  for (auto& source : prior) {
+    for (auto& r : source.results) {
+      if (r.time_ms) r.time_ms = 1.0 / *r.time_ms;
+    }
+  }
+  return prior;
+}
 
 // Exact mean fraction of optimum of uniform sampling without replacement of `m` of the n valid
 // configs (failed ones contribute nothing): P(best rank >= k) = C(n-k+1, m) / C(n, m).
@@ -113,7 +152,7 @@ void parallel_for(std::size_t count, unsigned threads, Work work) {
 
 int usage() {
   std::cerr << "usage: bench_strategies DATA_DIR [--repeats N] [--threads N] [--strategies a,b] [--only SUBSTRING]"
-               " [--seed N]\n";
+               " [--seed N] [--prior-strategy S] [--up-to 0.5|1|2|5]\n";
   return 2;
 }
 
@@ -127,6 +166,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> strategies = ktune::search::strategy_names();
   std::string only;
   std::uint64_t seed = k_default_seed;
+  std::string prior_strategy = "bayes";
+  std::size_t last_budget = k_budgets - 1; // the largest budget run
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) return usage();
@@ -142,6 +183,13 @@ int main(int argc, char** argv) {
         only = value;
       } else if (arg == "--seed") {
         seed = std::stoull(value);
+      } else if (arg == "--prior-strategy") {
+        prior_strategy = value;
+      } else if (arg == "--up-to") {
+        const double percent = std::stod(value);
+        const auto* found = std::find(std::begin(k_budget_percent), std::end(k_budget_percent), percent);
+        if (found == std::end(k_budget_percent)) return usage();
+        last_budget = static_cast<std::size_t>(found - std::begin(k_budget_percent));
       } else {
         return usage();
       }
@@ -151,6 +199,9 @@ int main(int argc, char** argv) {
   }
   if (repeats == 0 || strategies.empty()) return usage();
   if (std::find(strategies.begin(), strategies.end(), "random") == strategies.end()) strategies.push_back("random");
+  if (std::find(strategies.begin(), strategies.end(), prior_strategy) == strategies.end()) {
+    strategies.push_back(prior_strategy);
+  }
   const auto started = std::chrono::steady_clock::now();
 
   std::error_code ec;
@@ -167,7 +218,8 @@ int main(int argc, char** argv) {
     const std::string relative = fs::relative(it->path(), data_dir).generic_string();
     if (!json || relative.starts_with("spaces/")) continue;
     if (!only.empty() && relative.find(only) == std::string::npos) continue;
-    files.push_back(DataFile{relative, it->path().string(), std::nullopt, "", {}, {}});
+    files.push_back(DataFile{relative, it->path().string(), std::nullopt, "", {}, {}, "", ""});
+    name_file(files.back());
   }
   std::sort(files.begin(), files.end(), [](const DataFile& a, const DataFile& b) { return a.relative < b.relative; });
   if (files.empty()) {
@@ -189,7 +241,7 @@ int main(int argc, char** argv) {
     }
     f.space = std::move(parsed).value();
     for (std::size_t b = 0; b < k_budgets; ++b) {
-      const double count = std::round(k_budget_percent[b] / 100.0 * static_cast<double>(f.space->space.size()));
+      const double count = std::round(k_budget_percent[b] / 100.0 * static_cast<double>(f.space->measured));
       f.evaluations[b] = std::max<std::size_t>(1, static_cast<std::size_t>(count));
       f.random_expected[b] = expected_random_fraction(*f.space, f.evaluations[b]);
     }
@@ -226,14 +278,14 @@ int main(int argc, char** argv) {
     const std::size_t r = j % repeats;
     const DataFile& file = files[used[f]];
     const RecordedSpace& space = *file.space;
-    auto run = ktune::replay::replay_run(space, strategies[s], file.evaluations[k_budgets - 1],
+    auto run = ktune::replay::replay_run(space, strategies[s], file.evaluations[last_budget],
                                          ktune::replay::repeat_seed(seed, r));
     if (!run) {
       std::lock_guard lock(error_mutex);
       if (first_error.empty()) first_error = run.error().message;
       return;
     }
-    for (std::size_t b = 0; b < k_budgets; ++b) {
+    for (std::size_t b = 0; b <= last_budget; ++b) {
       const auto& best_after = run->best_after;
       if (best_after.empty()) continue;
       const double best = best_after[std::min(file.evaluations[b], best_after.size()) - 1];
@@ -251,6 +303,76 @@ int main(int argc, char** argv) {
     return sum / static_cast<double>(repeats);
   };
 
+  // Leave-one-device-out: for each multi-device file, one file of every other device of its kernel.
+  struct PriorCase {
+    std::size_t f = 0; // position in `used`
+    std::vector<std::string> sources;
+    ktune::search::Prior prior[2]; // as recorded, inverted
+  };
+  std::vector<PriorCase> cases;
+  std::vector<std::string> cased; // "kernel/device" of the cases so far: a recording twice (t4/) counts once
+  for (std::size_t f = 0; f < used.size(); ++f) {
+    const DataFile& file = files[used[f]];
+    const std::string key = file.kernel + "/" + file.device;
+    if (std::find(cased.begin(), cased.end(), key) != cased.end()) continue;
+    PriorCase c;
+    c.f = f;
+    std::vector<std::string> devices;
+    for (std::size_t g : used) {
+      const DataFile& other = files[g];
+      if (other.kernel != file.kernel || other.device == file.device ||
+          std::find(devices.begin(), devices.end(), other.device) != devices.end()) {
+        continue;
+      }
+      auto source = ktune::replay::prior_source(*file.space, *other.space);
+      if (!source) continue; // same directory name, another kernel
+      devices.push_back(other.device);
+      c.sources.push_back(other.relative);
+      c.prior[0].push_back(std::move(*source));
+    }
+    if (c.prior[0].empty()) continue;
+    cased.push_back(key);
+    c.prior[1] = inverted(c.prior[0]);
+    cases.push_back(std::move(c));
+  }
+  const std::size_t prior_budget = std::min<std::size_t>(last_budget, 2); // the 2% the summary needs
+  const std::size_t prior_strategy_index = static_cast<std::size_t>(
+      std::find(strategies.begin(), strategies.end(), prior_strategy) - strategies.begin());
+  // prior_fraction[case][variant][budget][repeat]
+  std::vector<double> prior_fraction(cases.size() * 2 * k_budgets * repeats, 0.0);
+  auto prior_slot = [&](std::size_t c, std::size_t v, std::size_t b, std::size_t r) -> double& {
+    return prior_fraction[((c * 2 + v) * k_budgets + b) * repeats + r];
+  };
+  parallel_for(cases.size() * 2 * repeats, threads, [&](std::size_t j) {
+    const std::size_t c = j / (2 * repeats);
+    const std::size_t v = (j / repeats) % 2;
+    const std::size_t r = j % repeats;
+    const DataFile& file = files[used[cases[c].f]];
+    const RecordedSpace& space = *file.space;
+    auto run = ktune::replay::replay_run(space, prior_strategy, file.evaluations[prior_budget],
+                                         ktune::replay::repeat_seed(seed, r), 1, cases[c].prior[v]);
+    if (!run) {
+      std::lock_guard lock(error_mutex);
+      if (first_error.empty()) first_error = run.error().message;
+      return;
+    }
+    for (std::size_t b = 0; b <= prior_budget; ++b) {
+      const auto& best_after = run->best_after;
+      if (best_after.empty()) continue;
+      const double best = best_after[std::min(file.evaluations[b], best_after.size()) - 1];
+      prior_slot(c, v, b, r) = std::isfinite(best) ? space.optimum_ms / best : 0.0;
+    }
+  });
+  if (!first_error.empty()) {
+    std::cerr << "bench_strategies: " << first_error << '\n';
+    return 1;
+  }
+  auto prior_mean = [&](std::size_t c, std::size_t v, std::size_t b) {
+    double sum = 0;
+    for (std::size_t r = 0; r < repeats; ++r) sum += prior_slot(c, v, b, r);
+    return sum / static_cast<double>(repeats);
+  };
+
   std::cout << "bench strategies: " << used.size() << " recorded spaces, " << n_strategies << " strategies, "
             << repeats << " repeats, budgets 0.5% 1% 2% 5% of the valid configs; mean fraction of optimum\n";
   for (const auto& f : files) {
@@ -258,7 +380,7 @@ int main(int argc, char** argv) {
   }
   for (std::size_t f = 0; f < used.size(); ++f) {
     const DataFile& file = files[used[f]];
-    std::cout << "\n" << file.relative << "  (" << file.space->space.size() << " valid configs, " << file.space->failed
+    std::cout << "\n" << file.relative << "  (" << file.space->measured << " valid configs, " << file.space->failed
               << " failed; evaluations";
     for (std::size_t b = 0; b < k_budgets; ++b) std::cout << ' ' << file.evaluations[b];
     std::cout << ")\n  " << pad("strategy", 18, true);
@@ -266,7 +388,7 @@ int main(int argc, char** argv) {
     std::cout << '\n';
     for (std::size_t s = 0; s < n_strategies; ++s) {
       std::cout << "  " << pad(strategies[s], 18, true);
-      for (std::size_t b = 0; b < k_budgets; ++b) std::cout << pad(fixed(mean_of(f, s, b), 3), 8);
+      for (std::size_t b = 0; b < k_budgets; ++b) std::cout << pad(b <= last_budget ? fixed(mean_of(f, s, b), 3) : "-", 8);
       std::cout << '\n';
     }
     std::cout << "  " << pad("(random, exact)", 18, true);
@@ -292,7 +414,7 @@ int main(int argc, char** argv) {
   std::cout << '\n';
   for (std::size_t s = 0; s < n_strategies; ++s) {
     std::cout << "  " << pad(strategies[s], 18, true);
-    for (std::size_t b = 0; b < k_budgets; ++b) std::cout << pad(fixed(table[s][b], 3), 8);
+    for (std::size_t b = 0; b < k_budgets; ++b) std::cout << pad(b <= last_budget ? fixed(table[s][b], 3) : "-", 8);
     std::cout << '\n';
   }
   std::cout << "  " << pad("(random, exact)", 18, true);
@@ -320,10 +442,59 @@ int main(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::cout << "elapsed " << fixed(seconds, 1) << " s on " << threads << " threads\n";
 
+  // Leave-one-device-out summary.
+  double prior_1 = 0, prior_2 = 0, cold_1 = 0, cold_2 = 0, inverted_1 = 0;
+  double worst_prior = 0, worst_inverted = 0;
+  std::string worst_prior_file, worst_inverted_file;
+  if (!cases.empty()) {
+    std::cout << "\nleave-one-device-out, " << prior_strategy
+              << " with the other devices' files as prior (inverted: their times inverted)\n  "
+              << pad("file", 52, true) << pad("cold 1%", 9) << pad("cold 2%", 9) << pad("prior 1%", 9)
+              << pad("prior 2%", 9) << pad("inv 1%", 9) << '\n';
+    worst_prior = worst_inverted = std::numeric_limits<double>::infinity();
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+      const std::size_t f = cases[c].f;
+      const double c1 = mean_of(f, prior_strategy_index, 1);
+      const double c2 = mean_of(f, prior_strategy_index, 2);
+      const double p1 = prior_mean(c, 0, 1);
+      const double p2 = prior_mean(c, 0, 2);
+      const double i1 = prior_mean(c, 1, 1);
+      cold_1 += c1;
+      cold_2 += c2;
+      prior_1 += p1;
+      prior_2 += p2;
+      inverted_1 += i1;
+      if (p1 - c1 < worst_prior) {
+        worst_prior = p1 - c1;
+        worst_prior_file = files[used[f]].relative;
+      }
+      if (i1 - c1 < worst_inverted) {
+        worst_inverted = i1 - c1;
+        worst_inverted_file = files[used[f]].relative;
+      }
+      std::cout << "  " << pad(files[used[f]].relative, 52, true) << pad(fixed(c1, 3), 9) << pad(fixed(c2, 3), 9)
+                << pad(fixed(p1, 3), 9) << pad(fixed(p2, 3), 9) << pad(fixed(i1, 3), 9) << '\n';
+    }
+    const auto n = static_cast<double>(cases.size());
+    cold_1 /= n;
+    cold_2 /= n;
+    prior_1 /= n;
+    prior_2 /= n;
+    inverted_1 /= n;
+    std::cout << "  " << pad("mean over " + std::to_string(cases.size()) + " files", 52, true)
+              << pad(fixed(cold_1, 3), 9) << pad(fixed(cold_2, 3), 9) << pad(fixed(prior_1, 3), 9)
+              << pad(fixed(prior_2, 3), 9) << pad(fixed(inverted_1, 3), 9) << '\n';
+    std::cout << "  worst prior - cold at 1%: " << fixed(worst_prior, 4) << " (" << worst_prior_file
+              << "); inverted prior: " << fixed(worst_inverted, 4) << " (" << worst_inverted_file << ")\n";
+  }
+  auto rounded = [](double v) { return std::round(v * 1e4) / 1e4; };
+  nlohmann::json prior_files_json = nlohmann::json::object();
+  for (const auto& c : cases) prior_files_json[files[used[c.f]].relative] = c.sources;
+
   nlohmann::json table_json = nlohmann::json::object();
   for (std::size_t s = 0; s < n_strategies; ++s) {
     nlohmann::json row = nlohmann::json::object();
-    for (std::size_t b = 0; b < k_budgets; ++b) row[k_budget_names[b]] = std::round(table[s][b] * 1e4) / 1e4;
+    for (std::size_t b = 0; b <= last_budget; ++b) row[k_budget_names[b]] = std::round(table[s][b] * 1e4) / 1e4;
     table_json[strategies[s]] = row;
   }
   nlohmann::json random_json = nlohmann::json::object();
@@ -341,6 +512,17 @@ int main(int argc, char** argv) {
       {"files", files_json},
       {"repeats", repeats},
       {"seed", seed},
+      {"budget_basis", "valid_configs"},
+      {"prior_strategy", prior_strategy},
+      {"frac_at_1pct_prior", rounded(prior_1)},
+      {"frac_at_2pct_prior", rounded(prior_2)},
+      {"frac_at_1pct_cold", rounded(cold_1)},
+      {"frac_at_2pct_cold", rounded(cold_2)},
+      {"worst_prior_minus_cold_1pct", rounded(worst_prior)},
+      {"worst_prior_file", worst_prior_file},
+      {"frac_at_1pct_inverted_prior", rounded(inverted_1)},
+      {"worst_inverted_minus_cold_1pct", rounded(worst_inverted)},
+      {"prior_files", prior_files_json},
   };
   std::cout << summary.dump() << std::endl;
   return 0;

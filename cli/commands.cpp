@@ -761,6 +761,17 @@ Result<void> parse_budget_option(const std::string& text, TuneOptions& options) 
   return {};
 }
 
+namespace {
+// ", prior: 3 earlier tunes, 412 results" for a tune reply's "prior"; "" for null.
+std::string prior_note(const json& prior) {
+  if (!prior.is_object()) return "";
+  const json& sources = field(prior, "sources");
+  const std::size_t count = sources.is_array() ? sources.size() : 0;
+  return ", prior: " + std::to_string(count) + " earlier tune" + (count == 1 ? "" : "s") + ", " +
+         std::to_string(as_int(field(prior, "results"))) + " results";
+}
+} // namespace
+
 int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
   const std::string socket = socket_path(global);
   protocol::TuneRequest request;
@@ -773,6 +784,7 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
   request.budget_fraction = options.budget_fraction;
   request.seed = options.seed;
   request.remeasure = options.remeasure;
+  request.cold = options.cold;
   request.wait = options.wait;
   json body = request.to_json();
   body["op"] = "tune";
@@ -796,7 +808,8 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
       const json& device = field(queued, "device");
       io.out << "job " << as_text(field(queued, "job")) << ' ' << as_text(field(queued, "state"))
              << (device.is_string() ? " on " + device.get<std::string>() : std::string()) << " ("
-             << as_int(field(queued, "total")) << " candidates)\n";
+             << as_int(field(queued, "total")) << " candidates" << prior_note(field(queued, "prior"))
+             << ")\n";
     }
     return k_exit_ok;
   }
@@ -804,11 +817,13 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
   ProgressPrinter progress(io.err, io.err_is_tty);
   DetachNotice notice;
   std::map<std::int64_t, json> search_best;  // job -> the best config its progress line showed
+  std::map<std::int64_t, std::int64_t> best_at; // job -> the candidate that found that best
   auto result = call(*conn, std::move(body), milliseconds(0), [&](const json& event) {
     const json& data = field(event, "data");
     if (const auto job = as_int(field(data, "job")); job > 0) {
       notice.set_job(job);
       if (const json& best = field(data, "best_config"); best.is_object()) search_best[job] = best;
+      if (const auto at = as_int(field(data, "best_at")); at > 0) best_at[job] = at;
     }
     progress.update(data);
   });
@@ -846,8 +861,12 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
       }
     }
     if (state == "done") {
+      const auto found = best_at.find(as_int(field(job, "id")));
       io.out << "job " << id << " done: " << as_int(field(job, "total")) << " candidates, "
-             << as_int(field(job, "failed")) << " failed\n";
+             << as_int(field(job, "failed")) << " failed"
+             << (found == best_at.end() ? std::string()
+                                        : "; the search's best came at candidate " + std::to_string(found->second))
+             << '\n';
       if (!winner.is_object())
         io.err << "ktune: no candidate passed; see `ktune job " << id << "` for the reasons\n";
     } else {
@@ -1268,6 +1287,10 @@ int run_command(int argc, const char* const* argv, Output& io) {
                      "stay attached: progress on stderr, then the winner");
   tune_cmd->add_flag("--retry-failed", tune_options.retry_failed,
                      "run again the configs that crashed or hung in earlier jobs (quarantined)");
+  tune_cmd->add_flag("--cold", tune_options.cold,
+                     "search from nothing: without this, a strategy that learns from earlier "
+                     "results (bayes) starts from the store's results of the kernel at other "
+                     "shapes and on other devices");
   tune_cmd->add_option("--compile-timeout", tune_options.compile_timeout_s,
                        "seconds one candidate may compile (default: ktuned's compile_timeout_s)")
       ->check(CLI::PositiveNumber);

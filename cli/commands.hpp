@@ -59,6 +59,7 @@ struct TuneOptions {
   bool remeasure = false;                    // measure configs that already have a result again
   bool wait = false;
   bool retry_failed = false;                 // run quarantined configs again
+  bool cold = false;                         // search without the store's earlier results
   std::optional<double> compile_timeout_s;   // per-job deadlines; unset = ktuned's settings
   std::optional<double> bench_timeout_s;
 };

@@ -175,6 +175,7 @@ Result<TuneRequest> TuneRequest::from_json(const json& body) {
   if (!error) error = r.number("budget_fraction", request.budget_fraction, 0.0, 1.0);
   if (!error) error = r.integer("seed", request.seed, 0, k_int64_max);
   if (!error) error = r.boolean("remeasure", request.remeasure);
+  if (!error) error = r.boolean("cold", request.cold);
   std::optional<std::int64_t> priority;
   if (!error) error = r.integer("priority", priority, -100, 100);
   if (priority) request.priority = *priority;
@@ -193,6 +194,7 @@ json TuneRequest::to_json() const {
   if (budget_fraction) out["budget_fraction"] = *budget_fraction;
   if (seed) out["seed"] = *seed;
   if (remeasure) out["remeasure"] = true;
+  if (cold) out["cold"] = true;
   if (priority != 0) out["priority"] = priority;
   return out;
 }

@@ -85,6 +85,7 @@ struct TuneRequest {
   std::optional<double> budget_fraction; // or a share of the valid configs, in (0, 1]
   std::optional<std::int64_t> seed;   // the strategy's seed (default 0), >= 0
   bool remeasure = false;          // measure configs again that already have a result for the key
+  bool cold = false;               // search without the store's earlier results of the kernel
   std::int64_t priority = 0;       // -100..100: a queued job of higher priority starts first
   bool wait = false;               // stream progress events until the job ends, then reply
   [[nodiscard]] static Result<TuneRequest> from_json(const nlohmann::json& body);

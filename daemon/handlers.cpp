@@ -222,6 +222,23 @@ Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel
   return Target{std::move(*kernel), std::move(*conformed), dtype, std::move(*device)};
 }
 
+// What a tune reply says of the job's prior: null when the job has none (cold, a strategy that
+// uses none, nothing stored), else the earlier keys it learns from.
+nlohmann::json RequestHandler::prior_summary(const JobPlan& plan) {
+  if (plan.prior_sources.empty()) return nullptr;
+  nlohmann::json sources = nlohmann::json::array();
+  std::size_t results = 0;
+  for (const auto& source : plan.prior_sources) {
+    sources.push_back({{"shape", source.shape},
+                       {"dtype", source.dtype},
+                       {"fingerprint", source.fingerprint},
+                       {"device", source.device.empty() ? nlohmann::json(nullptr) : nlohmann::json(source.device)},
+                       {"results", source.results}});
+    results += source.results;
+  }
+  return {{"sources", std::move(sources)}, {"results", results}};
+}
+
 Result<nlohmann::json> RequestHandler::submit_tune(PlanRequest request,
                                                    Result<std::vector<Config>> configs,
                                                    uid_t client) {
@@ -229,20 +246,23 @@ Result<nlohmann::json> RequestHandler::submit_tune(PlanRequest request,
   if (!plan) return plan.error();
   const std::int64_t total = plan->record.total;
   const std::size_t quarantined = plan->quarantined;
-  // Identical requests share one job; asking to remeasure always starts a new one.
-  if (auto same = plan->record.options.remeasure ? std::nullopt
+  const nlohmann::json prior = prior_summary(*plan);
+  // Identical requests share one job; asking to remeasure, or for a cold search, always starts
+  // a new one.
+  if (auto same = plan->record.options.remeasure || plan->cold ? std::nullopt
                                                  : m_ctx.scheduler.find_same(plan->record)) {
     KTUNE_LOG(info) << "tune " << plan->record.kernel << " " << plan->record.shape << " on "
                     << plan->record.device << " joins job " << *same;
     return nlohmann::json{{"job", *same}, {"total", total}, {"state", "queued"},
                           {"joined", true}, {"quarantined", quarantined},
-                          {"device", plan->record.device}};
+                          {"device", plan->record.device}, {"prior", prior}};
   }
   if (auto r = m_planner.commit(*plan); !r) return r.error();
   const std::int64_t id = plan->record.id;
   m_quota.charge(client, id);
   nlohmann::json reply{{"job", id}, {"total", total}, {"state", "queued"},
-                       {"quarantined", quarantined}, {"device", plan->record.device}};
+                       {"quarantined", quarantined}, {"device", plan->record.device},
+                       {"prior", prior}};
   m_ctx.scheduler.enqueue(std::move(*plan));
   return reply;
 }
@@ -337,6 +357,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     plan.budget = req.budget;
     plan.budget_fraction = req.budget_fraction;
     plan.seed = req.seed.value_or(0);
+    plan.cold = req.cold;
     plan.options = options;
     big = big || cartesian_size(plan.kernel.spec) > k_inline_enumeration;
     plans.push_back(std::move(plan));

@@ -3,12 +3,14 @@
 #include "core/protocol.hpp"
 #include "daemon/log.hpp"
 #include "daemon/replies.hpp"
+#include "search/strategy.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 namespace ktune::daemon {
 
@@ -56,6 +58,52 @@ Result<std::vector<ResultRecord>> Planner::reusable_results(const JobRecord& rec
   out.reserve(newest.size());
   for (auto& [config, row] : newest) out.push_back(std::move(row));
   return out;
+}
+
+Result<void> Planner::attach_prior(JobPlan& plan) const {
+  const JobRecord& record = plan.record;
+  if (plan.cold || !search::uses_prior(record.strategy)) return {};
+  auto rows = m_store.results_for_kernel(record.kernel, record.source_hash, k_prior_rows);
+  if (!rows) return rows.error();
+  std::map<std::string, std::size_t> ids; // config text -> position in the job's space
+  for (std::size_t i = 0; i < plan.configs.size(); ++i) ids.emplace(config_json_text(plan.configs[i]), i);
+  std::map<std::tuple<std::string, std::string, std::string>, std::size_t> sources;
+  for (auto it = rows->rbegin(); it != rows->rend(); ++it) { // oldest first: a newer row wins
+    const ResultRecord& row = *it;
+    if (row.shape == record.shape && row.dtype == record.dtype && row.fingerprint == record.fingerprint) {
+      continue; // the job's own key: those rows are reused, not a prior
+    }
+    const auto id = ids.find(row.config);
+    if (id == ids.end()) continue;
+    const auto key = std::make_tuple(row.shape, row.dtype, row.fingerprint);
+    auto [source, added] = sources.emplace(key, plan.prior.size());
+    if (added) {
+      PriorSourceInfo info{row.shape, row.dtype, row.fingerprint,
+                           row.fingerprint == record.fingerprint ? record.device : std::string(), 0};
+      plan.prior.push_back({row.shape + " " + row.dtype + " on " +
+                                (info.device.empty() ? row.fingerprint : info.device), {}});
+      plan.prior_sources.push_back(std::move(info));
+    }
+    const bool ok = row.status == CandidateStatus::ok && row.stats.median_ms > 0;
+    plan.prior[source->second].results.push_back(
+        {id->second, ok ? std::optional<double>(row.stats.median_ms) : std::nullopt});
+  }
+  // One result per config and source: the newest (the last pushed).
+  for (std::size_t i = 0; i < plan.prior.size(); ++i) {
+    auto& results = plan.prior[i].results;
+    std::map<std::size_t, search::PriorResult> newest;
+    for (const auto& r : results) newest[r.config] = r;
+    results.clear();
+    for (const auto& [config, r] : newest) results.push_back(r);
+    plan.prior_sources[i].results = results.size();
+  }
+  if (!plan.prior.empty()) {
+    std::size_t results = 0;
+    for (const auto& info : plan.prior_sources) results += info.results;
+    KTUNE_LOG(info) << record.kernel << " " << record.shape << " on " << record.device << ": prior of "
+                    << results << " result(s) from " << plan.prior.size() << " earlier key(s)";
+  }
+  return {};
 }
 
 Result<std::vector<Config>> Planner::enumerate(const KernelSpec& spec, const Shape& shape) {
@@ -129,6 +177,8 @@ Result<JobPlan> Planner::plan(PlanRequest request, Result<std::vector<Config>> c
   plan.device = std::move(request.device);
   plan.shape = std::move(request.shape);
   plan.configs = std::move(*configs);
+  plan.cold = request.cold;
+  if (auto r = attach_prior(plan); !r) return internal_error(r.error());
   return plan;
 }
 
@@ -183,6 +233,7 @@ Result<JobPlan> Planner::resume(KernelRegistry& registry, const JobRecord& job) 
   plan.configs = std::move(*configs);
   plan.existing = std::move(*existing);
   plan.reusable = std::move(*reusable);
+  if (auto r = attach_prior(plan); !r) return r.error();
   return plan;
 }
 

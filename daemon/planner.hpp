@@ -8,11 +8,17 @@
 //             or running job is compared with before anything is written
 //   commit()  stores the kernel, the device and the job; fills record.id and the reusable rows
 //   resume()  a stored job -> JobPlan with the rows it already has
+//
+// The prior: a job whose strategy learns from earlier results (search::uses_prior) is given the
+// store's results of the same kernel source at other shapes, dtypes and devices (imported tables
+// included), newest first, at most k_prior_rows of them, unless the request asks for a cold
+// search. A resumed job is given the store's prior as it is then.
 #include "jobs/kernel_registry.hpp"
 #include "core/device.hpp"
 #include "core/param_space.hpp"
 #include "core/shape.hpp"
 #include "db/store.hpp"
+#include "search/prior.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -28,6 +34,15 @@ inline constexpr std::uint64_t k_inline_enumeration = 10'000;
 // The priority of tune-on-miss jobs: below any a client may ask for (-100..100).
 inline constexpr int k_background_priority = -1000;
 
+// The most results of earlier jobs a job's prior is built from (the newest).
+inline constexpr std::int64_t k_prior_rows = 20'000;
+
+// One earlier tune of the kernel that a job's prior holds: a (shape, dtype, device) key.
+struct PriorSourceInfo {
+  std::string shape, dtype, fingerprint;
+  std::string device;             // the job's device name when it is the same fingerprint, else ""
+  std::size_t results = 0;        // results of configs in the job's space
+};
 // A validated tune, ready to run.
 struct JobPlan {
   JobRecord record;               // strategy, budget (evaluations) and seed drive the search;
@@ -39,6 +54,9 @@ struct JobPlan {
   std::size_t quarantined = 0;    // configs left out because they crashed or hung before
   std::vector<ResultRecord> existing; // rows the job already has (resume): not run again
   std::vector<ResultRecord> reusable; // rows of other jobs for the same key: copied, not run
+  bool cold = false;                  // the request asked for no prior
+  search::Prior prior;                // earlier results the strategy starts from (ids: configs)
+  std::vector<PriorSourceInfo> prior_sources; // one per source of `prior`, in the same order
 };
 
 // What a tune asks for, checked against its kernel (RequestHandler resolves it).
@@ -51,6 +69,7 @@ struct PlanRequest {
   std::optional<std::int64_t> budget;      // evaluations
   std::optional<double> budget_fraction;   // or a share of the admitted configs
   std::int64_t seed = 0;
+  bool cold = false;              // search without the store's earlier results
   JobOptions options;
 };
 
@@ -95,6 +114,9 @@ private:
   // The rows measured for the record's winner key by other jobs, newest per config (none when
   // the job remeasures; quarantining statuses excluded).
   [[nodiscard]] Result<std::vector<ResultRecord>> reusable_results(const JobRecord& record) const;
+  // Fills plan.prior and plan.prior_sources from the store (nothing when the plan is cold or
+  // its strategy uses no prior). Errors: db_error.
+  [[nodiscard]] Result<void> attach_prior(JobPlan& plan) const;
 
   Store& m_store;
 };

@@ -138,6 +138,7 @@ struct Scheduler::ActiveJob {
   std::int64_t failed = 0;
   std::map<CandidateStatus, int> failures;
   std::optional<ResultRecord> best;
+  std::int64_t best_at = 0;             // `done` when `best` was found
   std::string error;                    // set once the job has failed (or was cancelled)
   bool cancelled = false;
   std::chrono::steady_clock::time_point started;
@@ -377,7 +378,7 @@ void Scheduler::start_tune(JobPlan plan, std::chrono::steady_clock::time_point q
   if (space) {
     job.space = std::move(*space);
     auto made = search::make_strategy(rec.strategy, job.space,
-                                      static_cast<std::uint64_t>(rec.seed.value_or(0)));
+                                      static_cast<std::uint64_t>(rec.seed.value_or(0)), job.plan.prior);
     if (made) {
       job.strategy = std::move(*made);
     } else {
@@ -929,7 +930,10 @@ void Scheduler::learn(ActiveJob& job, std::size_t index, const ResultRecord& res
   if (ok) {
     job.ok_rows[index] = result;
     // A pruned median is of a few samples only: it never sets the pace.
-    if (!result.pruned && (!job.best || better_result(result, *job.best))) job.best = result;
+    if (!result.pruned && (!job.best || better_result(result, *job.best))) {
+      job.best = result;
+      job.best_at = job.done;
+    }
   } else {
     ++job.failed;
     ++job.failures[result.status];
@@ -989,6 +993,7 @@ nlohmann::json Scheduler::progress(const ActiveJob& job, const ResultRecord& las
       {"best_config", nullptr},
       {"best_median_ms", nullptr},
       {"best_gflops", nullptr},
+      {"best_at", nullptr},
       {"last",
        {{"config", stored_config_to_json(last.config)},
         {"config_index", last.config_index},
@@ -1000,6 +1005,7 @@ nlohmann::json Scheduler::progress(const ActiveJob& job, const ResultRecord& las
     event["best_config"] = stored_config_to_json(job.best->config);
     event["best_median_ms"] = job.best->stats.median_ms;
     event["best_gflops"] = job.best->gflops;
+    event["best_at"] = job.best_at;
   }
   return event;
 }
@@ -1080,6 +1086,10 @@ void Scheduler::finish(ActiveJob& job) {
                                                 ? ", the incumbent kept)" : ")")
                                      : "")
           << ", " << job.failed << " of " << job.done << " candidates failed"
+          << "; best found at candidate " << job.best_at
+          << (job.plan.prior.empty() ? std::string(", no prior")
+                                     : ", prior of " + std::to_string(job.plan.prior.size()) +
+                                           " earlier key(s)")
           << (job.failures.empty() ? "" : " (" + describe_failures(job.failures) + ")")
           << "; " << job.retaken << " preempted samples retaken"
           << (job.killed_retries > 0 ? "; " + std::to_string(job.killed_retries) +

@@ -788,6 +788,21 @@ Result<std::vector<ResultRecord>> Store::results_for_key(const std::string& kern
                                [&](const Statement& row) { return read_result(db, op, row); });
 }
 
+Result<std::vector<ResultRecord>> Store::results_for_kernel(const std::string& kernel,
+    const std::string& source_hash, std::int64_t limit) const {
+  constexpr std::string_view op = "results_for_kernel";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      std::string("SELECT ") + k_result_columns +
+          " FROM results WHERE kernel = ?1 AND source_hash = ?2 ORDER BY id DESC LIMIT ?3");
+  if (!statement) return statement.error();
+  statement->bind_text(1, kernel);
+  statement->bind_text(2, source_hash);
+  statement->bind_int(3, limit);
+  return collect<ResultRecord>(db, op, *statement,
+                               [&](const Statement& row) { return read_result(db, op, row); });
+}
+
 Result<std::set<std::string>> Store::quarantined_configs(const std::string& kernel,
     const std::string& source_hash, const std::string& fingerprint,
     std::int64_t except_job) const {

@@ -180,6 +180,11 @@ public:
       const std::string& source_hash, const std::string& shape, const std::string& dtype,
       const std::string& fingerprint) const;
 
+  // The newest `limit` results of a kernel source, every shape, dtype and device (imported rows
+  // included), newest first: what a new search of the kernel may learn from.
+  [[nodiscard]] Result<std::vector<ResultRecord>> results_for_kernel(const std::string& kernel,
+      const std::string& source_hash, std::int64_t limit) const;
+
   // Configs (canonical JSON text) whose result for this kernel source and device fingerprint has
   // status crash, timeout, compile_timeout or worker_lost in any job but `except_job` (0 = none):
   // the quarantine a new job skips unless it asks to retry them.

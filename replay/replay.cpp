@@ -16,9 +16,9 @@ std::uint64_t repeat_seed(std::uint64_t seed, std::size_t repeat) {
   return z ^ (z >> 31);
 }
 
-Result<ReplayRun> replay_run(const RecordedSpace& recorded, const std::string& strategy,
-                                       std::size_t budget, std::uint64_t seed, std::size_t batch) {
-  auto made = search::make_strategy(strategy, recorded.space, seed);
+Result<ReplayRun> replay_run(const RecordedSpace& recorded, const std::string& strategy, std::size_t budget,
+                             std::uint64_t seed, std::size_t batch, const search::Prior& prior) {
+  auto made = search::make_strategy(strategy, recorded.space, seed, prior);
   if (!made) return made.error();
   search::Strategy& s = **made;
   const auto start = search::StopCondition::Clock::time_point{};
@@ -47,6 +47,55 @@ Result<ReplayRun> replay_run(const RecordedSpace& recorded, const std::string& s
     }
   }
   return run;
+}
+
+Result<search::PriorSource> prior_source(const RecordedSpace& target, const RecordedSpace& source) {
+  const auto& to = target.space.params();
+  const auto& from = source.space.params();
+  auto names = [](const std::vector<search::SearchParam>& params) {
+    std::vector<std::string> out;
+    for (const auto& p : params) out.push_back(p.name);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  if (names(to) != names(from)) {
+    auto list = [](const std::vector<std::string>& n) {
+      std::string out;
+      for (const auto& name : n) out += (out.empty() ? "" : ",") + name;
+      return out;
+    };
+    return make_error("bad_prior", "prior " + source.label + " has the params " + list(names(from)) + ", " +
+                                       target.label + " has " + list(names(to)) +
+                                       ": a prior must be a recording of the same kernel");
+  }
+  // value_map[p][v]: the index in target of value v of source's param p (-1: target has no such value).
+  std::vector<std::size_t> position(from.size());
+  std::vector<std::vector<std::int64_t>> value_map(from.size());
+  for (std::size_t p = 0; p < from.size(); ++p) {
+    for (std::size_t q = 0; q < to.size(); ++q) {
+      if (to[q].name == from[p].name) position[p] = q;
+    }
+    for (const auto& text : source.value_text[p]) {
+      const auto& target_texts = target.value_text[position[p]];
+      const auto it = std::find(target_texts.begin(), target_texts.end(), text);
+      value_map[p].push_back(it == target_texts.end() ? -1 : it - target_texts.begin());
+    }
+  }
+  search::PriorSource out;
+  out.label = source.label;
+  std::vector<std::uint32_t> indices(to.size());
+  for (std::size_t id = 0; id < source.space.size(); ++id) {
+    const auto from_indices = source.space.indices(id);
+    bool known = true;
+    for (std::size_t p = 0; p < from.size() && known; ++p) {
+      const std::int64_t v = value_map[p][from_indices[p]];
+      known = v >= 0;
+      if (known) indices[position[p]] = static_cast<std::uint32_t>(v);
+    }
+    if (!known) continue;
+    if (const auto mapped = target.space.find(indices)) out.results.push_back({*mapped, source.time_ms[id]});
+  }
+  return out;
 }
 
 std::vector<std::size_t> even_checkpoints(std::size_t budget, std::size_t steps) {
@@ -84,7 +133,8 @@ Result<ReplayReport> run_replay(const RecordedSpace& recorded, const ReplayOptio
 
   double failed_total = 0;
   for (std::size_t r = 0; r < options.repeats; ++r) {
-    auto run = replay_run(recorded, options.strategy, report.budget, repeat_seed(options.seed, r), options.batch);
+    auto run = replay_run(recorded, options.strategy, report.budget, repeat_seed(options.seed, r), options.batch,
+                          options.prior);
     if (!run) return run.error();
     const auto& best_after = run->best_after;
     for (auto& cp : report.checkpoints) {

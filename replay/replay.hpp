@@ -7,6 +7,7 @@
 // found within the first k evaluations (0 while no evaluation succeeded); 1.0 = optimum found.
 #include "core/result.hpp"
 #include "replay/recorded_space.hpp"
+#include "search/prior.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +24,7 @@ struct ReplayOptions {
   std::size_t batch = 1;      // configs asked of the strategy at a time, >= 1
   // Evaluation counts to report, ascending, each in [1, budget]; empty = {budget}.
   std::vector<std::size_t> checkpoints;
+  search::Prior prior;        // earlier results the strategy starts from (prior_source())
 };
 
 struct CheckpointStats {
@@ -52,7 +54,14 @@ struct ReplayRun {
 
 // One run of at most `budget` evaluations. Errors: "unknown_strategy".
 [[nodiscard]] Result<ReplayRun> replay_run(const RecordedSpace& recorded, const std::string& strategy,
-                                                     std::size_t budget, std::uint64_t seed, std::size_t batch = 1);
+                                           std::size_t budget, std::uint64_t seed, std::size_t batch = 1,
+                                           const search::Prior& prior = {});
+
+// The results recorded in `source` as a prior for a search of `target` (another device, another
+// problem size of the same kernel): configs matched by parameter name and value text; those not
+// in target's space are left out. Errors (code "bad_prior"): the files do not have the same
+// parameter names (another kernel), naming both.
+[[nodiscard]] Result<search::PriorSource> prior_source(const RecordedSpace& target, const RecordedSpace& source);
 
 // `repeats` runs, summarised at the checkpoints. Errors: "unknown_strategy", "bad_budget"
 // (budget 0, repeats 0, batch 0, checkpoints not ascending within [1, budget]).

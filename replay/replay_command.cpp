@@ -61,10 +61,25 @@ int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, s
   text->clear();
   text->shrink_to_fit();
 
-  const std::size_t valid = recorded->space.size();
+  search::Prior prior;
+  std::size_t prior_results = 0;
+  for (const auto& prior_file : options.prior_files) {
+    auto prior_text = read_text_file(prior_file);
+    if (!prior_text) return fail(prior_text.error(), k_exit_error);
+    auto prior_recorded = parse_recorded_space(*prior_text, std::filesystem::path(prior_file).filename().string());
+    if (!prior_recorded) return fail(prior_recorded.error(), k_exit_error);
+    auto source = prior_source(*recorded, *prior_recorded);
+    if (!source) return fail(source.error(), k_exit_usage);
+    prior_results += source->results.size();
+    prior.push_back(std::move(*source));
+  }
+
+  // A percentage counts the configs with a recorded time: a failed config is no option to find.
+  const std::size_t configs = recorded->space.size();
+  const std::size_t valid = recorded->measured;
   auto budget = search::parse_evaluation_budget(options.budget, valid);
   if (!budget) return fail(budget.error(), k_exit_usage);
-  const std::size_t evaluations = std::min(*budget, valid);
+  const std::size_t evaluations = std::min(*budget, configs);
 
   ReplayOptions replay_options;
   replay_options.strategy = options.strategy;
@@ -73,6 +88,7 @@ int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, s
   replay_options.seed = options.seed;
   replay_options.batch = options.batch;
   replay_options.checkpoints = even_checkpoints(evaluations, options.json ? 1 : std::max<std::size_t>(1, options.steps));
+  replay_options.prior = std::move(prior);
   auto report = run_replay(*recorded, replay_options);
   if (!report) return fail(report.error(), k_exit_error);
   const CheckpointStats& final_stats = report->checkpoints.back();
@@ -82,7 +98,9 @@ int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, s
         {"file", options.file},
         {"strategy", options.strategy},
         {"budget", evaluations},
+        {"budget_basis", "valid_configs"},
         {"space_size", recorded->space.cartesian_size()},
+        {"configs", configs},
         {"valid_configs", valid},
         {"failed_configs", recorded->failed},
         {"optimum_ms", recorded->optimum_ms},
@@ -90,6 +108,8 @@ int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, s
         {"min_fraction", final_stats.min_fraction},
         {"repeats", options.repeats},
         {"seed", options.seed},
+        {"prior", options.prior_files},
+        {"prior_results", prior_results},
     };
     out << result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     return k_exit_ok;
@@ -101,8 +121,12 @@ int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, s
     out << "kernel     " << (recorded->kernel_name.empty() ? "-" : recorded->kernel_name) << " on "
         << (recorded->device_name.empty() ? "-" : recorded->device_name) << '\n';
   }
-  out << "space      " << valid << " valid configs of " << recorded->space.cartesian_size() << " ("
-      << recorded->measured << " measured, " << recorded->failed << " failed)\n";
+  out << "space      " << configs << " configs of " << recorded->space.cartesian_size() << " (" << valid
+      << " valid: measured, " << recorded->failed << " failed)\n";
+  for (std::size_t i = 0; i < options.prior_files.size(); ++i) {
+    out << (i == 0 ? "prior      " : "           ") << options.prior_files[i] << " ("
+        << replay_options.prior[i].results.size() << " configs of this space)\n";
+  }
   out << "optimum    " << recorded->optimum_ms << " ms  " << recorded->config_text(recorded->optimum_config) << '\n';
   out << "strategy   " << options.strategy << ", budget " << evaluations << " evaluations ("
       << fixed(100.0 * static_cast<double>(evaluations) / static_cast<double>(valid), 2) << "% of valid), "
@@ -127,6 +151,8 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
   m_command->add_option("file", m_options.file,
                         "Kernel Tuner cache (.json or .json.gz), T4 results file or old results list")
       ->required();
+  m_command->add_option("--prior", m_options.prior_files,
+                        "recordings of the same kernel on other devices or sizes to start from");
   m_command->add_option("--strategy", m_options.strategy, "search strategy: " + strategy_list())
       ->check(CLI::IsMember(search::strategy_names()));
   m_command->add_option("--budget", m_options.budget,
@@ -141,10 +167,13 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       "Every proposed config is answered from the file: configs recorded as failed fail,\n"
       "configs absent from the file are invalid and never proposed. The strategy code is the\n"
       "one `ktune tune --strategy` runs. Prints the fraction of the optimum (optimum time /\n"
-      "best time found) after each budget step, averaged over the repeats.\n\n"
+      "best time found) after each budget step, averaged over the repeats. A percentage\n"
+      "budget counts the valid configs (those with a recorded time). --prior files give the\n"
+      "strategy earlier results of the kernel, as ktuned gives it its store's (bayes uses them).\n\n"
       "Examples:\n"
       "  ktune replay A100.json.gz --strategy bayes --budget 2% --repeats 20\n"
-      "  ktune replay RTX_3090.json.gz --strategy genetic --budget 400 --repeats 50 --seed 7 --json\n\n"
+      "  ktune replay RTX_3090.json.gz --strategy genetic --budget 400 --repeats 50 --seed 7 --json\n"
+      "  ktune replay A100.json.gz --prior A4000.json.gz A6000.json.gz --strategy bayes --budget 1%\n\n"
       "Exit codes: 0 ok, 1 error (unreadable or unsupported file), 2 usage error.");
 }
 

@@ -1,20 +1,23 @@
 #pragma once
-// `ktune replay FILE --strategy S --budget N --repeats R [--seed X] [--json]`: replays a recorded
-// GPU search space (Kernel Tuner cache, .json or .json.gz, T4 file, old results list) with a
-// search strategy and prints the fraction of the optimum after each budget step, averaged over
-// the repeats, as a convergence table; with --json one object
-// {"file","strategy","budget","space_size","valid_configs","failed_configs","optimum_ms",
-//  "mean_fraction","min_fraction","repeats","seed"}.
+// `ktune replay FILE [--prior OTHER_FILE...] --strategy S --budget N --repeats R [--seed X] [--json]`:
+// replays a recorded GPU search space (Kernel Tuner cache, .json or .json.gz, T4 file, old results
+// list) with a search strategy and prints the fraction of the optimum after each budget step,
+// averaged over the repeats, as a convergence table; with --json one object
+// {"file","strategy","budget","budget_basis","space_size","valid_configs","failed_configs",
+//  "configs","optimum_ms","mean_fraction","min_fraction","repeats","seed","prior","prior_results"}.
 //
-// space_size = the cartesian product of the parameter values; valid_configs = the configs present
-// in the file (the restricted space searched, including those recorded as failed);
-// `--budget 10%` means 10% of valid_configs.
+// space_size = the cartesian product of the parameter values; configs = the configs present in
+// the file (the restricted space searched, including those recorded as failed); valid_configs =
+// those with a recorded time, failed_configs = the others. `--budget 10%` means 10% of
+// valid_configs (budget_basis "valid_configs"). --prior files are recordings of the same kernel on
+// other devices or problem sizes: the strategy starts from them (search/prior.hpp).
 //
 // Exit codes as the rest of `ktune`: 0 ok, 1 error (unreadable or unsupported file), 2 usage.
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -24,6 +27,7 @@ namespace ktune::replay {
 
 struct ReplayCommandOptions {
   std::string file;
+  std::vector<std::string> prior_files;
   std::string strategy = "bayes";
   std::string budget = "2%";  // evaluations, or a percentage of the valid configs
   std::size_t repeats = 20;

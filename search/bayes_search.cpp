@@ -18,17 +18,30 @@
 // config while there are at most k_pool_all of them, else at k_pool_random random ones plus the
 // unproposed Hamming neighbours of the k_elite fastest configs.
 //
+// With a prior (search/prior.hpp: earlier results of the kernel on other shapes or devices) the
+// first k_prior_picks picks are the prior's best configs, then come the k_initial random ones
+// (so that the prior is checked against configs it did not choose). The prior is trusted while
+// its scores agree with the results measured here: a Spearman correlation over the configs it
+// scored of at least k_min_agreement and significant (k_agreement_z standard errors), or fewer
+// than k_agreement_after such configs. Trusted, its score of a config is one more model input
+// (its length scale, fitted like the others, decides how much it counts), the share of its
+// sources in which a config failed is one more input of the failure forest, and the global pool
+// always holds its k_prior_pool best unproposed configs. A prior that disagrees gives those
+// inputs one constant value, which the models ignore: the search goes on as without it.
+//
 // Cost: the training set is capped at k_max_train results (the fastest half and the most recent
 // half), so a proposal costs O(k_max_train^2) per candidate at worst, and the hyper-parameters
 // are refitted only while the data is small or has grown by k_refit_growth. Proposals in one
 // batch come from the same fit, each excluded from the next.
 #include "search/gaussian_process.hpp"
+#include "search/prior.hpp"
 #include "search/regression_forest.hpp"
 #include "search/strategies.hpp"
 #include "search/surrogate_support.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace ktune::search {
 
@@ -45,19 +58,32 @@ constexpr std::size_t k_max_failures = 30;       // failed results added to the 
 constexpr std::size_t k_failure_trees = 16;
 constexpr std::size_t k_trust_every = 2;
 constexpr std::size_t k_trust_radius = 2;
+constexpr std::size_t k_prior_picks = 1;   // the prior's best configs, evaluated first
+constexpr std::size_t k_prior_pool = 64;
+constexpr std::size_t k_agreement_after = 4;
+constexpr double k_min_agreement = 0.3;
+constexpr double k_agreement_z = 1.65;
+// The prior's score of a config no source measured: the middle.
+constexpr double k_unknown_score = 0.5;
 
 class BayesSearch final : public Strategy {
 public:
-  BayesSearch(const SearchSpace& space, std::uint64_t seed)
-      : Strategy(space, seed), m_encoder(space) {}
+  BayesSearch(const SearchSpace& space, std::uint64_t seed, const Prior& prior)
+      : Strategy(space, seed), m_encoder(space), m_prior(estimate_prior(space, prior)),
+        m_features(m_encoder.size() + (m_prior.empty() ? 0 : 1)), m_prior_picked(space.size(), false) {}
   [[nodiscard]] std::string_view name() const override { return "bayes"; }
 
 private:
   void next(std::size_t max_batch, std::vector<std::size_t>& out) override {
-    const bool model_ready = proposed_count() >= k_initial && best() && m_encoder.size() > 0;
+    const std::size_t prior_picks = m_prior.empty() ? 0 : k_prior_picks;
+    const bool model_ready = proposed_count() >= prior_picks + k_initial && best() && m_features > 0;
     while (out.size() < max_batch) {
       std::optional<std::size_t> pick;
-      if (model_ready) pick = choose(out);
+      if (model_ready) {
+        pick = choose(out);
+      } else if (proposed_count() + out.size() < prior_picks) {
+        pick = prior_pick(out);
+      }
       if (!pick) pick = random_unproposed();
       if (!pick || std::find(out.begin(), out.end(), *pick) != out.end()) return;
       out.push_back(*pick);
@@ -66,11 +92,31 @@ private:
 
   void learn(std::size_t config, std::optional<double>) override { m_observed_ids.push_back(config); }
 
+  // The best unproposed config of the prior not in `taken`; nullopt without a prior.
+  std::optional<std::size_t> prior_pick(const std::vector<std::size_t>& taken) {
+    for (; m_prior_next < m_prior.ranked.size(); ++m_prior_next) {
+      const std::size_t id = m_prior.ranked[m_prior_next];
+      if (!is_proposed(id) && std::find(taken.begin(), taken.end(), id) == taken.end()) {
+        m_prior_picked[id] = true;
+        return id;
+      }
+    }
+    return std::nullopt;
+  }
+
+  // The model inputs of a config: the encoder's features, then the prior's score.
+  void append_features(std::size_t id, std::vector<double>& out) const {
+    m_encoder.append(id, out);
+    if (m_prior.empty()) return;
+    const double score = m_prior.score[id];
+    out.push_back(!m_prior_trusted || std::isnan(score) ? k_unknown_score : score);
+  }
+
   // The unproposed candidate not in `taken` with the largest expected improvement (times the
   // chance that it runs); nullopt when there is none.
   std::optional<std::size_t> choose(const std::vector<std::size_t>& taken) {
     if (m_fitted_at != observed_count()) fit();
-    const std::size_t d = m_encoder.size();
+    const std::size_t d = m_features;
     const double best_y = std::log(best()->time_ms);
 
     const std::vector<std::size_t> pool = candidates(taken);
@@ -81,7 +127,7 @@ private:
     // result is the same as scoring every candidate exactly.
     std::vector<double> rows;
     rows.reserve(pool.size() * d);
-    for (std::size_t id : pool) m_encoder.append(id, rows);
+    for (std::size_t id : pool) append_features(id, rows);
     std::vector<std::vector<double>> covariances(pool.size());
     std::vector<double> means(pool.size());
     std::vector<std::pair<double, std::size_t>> bound(pool.size());
@@ -96,7 +142,7 @@ private:
     for (const auto& [negative_bound, i] : bound) {
       if (-negative_bound <= best_score) break;
       double score = expected_improvement(means[i], m_gp.finish_stddev(covariances[i]), best_y);
-      if (m_failures_seen) score *= 1.0 - std::clamp(m_failure_forest.predict(&rows[i * d]).mean, 0.0, 1.0);
+      if (m_failures_seen) score *= 1.0 - std::clamp(failure_chance(pool[i], &rows[i * d]), 0.0, 1.0);
       if (score > best_score) {
         best_score = score;
         best_id = pool[i];
@@ -128,6 +174,14 @@ private:
           std::swap(all[k], all[k + uniform_index(all.size() - k)]);
           pool.push_back(all[k]);
         }
+        std::size_t added = 0;
+        for (std::size_t id : m_prior.ranked) {
+          if (added == k_prior_pool || !m_prior_trusted) break;
+          if (!is_proposed(id)) {
+            pool.push_back(id);
+            ++added;
+          }
+        }
         for (std::size_t e = 0; e < std::min(k_elite, m_ranked_ok.size()); ++e) {
           for (std::size_t n : space().neighbours(m_ranked_ok[e], Neighbourhood::hamming)) {
             if (!is_proposed(n)) pool.push_back(n);
@@ -150,6 +204,7 @@ private:
     std::sort(ok.begin(), ok.end());
     m_ranked_ok.clear();
     for (const auto& entry : ok) m_ranked_ok.push_back(entry.second);
+    if (!m_prior.empty()) m_prior_trusted = prior_agrees();
 
     // Training set: every success, or the fastest half and the most recent half of the cap.
     std::vector<std::size_t> train;
@@ -166,9 +221,9 @@ private:
     }
     std::vector<double> x;
     std::vector<double> y;
-    x.reserve(train.size() * m_encoder.size());
+    x.reserve(train.size() * m_features);
     for (std::size_t id : train) {
-      m_encoder.append(id, x);
+      append_features(id, x);
       y.push_back(std::log(time(id)));
     }
     // The most recent failures enter the time model as the slowest time seen.
@@ -177,7 +232,7 @@ private:
       std::size_t added = 0;
       for (auto it = m_observed_ids.rbegin(); it != m_observed_ids.rend() && added < k_max_failures; ++it) {
         if (state(*it) != State::failed) continue;
-        m_encoder.append(*it, x);
+        append_features(*it, x);
         y.push_back(worst);
         ++added;
       }
@@ -187,24 +242,99 @@ private:
     if (refit) m_hyper_fitted_at = train.size();
     // A failed factorisation leaves a model that predicts the mean with the prior's variance:
     // the search then degrades to exploring, it does not stop.
-    (void)m_gp.fit(x, y, m_encoder.size(), refit ? HyperParameters::optimise : HyperParameters::keep);
+    (void)m_gp.fit(x, y, m_features, refit ? HyperParameters::optimise : HyperParameters::keep);
 
     m_failures_seen = failed_count() > 0;
     if (m_failures_seen) {
       std::vector<double> fx;
       std::vector<double> fy;
-      fx.reserve(m_observed_ids.size() * m_encoder.size());
+      fx.reserve(m_observed_ids.size() * (m_features + 1));
       for (std::size_t id : m_observed_ids) {
-        m_encoder.append(id, fx);
+        append_failure_features(id, fx);
         fy.push_back(state(id) == State::failed ? 1.0 : 0.0);
       }
       ForestOptions options;
       options.trees = k_failure_trees;
-      m_failure_forest.fit(fx, fy, m_encoder.size(), options, rng());
+      m_failure_forest.fit(fx, fy, failure_features(), options, rng());
     }
   }
 
+  // Whether the prior's own picks (the first k_prior_picks results) did better than the
+  // k_initial random ones after them: a prior whose favourites lose to random configs is one of
+  // another kind of device. True until those results are in.
+  [[nodiscard]] bool prior_picks_won() const {
+    if (m_observed_ids.size() < k_prior_picks + k_initial) return true;
+    double picked = std::numeric_limits<double>::infinity();
+    double random = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < k_prior_picks + k_initial; ++i) {
+      const std::size_t id = m_observed_ids[i];
+      if (state(id) != State::ok) continue;
+      double& best = m_prior_picked[id] ? picked : random;
+      best = std::min(best, time(id));
+    }
+    return picked <= random;
+  }
+
+  // Whether the prior's scores rank the configs measured here as their times do: Spearman
+  // correlation at least k_min_agreement, or too few scored configs to tell.
+  [[nodiscard]] bool prior_agrees() const {
+    if (!prior_picks_won()) return false;
+    std::vector<std::pair<double, double>> pairs; // (score, time)
+    for (std::size_t id : m_ranked_ok) {
+      if (!std::isnan(m_prior.score[id])) pairs.emplace_back(m_prior.score[id], time(id));
+    }
+    if (pairs.size() < k_agreement_after) return true;
+    auto ranks = [&](auto key) {
+      std::vector<std::size_t> order(pairs.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return key(pairs[a]) < key(pairs[b]); });
+      std::vector<double> rank(pairs.size());
+      for (std::size_t i = 0; i < order.size();) {
+        std::size_t j = i;
+        while (j + 1 < order.size() && key(pairs[order[j + 1]]) == key(pairs[order[i]])) ++j;
+        for (std::size_t k = i; k <= j; ++k) rank[order[k]] = 0.5 * static_cast<double>(i + j);
+        i = j + 1;
+      }
+      return rank;
+    };
+    const auto a = ranks([](const auto& p) { return p.first; });
+    const auto b = ranks([](const auto& p) { return p.second; });
+    const double mean = 0.5 * static_cast<double>(pairs.size() - 1);
+    double ab = 0, aa = 0, bb = 0;
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      ab += (a[i] - mean) * (b[i] - mean);
+      aa += (a[i] - mean) * (a[i] - mean);
+      bb += (b[i] - mean) * (b[i] - mean);
+    }
+    if (aa <= 0 || bb <= 0) return true;
+    const double needed = std::max(k_min_agreement, k_agreement_z / std::sqrt(static_cast<double>(pairs.size() - 1)));
+    return ab / std::sqrt(aa * bb) >= needed;
+  }
+
+  // The failure forest's inputs: the model's, then (with a prior) the share of the prior's
+  // sources in which the config failed.
+  [[nodiscard]] std::size_t failure_features() const { return m_features + (m_prior.empty() ? 0 : 1); }
+  void append_failure_features(std::size_t id, std::vector<double>& out) const {
+    append_features(id, out);
+    if (m_prior.empty()) return;
+    const double failed = m_prior.failure[id];
+    out.push_back(!m_prior_trusted || std::isnan(failed) ? 0.0 : failed);
+  }
+  // The failure forest's estimate for config `id` whose model inputs are `row`.
+  [[nodiscard]] double failure_chance(std::size_t id, const double* row) const {
+    if (m_prior.empty()) return m_failure_forest.predict(row).mean;
+    std::vector<double> features(row, row + m_features);
+    const double failed = m_prior.failure[id];
+    features.push_back(!m_prior_trusted || std::isnan(failed) ? 0.0 : failed);
+    return m_failure_forest.predict(features.data()).mean;
+  }
+
   FeatureEncoder m_encoder;
+  PriorEstimate m_prior;
+  std::size_t m_features = 0;         // model inputs: the encoder's, plus one with a prior
+  std::size_t m_prior_next = 0;       // position in m_prior.ranked of the next prior pick
+  bool m_prior_trusted = true;        // as of the last fit (prior_agrees())
+  std::vector<bool> m_prior_picked;   // per config: proposed as one of the prior's picks
   std::vector<std::size_t> m_observed_ids; // in the order the results arrived
   std::vector<std::size_t> m_ranked_ok;    // successes, fastest first (as of the last fit)
   GaussianProcess m_gp;
@@ -217,8 +347,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<Strategy> make_bayes(const SearchSpace& space, std::uint64_t seed) {
-  return std::make_unique<BayesSearch>(space, seed);
+std::unique_ptr<Strategy> make_bayes(const SearchSpace& space, std::uint64_t seed, const Prior& prior) {
+  return std::make_unique<BayesSearch>(space, seed, prior);
 }
 
 } // namespace ktune::search

@@ -101,13 +101,16 @@ const std::vector<std::string>& strategy_names() {
   return names;
 }
 
-Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, const SearchSpace& space, std::uint64_t seed) {
+bool uses_prior(std::string_view name) { return name == "bayes"; }
+
+Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, const SearchSpace& space, std::uint64_t seed,
+                                                const Prior& prior) {
   if (name == "exhaustive") return make_exhaustive(space, seed);
   if (name == "random") return make_random(space, seed);
   if (name == "local") return make_local(space, seed);
   if (name == "annealing") return make_annealing(space, seed);
   if (name == "genetic") return make_genetic(space, seed);
-  if (name == "bayes") return make_bayes(space, seed);
+  if (name == "bayes") return make_bayes(space, seed, prior);
   std::string known;
   for (const auto& n : strategy_names()) known += (known.empty() ? "" : ", ") + n;
   return make_error("unknown_strategy", "unknown strategy '" + std::string(name) + "'; expected one of: " + known);

@@ -16,6 +16,7 @@
 // their arguments only (std::mt19937_64 seeded explicitly; no hash-order dependence).
 // Not thread-safe: one strategy object belongs to one job.
 #include "core/result.hpp"
+#include "search/prior.hpp"
 #include "search/search_space.hpp"
 
 #include <cstddef>
@@ -104,6 +105,9 @@ private:
 // The names make_strategy() accepts, in the order they are documented.
 [[nodiscard]] const std::vector<std::string>& strategy_names();
 
+// Whether the strategy of this name learns from a prior given to make_strategy().
+[[nodiscard]] bool uses_prior(std::string_view name);
+
 // exhaustive  every config in id order
 // random      uniform sampling without replacement
 // local       greedy first-improvement hill climbing over Hamming neighbours, random restarts
@@ -111,8 +115,11 @@ private:
 // genetic     steady-state genetic algorithm; crossover and mutation repaired to valid configs
 // bayes       Bayesian optimisation: Gaussian-process surrogate on log time, proposing by expected
 //             improvement (times the estimated chance to run) over a pool of candidates
+// `prior`: earlier results of the kernel (search/prior.hpp); a strategy for which uses_prior()
+// is true learns from it (bayes), the others start from nothing whatever it holds. Only read
+// during the call.
 // Errors (code "unknown_strategy") list the valid names.
 [[nodiscard]] Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, const SearchSpace& space,
-                                                              std::uint64_t seed);
+                                                              std::uint64_t seed, const Prior& prior = {});
 
 } // namespace ktune::search

@@ -113,6 +113,7 @@ TEST_CASE("core/protocol: typed requests", "[core][protocol]") {
     CHECK(t->strategy == "exhaustive");
     CHECK_FALSE(t->budget.has_value());
     CHECK_FALSE(t->wait);
+    CHECK_FALSE(t->cold);
 
     p::TuneRequest full;
     full.kernel = "gemm";
@@ -122,6 +123,7 @@ TEST_CASE("core/protocol: typed requests", "[core][protocol]") {
     full.strategy = "random";
     full.budget = 20;
     full.wait = true;
+    full.cold = true;
     const json j = full.to_json();
     CHECK(j["op"] == "tune");
     auto decoded = p::decode_request(j.dump());
@@ -136,7 +138,11 @@ TEST_CASE("core/protocol: typed requests", "[core][protocol]") {
     CHECK(back->strategy == "random");
     CHECK(back->budget == 20);
     CHECK(back->wait);
+    CHECK(back->cold);
     CHECK_FALSE(p::TuneRequest{}.to_json().contains("budget"));
+    CHECK_FALSE(p::TuneRequest{}.to_json().contains("cold"));
+    CHECK(p::TuneRequest::from_json({{"kernel", "gemm"}, {"shape", "M=1"}, {"cold", 1}}).error().code ==
+          "bad_request");
   }
   SECTION("tune: field errors name op and field") {
     auto missing = p::TuneRequest::from_json({{"kernel", "gemm"}});

@@ -133,3 +133,79 @@ TEST_CASE("replay/replay: even checkpoints", "[replay][replay]") {
   CHECK(ktune::replay::even_checkpoints(7, 1) == std::vector<std::size_t>{7});
   CHECK(ktune::replay::even_checkpoints(0, 5).empty());
 }
+
+TEST_CASE("replay/replay: a recording of another device as a prior", "[replay][prior]") {
+  const RecordedSpace target = synthetic_recording();
+  SECTION("configs map by name and value text; those not in the target's space are left out") {
+    RecordedSpace source = synthetic_recording();
+    source.label = "other device";
+    auto prior = ktune::replay::prior_source(target, source);
+    REQUIRE(prior.ok());
+    CHECK(prior->label == "other device");
+    CHECK(prior->results.size() == target.space.size());
+    for (const auto& r : prior->results) CHECK(r.time_ms == target.time_ms[r.config]);
+  }
+  SECTION("param order and value lists may differ") {
+    // The same kernel with the params listed the other way round and value 9 of a unknown here.
+    std::vector<std::vector<std::uint32_t>> configs;
+    RecordedSpace source;
+    for (std::uint32_t b = 0; b < 10; ++b) {
+      for (std::uint32_t a = 0; a < 11; ++a) {
+        configs.push_back({b, a});
+        source.time_ms.push_back(1.0 + a + b);
+      }
+    }
+    std::vector<double> b_values{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    std::vector<double> a_values{0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11};
+    auto space = ktune::search::SearchSpace::create({{"b", b_values}, {"a", a_values}}, configs);
+    REQUIRE(space.ok());
+    source.space = std::move(space).value();
+    source.label = "reordered";
+    source.value_text = {{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"},
+                         {"0", "1", "2", "3", "4", "5", "6", "7", "8", "10", "11"}};
+    auto prior = ktune::replay::prior_source(target, source);
+    REQUIRE(prior.ok());
+    std::size_t expected = 0; // a in 0..8 (9 values shared), a != b
+    for (std::uint32_t a = 0; a < 9; ++a) {
+      for (std::uint32_t b = 0; b < 10; ++b) expected += a != b ? 1 : 0;
+    }
+    CHECK(prior->results.size() == expected);
+    const std::vector<std::uint32_t> at{2, 5};
+    const std::size_t id = *target.space.find(at);
+    bool found = false;
+    for (const auto& r : prior->results) {
+      if (r.config == id) {
+        found = true;
+        CHECK(*r.time_ms == 1.0 + 2 + 5);
+      }
+    }
+    CHECK(found);
+  }
+  SECTION("a recording of another kernel is refused") {
+    RecordedSpace other = synthetic_recording();
+    std::vector<std::vector<std::uint32_t>> configs{{0}, {1}};
+    auto space = ktune::search::SearchSpace::create({{"block", {32, 64}}}, configs);
+    REQUIRE(space.ok());
+    other.space = std::move(space).value();
+    other.value_text = {{"32", "64"}};
+    other.time_ms = {1.0, 2.0};
+    other.label = "other kernel";
+    auto prior = ktune::replay::prior_source(target, other);
+    REQUIRE_FALSE(prior.ok());
+    CHECK(prior.error().code == "bad_prior");
+    CHECK(prior.error().message.find("other kernel") != std::string::npos);
+  }
+  SECTION("bayes with a prior of the same landscape starts at its optimum") {
+    ReplayOptions options;
+    options.strategy = "bayes";
+    options.budget = 1;
+    options.repeats = 3;
+    RecordedSpace source = synthetic_recording();
+    auto prior = ktune::replay::prior_source(target, source);
+    REQUIRE(prior.ok());
+    options.prior.push_back(std::move(*prior));
+    auto report = ktune::replay::run_replay(target, options);
+    REQUIRE(report.ok());
+    CHECK(report->checkpoints.back().optimum_rate == 1.0);
+  }
+}

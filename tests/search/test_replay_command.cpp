@@ -57,7 +57,7 @@ TEST_CASE("replay/replay_command: table and JSON", "[replay][replay_command]") {
     ReplayCommandOptions options;
     options.file = file;
     options.strategy = "exhaustive";
-    options.budget = "100%";
+    options.budget = "11";
     options.repeats = 2;
     options.json = true;
     const Outcome o = run(options);
@@ -67,9 +67,13 @@ TEST_CASE("replay/replay_command: table and JSON", "[replay][replay_command]") {
     CHECK(j["file"] == file);
     CHECK(j["strategy"] == "exhaustive");
     CHECK(j["budget"] == 11);
+    CHECK(j["budget_basis"] == "valid_configs");
     CHECK(j["space_size"] == 12);
-    CHECK(j["valid_configs"] == 11);
+    CHECK(j["configs"] == 11);
+    CHECK(j["valid_configs"] == 10);
     CHECK(j["failed_configs"] == 1);
+    CHECK(j["prior"] == nlohmann::json::array());
+    CHECK(j["prior_results"] == 0);
     CHECK(j["optimum_ms"] == 1.0);
     CHECK(j["mean_fraction"] == 1.0);
     CHECK(j["min_fraction"] == 1.0);
@@ -84,11 +88,49 @@ TEST_CASE("replay/replay_command: table and JSON", "[replay][replay_command]") {
     options.steps = 3;
     const Outcome o = run(options);
     REQUIRE(o.code == 0);
-    CHECK_THAT(o.out, Catch::Contains("11 valid configs of 12 (10 measured, 1 failed)"));
+    CHECK_THAT(o.out, Catch::Contains("11 configs of 12 (10 valid: measured, 1 failed)"));
     CHECK_THAT(o.out, Catch::Contains("optimum    1 ms  a=8,b=2"));
     CHECK_THAT(o.out, Catch::Contains("EVALS"));
     // Rows for 2, 4 and 6 evaluations.
     CHECK_THAT(o.out, Catch::Contains("\n     2 ") && Catch::Contains("\n     4 ") && Catch::Contains("\n     6 "));
+  }
+  SECTION("a percentage counts the valid configs, not the failed ones") {
+    ReplayCommandOptions options;
+    options.file = file;
+    options.strategy = "random";
+    options.budget = "100%";
+    options.json = true;
+    const Outcome o = run(options);
+    REQUIRE(o.code == 0);
+    CHECK(nlohmann::json::parse(o.out)["budget"] == 10);
+  }
+  SECTION("--prior: a recording of the same kernel on another device") {
+    std::string other = cache_text();
+    other.replace(other.find("\"GPU\""), 5, "\"GPU2\"");
+    ReplayCommandOptions options;
+    options.file = file;
+    options.prior_files = {dir.write("other.json", other).string()};
+    options.strategy = "bayes";
+    options.budget = "1";
+    options.repeats = 3;
+    options.json = true;
+    Outcome o = run(options);
+    REQUIRE(o.code == 0);
+    const auto j = nlohmann::json::parse(o.out);
+    CHECK(j["prior"] == nlohmann::json::array({options.prior_files[0]}));
+    CHECK(j["prior_results"] == 11);
+    CHECK(j["mean_fraction"] == 1.0); // its optimum is the same config: evaluated first
+
+    options.json = false;
+    o = run(options);
+    REQUIRE(o.code == 0);
+    CHECK_THAT(o.out, Catch::Contains("prior      " + options.prior_files[0] + " (11 configs of this space)"));
+
+    options.prior_files = {dir.write("another.json", R"({"tune_params_keys": ["m"], "tune_params": {"m": [1]},
+"objective": "time", "cache": {"1": {"m": 1, "time": 1.0}}})").string()};
+    o = run(options);
+    CHECK(o.code == 2);
+    CHECK_THAT(o.err, Catch::Contains("bad_prior") && Catch::Contains("another.json"));
   }
   SECTION("errors and exit codes") {
     ReplayCommandOptions options;
@@ -142,7 +184,7 @@ TEST_CASE("replay/replay_command: registered on a CLI11 app", "[replay][replay_c
     REQUIRE(outcome.code == 0);
     const auto j = nlohmann::json::parse(outcome.out);
     CHECK(j["strategy"] == "genetic");
-    CHECK(j["budget"] == 6);
+    CHECK(j["budget"] == 5);
     CHECK(j["seed"] == 3);
   }
   SECTION("the front end's own --json") {

@@ -1,0 +1,145 @@
+// A search that remembers, end to end: ktuned gives a bayes tune the store's results of the same
+// kernel at other shapes as its prior (daemon/planner), unless the request asks for a cold search.
+// gemm on the CPU at two shapes brute force, then a third shape with a budget of 5%, five seeds
+// with the prior and five cold; the third shape's brute-force run comes first so that every
+// budgeted job is answered from its rows (reused, not measured again) and the comparison does
+// not depend on measurement noise.
+#include "client/client.hpp"
+#include "tests/integration/daemon_process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <limits>
+#include <thread>
+#include <string>
+#include <vector>
+
+using namespace std::chrono_literals;
+using ktune::Connection;
+using ktune::test::DaemonProcess;
+using ktune::test::TempDir;
+using nlohmann::json;
+
+namespace {
+
+constexpr auto k_start_timeout = 60s;
+constexpr auto k_tune_timeout = 600s;
+
+const std::string k_tiny_measure = R"(
+[measure]
+min_samples = 3
+max_samples = 20
+max_time_s = 0.02
+min_time_s = 0
+warmup_ms = 1
+flush_cache = false
+)";
+
+// Runs one tune with "wait" and returns the job summary (the reply's result).
+json tune(Connection& c, json request) {
+  request["op"] = "tune";
+  request["kernel"] = "gemm";
+  request["wait"] = true;
+  auto reply = c.request(request, {}, k_tune_timeout);
+  INFO((reply ? reply->dump() : reply.error().message));
+  REQUIRE(reply.ok());
+  REQUIRE(reply->value("ok", false));
+  const json& summary = reply->at("result");
+  REQUIRE(summary.at("job").at("state") == "done");
+  return summary;
+}
+
+json job_results(Connection& c, std::int64_t job) {
+  auto reply = c.request({{"op", "job"}, {"job", job}}, {}, 30s);
+  REQUIRE(reply.ok());
+  REQUIRE(reply->value("ok", false));
+  return reply->at("result").at("results");
+}
+
+// Polls the job until it ends; its results.
+json wait_done(Connection& c, std::int64_t job) {
+  const auto deadline = std::chrono::steady_clock::now() + k_tune_timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto reply = c.request({{"op", "job"}, {"job", job}}, {}, 30s);
+    REQUIRE(reply.ok());
+    REQUIRE(reply->value("ok", false));
+    const std::string state = reply->at("result").at("job").at("state").get<std::string>();
+    if (state != "queued" && state != "running") {
+      REQUIRE(state == "done");
+      return reply->at("result").at("results");
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  FAIL("job " << job << " did not end in time");
+  return json();
+}
+
+// The smallest median of the job's ok results that were measured in full (not pruned).
+double best_median(const json& results) {
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& r : results) {
+    if (r.at("status") == "ok" && !r.value("pruned", false)) best = std::min(best, r.at("median_ms").get<double>());
+  }
+  return best;
+}
+
+} // namespace
+
+TEST_CASE("a bayes tune starts from the results of other shapes unless asked to be cold",
+          "[integration][prior]") {
+  TempDir home;
+  home.write("ktuned.toml", k_tiny_measure);
+  DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(), "--kernel-dir",
+                                    KTUNE_SOURCE_DIR "/kernels_src", "--log-level", "info"});
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto connected = Connection::connect(daemon.socket());
+  REQUIRE(connected.ok());
+  Connection& c = *connected;
+
+  // 72 admitted configs at each of these shapes, the same ones: compiled once, measured per shape.
+  const std::string target = "M=96,N=96,K=96";
+  tune(c, {{"shape", "M=80,N=80,K=80"}, {"strategy", "exhaustive"}});
+  tune(c, {{"shape", "M=112,N=112,K=112"}, {"strategy", "exhaustive"}});
+  const json brute = tune(c, {{"shape", target}, {"strategy", "exhaustive"}});
+  const double optimum = best_median(job_results(c, brute.at("job").at("id").get<std::int64_t>()));
+  REQUIRE(optimum < std::numeric_limits<double>::infinity());
+
+  int warm_hits = 0, cold_hits = 0;
+  for (int seed = 0; seed < 5; ++seed) {
+    for (const bool cold : {false, true}) {
+      json request{{"op", "tune"}, {"kernel", "gemm"}, {"shape", target}, {"strategy", "bayes"},
+                   {"budget_fraction", 0.05}, {"seed", seed}};
+      if (cold) request["cold"] = true;
+      auto queued = c.request(request, {}, 30s);
+      REQUIRE(queued.ok());
+      INFO(queued->dump());
+      REQUIRE(queued->value("ok", false));
+      const json& reply = queued->at("result");
+      CHECK_FALSE(reply.value("joined", false));
+      const std::int64_t total = reply.at("total").get<std::int64_t>();
+      CHECK(total == 4); // 5% of 72, rounded
+      if (cold) {
+        CHECK(reply.at("prior").is_null());
+      } else {
+        REQUIRE(reply.at("prior").is_object());
+        const json& sources = reply.at("prior").at("sources");
+        REQUIRE(sources.size() == 2); // the two other shapes, never the job's own
+        for (const auto& s : sources) {
+          CHECK(s.at("shape") != target);
+          CHECK(s.at("device") == "cpu");
+          CHECK(s.at("results") == 72);
+        }
+        CHECK(reply.at("prior").at("results") == 144);
+      }
+      const std::int64_t job = reply.at("job").get<std::int64_t>();
+      const json results = wait_done(c, job);
+      CHECK(static_cast<std::int64_t>(results.size()) == total);
+      for (const auto& r : results) CHECK(r.at("reason").get<std::string>().find("reused from job") == 0);
+      const bool hit = best_median(results) <= 1.05 * optimum;
+      (cold ? cold_hits : warm_hits) += hit ? 1 : 0;
+    }
+  }
+  INFO("within 5% of the optimum: " << warm_hits << " of 5 with the prior, " << cold_hits << " of 5 cold");
+  CHECK(warm_hits > cold_hits);
+}
