@@ -305,9 +305,14 @@ Result<std::int64_t> wait_ready(const Spawned& child, const std::string& log,
       while (!eof && (got = ::read(child.ready.get(), buf, sizeof(buf))) > 0)
         received.append(buf, static_cast<std::size_t>(got));
       if (received.find('\n') != std::string::npos) continue;
+      const std::string tail = log_tail(log, log_offset);
+      // Another start won the instance lock: ours lost the race, the daemon runs.
+      if (tail.find("ktuned already running") != std::string::npos) {
+        return make_error("already_running", tail);
+      }
       return make_error("daemon_failed", "ktuned " + describe_wait_status(status) +
                                              " before it was ready; the end of " + log + ":\n" +
-                                             log_tail(log, log_offset));
+                                             tail);
     }
   }
 }
@@ -596,6 +601,21 @@ int daemon_start(const GlobalOptions& global, const DaemonStartOptions& options,
   auto child = spawn_detached(args, *log);
   if (!child) return report(io, child.error(), socket);
   auto pid = wait_ready(*child, log_path, log_offset);
+  if (!pid && pid.error().code == "already_running") {
+    // Started at the same time as another start, which won: report that daemon once it answers,
+    // as a start finding it running would.
+    const auto deadline = Clock::now() + k_ready_timeout;
+    for (;;) {
+      auto answered = call(socket, op("stats"), k_probe_timeout);
+      if (answered) {
+        if (global.json) print_json(io, *answered);
+        else io.out << "ktuned already running (pid " << as_text(field(*answered, "pid")) << ")\n";
+        return k_exit_ok;
+      }
+      if (Clock::now() >= deadline) return report(io, answered.error(), socket);
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  }
   if (!pid) {
     io.err << "ktune: " << pid.error().message;
     if (pid.error().message.empty() || pid.error().message.back() != '\n') io.err << '\n';

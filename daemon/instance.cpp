@@ -16,16 +16,6 @@ Error io_error(const std::string& what, const std::string& path, int err) {
   return make_error("io_error", what + " " + path + ": " + std::strerror(err));
 }
 
-bool write_all(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    text.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
-}
-
 std::string read_small(int fd) {
   char buf[64] = {};
   const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
@@ -58,6 +48,16 @@ Result<UniqueFd> lock_exclusive(const std::string& lock_file, std::string& holde
 }
 
 } // namespace
+
+bool write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
 
 Result<InstanceLock> InstanceLock::acquire(const std::string& lock_file, const std::string& pid_file) {
   std::string holder;

@@ -7,6 +7,7 @@
 #include "core/unique_fd.hpp"
 
 #include <string>
+#include <string_view>
 
 namespace ktune::daemon {
 
@@ -35,6 +36,9 @@ private:
   UniqueFd m_fd;
   std::string m_pid_file;
 };
+
+// Writes all of `text` to `fd`, retrying short writes and EINTR. False on an error (errno set).
+[[nodiscard]] bool write_all(int fd, std::string_view text);
 
 // Creates `dir` and missing parents; directories it creates get mode 0700, existing ones are
 // left as they are. Errors: io_error naming the directory.

@@ -1,5 +1,6 @@
 #include "daemon/store_writer.hpp"
 
+#include "daemon/instance.hpp"
 #include "daemon/log.hpp"
 #include "jobs/bench_job.hpp"
 
@@ -96,16 +97,6 @@ std::string stall_reason(const Error& error) {
   if (error.code == "db_busy") return "database busy (another process holds its lock): " + error.message;
   if (error.code == "db_full") return "database full (no space left on its disk): " + error.message;
   return "database I/O error: " + error.message;
-}
-
-bool write_all(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    text.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
 }
 
 } // namespace

@@ -339,6 +339,17 @@ TEST_CASE("ktune starts a daemon when none runs and two racing starts end with o
     CHECK_FALSE(std::filesystem::exists(home.str() + "/ktuned.sock"));
   }
 
+  SECTION("ten concurrent `ktune daemon start`: one starts, the others report it and exit 0") {
+    std::vector<pid_t> starts;
+    for (int i = 0; i < 10; ++i) starts.push_back(spawn_ktune(home.str(), {"daemon", "start"}, {}));
+    for (const pid_t start : starts) CHECK(wait_child(start) == 0);
+    CHECK(count_lines_with(log, "listening on") == 1);
+    const int pid = read_pid(pid_file);
+    REQUIRE(pid > 0);
+    ::kill(pid, SIGTERM);
+    CHECK(wait_gone(pid, 30s));
+  }
+
   SECTION("a killed daemon's stale socket and pid file do not stop the next start") {
     const std::map<std::string, std::string> env = {{"KTUNE_AUTOSTART_IDLE_S", "30"}};
     REQUIRE(wait_child(spawn_ktune(home.str(), {"jobs"}, env)) == 0);
