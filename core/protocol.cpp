@@ -108,12 +108,14 @@ constexpr std::size_t k_max_nesting = 64;
 } // namespace
 
 Result<Request> decode_request(std::string_view line) {
-  json body = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return make_error(code::bad_json, "the request line is not valid JSON");
+  // Measured before the parse: building and freeing a tree 500,000 levels deep costs hundreds
+  // of ms, the scan a linear pass.
   if (const std::size_t depth = json_nesting_depth(line); depth > k_max_nesting) {
     return make_error(code::bad_request, "the request nests arrays and objects " + std::to_string(depth) +
                                              " levels deep (at most " + std::to_string(k_max_nesting) + ")");
   }
+  json body = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return make_error(code::bad_json, "the request line is not valid JSON");
   if (!body.is_object()) {
     return make_error(code::bad_request, "expected a JSON object as the request, found " + json_type(body));
   }
