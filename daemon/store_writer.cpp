@@ -192,6 +192,9 @@ void StoreWriter::retry() {
     Done done = std::move(head.done);
     m_queue.pop_front();
     if (m_stall) m_stall->waiting = m_queue.size();
+    // The stall is over (and the journal gone) before the last write's completion runs: it may
+    // announce a job's end, and whoever hears of it sees no stall left behind.
+    if (m_queue.empty()) end_stall();
     if (done) done(written);
   }
   end_stall();
