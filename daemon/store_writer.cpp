@@ -142,17 +142,14 @@ void StoreWriter::enqueue(Pending pending) {
       pending.done = nullptr;
     } else {
       m_spill_broken = true;
-      if (m_stall) m_stall->spilling = false;
     }
   }
   m_queue.push_back(std::move(pending));
-  if (m_stall) m_stall->waiting = m_queue.size();
   if (acknowledge) acknowledge(Result<void>{});
 }
 
 void StoreWriter::begin_stall(const Error& error) {
-  m_last_error = error;
-  m_stall = Stall{stall_reason(error), std::chrono::steady_clock::now(), 0, !m_spill_broken};
+  m_stall = Stall{stall_reason(error), std::chrono::steady_clock::now()};
   m_last_warning = m_stall->since;
   KTUNE_LOG(warn) << "store writes wait: " << m_stall->reason
                   << "; results are kept in " << spill_path(m_store.path())
@@ -174,10 +171,7 @@ void StoreWriter::retry() {
     Pending& head = m_queue.front();
     auto written = run(head);
     if (!written && is_transient(written.error())) {
-      if (m_stall) {
-        m_stall->reason = stall_reason(written.error());
-        m_stall->waiting = m_queue.size();
-      }
+      if (m_stall) m_stall->reason = stall_reason(written.error());
       const auto now = std::chrono::steady_clock::now();
       if (now - m_last_warning >= k_warning_every) {
         m_last_warning = now;
@@ -191,7 +185,6 @@ void StoreWriter::retry() {
     }
     Done done = std::move(head.done);
     m_queue.pop_front();
-    if (m_stall) m_stall->waiting = m_queue.size();
     // The stall is over (and the journal gone) before the last write's completion runs: it may
     // announce a job's end, and whoever hears of it sees no stall left behind.
     if (m_queue.empty()) end_stall();
@@ -239,16 +232,23 @@ bool StoreWriter::spill(const Pending& pending) {
   return true;
 }
 
-std::optional<StoreWriter::Stall> StoreWriter::stall() const { return m_stall; }
+std::optional<StoreWriter::Stall> StoreWriter::stall() const {
+  if (!m_stall) return std::nullopt;
+  Stall out = *m_stall;
+  out.waiting = m_queue.size();
+  out.spilling = !m_spill_broken;
+  return out;
+}
 
 std::string StoreWriter::describe_stall() const {
-  if (!m_stall) return {};
+  const auto stall = this->stall();
+  if (!stall) return {};
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - m_stall->since);
+      std::chrono::steady_clock::now() - stall->since);
   std::ostringstream text;
-  text << m_stall->reason << " for " << static_cast<double>(waited.count()) / 1000.0 << " s; "
-       << m_stall->waiting << " write(s) wait, "
-       << (m_stall->spilling ? "results kept in " + spill_path(m_store.path())
+  text << stall->reason << " for " << static_cast<double>(waited.count()) / 1000.0 << " s; "
+       << stall->waiting << " write(s) wait, "
+       << (stall->spilling ? "results kept in " + spill_path(m_store.path())
                              : std::string("results kept in memory only (the journal failed too)"));
   return text.str();
 }

@@ -89,8 +89,7 @@ private:
   std::deque<Pending> m_queue;
   boost::asio::steady_timer m_timer;
   std::chrono::milliseconds m_backoff{25};
-  std::optional<Stall> m_stall;
-  Error m_last_error;
+  std::optional<Stall> m_stall;        // reason and since; stall() adds waiting and spilling
   int m_spill_fd = -1;
   bool m_spill_broken = false;
   std::chrono::steady_clock::time_point m_last_warning;
