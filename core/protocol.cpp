@@ -140,12 +140,66 @@ Result<Request> decode_request(std::string_view line) {
   return request;
 }
 
+namespace {
+
+// Finds the top-level "id" without building a tree: nlohmann's SAX parser keeps its nesting on an
+// explicit stack, so a line of any depth costs one linear pass and no allocation per value.
+class IdFinder final : public json::json_sax_t {
+public:
+  [[nodiscard]] const json& id() const { return m_id; }
+
+  bool null() override { return scalar(nullptr); }
+  bool boolean(bool) override { return scalar(json::value_t::discarded); }
+  bool number_integer(number_integer_t v) override { return scalar(v); }
+  bool number_unsigned(number_unsigned_t v) override { return scalar(v); }
+  bool number_float(number_float_t v, const string_t&) override { return scalar(v); }
+  bool string(string_t& v) override { return scalar(std::move(v)); }
+  bool binary(binary_t&) override { return scalar(json::value_t::discarded); }
+  bool start_object(std::size_t) override { return open(true); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    m_at_id = m_depth == 1 && k == "id";
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const json::exception&) override {
+    m_id = nullptr;
+    return false;
+  }
+
+private:
+  bool scalar(json value) {
+    if (m_depth == 0) return true;  // a bare scalar is no request: no id
+    if (m_at_id) m_id = value.is_discarded() ? json(nullptr) : std::move(value);
+    m_at_id = false;
+    return true;
+  }
+  bool open(bool object) {
+    if (m_depth == 0 && !object) m_top_is_array = true;
+    if (m_depth == 1 && m_at_id) m_id = nullptr;  // an object or array is no id
+    m_at_id = false;
+    ++m_depth;
+    return true;
+  }
+  bool close() {
+    --m_depth;
+    if (m_top_is_array) m_id = nullptr;
+    return true;
+  }
+
+  json m_id = nullptr;
+  std::size_t m_depth = 0;
+  bool m_at_id = false;
+  bool m_top_is_array = false;
+};
+
+} // namespace
+
 json decode_id(std::string_view line) {
-  const json body = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) return nullptr;
-  const auto id = body.find("id");
-  if (id == body.end() || !is_id_scalar(*id)) return nullptr;
-  return *id;
+  IdFinder finder;
+  if (!json::sax_parse(line.begin(), line.end(), &finder)) return nullptr;
+  return finder.id();
 }
 
 std::string encode_ok(const json& id, const json& result) {

@@ -1,5 +1,7 @@
 #include "core/shape.hpp"
 
+#include "core/quote.hpp"
+
 #include <charconv>
 
 namespace ktune {
@@ -9,7 +11,6 @@ constexpr std::int64_t k_max_dim_value = std::int64_t{1} << 40;
 // Shapes name a kernel's dimensions: a handful. The bounds keep parsing (and every message that
 // quotes a shape) linear and small whatever a client sends.
 constexpr std::size_t k_max_dims = 64;
-constexpr std::size_t k_max_quoted = 120;
 
 std::string_view trim(std::string_view text) {
   const auto first = text.find_first_not_of(" \t");
@@ -29,18 +30,8 @@ bool is_identifier(std::string_view name) {
   return true;
 }
 
-// `text`, cut to k_max_quoted characters.
-std::string clip(std::string_view text) {
-  return text.size() <= k_max_quoted ? std::string(text)
-                                     : std::string(text.substr(0, k_max_quoted)) + "...";
-}
-
 Error shape_error(std::string_view text, const std::string& reason) {
-  const std::string shown = text.size() <= k_max_quoted
-                                ? std::string(text)
-                                : std::string(text.substr(0, k_max_quoted)) + "... (" +
-                                      std::to_string(text.size()) + " bytes)";
-  return make_error("bad_shape", "shape '" + shown + "': " + reason);
+  return make_error("bad_shape", "shape '" + clip_quoted(text) + "': " + reason);
 }
 
 } // namespace
@@ -57,21 +48,21 @@ Result<Shape> Shape::parse(std::string_view text) {
       return shape_error(text, "more than " + std::to_string(k_max_dims) + " dimensions");
     }
     const std::string_view item = trim(raw);
-    const std::string quoted = "item '" + clip(item) + "'";
+    const std::string quoted = "item '" + clip_quoted(item) + "'";
     if (item.empty()) return shape_error(text, "empty item, expected NAME=VALUE");
     const auto eq = item.find('=');
     if (eq == std::string_view::npos) return shape_error(text, quoted + ": missing '=', expected NAME=VALUE");
     const std::string_view name = trim(item.substr(0, eq));
     const std::string_view value_text = trim(item.substr(eq + 1));
     if (!is_identifier(name)) {
-      return shape_error(text, quoted + ": bad name '" + clip(name) +
+      return shape_error(text, quoted + ": bad name '" + clip_quoted(name) +
                                    "', expected letters, digits and '_', not starting with a digit");
     }
     std::int64_t value = 0;
     const char* end = value_text.data() + value_text.size();
     const auto [ptr, ec] = std::from_chars(value_text.data(), end, value);
     if (value_text.empty() || ptr != end || (ec != std::errc() && ec != std::errc::result_out_of_range)) {
-      return shape_error(text, quoted + ": value '" + clip(value_text) + "' is not an integer");
+      return shape_error(text, quoted + ": value '" + clip_quoted(value_text) + "' is not an integer");
     }
     if (ec == std::errc::result_out_of_range) {
       if (value_text.front() == '-') return shape_error(text, quoted + ": value must be positive");
@@ -81,7 +72,7 @@ Result<Shape> Shape::parse(std::string_view text) {
     if (value > k_max_dim_value) {
       return shape_error(text, quoted + ": value exceeds 2^40 (" + std::to_string(k_max_dim_value) + ")");
     }
-    if (shape.get(name)) return shape_error(text, quoted + ": duplicate dimension '" + clip(name) + "'");
+    if (shape.get(name)) return shape_error(text, quoted + ": duplicate dimension '" + clip_quoted(name) + "'");
     shape.dims.emplace_back(std::string(name), value);
     if (comma == std::string_view::npos) break;
     start = comma + 1;

@@ -1,5 +1,6 @@
 #include "daemon/handlers.hpp"
 
+#include "core/quote.hpp"
 #include "search/strategy.hpp"
 
 #include "daemon/compile_check.hpp"
@@ -749,11 +750,11 @@ Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name
     if (!target && target.error().code != code::no_device) return target.error();
     if (!kernel) {
       return make_error(code::unknown_kernel,
-                        "kernel " + kernel_name + " has no " +
+                        "kernel " + clip_quoted(kernel_name) + " has no " +
                             std::string(cpu ? "cpu (cpp)" : "CUDA") + " family to answer device " +
                             device_name + ": " + cached.error().message);
     }
-    return make_error(code::internal, "lookup of " + kernel_name + " " + shape_text +
+    return make_error(code::internal, "lookup of " + clip_quoted(kernel_name) + " " + clip_quoted(shape_text) +
                                           ": the kernel cache disagrees with the registry");
   }
 
@@ -945,10 +946,16 @@ Result<nlohmann::json> RequestHandler::stats() const {
   nlohmann::json lanes = nlohmann::json::array();
   for (const auto& lane : m_ctx.workers.lanes()) {
     const std::int64_t job = m_ctx.scheduler.running_on(lane);
-    lanes.push_back({{"device", lane},
-                     {"job", job != 0 ? nlohmann::json(job) : nlohmann::json()},
-                     {"busy", m_ctx.workers.busy(lane) > 0},
-                     {"waiting", m_ctx.workers.waiting(lane)}});
+    nlohmann::json entry = {{"device", lane},
+                            {"job", job != 0 ? nlohmann::json(job) : nlohmann::json()},
+                            {"busy", m_ctx.workers.busy(lane) > 0},
+                            {"waiting", m_ctx.workers.waiting(lane)}};
+    if (lane == "cpu") {
+      const auto cpu = m_ctx.workers.bench_cpu();
+      entry["bench_cpu"] = cpu ? nlohmann::json(*cpu) : nlohmann::json();
+      entry["bench_cpu_claimed"] = m_ctx.workers.bench_cpu_claimed();
+    }
+    lanes.push_back(std::move(entry));
   }
   return nlohmann::json{
       {"pid", ::getpid()},

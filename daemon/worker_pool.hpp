@@ -117,6 +117,10 @@ public:
   [[nodiscard]] std::size_t busy(const std::string& lane) const;
   [[nodiscard]] std::size_t waiting(const std::string& lane) const;
   [[nodiscard]] std::size_t compile_limit() const { return m_compile_limit; }
+  // The CPU the cpu lane's bench worker is pinned to (nullopt: not pinned, fewer than two CPUs),
+  // and whether this instance holds its machine-wide claim (false: every CPU was claimed).
+  [[nodiscard]] std::optional<int> bench_cpu() const { return m_bench_cpu; }
+  [[nodiscard]] bool bench_cpu_claimed() const { return m_cpu_claim.valid(); }
 
   // Terminates every worker (socket closed, SIGTERM to its group), sends SIGKILL to the groups
   // of those still alive after 1 s, and calls `on_done` once all have exited, or 1 s after the

@@ -2,6 +2,7 @@
 
 #include "core/hash.hpp"
 #include "core/protocol.hpp"
+#include "core/quote.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -285,6 +286,11 @@ Result<LoadedKernel> KernelRegistry::find(const std::string& name, Language lang
 
 Result<LoadedKernel> KernelRegistry::find_impl(const std::string& name,
                                                std::optional<Language> language) {
+  if (name.size() > k_max_family_name) {
+    return make_error(protocol::code::unknown_kernel,
+                      "unknown kernel '" + clip_quoted(name) + "': a family name has at most " +
+                          std::to_string(k_max_family_name) + " characters");
+  }
   if (is_family_name(name)) {
     std::optional<Error> first_error;
     for (const auto& spec_path : spec_candidates(name)) {
@@ -321,7 +327,7 @@ Result<LoadedKernel> KernelRegistry::find_impl(const std::string& name,
   const std::string which =
       language ? " written in " + std::string(to_string(*language)) : std::string();
   return make_error(protocol::code::unknown_kernel,
-                    "unknown kernel '" + name + "': no family with that name" + which + " in " +
+                    "unknown kernel '" + clip_quoted(name) + "': no family with that name" + which + " in " +
                         (m_dirs.empty() ? std::string("(no kernel directories configured)")
                                         : "the kernel directories " + join(m_dirs) +
                                               " (and their subdirectories)"));

@@ -44,6 +44,10 @@ struct BrokenKernel {
 
 class KernelRegistry {
 public:
+  // A longer name is no family (a directory name has at most 255 bytes anyway): refused before
+  // any file is looked for, and quoted clipped.
+  static constexpr std::size_t k_max_family_name = 128;
+
   // Scans every directory (non-existent ones are skipped). Families whose spec fails to load
   // are kept as BrokenKernel so that a request for them answers with the reason.
   void load(const std::vector<std::string>& dirs);

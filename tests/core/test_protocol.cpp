@@ -45,6 +45,11 @@ TEST_CASE("core/protocol: decode_request", "[core][protocol]") {
     CHECK(p::decode_id(R"({"id":[1]})").is_null());
     CHECK(p::decode_id("{bad").is_null());
     CHECK(p::decode_id("[1]").is_null());
+    CHECK(p::decode_id(R"({"a":{"id":3},"id":true})").is_null());   // nested ids and booleans are no id
+    CHECK(p::decode_id(R"({"a":{"id":3},"id":-2.5})") == -2.5);
+    CHECK(p::decode_id(R"({"id":{"x":1},"b":2})").is_null());
+    CHECK(p::decode_id(R"({"id":null})").is_null());
+    CHECK(p::decode_id(R"({"id":7,"x":[1,2})").is_null());          // the line must parse
   }
   SECTION("deeply nested values are refused before anything walks them") {
     // Half a million levels in a 1 MiB line: dumping "v" for the version error used to recurse

@@ -2,12 +2,14 @@
 // decode_request, decode_id, the typed from_json of every op, and the error reply built from
 // whatever came in. Properties: nothing throws or crashes; decode_request and decode_id agree
 // on the id; every reply is one line of valid JSON; a decoded typed request survives
-// to_json -> from_json unchanged.
+// to_json -> from_json unchanged; decoding is linear in the line's size (a sample of lines is
+// also decoded as 64 copies in one request).
 #include "core/protocol.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace {
@@ -41,6 +43,19 @@ void check_typed(const json& body) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view line(reinterpret_cast<const char*>(data), size);
+  if (ktune::fuzz::sampled_for_linear_check(data, size)) {
+    constexpr int copies = 64;
+    std::string many = R"({"op":"x","copies":[)";
+    for (int c = 0; c < copies; ++c) {
+      if (c > 0) many += ',';
+      many += line;
+    }
+    many += "]}";
+    ktune::fuzz::check_linear(std::string(line), many, copies, [](const std::string& input) {
+      (void)protocol::decode_id(input);
+      (void)protocol::decode_request(input);
+    });
+  }
   const json id = protocol::decode_id(line);
   FUZZ_CHECK(id.is_null() || id.is_number() || id.is_string(), "decode_id gives a scalar");
 

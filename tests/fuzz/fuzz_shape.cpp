@@ -1,18 +1,33 @@
 // Fuzzes Shape::parse (core/shape.hpp) and conform_shape. Properties: errors use code
 // "bad_shape"; a parsed shape has positive values <= 2^40 and unique names, its canonical
 // text parses back to the same shape, and conforming it to its own dimension order is the
-// identity.
+// identity; parsing is linear in the input's size (a sample of inputs is also parsed as 64
+// copies with their names made distinct).
 #include "core/shape.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <set>
+#include <string>
 #include <string_view>
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
+  if (ktune::fuzz::sampled_for_linear_check(data, size)) {
+    constexpr int copies = 64;
+    std::string many;
+    for (int c = 0; c < copies; ++c) {
+      if (c > 0) many += ',';
+      for (char ch : text) {
+        if (ch == '=') many += "_" + std::to_string(c);
+        many += ch;
+      }
+    }
+    ktune::fuzz::check_linear(std::string(text), many, copies,
+                              [](const std::string& input) { (void)ktune::Shape::parse(input); });
+  }
   auto shape = ktune::Shape::parse(text);
   if (!shape) {
     FUZZ_CHECK(shape.error().code == "bad_shape", "parse errors use code bad_shape");

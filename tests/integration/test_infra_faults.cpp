@@ -19,6 +19,8 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
+#include <sched.h>
 #include <set>
 #include <sstream>
 #include <string>
@@ -392,4 +394,60 @@ TEST_CASE("a device another ktuned measures on is waited for, never measured at 
     INFO(r.dump());
     CHECK(r.at("status") == "ok");
   }
+}
+
+TEST_CASE("two ktuned on one machine measure on different CPUs", "[integration][faults]") {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  REQUIRE(::sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+  if (CPU_COUNT(&allowed) < 2) {
+    WARN("SKIPPED: one CPU allowed; the bench worker is not pinned");
+    return;
+  }
+  TempDir locks, home_a, home_b;
+  auto start = [&](TempDir& home) {
+    std::string config = k_config;
+    config.replace(config.find("[daemon]\n"), 9, "[daemon]\nlock_dir = \"" + locks.str() + "\"\n");
+    home.write("ktuned.toml", config);
+    return std::make_unique<DaemonProcess>(
+        home.str(), std::vector<std::string>{"--config", (home.path() / "ktuned.toml").string(),
+                                             "--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src"});
+  };
+  auto cpu_lane = [](DaemonProcess& daemon) {
+    auto conn = Connection::connect(daemon.socket());
+    REQUIRE(conn.ok());
+    const json stats = ok_result(*conn, {{"op", "stats"}}, 10s);
+    for (const auto& lane : stats.at("lanes")) {
+      if (lane.at("device") == "cpu") return lane;
+    }
+    FAIL("no cpu lane in " << stats.dump());
+    return json();
+  };
+  auto a = start(home_a);
+  REQUIRE(a->wait_ready(k_start_timeout));
+  const json lane_a = cpu_lane(*a);
+  auto b = start(home_b);
+  REQUIRE(b->wait_ready(k_start_timeout));
+  const json lane_b = cpu_lane(*b);
+  INFO("first " << lane_a.dump() << ", second " << lane_b.dump());
+  CHECK(lane_a.at("bench_cpu_claimed") == true);
+  CHECK(lane_b.at("bench_cpu_claimed") == true);
+  REQUIRE(lane_a.at("bench_cpu").is_number_integer());
+  REQUIRE(lane_b.at("bench_cpu").is_number_integer());
+  CHECK(lane_a.at("bench_cpu") != lane_b.at("bench_cpu"));
+  for (const json& lane : {lane_a, lane_b}) {
+    CHECK(fs::exists(locks.path() / ("ktune-cpu" + std::to_string(lane.at("bench_cpu").get<int>()) + ".claim")));
+  }
+
+  // The claim is released with its daemon: a third instance started after the first stops
+  // takes the first one's CPU.
+  a->signal(SIGTERM);
+  REQUIRE(a->wait_exit(30s).has_value());
+  TempDir home_c;
+  auto c = start(home_c);
+  REQUIRE(c->wait_ready(k_start_timeout));
+  const json lane_c = cpu_lane(*c);
+  INFO("third " << lane_c.dump());
+  CHECK(lane_c.at("bench_cpu_claimed") == true);
+  CHECK(lane_c.at("bench_cpu") == lane_a.at("bench_cpu"));
 }
