@@ -40,7 +40,19 @@ DeviceInfo cuda_device_from(const CudaDeviceProperties& props) {
       {"nvrtc_version", props.nvrtc_version},
   };
   info.fingerprint = hash_hex(info.details.dump());
+  info.uuid = props.uuid;
   return info;
+}
+
+std::string cuda_uuid_string(const unsigned char (&bytes)[16]) {
+  static constexpr char k_hex[] = "0123456789abcdef";
+  std::string out = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += k_hex[bytes[i] >> 4];
+    out += k_hex[bytes[i] & 15];
+  }
+  return out;
 }
 
 Result<CudaDeviceProperties> query_cuda_device(int ordinal) {
@@ -73,6 +85,11 @@ Result<CudaDeviceProperties> query_cuda_device(int ordinal) {
     std::size_t memory = 0;
     KTUNE_CU(drv, cuDeviceTotalMem(&memory, device));
     props.memory_bytes = memory;
+    CUuuid uuid{};
+    KTUNE_CU(drv, cuDeviceGetUuid(&uuid, device));
+    unsigned char uuid_bytes[16];
+    for (int i = 0; i < 16; ++i) uuid_bytes[i] = static_cast<unsigned char>(uuid.bytes[i]);
+    props.uuid = cuda_uuid_string(uuid_bytes);
     props.cc_major = attribute(drv, device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
     props.cc_minor = attribute(drv, device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     props.sm_count = attribute(drv, device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);

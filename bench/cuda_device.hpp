@@ -21,6 +21,8 @@ struct CudaDeviceProperties {
   std::int64_t l2_bytes = 0;
   int driver_version = 0;    // cuDriverGetVersion: 1000 * major + 10 * minor
   std::string nvrtc_version; // "13.0"; "none" when libnvrtc cannot be loaded
+  std::string uuid;          // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx": this board, as nvidia-smi
+                             // names it (not part of the fingerprint: boards of a model share it)
 
   // Launch limits (not part of the fingerprint: they follow from the model).
   int max_threads_per_block = 0;
@@ -34,11 +36,14 @@ struct CudaDeviceProperties {
 [[nodiscard]] std::string cuda_arch(int cc_major, int cc_minor);
 // "13.0" for 13000.
 [[nodiscard]] std::string cuda_version_string(int version);
+// "GPU-" and the 16 bytes of a CUuuid as lowercase hex grouped 8-4-4-4-12, as nvidia-smi and
+// CUDA_VISIBLE_DEVICES write a board's UUID.
+[[nodiscard]] std::string cuda_uuid_string(const unsigned char (&bytes)[16]);
 
 // The DeviceInfo of `props`. Pure. name = "cuda:<ordinal>"; details =
 // {"kind":"cuda","name":..,"compute_capability":"9.0","arch":"sm_90","sm_count":..,
 //  "memory_bytes":..,"l2_bytes":..,"driver_version":"13.0","nvrtc_version":"13.0"};
-// fingerprint = hash_hex(details.dump()).
+// fingerprint = hash_hex(details.dump()); uuid = props.uuid.
 [[nodiscard]] DeviceInfo cuda_device_from(const CudaDeviceProperties& props);
 
 // Queries device `ordinal`. Errors (code no_device): the driver cannot be loaded (load_driver's

@@ -12,6 +12,7 @@ struct DeviceInfo {
   std::string name;          // "cpu", "cuda:0"
   std::string fingerprint;   // hash_hex over `details`' canonical dump
   nlohmann::json details;    // model, flags, cores, compiler, ...
+  std::string uuid;          // the physical board ("GPU-…") for CUDA devices; empty for the CPU
 };
 
 // Builds the CPU device from /proc/cpuinfo text (model name and flags of the first processor),

@@ -56,6 +56,7 @@ namespace ktune::cuda {
   X(cuDeviceGetName)              \
   X(cuDeviceGetAttribute)         \
   X(cuDeviceTotalMem)             \
+  X(cuDeviceGetUuid)              \
   X(cuDevicePrimaryCtxRetain)     \
   X(cuDevicePrimaryCtxRelease)    \
   X(cuCtxSetCurrent)              \

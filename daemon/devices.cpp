@@ -20,7 +20,7 @@ Result<DeviceInfo> device_from_json(const nlohmann::json& d) {
                           d.dump());
   }
   return DeviceInfo{d["name"].get<std::string>(), d["fingerprint"].get<std::string>(),
-                    d.value("details", nlohmann::json::object())};
+                    d.value("details", nlohmann::json::object()), d.value("uuid", std::string())};
 }
 
 } // namespace
@@ -72,7 +72,9 @@ bool is_hex(const std::string& text) {
 }
 
 nlohmann::json device_json(const DeviceInfo& d) {
-  return {{"name", d.name}, {"fingerprint", d.fingerprint}, {"details", d.details}};
+  nlohmann::json out{{"name", d.name}, {"fingerprint", d.fingerprint}, {"details", d.details}};
+  if (!d.uuid.empty()) out["uuid"] = d.uuid;
+  return out;
 }
 
 } // namespace
@@ -121,7 +123,7 @@ void DeviceRegistry::probe(WorkerPool& pool, std::function<void()> done) {
                           << d.details.value("name", std::string("?")) << ", fingerprint "
                           << d.fingerprint << "; bench lane added";
         }
-        pool.add_lane(d.name);
+        pool.add_lane(d.name, {}, d.uuid);
       }
     } else {
       KTUNE_LOG(info) << "no CUDA device (" << m_cuda.error().code << "): "

@@ -110,10 +110,18 @@ WorkerPool::WorkerPool(asio::io_context& io, WorkerSpawner spawner, std::size_t 
   add_lane("cpu");
 }
 
-void WorkerPool::add_lane(const std::string& device, std::vector<std::string> args) {
+void WorkerPool::add_lane(const std::string& device, std::vector<std::string> args,
+                          std::string uuid) {
   Queue& queue = m_queues[device];
   queue.limit = 1;
   queue.args = std::move(args);
+  queue.uuid = std::move(uuid);
+}
+
+std::string WorkerPool::measured_board(const std::string& lane) const {
+  const auto queue = m_queues.find(lane);
+  if (queue != m_queues.end() && !queue->second.uuid.empty()) return queue->second.uuid;
+  return "cuda" + visible_device(lane);
 }
 
 bool WorkerPool::has_lane(const std::string& device) const {
@@ -136,7 +144,7 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
     extra_args.insert(extra_args.end(), {"--cpu", std::to_string(*m_bench_cpu)});
   }
   if (slot.role == WorkerRole::bench && !m_lock_dir.empty()) {
-    const std::string device = is_cuda_lane(slot.lane) ? "cuda" + visible_device(slot.lane)
+    const std::string device = is_cuda_lane(slot.lane) ? measured_board(slot.lane)
                                : m_bench_cpu           ? "cpu" + std::to_string(*m_bench_cpu)
                                                        : std::string("cpu");
     extra_args.insert(extra_args.end(),

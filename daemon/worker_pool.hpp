@@ -101,7 +101,11 @@ public:
 
   // Declares the bench lane of `device` ("cpu" is always there); `args` are added to its
   // worker's command line. Declaring a lane again replaces its arguments for the next worker.
-  void add_lane(const std::string& device, std::vector<std::string> args = {});
+  // `uuid` names the physical board (a CUDA device's "GPU-…"): its machine-wide measurement lock
+  // is named by it, so instances that number the same board differently (CUDA_VISIBLE_DEVICES,
+  // CUDA_DEVICE_ORDER) still take turns; without one the lock is named by the visible ordinal.
+  void add_lane(const std::string& device, std::vector<std::string> args = {},
+                std::string uuid = {});
   [[nodiscard]] bool has_lane(const std::string& device) const;
   [[nodiscard]] std::vector<std::string> lanes() const;
 
@@ -142,9 +146,12 @@ private:
     std::vector<Waiting> waiting;
     std::size_t limit = 1;
     std::vector<std::string> args;
+    std::string uuid;  // the board a CUDA lane measures on, when its probe reported one
   };
 
   void pump(const std::string& lane);
+  // What a CUDA lane's measurement lock is named by: its board's UUID, else "cuda<visible ordinal>".
+  [[nodiscard]] std::string measured_board(const std::string& lane) const;
   [[nodiscard]] std::optional<std::size_t> pick(const Queue& queue) const;
   void send(const std::string& lane, Worker& worker, Work work);
   void on_worker_exit(WorkerEndpoint* endpoint);

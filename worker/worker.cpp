@@ -257,7 +257,9 @@ private:
   // The CPU is always there: the daemon learns it here, never in its own process.
   static std::string devices(const json& id) {
     auto as_json = [](const DeviceInfo& d) {
-      return json{{"name", d.name}, {"fingerprint", d.fingerprint}, {"details", d.details}};
+      json out{{"name", d.name}, {"fingerprint", d.fingerprint}, {"details", d.details}};
+      if (!d.uuid.empty()) out["uuid"] = d.uuid;
+      return out;
     };
     json out{{"cpu", as_json(detect_cpu_device(host_compiler_version(host_cxx())))},
              {"cuda_backend", k_cuda_backend}};

@@ -41,9 +41,11 @@ TEST_CASE("CUDA device fingerprint", "[cuda]") {
     CudaDeviceProperties other = h100();
     other.ordinal = 3;
     other.max_threads_per_block = 512; // launch limits are not part of it
+    other.uuid = "GPU-00000000-0000-0000-0000-000000000003";  // nor is the board
     const DeviceInfo second = cuda_device_from(other);
     CHECK(second.name == "cuda:3");
     CHECK(second.fingerprint == info.fingerprint);
+    CHECK(second.uuid == other.uuid);
   }
   SECTION("each identifying field changes it") {
     auto differs = [&](auto change) {
@@ -66,6 +68,9 @@ TEST_CASE("CUDA arch and version strings", "[cuda]") {
   CHECK(cuda_arch(10, 0) == "sm_100");
   CHECK(cuda_version_string(12080) == "12.8");
   CHECK(cuda_version_string(13000) == "13.0");
+  const unsigned char bytes[16] = {0x6f, 0x1c, 0x2e, 0x0a, 0x9b, 0x3d, 0x41, 0x02,
+                                   0xa7, 0xff, 0x00, 0x10, 0x20, 0x30, 0x40, 0x5e};
+  CHECK(cuda_uuid_string(bytes) == "GPU-6f1c2e0a-9b3d-4102-a7ff-00102030405e");
 }
 
 TEST_CASE("listing CUDA devices answers a list or no_device", "[cuda]") {
@@ -95,6 +100,8 @@ TEST_CASE("the properties of device 0", "[cuda][gpu]") {
   CHECK(props->max_shared_bytes_per_block >= 48 * 1024);
   CHECK(props->max_shared_bytes_per_block_optin >= props->max_shared_bytes_per_block);
   CHECK(props->warp_size == 32);
+  CHECK(props->uuid.rfind("GPU-", 0) == 0);
+  CHECK(props->uuid.size() == 40);
   auto missing = query_cuda_device(1000);
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().code == "no_device");

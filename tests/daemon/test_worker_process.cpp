@@ -1,4 +1,5 @@
 // WorkerProcess against fake workers: shell scripts that speak the worker protocol on fd 3.
+#include "daemon/worker_pool.hpp"
 #include "daemon/worker_process.hpp"
 
 #include "tests/support/temp_dir.hpp"
@@ -8,7 +9,9 @@
 #include <boost/asio/signal_set.hpp>
 
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -129,4 +132,44 @@ TEST_CASE("a worker that says it is exiting and stays is killed", "[daemon]") {
   REQUIRE(replies.first.has_value());
   CHECK(replies.first->ok());
   CHECK(replies.exited);
+}
+
+TEST_CASE("a GPU lane's measurement lock is named by its board's UUID, else its visible ordinal",
+          "[daemon]") {
+  test::TempDir dir, locks;
+  // Writes its command line to args-<lane>.txt, answers one request and exits.
+  const auto path = dir.write("args-worker.sh",
+                              "#!/bin/sh\n"
+                              "echo \"$@\" > \"$(dirname \"$0\")/args-$CUDA_VISIBLE_DEVICES.txt\"\n"
+                              "echo '{\"ready\":true,\"pid\":'$$',\"role\":\"bench\"}' >&3\n"
+                              "read -r line <&3\n"
+                              "id=$(echo \"$line\" | sed -n 's/^{\"id\":\\([0-9]*\\),.*/\\1/p')\n"
+                              "echo '{\"id\":'\"$id\"',\"ok\":true,\"outcome\":{}}' >&3\n");
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  Harness h;
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  WorkerPool pool(h.io, h.children, path.string(), 1, std::chrono::milliseconds(0), 0, locks.str());
+  pool.add_lane("cuda:0", {}, "GPU-6f1c2e0a-9b3d-4102-a7ff-00102030405e");
+  pool.add_lane("cuda:1");
+  int replies = 0;
+  for (const std::string lane : {"cuda:0", "cuda:1"}) {
+    Work work;
+    work.op = "bench";
+    work.job = nlohmann::json::object();
+    work.on_reply = [&](Result<nlohmann::json>, const Delivery&) {
+      if (++replies == 2) h.done = true;
+    };
+    pool.submit(lane, std::move(work));
+  }
+  for (int i = 0; i < 200 && replies < 2; ++i) h.io.run_for(std::chrono::milliseconds(50));
+  REQUIRE(replies == 2);
+  auto args_of = [&](const std::string& visible) {
+    std::ifstream in(dir.path() / ("args-" + visible + ".txt"));
+    std::string line;
+    std::getline(in, line);
+    return line;
+  };
+  CHECK_THAT(args_of("0"), Contains("--measure-lock " + locks.str() +
+                                    "/ktune-measure-GPU-6f1c2e0a-9b3d-4102-a7ff-00102030405e.lock"));
+  CHECK_THAT(args_of("1"), Contains("--measure-lock " + locks.str() + "/ktune-measure-cuda1.lock"));
 }
