@@ -586,7 +586,7 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
     }
 
     stage = "timed launch";
-    Sampler sampler(settings, job.prune_above_ms, Clock::now());
+    Sampler sampler(settings, job.prune_above_ms, Clock::now(), job.race_above_ms);
     while (true) {
       // Untimed and in stream order before the start event: the restore, then the flush, so
       // the restored buffers are as cold in L2 as every other input.
@@ -605,7 +605,8 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
     }
 
     result.outcome.status = CandidateStatus::ok;
-    result.outcome.pruned = sampler.reason() == SampleStop::pruned;
+    result.outcome.pruned =
+        sampler.reason() == SampleStop::pruned || sampler.reason() == SampleStop::raced;
     result.outcome.stop = std::string(to_string(sampler.reason()));
     std::vector<double> samples = sampler.take_samples();
     result.outcome.samples_ms.assign(samples.begin(), samples.end());

@@ -380,7 +380,7 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
     } while (elapsed_ms(start, Clock::now()) < settings.warmup_ms);
   }
 
-  Sampler sampler(settings, job.prune_above_ms, Clock::now());
+  Sampler sampler(settings, job.prune_above_ms, Clock::now(), job.race_above_ms);
   while (true) {
     if (job.inplace) set.restore_inputs();  // before making the caches cold: the copy warms them
     if (evict) set.evict_buffers();
@@ -397,7 +397,7 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
 
   BenchOutcome outcome;
   outcome.status = CandidateStatus::ok;
-  outcome.pruned = sampler.reason() == SampleStop::pruned;
+  outcome.pruned = sampler.reason() == SampleStop::pruned || sampler.reason() == SampleStop::raced;
   outcome.stop = std::string(to_string(sampler.reason()));
   outcome.retaken = static_cast<std::int64_t>(sampler.retaken());
   std::vector<double> samples = sampler.take_samples();

@@ -10,6 +10,7 @@ std::string_view to_string(SampleStop stop) {
   switch (stop) {
     case SampleStop::more: return "more";
     case SampleStop::pruned: return "pruned";
+    case SampleStop::raced: return "raced";
     case SampleStop::converged: return "converged";
     case SampleStop::settled: return "settled";
     case SampleStop::capped: return "capped";
@@ -17,8 +18,10 @@ std::string_view to_string(SampleStop stop) {
   return "more";
 }
 
-Sampler::Sampler(const MeasureSettings& settings, double prune_above_ms, Clock::time_point start)
-    : m_settings(settings), m_prune_above_ms(prune_above_ms), m_start(start) {
+Sampler::Sampler(const MeasureSettings& settings, double prune_above_ms, Clock::time_point start,
+                 double race_above_ms)
+    : m_settings(settings), m_prune_above_ms(prune_above_ms), m_race_above_ms(race_above_ms),
+      m_start(start) {
   m_samples.reserve(static_cast<std::size_t>(std::clamp(settings.max_samples, 1, 4096)));
 }
 
@@ -34,6 +37,22 @@ bool Sampler::settled() const {
   const auto window = std::span(m_rsd_history).last(k_settle_window);
   const auto [lo, hi] = std::minmax_element(window.begin(), window.end());
   return *hi - *lo <= k_settle_band * now;
+}
+
+double Sampler::median_lower_bound(std::vector<double>& times) {
+  const auto n = static_cast<double>(times.size());
+  const double rank = std::floor((n - k_race_z * std::sqrt(n)) / 2.0);
+  const auto k = static_cast<std::size_t>(std::max(0.0, rank));
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(k), times.end());
+  return times[k];
+}
+
+// Checked after every sample up to 64, then every 8th: the test is linear in the samples.
+bool Sampler::raced_out() {
+  const std::size_t n = m_race_times.size();
+  if (n < k_race_min_samples || (n > 64 && n % 8 != 0)) return false;
+  m_scratch.assign(m_race_times.begin(), m_race_times.end());
+  return median_lower_bound(m_scratch) > m_race_above_ms;
 }
 
 bool Sampler::preempted(double wall_ms, double cpu_ms) {
@@ -68,6 +87,10 @@ SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> 
                        first.end());
       if (first[first.size() / 2] > m_prune_above_ms) return m_stop = SampleStop::pruned;
     }
+  }
+  if (m_race_above_ms > 0) {
+    m_race_times.push_back(disturbed ? *cpu_ms : ms);
+    if (raced_out()) return m_stop = SampleStop::raced;
   }
   const bool enough = count >= s.min_samples && m_measured_s >= s.min_time_s;
   const double current_rsd = rsd();

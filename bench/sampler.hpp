@@ -7,6 +7,11 @@
 //              sample: its CPU time, see below) is above it: the candidate is clearly slower
 //              than the best so far (prune_factor x its median), so measuring it precisely is
 //              wasted time;
+//   raced      race_above_ms > 0, n >= k_race_min_samples and the lower end of the median's 99%
+//              confidence interval (an order statistic) is above it: the candidate is slower
+//              than the bound with 99% confidence. The scheduler's bound is (1 + final_margin) x
+//              the best median so far, above which a candidate is never a finalist, so racing
+//              only stops measuring candidates whose precise time decides nothing;
 //   converged  n >= min_samples, measured >= min_time_s and rsd < target_rsd;
 //   settled    n >= min_samples, measured >= min_time_s, and the rsd estimate has stopped moving:
 //              over the last k_settle_window samples it stayed within k_settle_band of its
@@ -23,8 +28,8 @@
 // runner takes it again -- at most k_max_retakes times in a row, and at most one retake per
 // counted sample beyond the first k_max_retakes, so a saturated machine (where a long sample is
 // nearly always preempted) slows sampling by about 2x at most. A preempted sample that counts
-// enters the prune test with its CPU time (the candidate's own time), never its wall time: a
-// candidate is never pruned on preempted wall times.
+// enters the prune and race tests with its CPU time (the candidate's own time), never its wall
+// time: a candidate is never pruned on preempted wall times.
 #include "jobs/bench_job.hpp"
 
 #include <chrono>
@@ -35,7 +40,7 @@
 
 namespace ktune {
 
-enum class SampleStop { more, pruned, converged, settled, capped };
+enum class SampleStop { more, pruned, raced, converged, settled, capped };
 
 [[nodiscard]] std::string_view to_string(SampleStop stop);
 
@@ -46,8 +51,17 @@ public:
   static constexpr std::size_t k_settle_window = 32;
   static constexpr double k_settle_band = 0.05;
 
-  // `prune_above_ms` <= 0 never prunes. `start` is the time of the first timed launch.
-  Sampler(const MeasureSettings& settings, double prune_above_ms, Clock::time_point start);
+  static constexpr std::size_t k_race_min_samples = 8;
+  static constexpr double k_race_z = 2.576;  // two-sided 99%
+
+  // `prune_above_ms` <= 0 never prunes, `race_above_ms` <= 0 never races. `start` is the time of
+  // the first timed launch.
+  Sampler(const MeasureSettings& settings, double prune_above_ms, Clock::time_point start,
+          double race_above_ms = 0);
+
+  // The lower end of the 99% confidence interval of the median of `times` (the order statistic
+  // of rank floor((n - z sqrt(n)) / 2), distribution-free); `times` is reordered.
+  [[nodiscard]] static double median_lower_bound(std::vector<double>& times);
 
   static constexpr double k_preempt_ratio = 0.05;
   static constexpr double k_preempt_slack_ms = 0.02;
@@ -71,12 +85,16 @@ public:
 
 private:
   [[nodiscard]] bool settled() const;
+  [[nodiscard]] bool raced_out();
 
   MeasureSettings m_settings;
   double m_prune_above_ms;
+  double m_race_above_ms;
   Clock::time_point m_start;
   std::vector<double> m_samples;
   std::vector<double> m_prune_times; // the first prune_after samples as the prune test sees them
+  std::vector<double> m_race_times;  // every sample as the race test sees it (when racing)
+  std::vector<double> m_scratch;
   std::size_t m_retaken = 0;
   int m_retakes_in_a_row = 0;
   std::vector<double> m_rsd_history; // rsd after each sample once min_samples/min_time are met

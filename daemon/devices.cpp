@@ -90,7 +90,7 @@ void DeviceRegistry::remember(const DeviceInfo& device) {
   m_known[device.fingerprint] = {device.name, cpu ? Language::cpp : Language::cuda};
 }
 
-DeviceRegistry::DeviceRegistry() : m_cpu{"cpu", "", {{"kind", "cpu"}}} {}
+DeviceRegistry::DeviceRegistry() : m_cpu{"cpu", "", {{"kind", "cpu"}}, ""} {}
 
 void DeviceRegistry::probe(WorkerPool& pool, std::function<void()> done) {
   Work work;

@@ -82,6 +82,11 @@ struct BenchJob {
   // settings.prune_after samples is above this (the scheduler passes prune_factor x the best
   // median so far); 0 = never (JSON "prune_above_ms").
   double prune_above_ms = 0;
+  // Race the candidate against the best so far: stop early, recording it as pruned, once its
+  // median is above this with 99% confidence (bench/sampler.hpp: raced). The scheduler passes
+  // (1 + final_margin) x the best median, the bound above which a candidate is never a
+  // finalist; 0 = never (JSON "race_above_ms").
+  double race_above_ms = 0;
   // CUDA candidates only: the candidate's launch geometry and the reference config's (absent
   // for CPU jobs). JSON "launch" and "reference_launch", CudaLaunch::to_json(), omitted when
   // absent.

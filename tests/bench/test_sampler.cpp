@@ -165,3 +165,51 @@ TEST_CASE("Sampler retakes preempted samples and never prunes on them", "[bench]
     CHECK(sampler.count() == 3);
   }
 }
+
+TEST_CASE("Sampler races a candidate out once its median is above the bound with 99% confidence",
+          "[bench][sampler]") {
+  auto s = settings();
+  s.target_rsd = 0;  // only racing, settling or the cap can stop it
+  SECTION("clearly slower: out at the first sample the test may judge") {
+    Sampler sampler(s, 0, Sampler::Clock::now(), 1.3);
+    auto [stop, n] = run(sampler, [](std::size_t i) { return 1.5 + 0.01 * static_cast<double>(i % 3); });
+    CHECK(stop == SampleStop::raced);
+    CHECK(n == Sampler::k_race_min_samples);
+  }
+  SECTION("just over the bound and noisy: out, later") {
+    s.min_samples = 100;  // nothing but the race stops it early
+    Sampler sampler(s, 0, Sampler::Clock::now(), 1.3);
+    // 3 in 10 samples under the bound: the median (1.45) is above it, but only ~42 samples
+    // put the interval's lower end there.
+    auto [stop, n] = run(sampler, [](std::size_t i) { return i % 10 < 3 ? 1.25 : 1.45; });
+    CHECK(stop == SampleStop::raced);
+    CHECK(n > Sampler::k_race_min_samples);
+  }
+  SECTION("a candidate whose median is under the bound is never raced out") {
+    Sampler sampler(s, 0, Sampler::Clock::now(), 1.3);
+    // Half its samples are far above the bound: the median is 1.2, the lower bound below it.
+    auto [stop, n] = run(sampler, [](std::size_t i) { return i % 2 == 0 ? 1.2 : 9.0; });
+    CHECK(stop != SampleStop::raced);
+  }
+  SECTION("preempted samples enter the race with their CPU time") {
+    Sampler sampler(s, 0, Sampler::Clock::now(), 1.3);
+    const auto start = Sampler::Clock::now();
+    SampleStop stop = SampleStop::more;
+    for (int i = 0; i < 200 && stop == SampleStop::more; ++i) stop = sampler.add(5.0, start, 1.0);
+    CHECK(stop != SampleStop::raced);
+  }
+  SECTION("without a bound there is no race") {
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    auto [stop, n] = run(sampler, [](std::size_t) { return 100.0; });
+    CHECK(stop != SampleStop::raced);
+  }
+}
+
+TEST_CASE("the median's lower confidence bound is a distribution-free order statistic",
+          "[bench][sampler]") {
+  std::vector<double> eight = {8, 7, 6, 5, 4, 3, 2, 1};
+  CHECK(Sampler::median_lower_bound(eight) == 1.0);  // rank floor((8 - 7.29) / 2) = 0
+  std::vector<double> hundred;
+  for (int i = 100; i >= 1; --i) hundred.push_back(i);
+  CHECK(Sampler::median_lower_bound(hundred) == 38.0);  // rank floor((100 - 25.76) / 2) = 37
+}

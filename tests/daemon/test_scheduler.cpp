@@ -25,7 +25,7 @@ using nlohmann::json;
 namespace {
 
 DeviceInfo device(const std::string& name) {
-  return DeviceInfo{name, "fp-" + name, {{"kind", name == "cpu" ? "cpu" : "test"}}};
+  return DeviceInfo{name, "fp-" + name, {{"kind", name == "cpu" ? "cpu" : "test"}}, ""};
 }
 
 // One scheduler over fake workers: `compile_workers` compile workers, lanes cpu and lane2.

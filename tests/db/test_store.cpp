@@ -643,7 +643,7 @@ TEST_CASE("a read-only store reads what the daemon wrote and refuses writes", "[
       CHECK(contains(refused.error().message, "read-only"));
       CHECK(contains(refused.error().message, path));
       CHECK_FALSE(reader.upsert_kernel("gemm", "h", "spec").ok());
-      CHECK_FALSE(reader.upsert_device(DeviceInfo{"cpu", "fp", nlohmann::json::object()}).ok());
+      CHECK_FALSE(reader.upsert_device(DeviceInfo{"cpu", "fp", nlohmann::json::object(), ""}).ok());
       CHECK_FALSE(reader.create_job(sample_job()).ok());
       CHECK_FALSE(reader.update_job_progress(job_id, 1, 1).ok());
       CHECK_FALSE(reader.set_job_state(job_id, JobState::done).ok());
@@ -765,7 +765,7 @@ TEST_CASE("the file passes integrity_check after writes and checkpoint", "[db]")
   const std::string path = dir.str() + "/ktune.db";
   Store store = open_store(path);
   must(store.upsert_kernel("gemm", "0123456789abcdef", "spec"));
-  must(store.upsert_device(DeviceInfo{"cpu", "fp-cpu-1", {{"cores", 2}}}));
+  must(store.upsert_device(DeviceInfo{"cpu", "fp-cpu-1", {{"cores", 2}}, ""}));
   for (int j = 0; j < 3; ++j) {
     const auto job_id = must(store.create_job(sample_job()));
     for (int i = 0; i < 20; ++i) {
