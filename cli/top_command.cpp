@@ -60,10 +60,26 @@ std::string progress_text(const json& job) {
   return text;
 }
 
+// A config as NAME=value pairs in the kernel's parameter order (`params`, as ktuned sends it).
+std::string config_text(const json& config, const json& params) {
+  if (!config.is_object() || !params.is_array()) return format_config(config, ",");
+  json ordered = json::object();
+  for (const auto& name : params) {
+    if (name.is_string() && config.contains(name.get<std::string>())) {
+      ordered[name.get<std::string>()] = config.at(name.get<std::string>());
+    }
+  }
+  for (const auto& [name, value] : config.items()) {
+    if (!ordered.contains(name)) ordered[name] = value;
+  }
+  return format_config(ordered, ",");
+}
+
 std::string best_text(const json& job) {
   const json& median = member(job, "best_median_ms");
   if (!median.is_number()) return "-";
-  return format_ms(median.get<double>()) + " ms  " + format_config(member(job, "best_config"), ",");
+  return format_ms(median.get<double>()) + " ms  " +
+         config_text(member(job, "best_config"), member(job, "params"));
 }
 
 void section(std::vector<std::string>& lines, const std::string& title, const Table& table) {
@@ -259,7 +275,8 @@ std::vector<std::string> render_top(const json& view, std::size_t width) {
       std::string reason = text_of(member(*it, "reason"));
       if (const auto nl = reason.find('\n'); nl != std::string::npos) reason.resize(nl);
       failures.add_row({text_of(member(*it, "job")), text_of(member(*it, "kernel")),
-                        text_of(member(*it, "status")), format_config(member(*it, "config"), ","),
+                        text_of(member(*it, "status")),
+                        config_text(member(*it, "config"), member(*it, "params")),
                         reason});
     }
   }

@@ -177,6 +177,7 @@ nlohmann::json top_view(const DaemonView& view) {
                     {"best_config", job.best_config.empty()
                                         ? nlohmann::json()
                                         : stored_config_to_json(job.best_config)},
+                    {"params", param_order(job.best_config)},
                     {"running_s", job.running_s}});
   }
   nlohmann::json lanes = nlohmann::json::array();
@@ -206,6 +207,7 @@ nlohmann::json top_view(const DaemonView& view) {
          {"shape", f.shape},
          {"device", f.device},
          {"config", stored_config_to_json(f.config)},
+         {"params", param_order(f.config)},
          {"status", f.status},
          {"reason", f.reason},
          {"at_ms", std::chrono::duration_cast<std::chrono::milliseconds>(f.at.time_since_epoch())
