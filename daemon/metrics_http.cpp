@@ -35,20 +35,21 @@ struct Shared {
 };
 
 template <class Protocol>
-class Connection : public std::enable_shared_from_this<Connection<Protocol>> {
+class HttpConnection : public std::enable_shared_from_this<HttpConnection<Protocol>> {
 public:
-  Connection(typename Protocol::socket socket, std::shared_ptr<Shared> shared, std::uint64_t id)
+  HttpConnection(typename Protocol::socket socket, std::shared_ptr<Shared> shared,
+                 std::uint64_t id)
       : m_socket(std::move(socket)), m_deadline(m_socket.get_executor()),
         m_shared(std::move(shared)), m_id(id) {}
-  ~Connection() { m_shared->open.erase(m_id); }
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
+  ~HttpConnection() { m_shared->open.erase(m_id); }
+  HttpConnection(const HttpConnection&) = delete;
+  HttpConnection& operator=(const HttpConnection&) = delete;
 
   void read_next() {
     m_parser.emplace();
     m_parser->header_limit(MetricsHttp::k_max_request_bytes);
     m_deadline.expires_after(MetricsHttp::k_read_deadline);
-    std::weak_ptr<Connection> weak = this->shared_from_this();
+    std::weak_ptr<HttpConnection> weak = this->shared_from_this();
     m_deadline.async_wait([weak](const error_code& ec) {
       if (ec) return;
       if (auto self = weak.lock()) self->close();
@@ -137,7 +138,7 @@ private:
     error_code ignored;
     m_socket.shutdown(Protocol::socket::shutdown_send, ignored);
     m_deadline.expires_after(std::chrono::seconds(1));
-    std::weak_ptr<Connection> weak = this->shared_from_this();
+    std::weak_ptr<HttpConnection> weak = this->shared_from_this();
     m_deadline.async_wait([weak](const error_code& ec) {
       if (ec) return;
       if (auto self = weak.lock()) self->close();
@@ -215,8 +216,8 @@ public:
       } else {
         const std::uint64_t id = ++self->m_shared->next_id;
         auto connection =
-            std::make_shared<Connection<Protocol>>(std::move(socket), self->m_shared, id);
-        std::weak_ptr<Connection<Protocol>> weak = connection;
+            std::make_shared<HttpConnection<Protocol>>(std::move(socket), self->m_shared, id);
+        std::weak_ptr<HttpConnection<Protocol>> weak = connection;
         self->m_shared->open[id] = [weak] {
           if (auto c = weak.lock()) c->close();
         };
@@ -236,18 +237,19 @@ public:
     if (!m_path.empty()) ::unlink(m_path.c_str());
   }
 
-  std::string m_path; // the Unix socket file to remove at stop
+  [[nodiscard]] typename Protocol::endpoint local_endpoint() const {
+    error_code ignored;
+    return m_acceptor.local_endpoint(ignored);
+  }
+
+  // The Unix socket file stop() removes.
+  void remove_at_stop(std::string path) { m_path = std::move(path); }
 
 private:
   typename Protocol::acceptor m_acceptor;
   asio::steady_timer m_retry;
   std::shared_ptr<Shared> m_shared;
-
-public:
-  [[nodiscard]] typename Protocol::endpoint local_endpoint() const {
-    error_code ignored;
-    return m_acceptor.local_endpoint(ignored);
-  }
+  std::string m_path;
 };
 
 // A holder that keeps the listener alive while its handlers may still run.
@@ -311,7 +313,7 @@ Result<std::shared_ptr<Listener<asio::local::stream_protocol>>> listen_unix(
     return r.error();
   }
   ::chmod(path.c_str(), 0600);
-  listener->m_path = path;
+  listener->remove_at_stop(path);
   listener->address = path;
   return listener;
 }

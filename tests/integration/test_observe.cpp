@@ -8,6 +8,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -18,7 +19,9 @@
 #include <cmath>
 #include <chrono>
 #include <cstdio>
+#include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -106,6 +109,20 @@ std::vector<HttpAnswer> http_exchange_all(const std::string& address, const std:
                    response.body()});
   }
   return out;
+}
+
+// GET /metrics over the Unix socket at `path`.
+HttpAnswer unix_get_metrics(const std::string& path) {
+  asio::io_context io;
+  asio::local::stream_protocol::socket socket(io);
+  socket.connect(asio::local::stream_protocol::endpoint(path));
+  const std::string raw = "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  asio::write(socket, asio::buffer(raw));
+  beast::flat_buffer buffer;
+  http::response<http::string_body> response;
+  http::read(socket, buffer, response);
+  return {response.result_int(), std::string(response[http::field::content_type]),
+          response.body()};
 }
 
 HttpAnswer http_exchange(const std::string& address, const std::string& raw) {
@@ -399,6 +416,21 @@ TEST_CASE("/metrics answers 404 elsewhere, 405 to other methods, 400 to what is 
   CHECK(both[1].body.find("# TYPE ktune_lookups_total counter") != std::string::npos);
   // The daemon still serves its clients.
   CHECK(ok_result(c, {{"op", "stats"}}).at("pid").get<int>() == daemon->pid());
+}
+
+TEST_CASE("/metrics is served on a Unix socket path", "[integration][metrics]") {
+  TempDir home;
+  const std::string path = (home.path() / "metrics.sock").string();
+  auto daemon = start(home, "metrics = \"" + path + "\"\n");
+  auto c = connect(*daemon);
+  CHECK(ok_result(c, {{"op", "stats"}}).at("metrics") == path);
+  const HttpAnswer answer = unix_get_metrics(path);
+  CHECK(answer.status == 200);
+  const Exposition e = parse_exposition(answer.body);
+  CHECK(e.value("ktune_jobs", {{"state", "queued"}}) == 0);
+  daemon->signal(SIGTERM);
+  CHECK(daemon->wait_exit(30s) == 0);
+  CHECK_FALSE(std::filesystem::exists(path)); // removed at the stop
 }
 
 TEST_CASE("ktuned refuses a metrics address that is not on this machine",
