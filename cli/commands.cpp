@@ -3,6 +3,7 @@
 #include "cli/cuda_commands.hpp"
 #include "cli/daemon_calls.hpp"
 #include "cli/report_command.hpp"
+#include "cli/top_command.hpp"
 #include "cli/compare_command.hpp"
 #include "cli/fleet.hpp"
 #include "cli/sweep_command.hpp"
@@ -118,18 +119,6 @@ std::string format_time(const json& v) {
   std::string text = buf;
   if (text.size() > 2) text.insert(text.size() - 2, ":");  // +0100 -> +01:00
   return text;
-}
-
-std::string format_duration(double seconds) {
-  if (seconds < 60) return printf_text("%.1f s", seconds);
-  auto total = static_cast<std::int64_t>(seconds);
-  char buf[64];
-  if (total < 3600)
-    std::snprintf(buf, sizeof(buf), "%" PRId64 "m %02" PRId64 "s", total / 60, total % 60);
-  else
-    std::snprintf(buf, sizeof(buf), "%" PRId64 "h %02" PRId64 "m %02" PRId64 "s", total / 3600,
-                  (total / 60) % 60, total % 60);
-  return buf;
 }
 
 // ---- talking to the daemon ---------------------------------------------------------------------
@@ -348,6 +337,21 @@ std::string winner_line(const json& winner) {
 }
 
 } // namespace
+
+std::string format_duration(double seconds) {
+  char buf[64];
+  if (seconds < 60) {
+    std::snprintf(buf, sizeof(buf), "%.1f s", seconds);
+    return buf;
+  }
+  auto total = static_cast<std::int64_t>(seconds);
+  if (total < 3600)
+    std::snprintf(buf, sizeof(buf), "%" PRId64 "m %02" PRId64 "s", total / 60, total % 60);
+  else
+    std::snprintf(buf, sizeof(buf), "%" PRId64 "h %02" PRId64 "m %02" PRId64 "s", total / 3600,
+                  (total / 60) % 60, total % 60);
+  return buf;
+}
 
 std::string finals_line(const json& search_best, const json& winner, const json& results) {
   if (!search_best.is_object() || search_best.empty() || !winner.is_object() || !results.is_array())
@@ -697,6 +701,12 @@ int daemon_status(const GlobalOptions& global, Output& io) {
   const json& workers = field(s, "workers");
   io.out << "  workers      "
          << (workers.is_object() ? format_config(workers, ", ") : as_text(workers)) << '\n';
+  if (const json& metrics = field(s, "metrics"); metrics.is_string()) {
+    const std::string& at = metrics.get<std::string>();
+    io.out << "  metrics      "
+           << (at.front() == '/' ? "GET /metrics on socket " + at : "http://" + at + "/metrics")
+           << '\n';
+  }
   return k_exit_ok;
 }
 
@@ -1267,6 +1277,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
   add_compare_command(app, compare_command);
   ReportCommand report_command;
   add_report_command(app, report_command);
+  TopCommand top_command;
+  add_top_command(app, top_command);
   replay::ReplayCommand replay_command(app);
 
   // kernels
@@ -1412,8 +1424,9 @@ int run_command(int argc, const char* const* argv, Output& io) {
              "Autostart: every command that sends ktuned a request (tune, job, jobs, cancel,\n"
              "query, kernels, devices, compile-check, import, sweep, daemon start) starts ktuned\n"
              "when none answers, and says so on stderr; it then exits after 600 s without\n"
-             "clients or jobs. `daemon stop`, `daemon status`, `daemon log`, export, compare,\n"
-             "report and replay never start one. KTUNE_NO_AUTOSTART=1 turns autostart off.\n\n"
+             "clients or jobs. `daemon stop`, `daemon status`, `daemon log`, top, export,\n"
+             "compare, report and replay never start one. KTUNE_NO_AUTOSTART=1 turns autostart\n"
+             "off.\n\n"
              "With --json every command prints one JSON document on stdout, an error too:\n"
              "{\"error\":{\"code\":...,\"message\":...}} with a non-zero exit.\n\nExamples:\n"
              "  ktune daemon start\n"
@@ -1476,6 +1489,7 @@ int run_command(int argc, const char* const* argv, Output& io) {
     if (auto code = run_fleet_commands(fleet_commands, global, io)) return *code;
     if (auto code = run_compare_command(compare_command, global, io)) return *code;
     if (auto code = run_report_command(report_command, io)) return *code;
+    if (auto code = run_top_command(top_command, global, io)) return *code;
     if (tune_cmd->parsed()) return tune(global, tune_options, io);
     if (job->parsed()) return show_job(global, job_id, io, job_view);
     if (cancel->parsed()) return cancel_job(global, cancel_id, io);

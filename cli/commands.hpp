@@ -116,6 +116,8 @@ struct JobViewOptions {
 
 // {"BM":64,"BN":32} -> "BM=64<sep>BN=32"; null or empty -> "-".
 [[nodiscard]] std::string format_config(const nlohmann::ordered_json& config, std::string_view separator);
+// Seconds as "12.3 s", "4m 05s" or "2h 03m 04s".
+[[nodiscard]] std::string format_duration(double seconds);
 // Milliseconds with 3 decimals from 1 ms up, 3 significant digits below.
 [[nodiscard]] std::string format_ms(double ms);
 // GFLOP/s with one decimal from 1 up, 3 significant digits below; 0 (unknown) -> "-".

@@ -185,11 +185,23 @@ Result<void> apply_daemon_table(const toml::table& table, const FileReader& read
       KTUNE_CONFIG_SET(config.log_max_mb, reader.number(node, name, 0.0));
     } else if (key == "log_keep") {
       KTUNE_CONFIG_SET(config.log_keep, reader.integer(node, name, 0, 100));
+    } else if (key == "metrics") {
+      // A path (it has a '/') is resolved like every path; host:port is checked when it binds.
+      const auto* text = node.as_string();
+      if (text == nullptr) {
+        return reader.error(name, "expected a string (\"127.0.0.1:9464\" or a socket path), "
+                                  "found " + describe(node));
+      }
+      if (text->get().find('/') != std::string::npos) {
+        KTUNE_CONFIG_SET(config.metrics, reader.path(node, name));
+      } else {
+        config.metrics = text->get();
+      }
     } else {
       return reader.error(name, "unknown key (expected socket, db, cache_dir, kernel_dirs, "
                                 "table_dirs, table_policy, compile_workers, compile_ahead, "
                                 "search_batch, max_message_bytes, idle_s, worker_idle_s, "
-                                "stop_grace_s, log_max_mb, log_keep or lock_dir)");
+                                "stop_grace_s, log_max_mb, log_keep, lock_dir or metrics)");
     }
   }
   return {};

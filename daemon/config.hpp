@@ -5,7 +5,7 @@
 // File keys:
 //   [daemon]  socket, db, cache_dir, kernel_dirs, table_dirs, table_policy, compile_workers,
 //             compile_ahead, search_batch, max_message_bytes, idle_s, worker_idle_s, stop_grace_s,
-//             log_max_mb, log_keep, lock_dir
+//             log_max_mb, log_keep, lock_dir, metrics
 //   [limits]  compile_timeout_s, bench_timeout_s, bench_timeout_min_s, bench_timeout_max_s,
 //             worker_memory_mb, max_connections, message_timeout_s, connection_idle_s,
 //             max_queued_jobs_per_client
@@ -47,6 +47,9 @@ struct DaemonConfig {
   // policy for a key it already has.
   std::vector<std::string> table_dirs;
   tableio::Policy table_policy = tableio::Policy::newer;
+  // Where /metrics is served over HTTP (daemon/metrics_http.hpp): a loopback "host:port" or an
+  // absolute Unix socket path; "" = not served (the default).
+  std::string metrics;
   int compile_workers = 0;                 // 0 = online cores - 1 (at least 1); resolved by resolve_config
   int compile_ahead = 0;                   // compiled candidates kept ready for the bench worker; 0 = 2 x compile_workers
   int search_batch = 4;                    // proposals per batch of a search strategy (not exhaustive)

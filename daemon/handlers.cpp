@@ -150,6 +150,7 @@ Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request, 
   if (op == "jobs") return jobs(request);
   if (op == "kernels") return kernels();
   if (op == "stats") return stats();
+  if (op == "top") return top();
   if (op == "cancel") return cancel(request);
   if (op == "shutdown") {
     KTUNE_LOG(info) << "shutdown requested by a client";
@@ -158,7 +159,7 @@ Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request, 
   }
   return make_error(code::unknown_op, "unknown op '" + op +
                                           "' (expected lookup, tune, job, jobs, cancel, import, "
-                                          "kernels, stats, devices, compile_check or shutdown)");
+                                          "kernels, stats, top, devices, compile_check or shutdown)");
 }
 
 Result<nlohmann::json> RequestHandler::cancel(const protocol::Request& request) {
@@ -719,6 +720,19 @@ Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name
                                                   const std::string& dtype,
                                                   const std::string& device_name,
                                                   bool tune_on_miss, uid_t client) {
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<Rung> rung;
+  auto result = climb(kernel_name, shape_text, dtype, device_name, tune_on_miss, client, rung);
+  m_lookups.add(result ? rung : std::nullopt,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return result;
+}
+
+Result<std::string> RequestHandler::climb(const std::string& kernel_name,
+                                          const std::string& shape_text,
+                                          const std::string& dtype,
+                                          const std::string& device_name, bool tune_on_miss,
+                                          uid_t client, std::optional<Rung>& rung) {
   auto device = m_ctx.devices.resolve(device_name, Language::cuda);
   if (!device) return device.error();
   // The common case is checked against the cached kernel; anything that does not pass goes
@@ -760,6 +774,7 @@ Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name
 
   const std::string canonical = shape->to_string();
   const LadderAnswer answer = climb_ladder(m_index, *kernel, canonical, dtype, device->fingerprint);
+  rung = answer.rung;
   std::optional<std::int64_t> tune_job;
   if (answer.rung != Rung::exact && (tune_on_miss || m_tune_on_miss_policy) && !m_stopping &&
       device->local) {
@@ -957,6 +972,7 @@ Result<nlohmann::json> RequestHandler::stats() const {
     }
     lanes.push_back(std::move(entry));
   }
+  const std::string metrics = m_ctx.metrics_address ? m_ctx.metrics_address() : std::string();
   return nlohmann::json{
       {"pid", ::getpid()},
       {"version", KTUNE_VERSION},
@@ -977,7 +993,15 @@ Result<nlohmann::json> RequestHandler::stats() const {
       {"db", m_ctx.config.db},
       {"socket", m_ctx.config.socket},
       {"kernel_dirs", m_ctx.config.kernel_dirs},
+      {"metrics", metrics.empty() ? nlohmann::json() : nlohmann::json(metrics)},
   };
+}
+
+Result<nlohmann::json> RequestHandler::top() const {
+  const double uptime_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - m_ctx.started).count();
+  return top_view(DaemonView{m_ctx.scheduler, m_ctx.workers, m_lookups, uptime_s,
+                             m_ctx.connections()});
 }
 
 } // namespace ktune::daemon

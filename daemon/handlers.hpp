@@ -9,6 +9,7 @@
 #include "daemon/config.hpp"
 #include "daemon/devices.hpp"
 #include "daemon/job_quota.hpp"
+#include "daemon/observe.hpp"
 #include "daemon/planner.hpp"
 #include "daemon/scheduler.hpp"
 #include "daemon/table_import.hpp"
@@ -40,6 +41,7 @@ struct HandlerContext {
   std::function<std::size_t()> connections;    // open client connections
   std::function<void()> request_stop;          // graceful stop, from the io loop
   std::chrono::steady_clock::time_point started;
+  std::function<std::string()> metrics_address; // where /metrics is served, "" when off
 };
 
 class RequestHandler {
@@ -54,6 +56,9 @@ public:
   }
 
   void handle(const std::shared_ptr<Session>& session, std::string_view line);
+
+  // Lookups answered so far, by rung, and their latency (/metrics).
+  [[nodiscard]] const LookupCounters& lookup_counters() const { return m_lookups; }
 
   // From now on every request is answered with shutting_down.
   void set_stopping() { m_stopping = true; }
@@ -100,6 +105,8 @@ private:
   [[nodiscard]] Result<nlohmann::json> jobs(const protocol::Request& request);
   [[nodiscard]] Result<nlohmann::json> kernels();
   [[nodiscard]] Result<nlohmann::json> stats() const;
+  // `top`: the live view of jobs, lanes, workers, throughput and recent failures (observe.hpp).
+  [[nodiscard]] Result<nlohmann::json> top() const;
   // {"stalled": false} or the store writer's stall: reason, writes waiting, whether rows spill.
   [[nodiscard]] nlohmann::json store_state() const;
   // Adds "stalled" (why, for how long) to a queued or running job's JSON while writes wait.
@@ -128,11 +135,16 @@ private:
   // {"v":1,"id":..,"op":"lookup","kernel":..,...} without building a JSON tree; false = not
   // that shape, handle() goes the general way. lookup_result() is the ladder both paths share.
   [[nodiscard]] bool fast_lookup(const std::shared_ptr<Session>& session, std::string_view line);
+  // lookup_result() counts the lookup and its time; climb() answers it and sets `rung`.
   [[nodiscard]] Result<std::string> lookup_result(const std::string& kernel,
                                                   const std::string& shape,
                                                   const std::string& dtype,
                                                   const std::string& device, bool tune_on_miss,
                                                   uid_t client);
+  [[nodiscard]] Result<std::string> climb(const std::string& kernel, const std::string& shape,
+                                          const std::string& dtype, const std::string& device,
+                                          bool tune_on_miss, uid_t client,
+                                          std::optional<Rung>& rung);
   // Tune-on-miss: a job of the lowest priority for the exact key on a local device, joined like
   // any identical request. Returns the job id; a new job is charged to `client`, and refused
   // with too_many_jobs at its quota. A space over k_inline_enumeration combinations is planned
@@ -150,6 +162,7 @@ private:
   WinnerIndex m_index;
   KernelCache m_kernel_cache{m_registry};
   Planner m_planner{m_ctx.store};
+  LookupCounters m_lookups;
   bool m_tune_on_miss_policy = false;               // KTUNE_TUNE_ON_MISS=1 in ktuned's environment
   // Tune-on-miss keys with a queued or running job, so that a repeated miss skips planning.
   std::map<std::string, std::int64_t> m_pending_tunes;  // key -> job id (0: being planned)

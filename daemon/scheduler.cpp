@@ -261,6 +261,57 @@ std::map<int, std::size_t> Scheduler::queued_by_priority() const {
   return out;
 }
 
+std::vector<JobView> Scheduler::jobs() const {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<JobView> out;
+  for (const auto& [id, job] : m_tunes) {
+    JobView view;
+    view.record = job->plan.record;
+    view.running = true;
+    view.phase = job->reference != ReferenceState::ready ? "reference"
+                 : job->phase == Phase::finals           ? "finals"
+                                                         : "search";
+    view.done = job->done;
+    view.total = job->total;
+    view.failed = job->failed;
+    if (job->best) {
+      view.best_median_ms = job->best->stats.median_ms;
+      view.best_config = job->best->config;
+    }
+    view.running_s = std::chrono::duration<double>(now - job->started).count();
+    out.push_back(std::move(view));
+  }
+  for (const auto& [id, check] : m_checks) {
+    JobView view;
+    view.record = check->plan.record;
+    view.running = true;
+    view.compile_check = true;
+    view.phase = "compiling";
+    view.total = static_cast<std::int64_t>(check->plan.compiles.size());
+    view.done = view.total - static_cast<std::int64_t>(check->in_flight);
+    out.push_back(std::move(view));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const JobView& a, const JobView& b) { return a.record.id < b.record.id; });
+  for (const auto& queued : m_queue) {
+    JobView view;
+    view.record = queued.record();
+    view.compile_check = queued.check != nullptr;
+    view.phase = "queued";
+    view.total = view.record.total;
+    out.push_back(std::move(view));
+  }
+  return out;
+}
+
+std::size_t Scheduler::results_last_minute() const {
+  const auto now = std::chrono::steady_clock::now();
+  while (!m_recent_results.empty() && now - m_recent_results.front() > std::chrono::minutes(1)) {
+    m_recent_results.pop_front();
+  }
+  return m_recent_results.size();
+}
+
 void Scheduler::fail(ActiveJob& job, const std::string& error) {
   if (job.error.empty()) job.error = error;
 }
@@ -433,6 +484,7 @@ void Scheduler::submit_attempt(ActiveJob& job, const std::string& lane, std::str
   work.deadline = deadline;
   work.priority = job.plan.record.options.priority;
   work.owner = id;
+  work.device = job.lane;
   work.on_reply = [this, id, lane, op, request = std::move(request), deadline, handle,
                    attempt](Result<nlohmann::json> reply, const Delivery& delivery) mutable {
     if (ActiveJob* active = find_tune(id)) {
@@ -694,6 +746,7 @@ void Scheduler::on_reference_compiled(ActiveJob& job, Result<nlohmann::json> rep
   }
   KTUNE_LOG(info) << "job " << job.plan.record.id << ": " << name << " compiled in "
                   << outcome->compile_ms << " ms" << (outcome->cached ? " (cached)" : "");
+  ++(outcome->cached ? m_counters.compile_cache_hits : m_counters.compile_cache_misses);
   if (!outcome->cached) ++job.timing.compiles;
   job.reference_path = outcome->artifact_path;
   job.reference = ReferenceState::ready;
@@ -737,6 +790,7 @@ void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::
     return;
   }
   if (!outcome->cached) ++job.timing.compiles;
+  ++(outcome->cached ? m_counters.compile_cache_hits : m_counters.compile_cache_misses);
   if (!outcome->infra.empty()) {
     // The host's failure, not the candidate's: never recorded (a later job compiles it again).
     // Tried once more at once; a kill that happens again is the candidate's (it is what needs
@@ -953,6 +1007,18 @@ void Scheduler::record(ActiveJob& job, std::size_t index, ResultRecord result) {
   result.config_index = static_cast<std::int64_t>(index);
 
   ++job.done;
+  ++m_counters.candidates[std::string(to_string(result.status))];
+  const auto now = std::chrono::steady_clock::now();
+  m_recent_results.push_back(now);
+  while (m_recent_results.size() > 100'000 || now - m_recent_results.front() > std::chrono::minutes(1)) {
+    m_recent_results.pop_front();
+  }
+  if (result.status != CandidateStatus::ok) {
+    m_recent_failures.push_back(RecentFailure{rec.id, rec.kernel, rec.shape, rec.device,
+                                              result.config, std::string(to_string(result.status)),
+                                              result.reason, std::chrono::system_clock::now()});
+    if (m_recent_failures.size() > k_recent_failures) m_recent_failures.pop_front();
+  }
   learn(job, index, result);
   KTUNE_LOG(debug) << "job " << rec.id << " [" << job.done << "/" << job.total << "] "
                    << config_to_string(job.plan.configs[index]) << ": "
@@ -1157,6 +1223,7 @@ void Scheduler::finish(ActiveJob& job) {
 }
 
 void Scheduler::end_job(std::int64_t job_id, JobState state, const std::string& error) {
+  ++m_counters.jobs_ended[std::string(to_string(state))];
   if (state != JobState::done) {
     KTUNE_LOG(warn) << "job " << job_id << " " << to_string(state) << ": " << error;
   }

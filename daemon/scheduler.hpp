@@ -121,6 +121,33 @@ struct JobWatcher {
   std::function<void(std::int64_t job_id)> on_finished;
 };
 
+// What the scheduler has counted since ktuned started (/metrics, `ktune top`).
+struct SchedulerCounters {
+  std::map<std::string, std::uint64_t> candidates; // results recorded (reused rows included), by status
+  std::map<std::string, std::uint64_t> jobs_ended; // tune jobs and compile checks, by final state
+  std::uint64_t compile_cache_hits = 0;            // candidate and reference compiles of tune jobs
+  std::uint64_t compile_cache_misses = 0;
+};
+
+// A failed candidate, as `ktune top` lists the latest ones.
+struct RecentFailure {
+  std::int64_t job = 0;
+  std::string kernel, shape, device, config, status, reason;
+  std::chrono::system_clock::time_point at;
+};
+
+// A queued or running job as the scheduler sees it now (no database read).
+struct JobView {
+  JobRecord record;                // as it was queued
+  bool running = false;
+  bool compile_check = false;
+  std::string phase;               // queued, reference, search, finals, compiling (a check)
+  std::int64_t done = 0, total = 0, failed = 0;
+  std::optional<double> best_median_ms;
+  std::string best_config;         // canonical JSON object text, "" when none
+  double running_s = 0;            // since it started
+};
+
 class Scheduler {
 public:
   Scheduler(asio::io_context& io, Store& store, WorkerPool& workers, SchedulerSettings settings);
@@ -152,6 +179,14 @@ public:
   [[nodiscard]] std::int64_t running_on(const std::string& lane) const;
   // Queued jobs by priority: {priority: count}.
   [[nodiscard]] std::map<int, std::size_t> queued_by_priority() const;
+  // Running jobs first (by id), then the queue in order.
+  [[nodiscard]] std::vector<JobView> jobs() const;
+  [[nodiscard]] const SchedulerCounters& counters() const { return m_counters; }
+  // The latest failed candidates, newest last (at most k_recent_failures).
+  static constexpr std::size_t k_recent_failures = 20;
+  [[nodiscard]] const std::deque<RecentFailure>& recent_failures() const { return m_recent_failures; }
+  // Results recorded in the last minute.
+  [[nodiscard]] std::size_t results_last_minute() const;
 
   // Called once for every job that ends (done, failed, cancelled, interrupted), after its final
   // state is stored (a write that waits for the database delays it) and before its watchers are told. The lookup path uses it to refresh its
@@ -247,6 +282,9 @@ private:
   std::function<void()> m_on_stopped;
   std::unique_ptr<asio::steady_timer> m_stop_timer;
   std::function<void(std::int64_t job_id, JobState state)> m_job_end_hook;
+  SchedulerCounters m_counters;
+  std::deque<RecentFailure> m_recent_failures;
+  mutable std::deque<std::chrono::steady_clock::time_point> m_recent_results; // last minute
 };
 
 } // namespace ktune::daemon

@@ -150,7 +150,8 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   server->m_handler = std::make_unique<RequestHandler>(HandlerContext{
       server->m_io, cfg, *server->m_store, *server->m_scheduler, *server->m_workers, *server->m_devices,
       [self] { return self->m_sessions.size(); },
-      [self] { asio::post(self->m_io, [self] { self->stop(); }); }, server->m_started});
+      [self] { asio::post(self->m_io, [self] { self->stop(); }); }, server->m_started,
+      [self] { return self->m_metrics ? self->m_metrics->address() : std::string(); }});
 
   start = std::chrono::steady_clock::now();
   for (const auto& broken : server->m_handler->load_kernels()) {
@@ -190,6 +191,21 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
       });
 
   if (auto r = server->listen(); !r) return r.error();
+  if (!cfg.metrics.empty()) {
+    auto metrics = MetricsHttp::start(server->m_io, cfg.metrics, [self] {
+      const double uptime_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - self->m_started).count();
+      return render_metrics(DaemonView{*self->m_scheduler, *self->m_workers,
+                                       self->m_handler->lookup_counters(), uptime_s,
+                                       self->m_sessions.size()});
+    });
+    if (!metrics) return metrics.error();
+    server->m_metrics = std::move(*metrics);
+    const std::string& at = server->m_metrics->address();
+    KTUNE_LOG(info) << "metrics at "
+                    << (at.front() == '/' ? "GET /metrics on socket " + at
+                                          : "http://" + at + "/metrics");
+  }
 
   boost::system::error_code ec;
   for (int sig : {SIGTERM, SIGINT, SIGCHLD}) {
@@ -508,6 +524,7 @@ void Server::stop() {
   KTUNE_LOG(info) << "stopping";
   m_handler->set_stopping();
   if (m_table_watch) m_table_watch->stop();
+  if (m_metrics) m_metrics->stop();
   boost::system::error_code ignored;
   m_acceptor.close(ignored);
   m_accept_retry.cancel();

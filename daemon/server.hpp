@@ -19,6 +19,7 @@
 #include "daemon/devices.hpp"
 #include "daemon/handlers.hpp"
 #include "daemon/instance.hpp"
+#include "daemon/metrics_http.hpp"
 #include "daemon/scheduler.hpp"
 #include "daemon/session.hpp"
 #include "daemon/table_watch.hpp"
@@ -87,6 +88,7 @@ private:
   std::unique_ptr<Scheduler> m_scheduler;
   std::unique_ptr<RequestHandler> m_handler;
   std::unique_ptr<TableWatch> m_table_watch;   // [daemon].table_dirs; null when none
+  std::unique_ptr<MetricsHttp> m_metrics;      // [daemon].metrics; null when off
   std::set<std::shared_ptr<Session>> m_sessions;
   std::chrono::steady_clock::time_point m_started;
   bool m_listening = false;                   // the socket file is ours to remove

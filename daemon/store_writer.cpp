@@ -122,7 +122,12 @@ void StoreWriter::submit_result(ResultRecord row, std::int64_t done, std::int64_
 }
 
 Result<void> StoreWriter::run(const Pending& pending) {
-  return m_store.in_transaction([&] { return pending.write(m_store); });
+  const auto start = std::chrono::steady_clock::now();
+  auto written = m_store.in_transaction([&] { return pending.write(m_store); });
+  m_write_seconds.observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!written) ++m_failed_writes;
+  return written;
 }
 
 void StoreWriter::enqueue(Pending pending) {

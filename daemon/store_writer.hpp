@@ -17,6 +17,7 @@
 // be written either (the same full disk), acknowledgements wait for the database. The journal is
 // removed once the queue has drained.
 #include "core/result.hpp"
+#include "daemon/metrics.hpp"
 #include "db/store.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -57,6 +58,10 @@ public:
   // One line for people: "database busy (...) for 4.1 s; 3 writes wait, results kept in <journal>".
   [[nodiscard]] std::string describe_stall() const;
 
+  // How long each attempt at a write took (committed or not), in seconds; attempts that failed.
+  [[nodiscard]] const Histogram& write_seconds() const { return m_write_seconds; }
+  [[nodiscard]] std::uint64_t failed_writes() const { return m_failed_writes; }
+
   // One last attempt for every waiting write (at shutdown). Rows that still cannot be written stay
   // in the journal; state changes that cannot are logged (their jobs resume at the next start).
   void flush();
@@ -93,6 +98,8 @@ private:
   int m_spill_fd = -1;
   bool m_spill_broken = false;
   std::chrono::steady_clock::time_point m_last_warning;
+  Histogram m_write_seconds = write_latency_histogram();
+  std::uint64_t m_failed_writes = 0;
 };
 
 } // namespace ktune::daemon

@@ -112,6 +112,7 @@ WorkerPool::WorkerPool(asio::io_context& io, WorkerSpawner spawner, std::size_t 
 
 void WorkerPool::add_lane(const std::string& device, std::vector<std::string> args,
                           std::string uuid) {
+  m_lane_times.try_emplace(device, LaneTime{Clock::now(), {}});
   Queue& queue = m_queues[device];
   queue.limit = 1;
   queue.args = std::move(args);
@@ -245,6 +246,7 @@ void WorkerPool::pump(const std::string& lane) {
       auto worker = std::make_shared<Worker>();
       worker->role = slot.role;
       worker->lane = lane;
+      worker->slot = free_slot(lane);
       std::weak_ptr<Worker> weak = worker;
       auto endpoint = m_spawner(slot, [this, weak] {
         if (auto w = weak.lock()) on_worker_exit(w->endpoint.get());
@@ -263,6 +265,10 @@ void WorkerPool::pump(const std::string& lane) {
       worker->endpoint = std::move(*endpoint);
       m_workers.push_back(worker);
       free = worker;
+      SlotTime& times = m_slot_times[{lane, worker->slot}];
+      times.role = slot.role;
+      if (times.starts++ > 0) ++m_restarts[lane];
+      slot_event({lane, worker->slot}, Clock::now(), true, {}, {});
     }
     const auto index = *pick(queue);
     Work work = std::move(queue.waiting[index].work);
@@ -275,6 +281,8 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
   m_last_served[work.owner] = ++m_served;
   worker.busy = true;
   const auto sent = std::chrono::steady_clock::now();
+  const SlotKey key{lane, worker.slot};
+  slot_event(key, sent, true, work.op, work.device);
   auto handler = std::move(work.on_reply);
   std::weak_ptr<Worker> weak;
   for (const auto& w : m_workers) {
@@ -284,14 +292,16 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
   // its stderr tail is what the reply's failure needs.
   worker.endpoint->request(
       work.op, std::move(work.job),
-      [this, weak, endpoint = worker.endpoint, lane, sent,
+      [this, weak, endpoint = worker.endpoint, lane, sent, key,
        handler = std::move(handler)](Result<nlohmann::json> reply) {
         Delivery delivery;
-        delivery.request_ms =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sent)
-                .count();
+        const auto now = std::chrono::steady_clock::now();
+        delivery.request_ms = std::chrono::duration<double, std::milli>(now - sent).count();
         delivery.stderr_tail = endpoint->stderr_tail();
-        if (auto w = weak.lock()) w->busy = false;
+        if (auto w = weak.lock()) {
+          w->busy = false;
+          slot_event(key, now, true, {}, {});
+        }
         if (handler) handler(std::move(reply), delivery);
         pump(lane);
       },
@@ -319,6 +329,7 @@ void WorkerPool::on_worker_exit(WorkerEndpoint* endpoint) {
   std::erase_if(m_workers, [&](const auto& w) {
     if (w->endpoint.get() != endpoint) return false;
     lane = w->lane;
+    slot_event({w->lane, w->slot}, Clock::now(), false, {}, {});
     return true;
   });
   if (m_shutting_down) {
@@ -327,6 +338,89 @@ void WorkerPool::on_worker_exit(WorkerEndpoint* endpoint) {
   }
   // Work may be waiting for this lane's only worker: start its replacement.
   asio::post(m_io, [this, lane] { pump(lane); });
+}
+
+std::size_t WorkerPool::free_slot(const std::string& lane) const {
+  for (std::size_t slot = 0;; ++slot) {
+    const bool taken = std::any_of(m_workers.begin(), m_workers.end(), [&](const auto& w) {
+      return w->lane == lane && w->slot == slot;
+    });
+    if (!taken) return slot;
+  }
+}
+
+void WorkerPool::add_seconds(WorkerSeconds& seconds, std::string_view op, double s) {
+  if (op == "compile") {
+    seconds.compile_s += s;
+  } else if (op == "bench") {
+    seconds.bench_s += s;
+  } else {
+    seconds.other_s += s;
+  }
+}
+
+void WorkerPool::slot_event(const SlotKey& key, Clock::time_point now, bool alive,
+                            std::string busy, std::string busy_device) {
+  SlotTime& time = m_slot_times[key];
+  const double s = std::chrono::duration<double>(now - time.since).count();
+  if (!time.busy.empty()) {
+    add_seconds(time.seconds, time.busy, s);
+    // A lane's time: its own bench worker's requests, and the compiles made for its jobs.
+    const std::string& lane = key.first.empty() ? time.busy_device : key.first;
+    if (const auto it = m_lane_times.find(lane); it != m_lane_times.end() && !lane.empty()) {
+      add_seconds(it->second.seconds, time.busy, s);
+    }
+  } else if (time.alive) {
+    time.seconds.idle_s += s;
+  }
+  time.alive = alive;
+  time.busy = std::move(busy);
+  time.busy_device = std::move(busy_device);
+  time.since = now;
+}
+
+std::vector<WorkerSlotState> WorkerPool::slots() const {
+  const auto now = Clock::now();
+  std::vector<WorkerSlotState> out;
+  for (const auto& [key, time] : m_slot_times) {
+    WorkerSlotState state{key.first, key.second, time.role, time.alive, time.busy, time.seconds};
+    const double s = std::chrono::duration<double>(now - time.since).count();
+    if (!time.busy.empty()) {
+      add_seconds(state.seconds, time.busy, s);
+    } else if (time.alive) {
+      state.seconds.idle_s += s;
+    }
+    out.push_back(std::move(state));
+  }
+  return out;
+}
+
+std::vector<LaneState> WorkerPool::lane_states() const {
+  const auto now = Clock::now();
+  std::vector<LaneState> out;
+  for (const auto& [device, time] : m_lane_times) {
+    LaneState state{device, time.seconds, 0};
+    // Requests in flight count up to now: the lane's own worker's, and compiles for its jobs.
+    for (const auto& [key, slot] : m_slot_times) {
+      if (slot.busy.empty()) continue;
+      const std::string& lane = key.first.empty() ? slot.busy_device : key.first;
+      if (lane != device) continue;
+      add_seconds(state.seconds, slot.busy,
+                  std::chrono::duration<double>(now - slot.since).count());
+    }
+    const double lane_s = std::chrono::duration<double>(now - time.declared).count();
+    state.seconds.idle_s = std::max(0.0, lane_s - state.seconds.bench_s - state.seconds.other_s);
+    if (const auto it = m_restarts.find(device); it != m_restarts.end()) state.restarts = it->second;
+    out.push_back(std::move(state));
+  }
+  return out;
+}
+
+std::map<std::string, std::uint64_t> WorkerPool::restarts() const {
+  std::map<std::string, std::uint64_t> out;
+  for (const auto& [lane, queue] : m_queues) out[lane] = 0;
+  for (const auto& [lane, count] : m_restarts) out[lane] = count;
+  return out;
 }
 
 void WorkerPool::shutdown(std::function<void()> on_done) {

@@ -77,10 +77,39 @@ struct Work {
   std::chrono::milliseconds deadline{0}; // > 0: the worker is killed when it passes it
   int priority = 0;                // higher first
   std::int64_t owner = 0;          // the job it is for: fairness among equals, withdraw()
+  std::string device;              // the device lane it serves, for the time per lane ("" none)
   // Exactly once, on the io thread, never inside submit(): the outcome, or an Error (the
   // worker's own, k_worker_crash / k_worker_lost / k_worker_timeout / k_spawn_error, or
   // k_withdrawn when the work was withdrawn before a worker took it).
   std::function<void(Result<nlohmann::json> reply, const Delivery& delivery)> on_reply;
+};
+
+// Where worker time went since the pool started, in seconds (/metrics, `ktune top`).
+struct WorkerSeconds {
+  double compile_s = 0;            // answering compile requests
+  double bench_s = 0;              // answering bench requests
+  double other_s = 0;              // any other request (the device probe)
+  double idle_s = 0;               // alive without a request
+};
+
+// One worker slot: the compile pool's workers are numbered 0 .. compile_limit-1, a bench lane's
+// worker is slot 0; a worker started to replace one that exited takes over its number.
+struct WorkerSlotState {
+  std::string lane;                // "" = compile pool, else the device
+  std::size_t slot = 0;
+  WorkerRole role = WorkerRole::compile;
+  bool alive = false;
+  std::string busy;                // the op of the request in flight, "" when none
+  WorkerSeconds seconds;           // including the interval in progress
+};
+
+// One device lane: its compile seconds are those of compile requests made for its jobs (Work's
+// `device`), its bench seconds those of its bench worker, its idle seconds the time since the
+// lane was declared during which its bench worker answered nothing.
+struct LaneState {
+  std::string device;
+  WorkerSeconds seconds;
+  std::uint64_t restarts = 0;      // workers started to replace one that exited (bench lane)
 };
 
 class WorkerPool {
@@ -126,6 +155,14 @@ public:
   [[nodiscard]] std::optional<int> bench_cpu() const { return m_bench_cpu; }
   [[nodiscard]] bool bench_cpu_claimed() const { return m_cpu_claim.valid(); }
 
+  // Every slot that has had a worker, in lane then slot order.
+  [[nodiscard]] std::vector<WorkerSlotState> slots() const;
+  // Every declared lane, in name order.
+  [[nodiscard]] std::vector<LaneState> lane_states() const;
+  // Workers started to replace one that exited (crashed, killed at a deadline, idle, lost its
+  // device), per lane ("" = compile pool).
+  [[nodiscard]] std::map<std::string, std::uint64_t> restarts() const;
+
   // Terminates every worker (socket closed, SIGTERM to its group), sends SIGKILL to the groups
   // of those still alive after 1 s, and calls `on_done` once all have exited, or 1 s after the
   // SIGKILL at the latest. Queued work is withdrawn; nothing is started afterwards.
@@ -136,8 +173,30 @@ private:
     std::shared_ptr<WorkerEndpoint> endpoint;
     WorkerRole role;
     std::string lane;
+    std::size_t slot = 0;
     bool busy = false;
   };
+  using Clock = std::chrono::steady_clock;
+  // The time of one slot: what it is doing since `since`, and the seconds closed so far.
+  struct SlotTime {
+    WorkerRole role = WorkerRole::compile;
+    bool alive = false;
+    std::string busy;                // op in flight
+    std::string busy_device;         // its Work's device
+    Clock::time_point since;
+    WorkerSeconds seconds;
+    std::uint64_t starts = 0;
+  };
+  struct LaneTime {
+    Clock::time_point declared;
+    WorkerSeconds seconds;           // compile_s, bench_s, other_s closed so far
+  };
+  using SlotKey = std::pair<std::string, std::size_t>;
+  // Closes the interval of `key` in progress at `now` and starts the next one.
+  void slot_event(const SlotKey& key, Clock::time_point now, bool alive, std::string busy,
+                  std::string busy_device);
+  [[nodiscard]] std::size_t free_slot(const std::string& lane) const;
+  static void add_seconds(WorkerSeconds& seconds, std::string_view op, double s);
   struct Waiting {
     Work work;
     std::uint64_t seq = 0;
@@ -172,6 +231,9 @@ private:
   UniqueFd m_cpu_claim;                    // ktune-cpu<N>.claim of m_bench_cpu
   std::optional<cpu_set_t> m_compile_cpus; // every allowed CPU but the bench worker's
   std::map<std::string, Queue> m_queues;   // "" = compile pool, else a device's lane
+  std::map<SlotKey, SlotTime> m_slot_times;
+  std::map<std::string, LaneTime> m_lane_times;
+  std::map<std::string, std::uint64_t> m_restarts;
   std::vector<std::shared_ptr<Worker>> m_workers;
   std::map<std::int64_t, std::uint64_t> m_last_served; // owner -> hand-out counter
   std::uint64_t m_seq = 0, m_served = 0;

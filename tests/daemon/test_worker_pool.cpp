@@ -5,7 +5,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 using ktune::daemon::Delivery;
@@ -161,4 +163,53 @@ TEST_CASE("shutdown withdraws waiting work and stops every worker", "[daemon][po
   pool.submit("", tagged("late", log, 1));
   ktune::test::poll(io);
   CHECK(log.back() == "late:withdrawn");
+}
+
+TEST_CASE("worker time is booked per slot and per lane, and a replacement counts as a restart",
+          "[daemon][pool][metrics]") {
+  boost::asio::io_context io;
+  FakeWorkers fakes(io);
+  WorkerPool pool(io, fakes.spawner(), 2);
+  std::vector<std::string> log;
+  Work compile = tagged("c1", log, 1);
+  compile.device = "cpu";
+  pool.submit("", std::move(compile));
+  pool.submit("cpu", tagged("b1", log, 1, 0, "bench"));
+  ktune::test::poll(io);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(fakes.reply("", "compile", json::object()));
+  REQUIRE(fakes.reply("cpu", "bench", json::object()));
+  ktune::test::poll(io);
+
+  const auto slots = pool.slots();
+  REQUIRE(slots.size() == 2);
+  CHECK(slots[0].lane.empty());
+  CHECK(slots[0].slot == 0);
+  CHECK(slots[0].alive);
+  CHECK(slots[0].busy.empty());
+  CHECK(slots[0].seconds.compile_s > 0);
+  CHECK(slots[0].seconds.bench_s == 0);
+  CHECK(slots[1].lane == "cpu");
+  CHECK(slots[1].seconds.bench_s > 0);
+  CHECK(slots[1].seconds.compile_s == 0);
+  const auto lanes = pool.lane_states();
+  REQUIRE(lanes.size() == 1);
+  CHECK(lanes[0].device == "cpu");
+  CHECK(lanes[0].seconds.compile_s == slots[0].seconds.compile_s); // made for the cpu lane's job
+  CHECK(lanes[0].seconds.bench_s == slots[1].seconds.bench_s);
+  CHECK(lanes[0].restarts == 0);
+
+  // The bench worker dies; the next bench request starts its replacement in the same slot.
+  fakes.endpoints[1]->exit_now();
+  ktune::test::poll(io);
+  CHECK_FALSE(pool.slots()[1].alive);
+  pool.submit("cpu", tagged("b2", log, 1, 0, "bench"));
+  ktune::test::poll(io);
+  const auto after = pool.slots();
+  REQUIRE(after.size() == 2);
+  CHECK(after[1].alive);
+  CHECK(after[1].busy == "bench");
+  CHECK(pool.restarts().at("cpu") == 1);
+  CHECK(pool.restarts().at("") == 0);
+  CHECK(pool.lane_states()[0].restarts == 1);
 }

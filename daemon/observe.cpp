@@ -1,0 +1,236 @@
+#include "daemon/observe.hpp"
+
+#include "core/status.hpp"
+#include "daemon/replies.hpp"
+
+#include <chrono>
+#include <string_view>
+
+namespace ktune::daemon {
+
+namespace {
+
+constexpr CandidateStatus k_statuses[] = {
+    CandidateStatus::ok,          CandidateStatus::invalid_config, CandidateStatus::compile_error,
+    CandidateStatus::compile_timeout, CandidateStatus::launch_error, CandidateStatus::runtime_error,
+    CandidateStatus::mismatch,    CandidateStatus::crash,          CandidateStatus::timeout,
+    CandidateStatus::worker_lost};
+constexpr JobState k_end_states[] = {JobState::done, JobState::failed, JobState::cancelled,
+                                     JobState::interrupted};
+
+// The compile pool is lane "" inside ktuned; metrics and `top` call it "compile".
+std::string lane_label(const std::string& lane) { return lane.empty() ? "compile" : lane; }
+
+std::uint64_t count_of(const std::map<std::string, std::uint64_t>& counts, std::string_view key) {
+  const auto it = counts.find(std::string(key));
+  return it == counts.end() ? 0 : it->second;
+}
+
+nlohmann::json seconds_json(const WorkerSeconds& s) {
+  return {{"compile", s.compile_s}, {"bench", s.bench_s}, {"other", s.other_s},
+          {"idle", s.idle_s}};
+}
+
+void seconds_samples(Exposition& out, std::string_view name, Exposition::Labels labels,
+                     const WorkerSeconds& s) {
+  const std::pair<const char*, double> activities[] = {
+      {"compile", s.compile_s}, {"bench", s.bench_s}, {"other", s.other_s}, {"idle", s.idle_s}};
+  labels.emplace_back("activity", "");
+  for (const auto& [activity, value] : activities) {
+    labels.back().second = activity;
+    out.sample(name, labels, value);
+  }
+}
+
+} // namespace
+
+void LookupCounters::add(std::optional<Rung> rung, double seconds_taken) {
+  if (!rung) {
+    ++miss;
+  } else if (*rung == Rung::exact) {
+    ++exact;
+  } else if (*rung == Rung::nearest) {
+    ++nearest;
+  } else {
+    ++fallback_default;
+  }
+  seconds.observe(seconds_taken);
+}
+
+std::string render_metrics(const DaemonView& view) {
+  const Scheduler& scheduler = view.scheduler;
+  const SchedulerCounters& counters = scheduler.counters();
+  Exposition out;
+
+  out.family("ktune_uptime_seconds", "gauge", "Seconds since ktuned started.");
+  out.sample("ktune_uptime_seconds", {}, view.uptime_s);
+  out.family("ktune_connections", "gauge", "Open client connections on the protocol socket.");
+  out.sample("ktune_connections", {}, static_cast<double>(view.connections));
+
+  out.family("ktune_queued_jobs", "gauge",
+             "Jobs waiting in the queue, by priority (tune-on-miss jobs are -1000).");
+  for (const auto& [priority, count] : scheduler.queued_by_priority()) {
+    out.sample("ktune_queued_jobs", {{"priority", std::to_string(priority)}},
+               static_cast<double>(count));
+  }
+  out.family("ktune_jobs", "gauge", "Jobs queued or running now (tunes and compile checks).");
+  out.sample("ktune_jobs", {{"state", "queued"}}, static_cast<double>(scheduler.queued()));
+  out.sample("ktune_jobs", {{"state", "running"}}, static_cast<double>(scheduler.running()));
+  out.family("ktune_jobs_ended_total", "counter", "Jobs that ended since ktuned started, by state.");
+  for (const JobState state : k_end_states) {
+    const auto name = to_string(state);
+    out.sample("ktune_jobs_ended_total", {{"state", std::string(name)}},
+               static_cast<double>(count_of(counters.jobs_ended, name)));
+  }
+  out.family("ktune_candidates_total", "counter",
+             "Candidate results recorded since ktuned started (reused rows included), by status.");
+  for (const CandidateStatus status : k_statuses) {
+    const auto name = to_string(status);
+    out.sample("ktune_candidates_total", {{"status", std::string(name)}},
+               static_cast<double>(count_of(counters.candidates, name)));
+  }
+  out.family("ktune_compile_cache_hits_total", "counter",
+             "Compiles of tune jobs answered from the compile cache.");
+  out.sample("ktune_compile_cache_hits_total", {}, static_cast<double>(counters.compile_cache_hits));
+  out.family("ktune_compile_cache_misses_total", "counter",
+             "Compiles of tune jobs that ran the compiler.");
+  out.sample("ktune_compile_cache_misses_total", {},
+             static_cast<double>(counters.compile_cache_misses));
+
+  const auto slots = view.workers.slots();
+  out.family("ktune_worker_seconds_total", "counter",
+             "Seconds each worker slot spent per activity: compile and bench requests, other "
+             "requests (the device probe), idle while alive.");
+  for (const auto& slot : slots) {
+    seconds_samples(out, "ktune_worker_seconds_total",
+                    {{"lane", lane_label(slot.lane)}, {"worker", std::to_string(slot.slot)}},
+                    slot.seconds);
+  }
+  out.family("ktune_worker_up", "gauge", "1 while the worker slot has a live worker process.");
+  for (const auto& slot : slots) {
+    out.sample("ktune_worker_up",
+               {{"lane", lane_label(slot.lane)}, {"worker", std::to_string(slot.slot)}},
+               slot.alive ? 1 : 0);
+  }
+  const auto lanes = view.workers.lane_states();
+  out.family("ktune_lane_seconds_total", "counter",
+             "Seconds per device lane: compiles made for its jobs, its bench worker's requests, "
+             "and idle (the device measured nothing).");
+  for (const auto& lane : lanes) {
+    seconds_samples(out, "ktune_lane_seconds_total", {{"lane", lane.device}}, lane.seconds);
+  }
+  out.family("ktune_worker_restarts_total", "counter",
+             "Workers started to replace one that exited (crash, deadline kill, idle exit, lost "
+             "device), by lane.");
+  for (const auto& [lane, count] : view.workers.restarts()) {
+    out.sample("ktune_worker_restarts_total", {{"lane", lane_label(lane)}},
+               static_cast<double>(count));
+  }
+
+  const LookupCounters& lookups = view.lookups;
+  out.family("ktune_lookups_total", "counter",
+             "Lookups answered, by rung of the ladder; miss = answered with an error.");
+  out.sample("ktune_lookups_total", {{"rung", "exact"}}, static_cast<double>(lookups.exact));
+  out.sample("ktune_lookups_total", {{"rung", "nearest"}}, static_cast<double>(lookups.nearest));
+  out.sample("ktune_lookups_total", {{"rung", "default"}},
+             static_cast<double>(lookups.fallback_default));
+  out.sample("ktune_lookups_total", {{"rung", "miss"}}, static_cast<double>(lookups.miss));
+  out.family("ktune_lookup_duration_seconds", "histogram",
+             "Time ktuned took to answer a lookup, from the decoded request to the reply text.");
+  out.histogram("ktune_lookup_duration_seconds", {}, lookups.seconds);
+
+  const StoreWriter& writer = scheduler.writer();
+  out.family("ktune_store_write_duration_seconds", "histogram",
+             "Time of each attempt at a store write (one SQLite transaction), committed or not.");
+  out.histogram("ktune_store_write_duration_seconds", {}, writer.write_seconds());
+  out.family("ktune_store_write_failures_total", "counter",
+             "Store write attempts that failed (a busy, full or failing database; retried).");
+  out.sample("ktune_store_write_failures_total", {}, static_cast<double>(writer.failed_writes()));
+  const auto stall = writer.stall();
+  out.family("ktune_store_stalled", "gauge", "1 while store writes wait for the database.");
+  out.sample("ktune_store_stalled", {}, stall ? 1 : 0);
+  out.family("ktune_store_writes_waiting", "gauge", "Store writes queued behind a stalled one.");
+  out.sample("ktune_store_writes_waiting", {}, stall ? static_cast<double>(stall->waiting) : 0);
+  return out.text();
+}
+
+nlohmann::json top_view(const DaemonView& view) {
+  const Scheduler& scheduler = view.scheduler;
+  nlohmann::json jobs = nlohmann::json::array();
+  for (const JobView& job : scheduler.jobs()) {
+    const JobRecord& r = job.record;
+    jobs.push_back({{"job", r.id},
+                    {"kind", job.compile_check ? "compile_check" : "tune"},
+                    {"state", job.running ? "running" : "queued"},
+                    {"phase", job.phase},
+                    {"kernel", r.kernel},
+                    {"shape", r.shape},
+                    {"dtype", r.dtype},
+                    {"device", r.device},
+                    {"strategy", r.strategy},
+                    {"priority", r.options.priority},
+                    {"done", job.done},
+                    {"total", job.total},
+                    {"failed", job.failed},
+                    {"best_median_ms", job.best_median_ms ? nlohmann::json(*job.best_median_ms)
+                                                          : nlohmann::json()},
+                    {"best_config", job.best_config.empty()
+                                        ? nlohmann::json()
+                                        : stored_config_to_json(job.best_config)},
+                    {"params", param_order(job.best_config)},
+                    {"running_s", job.running_s}});
+  }
+  nlohmann::json lanes = nlohmann::json::array();
+  for (const auto& lane : view.workers.lane_states()) {
+    const std::int64_t job = scheduler.running_on(lane.device);
+    lanes.push_back({{"device", lane.device},
+                     {"job", job != 0 ? nlohmann::json(job) : nlohmann::json()},
+                     {"busy", view.workers.busy(lane.device) > 0},
+                     {"waiting", view.workers.waiting(lane.device)},
+                     {"restarts", lane.restarts},
+                     {"seconds", seconds_json(lane.seconds)}});
+  }
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& slot : view.workers.slots()) {
+    workers.push_back({{"lane", lane_label(slot.lane)},
+                       {"worker", slot.slot},
+                       {"role", std::string(to_string(slot.role))},
+                       {"alive", slot.alive},
+                       {"busy", slot.busy.empty() ? nlohmann::json() : nlohmann::json(slot.busy)},
+                       {"seconds", seconds_json(slot.seconds)}});
+  }
+  nlohmann::json failures = nlohmann::json::array();
+  for (const RecentFailure& f : scheduler.recent_failures()) {
+    failures.push_back(
+        {{"job", f.job},
+         {"kernel", f.kernel},
+         {"shape", f.shape},
+         {"device", f.device},
+         {"config", stored_config_to_json(f.config)},
+         {"params", param_order(f.config)},
+         {"status", f.status},
+         {"reason", f.reason},
+         {"at_ms", std::chrono::duration_cast<std::chrono::milliseconds>(f.at.time_since_epoch())
+                       .count()}});
+  }
+  const SchedulerCounters& counters = scheduler.counters();
+  std::uint64_t candidates = 0;
+  for (const auto& [status, count] : counters.candidates) candidates += count;
+  const LookupCounters& lookups = view.lookups;
+  return {{"uptime_s", view.uptime_s},
+          {"connections", view.connections},
+          {"jobs", std::move(jobs)},
+          {"lanes", std::move(lanes)},
+          {"workers", std::move(workers)},
+          {"throughput",
+           {{"results_last_minute", scheduler.results_last_minute()},
+            {"results", candidates},
+            {"lookups", lookups.exact + lookups.nearest + lookups.fallback_default + lookups.miss}}},
+          {"candidates", counters.candidates},
+          {"compile_cache", {{"hits", counters.compile_cache_hits},
+                             {"misses", counters.compile_cache_misses}}},
+          {"store", {{"stalled", scheduler.writer().stall().has_value()}}},
+          {"failures", std::move(failures)}};
+}
+
+} // namespace ktune::daemon
