@@ -282,6 +282,8 @@ Result<void> apply_measure_table(const toml::table& table, const FileReader& rea
                        reader.integer(node, name, 0, std::numeric_limits<std::int64_t>::max()));
     } else if (key == "prune_factor") {
       KTUNE_CONFIG_SET(measure.prune_factor, reader.number(node, name, 0.0));
+    } else if (key == "race_margin") {
+      KTUNE_CONFIG_SET(measure.race_margin, reader.number(node, name, 0.0));
     } else if (key == "prune_after") {
       KTUNE_CONFIG_SET(measure.prune_after, reader.integer(node, name, 1, 1'000'000));
     } else if (key == "finalists") {
@@ -295,7 +297,8 @@ Result<void> apply_measure_table(const toml::table& table, const FileReader& rea
     } else {
       return reader.error(name, "unknown key (expected min_samples, max_samples, target_rsd, "
                                 "min_time_s, max_time_s, warmup_ms, flush_cache, seed, "
-                                "prune_factor, prune_after, finalists, final_margin, final_rounds or "
+                                "prune_factor, prune_after, race_margin, finalists, final_margin, "
+                                "final_rounds or "
                                 "tie_margin)");
     }
   }

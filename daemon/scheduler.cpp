@@ -839,7 +839,9 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate) {
   }
   if (!again && job.best && m_settings.measure.prune_factor > 0) {
     bench_job->prune_above_ms = m_settings.measure.prune_factor * job.best->stats.median_ms;
-    bench_job->race_above_ms = (1.0 + m_settings.measure.final_margin) * job.best->stats.median_ms;
+    if (m_settings.measure.race_margin > 0) {
+      bench_job->race_above_ms = (1.0 + m_settings.measure.race_margin) * job.best->stats.median_ms;
+    }
   }
   job.benchmarking = true;
   submit(job, job.lane, "bench", bench_job->to_json(),

@@ -129,6 +129,7 @@ nlohmann::json MeasureSettings::to_json() const {
               {"max_time_s", max_time_s},   {"warmup_ms", warmup_ms},
               {"flush_cache", flush_cache}, {"seed", seed},
               {"prune_after", prune_after}, {"prune_factor", prune_factor},
+              {"race_margin", race_margin},
               {"finalists", finalists},     {"final_margin", final_margin},
               {"final_rounds", final_rounds}, {"tie_margin", tie_margin}};
 }
@@ -147,6 +148,7 @@ Result<MeasureSettings> MeasureSettings::parse(const nlohmann::json& j) {
   if (auto r = read_bool(j, "flush_cache", what, s.flush_cache); !r) return r.error();
   if (auto r = read_int(j, "prune_after", what, s.prune_after); !r) return r.error();
   if (auto r = read_double(j, "prune_factor", what, s.prune_factor); !r) return r.error();
+  if (auto r = read_double(j, "race_margin", what, s.race_margin); !r) return r.error();
   if (auto r = read_int(j, "finalists", what, s.finalists); !r) return r.error();
   if (auto r = read_double(j, "final_margin", what, s.final_margin); !r) return r.error();
   if (auto r = read_int(j, "final_rounds", what, s.final_rounds); !r) return r.error();
@@ -178,6 +180,7 @@ MeasureSettings MeasureSettings::from_json(const nlohmann::json& j) {
     else if (key == "seed") defaults.seed = p.seed;
     else if (key == "prune_after") defaults.prune_after = p.prune_after;
     else if (key == "prune_factor") defaults.prune_factor = p.prune_factor;
+    else if (key == "race_margin") defaults.race_margin = p.race_margin;
     else if (key == "finalists") defaults.finalists = p.finalists;
     else if (key == "final_margin") defaults.final_margin = p.final_margin;
     else if (key == "final_rounds") defaults.final_rounds = p.final_rounds;

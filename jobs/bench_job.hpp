@@ -50,6 +50,9 @@ struct MeasureSettings {
   std::uint64_t seed = 42;     // buffer initialisation
   int prune_after = 3;         // samples taken before the prune test (bench/sampler.hpp)
   double prune_factor = 2.0;   // the scheduler prunes above prune_factor x the best median; 0 = off
+  // The scheduler races candidates out above (1 + race_margin) x the best median (bench/sampler.hpp);
+  // 0 = off, the default until it is measured on a quiet machine.
+  double race_margin = 0.0;
   // The finals (daemon/scheduler.hpp): when the search is over, the best and the candidates
   // within final_margin of it, at most `finalists` of them (0 or 1: no finals), are measured
   // again in final_rounds interleaved rounds; tie_margin decides the ties (judge_finals).
@@ -84,8 +87,7 @@ struct BenchJob {
   double prune_above_ms = 0;
   // Race the candidate against the best so far: stop early, recording it as pruned, once its
   // median is above this with 99% confidence (bench/sampler.hpp: raced). The scheduler passes
-  // (1 + final_margin) x the best median, the bound above which a candidate is never a
-  // finalist; 0 = never (JSON "race_above_ms").
+  // (1 + race_margin) x the best median; 0 = never (JSON "race_above_ms").
   double race_above_ms = 0;
   // CUDA candidates only: the candidate's launch geometry and the reference config's (absent
   // for CPU jobs). JSON "launch" and "reference_launch", CudaLaunch::to_json(), omitted when

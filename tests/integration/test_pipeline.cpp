@@ -228,6 +228,38 @@ TEST_CASE("slow candidates are pruned after their first samples and never win",
   CHECK(pruned == results.size() - 1);
 }
 
+TEST_CASE("with race_margin set, clearly slower candidates are raced out after 8 samples and "
+          "never win",
+          "[integration][pipeline]") {
+  TempDir home;
+  // 40 samples each unless raced; no 3-sample prune, no finals: what stops early is the race.
+  home.write("ktuned.toml",
+             "[measure]\nmin_samples = 40\nmax_samples = 40\ntarget_rsd = 0\nmax_time_s = 5\n"
+             "min_time_s = 0\nwarmup_ms = 1\nflush_cache = false\nprune_factor = 1000\n"
+             "race_margin = 0.0001\nfinalists = 0\n");
+  DaemonProcess daemon(home.str(), daemon_args(home));
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto c = connect(daemon);
+  const json job = tune_and_wait(c, "M=32,N=32,K=32");
+  const auto& results = job.at("results");
+  REQUIRE(results.size() >= 2);
+  std::size_t raced = 0;
+  for (const auto& r : results) {
+    INFO(r.dump());
+    CHECK(r.at("status") == "ok");
+    if (r.at("pruned") == true) {
+      ++raced;
+      CHECK(r.at("n").get<int>() >= 8);
+      CHECK(r.at("n").get<int>() < 40);
+      CHECK(r.at("config") != job.at("winner").at("config"));
+    } else {
+      CHECK(r.at("n") == 40);
+    }
+  }
+  // Some of gemm's configs at 32^3 are slower than the best so far by far more than 0.01%.
+  CHECK(raced >= 1);
+}
+
 TEST_CASE("the finals measure the nearest candidates again in rounds; the winner is the tie "
           "with the lowest median",
           "[integration][pipeline]") {
