@@ -109,15 +109,29 @@ std::vector<ChangePoint> find_change_points(const std::vector<double>& series,
   std::reverse(bounds.begin(), bounds.end());
   bounds.push_back(n);
 
-  // Segments shorter than min_segment (an outlier, a run that has not been confirmed yet) join
-  // the segment before them (the first one: the segment after it).
-  std::vector<std::size_t> kept; // merged segment starts, then n
-  for (std::size_t s = 0; s + 1 < bounds.size(); ++s) {
-    const bool this_short = bounds[s + 1] - bounds[s] < min_segment;
-    const bool previous_short = !kept.empty() && bounds[s] - kept.back() < min_segment;
-    if (kept.empty() || (!this_short && !previous_short)) kept.push_back(bounds[s]);
+  // Segments shorter than min_segment (an outlier, a level not yet confirmed by a second run)
+  // join the neighbour whose level is nearer, shortest first, until none is left or one remains.
+  auto level = [&](std::size_t a, std::size_t b) {
+    return median_of({series.begin() + static_cast<std::ptrdiff_t>(a),
+                      series.begin() + static_cast<std::ptrdiff_t>(b)});
+  };
+  std::vector<std::size_t> kept = bounds; // segment starts, then n
+  while (kept.size() > 2) {
+    std::size_t shortest = 0;
+    for (std::size_t s = 1; s + 1 < kept.size(); ++s) {
+      if (kept[s + 1] - kept[s] < kept[shortest + 1] - kept[shortest]) shortest = s;
+    }
+    if (kept[shortest + 1] - kept[shortest] >= min_segment) break;
+    const double own = level(kept[shortest], kept[shortest + 1]);
+    const bool has_before = shortest > 0, has_after = shortest + 2 < kept.size();
+    bool join_before = has_before;
+    if (has_before && has_after) {
+      join_before = std::abs(level(kept[shortest - 1], kept[shortest]) - own) <=
+                    std::abs(level(kept[shortest + 1], kept[shortest + 2]) - own);
+    }
+    // Joining the segment before removes this segment's start; joining the one after, the next start.
+    kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(join_before ? shortest : shortest + 1));
   }
-  kept.push_back(n);
 
   std::vector<ChangePoint> points;
   for (std::size_t s = 1; s + 1 < kept.size(); ++s) {

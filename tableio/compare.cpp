@@ -125,6 +125,10 @@ std::string explanation(const KeyComparison& k, const CompareOptions& options) {
       break;
   }
   if (k.winner_changed) text += "; winner changed";
+  if (k.first_ratio) {
+    text += "; measured twice: the first run's ratio " + fixed(*k.first_ratio, 3) +
+            " looked regressed, this second run decides";
+  }
   return text;
 }
 
@@ -308,8 +312,10 @@ KeyComparison compare_with_history(const TableRow& row, const RunPoint& current,
     k.ratio_ci = Interval{k.current_ci->low / k.baseline_range->high,
                           k.current_ci->high / k.baseline_range->low};
   }
-  const bool slower = now.median_ms > k.baseline_range->high * (1 + options.min_effect);
-  const bool faster = now.median_ms < k.baseline_range->low / (1 + options.min_effect);
+  // Outside the spread between runs (slower than every one of them) and by more than the minimum
+  // effect (relative to their median run).
+  const bool slower = now.median_ms > k.baseline_range->high && *k.ratio > 1 + options.min_effect;
+  const bool faster = now.median_ms < k.baseline_range->low && *k.ratio < 1 / (1 + options.min_effect);
   bool significant = true; // without samples on a side the step over every run decides alone
   if (k.current_samples >= k_min_samples && k.baseline_samples >= k_min_samples) {
     k.p_value = mann_whitney(widened(now.samples_ms), widened(before.samples_ms)).p_value;
@@ -337,6 +343,20 @@ std::vector<std::size_t> last_good_runs(const std::vector<RunPoint>& series,
   }
   if (good.size() > runs) good.erase(good.begin(), good.end() - static_cast<std::ptrdiff_t>(runs));
   return good;
+}
+
+Comparison confirm(const Comparison& first, const Comparison& again) {
+  Comparison out = first;
+  for (auto& k : out.keys) {
+    if (!k.regressed()) continue;
+    const auto second = std::find_if(again.keys.begin(), again.keys.end(),
+                                     [&](const KeyComparison& a) { return a.key == k.key; });
+    if (second == again.keys.end()) continue;
+    const std::optional<double> ratio = k.ratio;
+    k = *second;
+    k.first_ratio = ratio;
+  }
+  return out;
 }
 
 Comparison compare(const Table& current, const Table& baseline, const CompareOptions& options) {

@@ -19,11 +19,12 @@
 //
 // Against history (`--baseline last-good`: compare_with_history) the baseline is several earlier
 // runs of the key, so the noise between runs -- which on a busy machine far exceeds the noise
-// within one run's samples -- is part of the judgement. With at least k_min_history_runs runs:
-// regressed when the current median exceeds the slowest baseline run's median by more than
-// min_effect AND (where both sides kept samples) the Mann-Whitney U test of the current samples
-// against the baseline runs' pooled samples gives p < alpha; improved under the mirror condition
-// (below the fastest run's median / (1 + min_effect)); else same. Fewer runs: unknown.
+// within one run's samples -- is part of the judgement. The ratio is current / the median of the
+// baseline runs' medians. With at least k_min_history_runs runs: regressed when the current
+// median is above every baseline run's median (outside the spread between runs), the ratio
+// exceeds 1 + min_effect, AND (where both sides kept samples) the Mann-Whitney U test of the
+// current samples against the baseline runs' pooled samples gives p < alpha; improved under the
+// mirror condition (below every run, ratio < 1 / (1 + min_effect)); else same. Fewer runs: unknown.
 #include "tableio/table.hpp"
 
 #include <cstddef>
@@ -79,6 +80,9 @@ struct KeyComparison {
   // the range of their medians (ms).
   std::size_t baseline_runs = 0;
   std::optional<Interval> baseline_range;
+  // Set by confirm(): the ratio of the first run, which looked regressed; this comparison is the
+  // second run's, which decides.
+  std::optional<double> first_ratio;
 
   [[nodiscard]] bool regressed() const { return verdict == Verdict::regressed; }
   [[nodiscard]] bool improved() const { return verdict == Verdict::improved; }
@@ -135,6 +139,13 @@ inline constexpr std::size_t k_min_history_runs = 3;
 [[nodiscard]] std::vector<std::size_t> last_good_runs(const std::vector<RunPoint>& series,
                                                       const CompareOptions& options,
                                                       std::size_t runs = k_history_runs);
+
+// A regression must show twice (`--baseline last-good`): a run's time can step for a minute while
+// the machine is busy, a slowed kernel stays slow. `first` judged the sweep's runs; `again` judged
+// a second run of the keys `first` found regressed. Each key regressed in `first` and present in
+// `again` takes `again`'s comparison (so it stays regressed only when both runs are), with
+// first_ratio set; every other key is kept.
+[[nodiscard]] Comparison confirm(const Comparison& first, const Comparison& again);
 
 // Both tables normalized. options.min_effect >= 0, 0 < options.alpha < 1.
 [[nodiscard]] Comparison compare(const Table& current, const Table& baseline,

@@ -83,6 +83,12 @@ TEST_CASE("core/change_points: steps in synthetic series", "[core][change_points
     CHECK(ktune::find_change_points(series).empty());
     CHECK(ktune::find_change_points(series, {.min_effect = 0.01}).size() == 1);
   }
+  SECTION("a new level of two runs is a step, however the fit splits them") {
+    std::vector<double> series{0.0087, 0.0089, 0.0092, 0.0082, 0.0082, 0.328, 0.320};
+    const auto points = ktune::find_change_points(series);
+    REQUIRE(points.size() == 1);
+    CHECK(points[0].index == 5);
+  }
   SECTION("too short a series has none") {
     CHECK(ktune::find_change_points({}).empty());
     CHECK(ktune::find_change_points({1.0, 2.0, 3.0}).empty());
