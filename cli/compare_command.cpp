@@ -62,7 +62,8 @@ json comparison_json(const tableio::Comparison& comparison) {
                     {"baseline_samples", k.baseline_samples},
                     {"winner_changed", k.winner_changed},
                     {"baseline_runs", k.baseline_runs},
-                    {"baseline_range_ms", interval_json(k.baseline_range)}});
+                    {"baseline_range_ms", interval_json(k.baseline_range)},
+                    {"first_ratio", optional_number(k.first_ratio)}});
   }
   return {{"min_effect", comparison.options.min_effect},
           {"alpha", comparison.options.alpha},

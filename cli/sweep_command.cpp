@@ -89,6 +89,83 @@ std::string winners_markdown(const tableio::Table& table) {
   return out;
 }
 
+// The jobs of a run: their ids (identical jobs share one) and how many ktuned refused.
+struct Submitted {
+  std::map<std::int64_t, std::vector<const sweep::SweepJob*>> by_id;
+  int rejected = 0;
+};
+
+// Submits `jobs` and waits for all of them to end. Errors: ktuned unreachable or gone.
+Result<Submitted> submit_and_wait(Connection& conn, const std::vector<const sweep::SweepJob*>& jobs,
+                                  int priority, bool remeasure, Output& io) {
+  // Submit and wait: at most k_max_outstanding jobs of the sweep queued or running at once (ktuned
+  // limits the jobs one user may queue), topped up as jobs end; one progress bar over all.
+  Submitted out;
+  auto& by_id = out.by_id;
+  int& rejected = out.rejected;
+  std::map<std::int64_t, json> states;
+  std::size_t next = 0;
+  const auto start = Clock::now();
+  auto last_plain = start - k_plain_progress_interval;
+  while (true) {
+    std::size_t outstanding = 0;
+    for (const auto& [id, members] : by_id) {
+      if (!is_final(states[id].value("state", std::string()))) ++outstanding;
+    }
+    while (next < jobs.size() && outstanding < k_max_outstanding) {
+      const sweep::SweepJob& job = *jobs[next];
+      json request = {{"op", "tune"},       {"kernel", job.kernel}, {"shape", job.shape},
+                      {"dtype", job.dtype}, {"device", job.device}, {"strategy", job.strategy},
+                      {"priority", priority}};
+      if (job.budget) request["budget"] = *job.budget;
+      if (job.budget_fraction) request["budget_fraction"] = *job.budget_fraction;
+      if (remeasure) request["remeasure"] = true;
+      auto reply = call(conn, request, k_request_timeout);
+      if (!reply && reply.error().code == "too_many_jobs") break; // try again as jobs end
+      ++next;
+      if (!reply) {
+        if (reply.error().code == "not_running" || reply.error().code == "io_error") {
+          return reply.error();
+        }
+        io.err << "sweep job #" << job.number + 1 << " " << describe(job) << ": "
+               << reply.error().code << ": " << reply.error().message << '\n';
+        ++rejected;
+        continue;
+      }
+      const auto id = reply->value("job", std::int64_t{0});
+      if (by_id.count(id) == 0) ++outstanding;
+      by_id[id].push_back(&job);
+    }
+
+    auto listed = call(conn, {{"op", "jobs"}, {"limit", 10000}}, k_request_timeout);
+    if (!listed) return listed.error();
+    for (const auto& j : listed->value("jobs", json::array())) {
+      const auto id = j.value("id", std::int64_t{0});
+      if (by_id.count(id) != 0) states[id] = j;
+    }
+    std::int64_t done = 0, total = 0, jobs_done = 0;
+    for (const auto& [id, members] : by_id) {
+      const json& j = states[id];
+      done += j.value("done", std::int64_t{0});
+      total += j.value("total", std::int64_t{0});
+      if (is_final(j.value("state", std::string()))) jobs_done += static_cast<std::int64_t>(members.size());
+    }
+    const bool finished = next == jobs.size() &&
+                          jobs_done == static_cast<std::int64_t>(jobs.size()) - rejected;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::string line = progress_line(jobs_done, jobs.size(), done, total, elapsed);
+    if (io.err_is_tty) {
+      io.err << '\r' << line << "\x1b[K" << (finished ? "\n" : "") << std::flush;
+    } else if (finished || Clock::now() - last_plain >= k_plain_progress_interval) {
+      io.err << line << '\n';
+      last_plain = Clock::now();
+    }
+    if (finished) break;
+    std::this_thread::sleep_for(k_poll_interval);
+  }
+  return out;
+}
+
 // --baseline with a table file: the table's rows, by `ktune compare`'s rule.
 Result<tableio::Comparison> compare_with_file(const tableio::Table& table, const std::string& path,
                                               const tableio::CompareOptions& options) {
@@ -183,8 +260,9 @@ void add_sweep_command(CLI::App& app, SweepCommand& command) {
       "--baseline, compares them key by key. --baseline last-good takes each entry's baseline\n"
       "from the store: the last 5 good runs of its kernel, shape, dtype and device that finished\n"
       "before this sweep started (a run is good unless it regressed against the good runs before\n"
-      "it); the entry regressed when its winner is slower than the slowest of them by more than\n"
-      "--max-regression and a Mann-Whitney U test against their pooled samples agrees (p < 0.01);\n"
+      "it); the entry regressed when its winner is slower than every one of them, slower than\n"
+      "their median by more than --max-regression, and a Mann-Whitney U test against their pooled\n"
+      "samples agrees (p < 0.01), and a second run of it (measured at once) agrees again;\n"
       "with fewer than 3 good runs the entry is unknown. With a table, `ktune compare`'s rule:\n"
       "the rank test on the two sides' samples (p < 0.01) and a slowdown over --max-regression\n"
       "(a baseline without samples: the 95% intervals of the medians must not overlap).\n"
@@ -249,74 +327,16 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
   auto conn = connect_daemon(socket, global, io);
   if (!conn) return fail(io, conn.error(), socket);
 
-  // Submit and wait: at most k_max_outstanding jobs of the sweep queued or running at once (ktuned
-  // limits the jobs one user may queue), topped up as jobs end; one progress bar over all.
   // Runs that finished before this moment are history to a last-good baseline.
   const std::int64_t started_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                          std::chrono::system_clock::now().time_since_epoch())
                                          .count();
-  std::map<std::int64_t, std::vector<const sweep::SweepJob*>> by_id; // identical jobs share an id
-  std::map<std::int64_t, json> states;
-  std::size_t next = 0;
-  int rejected = 0;
-  const auto start = Clock::now();
-  auto last_plain = start - k_plain_progress_interval;
-  while (true) {
-    std::size_t outstanding = 0;
-    for (const auto& [id, members] : by_id) {
-      if (!is_final(states[id].value("state", std::string()))) ++outstanding;
-    }
-    while (next < jobs.size() && outstanding < k_max_outstanding) {
-      const sweep::SweepJob& job = jobs[next];
-      json request = {{"op", "tune"},       {"kernel", job.kernel}, {"shape", job.shape},
-                      {"dtype", job.dtype}, {"device", job.device}, {"strategy", job.strategy},
-                      {"priority", parsed->priority}};
-      if (job.budget) request["budget"] = *job.budget;
-      if (job.budget_fraction) request["budget_fraction"] = *job.budget_fraction;
-      if (options.remeasure) request["remeasure"] = true;
-      auto reply = call(*conn, request, k_request_timeout);
-      if (!reply && reply.error().code == "too_many_jobs") break; // try again as jobs end
-      ++next;
-      if (!reply) {
-        if (reply.error().code == "not_running" || reply.error().code == "io_error") {
-          return fail(io, reply.error(), socket);
-        }
-        io.err << "sweep job #" << job.number + 1 << " " << describe(job) << ": "
-               << reply.error().code << ": " << reply.error().message << '\n';
-        ++rejected;
-        continue;
-      }
-      const auto id = reply->value("job", std::int64_t{0});
-      if (by_id.count(id) == 0) ++outstanding;
-      by_id[id].push_back(&job);
-    }
-
-    auto listed = call(*conn, {{"op", "jobs"}, {"limit", 10000}}, k_request_timeout);
-    if (!listed) return fail(io, listed.error(), socket);
-    for (const auto& j : listed->value("jobs", json::array())) {
-      const auto id = j.value("id", std::int64_t{0});
-      if (by_id.count(id) != 0) states[id] = j;
-    }
-    std::int64_t done = 0, total = 0, jobs_done = 0;
-    for (const auto& [id, members] : by_id) {
-      const json& j = states[id];
-      done += j.value("done", std::int64_t{0});
-      total += j.value("total", std::int64_t{0});
-      if (is_final(j.value("state", std::string()))) jobs_done += static_cast<std::int64_t>(members.size());
-    }
-    const bool finished = next == jobs.size() &&
-                          jobs_done == static_cast<std::int64_t>(jobs.size()) - rejected;
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    const std::string line = progress_line(jobs_done, jobs.size(), done, total, elapsed);
-    if (io.err_is_tty) {
-      io.err << '\r' << line << "\x1b[K" << (finished ? "\n" : "") << std::flush;
-    } else if (finished || Clock::now() - last_plain >= k_plain_progress_interval) {
-      io.err << line << '\n';
-      last_plain = Clock::now();
-    }
-    if (finished) break;
-    std::this_thread::sleep_for(k_poll_interval);
-  }
+  std::vector<const sweep::SweepJob*> all_jobs;
+  for (const auto& job : jobs) all_jobs.push_back(&job);
+  auto submitted = submit_and_wait(*conn, all_jobs, parsed->priority, options.remeasure, io);
+  if (!submitted) return fail(io, submitted.error(), socket);
+  const auto& by_id = submitted->by_id;
+  const int rejected = submitted->rejected;
 
   // The sweep's keys, from the store (read-only; ktuned names its database).
   auto stats = call(*conn, {{"op", "stats"}}, k_request_timeout);
@@ -388,7 +408,31 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
                                                  {.min_effect = *max_regression})
                         : compare_with_file(table, options.baseline, {.min_effect = *max_regression});
     if (!compared) return fail(io, compared.error(), socket);
-    const tableio::Comparison& comparison = *compared;
+    tableio::Comparison comparison = std::move(*compared);
+    if (options.baseline == k_last_good && comparison.regressions() > 0) {
+      // A regression must show twice (tableio::confirm): the regressed keys' jobs once more.
+      std::vector<const sweep::SweepJob*> again;
+      for (const JobRecord& r : done_jobs) {
+        const tableio::RowKey key{r.kernel, r.shape, r.dtype, r.fingerprint, r.source_hash};
+        const bool regressed = std::any_of(comparison.keys.begin(), comparison.keys.end(),
+            [&](const tableio::KeyComparison& k) { return k.key == key && k.regressed(); });
+        if (regressed) again.push_back(by_id.at(r.id).front());
+      }
+      io.err << "sweep " << parsed->name << ": " << again.size()
+             << " key(s) look regressed; measuring them once more to confirm\n";
+      auto second = submit_and_wait(*conn, again, parsed->priority, true, io);
+      if (!second) return fail(io, second.error(), socket);
+      std::vector<JobRecord> second_jobs;
+      for (const auto& [id, members] : second->by_id) {
+        auto record = store->get_job(id);
+        if (!record) return fail(io, record.error(), socket);
+        if (record->has_value() && (*record)->state == JobState::done) second_jobs.push_back(**record);
+      }
+      auto judged = compare_with_last_good(*store, table, second_jobs, second->by_id, started_at_ms,
+                                           {.min_effect = *max_regression});
+      if (!judged) return fail(io, judged.error(), socket);
+      comparison = tableio::confirm(comparison, *judged);
+    }
     regressions = comparison.regressions();
     summary["regressions"] = regressions;
     json regressed = json::array();
