@@ -5,6 +5,7 @@
 #include "cli/report_command.hpp"
 #include "cli/top_command.hpp"
 #include "cli/compare_command.hpp"
+#include "cli/history_command.hpp"
 #include "cli/fleet.hpp"
 #include "cli/sweep_command.hpp"
 #include "cli/table_commands.hpp"
@@ -1275,6 +1276,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
   add_fleet_commands(app, fleet_commands);
   CompareCommand compare_command;
   add_compare_command(app, compare_command);
+  HistoryCommand history_command;
+  add_history_command(app, history_command);
   ReportCommand report_command;
   add_report_command(app, report_command);
   TopCommand top_command;
@@ -1425,8 +1428,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
              "query, kernels, devices, compile-check, import, sweep, daemon start) starts ktuned\n"
              "when none answers, and says so on stderr; it then exits after 600 s without\n"
              "clients or jobs. `daemon stop`, `daemon status`, `daemon log`, top, export,\n"
-             "compare, report and replay never start one. KTUNE_NO_AUTOSTART=1 turns autostart\n"
-             "off.\n\n"
+             "compare, history, report and replay never start one. KTUNE_NO_AUTOSTART=1 turns\n"
+             "autostart off.\n\n"
              "With --json every command prints one JSON document on stdout, an error too:\n"
              "{\"error\":{\"code\":...,\"message\":...}} with a non-zero exit.\n\nExamples:\n"
              "  ktune daemon start\n"
@@ -1488,6 +1491,7 @@ int run_command(int argc, const char* const* argv, Output& io) {
     if (auto code = run_sweep_command(sweep_command, global, io)) return *code;
     if (auto code = run_fleet_commands(fleet_commands, global, io)) return *code;
     if (auto code = run_compare_command(compare_command, global, io)) return *code;
+    if (auto code = run_history_command(history_command, global, io)) return *code;
     if (auto code = run_report_command(report_command, io)) return *code;
     if (auto code = run_top_command(top_command, global, io)) return *code;
     if (tune_cmd->parsed()) return tune(global, tune_options, io);

@@ -60,7 +60,10 @@ json comparison_json(const tableio::Comparison& comparison) {
                     {"baseline_ms", k.baseline ? json(k.baseline->median_ms) : json(nullptr)},
                     {"current_samples", k.current_samples},
                     {"baseline_samples", k.baseline_samples},
-                    {"winner_changed", k.winner_changed}});
+                    {"winner_changed", k.winner_changed},
+                    {"baseline_runs", k.baseline_runs},
+                    {"baseline_range_ms", interval_json(k.baseline_range)},
+                    {"first_ratio", optional_number(k.first_ratio)}});
   }
   return {{"min_effect", comparison.options.min_effect},
           {"alpha", comparison.options.alpha},

@@ -11,6 +11,7 @@
 #include "sweep/sweep_file.hpp"
 #include "tableio/compare.hpp"
 #include "tableio/formats.hpp"
+#include "tableio/history.hpp"
 #include "tableio/table.hpp"
 
 #include <algorithm>
@@ -36,6 +37,8 @@ constexpr auto k_plain_progress_interval = std::chrono::seconds(10);
 // Jobs of one sweep queued or running at once: below ktuned's default per-user queue limit
 // ([limits] max_queued_jobs_per_client = 64), leaving room for the user's interactive tunes.
 constexpr std::size_t k_max_outstanding = 32;
+// --baseline's value that means the store's history instead of a table file.
+constexpr std::string_view k_last_good = "last-good";
 
 bool is_final(const std::string& state) {
   return state == "done" || state == "failed" || state == "cancelled" || state == "interrupted";
@@ -86,6 +89,132 @@ std::string winners_markdown(const tableio::Table& table) {
   return out;
 }
 
+// The jobs of a run: their ids (identical jobs share one) and how many ktuned refused.
+struct Submitted {
+  std::map<std::int64_t, std::vector<const sweep::SweepJob*>> by_id;
+  int rejected = 0;
+};
+
+// Submits `jobs` and waits for all of them to end. Errors: ktuned unreachable or gone.
+Result<Submitted> submit_and_wait(Connection& conn, const std::vector<const sweep::SweepJob*>& jobs,
+                                  int priority, bool remeasure, Output& io) {
+  // Submit and wait: at most k_max_outstanding jobs of the sweep queued or running at once (ktuned
+  // limits the jobs one user may queue), topped up as jobs end; one progress bar over all.
+  Submitted out;
+  auto& by_id = out.by_id;
+  int& rejected = out.rejected;
+  std::map<std::int64_t, json> states;
+  std::size_t next = 0;
+  const auto start = Clock::now();
+  auto last_plain = start - k_plain_progress_interval;
+  while (true) {
+    std::size_t outstanding = 0;
+    for (const auto& [id, members] : by_id) {
+      if (!is_final(states[id].value("state", std::string()))) ++outstanding;
+    }
+    while (next < jobs.size() && outstanding < k_max_outstanding) {
+      const sweep::SweepJob& job = *jobs[next];
+      json request = {{"op", "tune"},       {"kernel", job.kernel}, {"shape", job.shape},
+                      {"dtype", job.dtype}, {"device", job.device}, {"strategy", job.strategy},
+                      {"priority", priority}};
+      if (job.budget) request["budget"] = *job.budget;
+      if (job.budget_fraction) request["budget_fraction"] = *job.budget_fraction;
+      if (remeasure) request["remeasure"] = true;
+      auto reply = call(conn, request, k_request_timeout);
+      if (!reply && reply.error().code == "too_many_jobs") break; // try again as jobs end
+      ++next;
+      if (!reply) {
+        if (reply.error().code == "not_running" || reply.error().code == "io_error") {
+          return reply.error();
+        }
+        io.err << "sweep job #" << job.number + 1 << " " << describe(job) << ": "
+               << reply.error().code << ": " << reply.error().message << '\n';
+        ++rejected;
+        continue;
+      }
+      const auto id = reply->value("job", std::int64_t{0});
+      if (by_id.count(id) == 0) ++outstanding;
+      by_id[id].push_back(&job);
+    }
+
+    auto listed = call(conn, {{"op", "jobs"}, {"limit", 10000}}, k_request_timeout);
+    if (!listed) return listed.error();
+    for (const auto& j : listed->value("jobs", json::array())) {
+      const auto id = j.value("id", std::int64_t{0});
+      if (by_id.count(id) != 0) states[id] = j;
+    }
+    std::int64_t done = 0, total = 0, jobs_done = 0;
+    for (const auto& [id, members] : by_id) {
+      const json& j = states[id];
+      done += j.value("done", std::int64_t{0});
+      total += j.value("total", std::int64_t{0});
+      if (is_final(j.value("state", std::string()))) jobs_done += static_cast<std::int64_t>(members.size());
+    }
+    const bool finished = next == jobs.size() &&
+                          jobs_done == static_cast<std::int64_t>(jobs.size()) - rejected;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::string line = progress_line(jobs_done, jobs.size(), done, total, elapsed);
+    if (io.err_is_tty) {
+      io.err << '\r' << line << "\x1b[K" << (finished ? "\n" : "") << std::flush;
+    } else if (finished || Clock::now() - last_plain >= k_plain_progress_interval) {
+      io.err << line << '\n';
+      last_plain = Clock::now();
+    }
+    if (finished) break;
+    std::this_thread::sleep_for(k_poll_interval);
+  }
+  return out;
+}
+
+// --baseline with a table file: the table's rows, by `ktune compare`'s rule.
+Result<tableio::Comparison> compare_with_file(const tableio::Table& table, const std::string& path,
+                                              const tableio::CompareOptions& options) {
+  auto text = replay::read_text_file(path);
+  if (!text) return text.error();
+  auto baseline = tableio::read_table(*text, path);
+  if (!baseline) return baseline.error();
+  return tableio::compare(table, *baseline, options);
+}
+
+// --baseline last-good: each done job of this sweep against the last good runs of its key that
+// finished before the sweep started (tableio::last_good_runs), by the history rule.
+Result<tableio::Comparison> compare_with_last_good(
+    const Store& store, const tableio::Table& table, const std::vector<JobRecord>& jobs,
+    const std::map<std::int64_t, std::vector<const sweep::SweepJob*>>& this_sweep,
+    std::int64_t started_at_ms, const tableio::CompareOptions& options) {
+  tableio::Comparison out;
+  out.options = options;
+  for (const JobRecord& job : jobs) {
+    auto results = store.job_results(job.id);
+    if (!results) return results.error();
+    const auto current = tableio::run_point(job, *results);
+    if (!current) continue;
+    auto history = tableio::load_history(store, {job.kernel, job.shape, job.dtype, job.fingerprint});
+    if (!history) return history.error();
+    std::erase_if(*history, [&](const tableio::RunPoint& run) {
+      return this_sweep.count(run.job_id) != 0 || run.finished_at_ms >= started_at_ms;
+    });
+    std::vector<tableio::RunPoint> baseline;
+    for (std::size_t i : tableio::last_good_runs(*history, options)) baseline.push_back((*history)[i]);
+    tableio::TableRow row;
+    const tableio::RowKey key{job.kernel, job.shape, job.dtype, job.fingerprint, job.source_hash};
+    if (const tableio::TableRow* found = table.find(key)) {
+      row = *found;
+    } else {
+      row.kernel = job.kernel;
+      row.shape = job.shape;
+      row.dtype = job.dtype;
+      row.fingerprint = job.fingerprint;
+      row.source_hash = job.source_hash;
+      row.device_name = job.device;
+    }
+    out.keys.push_back(tableio::compare_with_history(row, *current, baseline, options));
+  }
+  std::sort(out.keys.begin(), out.keys.end(),
+            [](const tableio::KeyComparison& a, const tableio::KeyComparison& b) { return a.key < b.key; });
+  return out;
+}
+
 // Reports an error that ends the sweep: exit code 2 (1 means a regression).
 int fail(Output& io, const Error& error, const std::string& socket) {
   report(io, error, socket);
@@ -100,7 +229,9 @@ void add_sweep_command(CLI::App& app, SweepCommand& command) {
   CLI::App* cmd = command.command;
   cmd->add_option("file", o.file, "sweep file (configs/sweeps/*.toml)")->required();
   cmd->add_option("--shard", o.shard, "run shard i of N (e.g. 2/4): jobs whose number is i-1 mod N");
-  cmd->add_option("--baseline", o.baseline, "a table (ktune export --format json, or T4) to compare with");
+  cmd->add_option("--baseline", o.baseline,
+                  "last-good (the store's earlier good runs of each entry), or a table (ktune "
+                  "export --format json, or T4) to compare with");
   cmd->add_option("--max-regression", o.max_regression,
                   "the minimum effect: a slowdown smaller than this is not a regression, however "
                   "significant (default 5%)");
@@ -126,17 +257,24 @@ void add_sweep_command(CLI::App& app, SweepCommand& command) {
   cmd->footer(
       "Submits every job of the sweep (or of one shard) to ktuned below interactive tunes, shows\n"
       "one progress bar with an ETA, waits, exports the winners of the sweep's keys and, with\n"
-      "--baseline, compares them key by key with `ktune compare`'s rule: a key regressed when\n"
-      "a Mann-Whitney U test on the two sides' samples is significant (p < 0.01) and it is slower\n"
-      "by more than --max-regression (a baseline without samples: the 95% intervals of the\n"
-      "medians must not overlap). Without --remeasure a config measured before for the same key\n"
+      "--baseline, compares them key by key. --baseline last-good takes each entry's baseline\n"
+      "from the store: the last 5 good runs of its kernel, shape, dtype and device that finished\n"
+      "before this sweep started (a run is good unless it regressed against the good runs before\n"
+      "it); the entry regressed when its winner is slower than every one of them, slower than\n"
+      "their median by more than --max-regression, and a Mann-Whitney U test against their pooled\n"
+      "samples agrees (p < 0.01), and a second run of it (measured at once) agrees again;\n"
+      "with fewer than 3 good runs the entry is unknown. With a table, `ktune compare`'s rule:\n"
+      "the rank test on the two sides' samples (p < 0.01) and a slowdown over --max-regression\n"
+      "(a baseline without samples: the 95% intervals of the medians must not overlap).\n"
+      "Without --remeasure a config measured before for the same key\n"
       "is reused, not run again. Shards split the jobs deterministically, so N machines running\n"
       "1/N .. N/N cover the sweep exactly once; `ktune fleet merge` merges their tables, and\n"
       "--slurm submits them all as a Slurm array job (docs/deploy.md).\n\n"
       "Exit codes: 0 all done, nothing regressed; 1 a regression; 2 an error (a failed or\n"
       "rejected job, ktuned unreachable, an unreadable baseline, a bad option).\n\n"
       "Examples:\n  ktune sweep configs/sweeps/nightly.toml --out table.json\n"
-      "  ktune sweep configs/sweeps/nightly.toml --remeasure --baseline last-good.json --junit sweep.xml\n"
+      "  ktune sweep configs/sweeps/nightly.toml --remeasure --baseline last-good --junit sweep.xml\n"
+      "  ktune sweep configs/sweeps/nightly.toml --remeasure --baseline tonight-ref.json\n"
       "  ktune sweep configs/sweeps/nightly.toml --shard 2/4 --out shard2.json\n"
       "  ktune sweep configs/sweeps/nightly.toml --slurm --partition gpu --gpus-per-task 1 --shards 4 \\\n"
       "      --out /shared/tables/nightly   # then: ktune fleet status, ktune fleet merge (docs/deploy.md)");
@@ -189,70 +327,16 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
   auto conn = connect_daemon(socket, global, io);
   if (!conn) return fail(io, conn.error(), socket);
 
-  // Submit and wait: at most k_max_outstanding jobs of the sweep queued or running at once (ktuned
-  // limits the jobs one user may queue), topped up as jobs end; one progress bar over all.
-  std::map<std::int64_t, std::vector<const sweep::SweepJob*>> by_id; // identical jobs share an id
-  std::map<std::int64_t, json> states;
-  std::size_t next = 0;
-  int rejected = 0;
-  const auto start = Clock::now();
-  auto last_plain = start - k_plain_progress_interval;
-  while (true) {
-    std::size_t outstanding = 0;
-    for (const auto& [id, members] : by_id) {
-      if (!is_final(states[id].value("state", std::string()))) ++outstanding;
-    }
-    while (next < jobs.size() && outstanding < k_max_outstanding) {
-      const sweep::SweepJob& job = jobs[next];
-      json request = {{"op", "tune"},       {"kernel", job.kernel}, {"shape", job.shape},
-                      {"dtype", job.dtype}, {"device", job.device}, {"strategy", job.strategy},
-                      {"priority", parsed->priority}};
-      if (job.budget) request["budget"] = *job.budget;
-      if (job.budget_fraction) request["budget_fraction"] = *job.budget_fraction;
-      if (options.remeasure) request["remeasure"] = true;
-      auto reply = call(*conn, request, k_request_timeout);
-      if (!reply && reply.error().code == "too_many_jobs") break; // try again as jobs end
-      ++next;
-      if (!reply) {
-        if (reply.error().code == "not_running" || reply.error().code == "io_error") {
-          return fail(io, reply.error(), socket);
-        }
-        io.err << "sweep job #" << job.number + 1 << " " << describe(job) << ": "
-               << reply.error().code << ": " << reply.error().message << '\n';
-        ++rejected;
-        continue;
-      }
-      const auto id = reply->value("job", std::int64_t{0});
-      if (by_id.count(id) == 0) ++outstanding;
-      by_id[id].push_back(&job);
-    }
-
-    auto listed = call(*conn, {{"op", "jobs"}, {"limit", 10000}}, k_request_timeout);
-    if (!listed) return fail(io, listed.error(), socket);
-    for (const auto& j : listed->value("jobs", json::array())) {
-      const auto id = j.value("id", std::int64_t{0});
-      if (by_id.count(id) != 0) states[id] = j;
-    }
-    std::int64_t done = 0, total = 0, jobs_done = 0;
-    for (const auto& [id, members] : by_id) {
-      const json& j = states[id];
-      done += j.value("done", std::int64_t{0});
-      total += j.value("total", std::int64_t{0});
-      if (is_final(j.value("state", std::string()))) jobs_done += static_cast<std::int64_t>(members.size());
-    }
-    const bool finished = next == jobs.size() &&
-                          jobs_done == static_cast<std::int64_t>(jobs.size()) - rejected;
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    const std::string line = progress_line(jobs_done, jobs.size(), done, total, elapsed);
-    if (io.err_is_tty) {
-      io.err << '\r' << line << "\x1b[K" << (finished ? "\n" : "") << std::flush;
-    } else if (finished || Clock::now() - last_plain >= k_plain_progress_interval) {
-      io.err << line << '\n';
-      last_plain = Clock::now();
-    }
-    if (finished) break;
-    std::this_thread::sleep_for(k_poll_interval);
-  }
+  // Runs that finished before this moment are history to a last-good baseline.
+  const std::int64_t started_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count();
+  std::vector<const sweep::SweepJob*> all_jobs;
+  for (const auto& job : jobs) all_jobs.push_back(&job);
+  auto submitted = submit_and_wait(*conn, all_jobs, parsed->priority, options.remeasure, io);
+  if (!submitted) return fail(io, submitted.error(), socket);
+  const auto& by_id = submitted->by_id;
+  const int rejected = submitted->rejected;
 
   // The sweep's keys, from the store (read-only; ktuned names its database).
   auto stats = call(*conn, {{"op", "stats"}}, k_request_timeout);
@@ -260,6 +344,7 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
   auto store = Store::open(stats->value("db", std::string()), OpenMode::read_only);
   if (!store) return fail(io, store.error(), socket);
   std::set<std::tuple<std::string, std::string, std::string, std::string, std::string>> keys;
+  std::vector<JobRecord> done_jobs;
   int failed = 0;
   for (const auto& [id, members] : by_id) {
     auto record = store->get_job(id);
@@ -275,6 +360,7 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
       continue;
     }
     keys.emplace(r.kernel, r.shape, r.dtype, r.fingerprint, r.source_hash);
+    done_jobs.push_back(r);
   }
   auto all = tableio::load_table(*store, {});
   if (!all) return fail(io, all.error(), socket);
@@ -317,11 +403,36 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
                   {"failed", failed},
                   {"keys", table.rows.size()}};
   if (!options.baseline.empty()) {
-    auto text = replay::read_text_file(options.baseline);
-    if (!text) return fail(io, text.error(), socket);
-    auto baseline = tableio::read_table(*text, options.baseline);
-    if (!baseline) return fail(io, baseline.error(), socket);
-    const auto comparison = tableio::compare(table, *baseline, {.min_effect = *max_regression});
+    auto compared = options.baseline == k_last_good
+                        ? compare_with_last_good(*store, table, done_jobs, by_id, started_at_ms,
+                                                 {.min_effect = *max_regression})
+                        : compare_with_file(table, options.baseline, {.min_effect = *max_regression});
+    if (!compared) return fail(io, compared.error(), socket);
+    tableio::Comparison comparison = std::move(*compared);
+    if (options.baseline == k_last_good && comparison.regressions() > 0) {
+      // A regression must show twice (tableio::confirm): the regressed keys' jobs once more.
+      std::vector<const sweep::SweepJob*> again;
+      for (const JobRecord& r : done_jobs) {
+        const tableio::RowKey key{r.kernel, r.shape, r.dtype, r.fingerprint, r.source_hash};
+        const bool regressed = std::any_of(comparison.keys.begin(), comparison.keys.end(),
+            [&](const tableio::KeyComparison& k) { return k.key == key && k.regressed(); });
+        if (regressed) again.push_back(by_id.at(r.id).front());
+      }
+      io.err << "sweep " << parsed->name << ": " << again.size()
+             << " key(s) look regressed; measuring them once more to confirm\n";
+      auto second = submit_and_wait(*conn, again, parsed->priority, true, io);
+      if (!second) return fail(io, second.error(), socket);
+      std::vector<JobRecord> second_jobs;
+      for (const auto& [id, members] : second->by_id) {
+        auto record = store->get_job(id);
+        if (!record) return fail(io, record.error(), socket);
+        if (record->has_value() && (*record)->state == JobState::done) second_jobs.push_back(**record);
+      }
+      auto judged = compare_with_last_good(*store, table, second_jobs, second->by_id, started_at_ms,
+                                           {.min_effect = *max_regression});
+      if (!judged) return fail(io, judged.error(), socket);
+      comparison = tableio::confirm(comparison, *judged);
+    }
     regressions = comparison.regressions();
     summary["regressions"] = regressions;
     json regressed = json::array();
@@ -329,6 +440,8 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
       if (key.regressed()) regressed.push_back(tableio::to_string(key.key));
     }
     summary["regressed"] = regressed;
+    summary["baseline"] = options.baseline;
+    summary["comparison"] = comparison_json(comparison);
     if (!global.json) io.out << tableio::render_markdown(comparison);
     if (!options.junit.empty()) {
       if (auto w = write_file_atomic(options.junit, tableio::render_junit(comparison, "ktune.sweep." + parsed->name)); !w) {

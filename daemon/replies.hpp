@@ -3,6 +3,7 @@
 // (docs/protocol.md describes every field).
 #include "core/param_space.hpp"
 #include "core/result.hpp"
+#include "db/job_winner.hpp"
 #include "db/store.hpp"
 
 #include <nlohmann/json.hpp>
@@ -26,18 +27,6 @@ namespace ktune::daemon {
 [[nodiscard]] nlohmann::json job_to_json(const JobRecord& job);
 [[nodiscard]] nlohmann::json result_to_json(const ResultRecord& result);
 
-// Whether `candidate` beats `best`: lower median, ties to the lower config index.
-[[nodiscard]] bool better_result(const ResultRecord& candidate, const ResultRecord& best);
-// The `ok` result with the lowest median (ties: lower config index), pruned ones only when every
-// ok result was pruned; nullptr when there is none.
-[[nodiscard]] const ResultRecord* fastest_result(const std::vector<ResultRecord>& results);
-// A job's winner. With declared ties (results.tied): the incumbent -- the tied row whose config
-// text is `incumbent_config`, the key's winner before this job -- when it is in the group, else
-// the tie with the lowest median (then the lower config index). Without ties: the best `ok`
-// result. nullptr when there is none. Keeping the incumbent makes a re-run that learns nothing
-// new (its ties reused, or a group that still holds the old winner) name the same config.
-[[nodiscard]] const ResultRecord* pick_winner(const std::vector<ResultRecord>& results,
-                                              const std::string& incumbent_config = {});
 // {"config","config_index","median_ms","gflops","tie_group"} or null; tie_group lists the
 // config_index of every declared tie in `results` (the winner included; empty without ties).
 [[nodiscard]] nlohmann::json winner_to_json(const ResultRecord* winner,

@@ -757,6 +757,25 @@ Result<std::vector<JobRecord>> Store::jobs_in_state(JobState state) const {
                             [&](const Statement& row) { return read_job(db, op, row); });
 }
 
+Result<std::vector<JobRecord>> Store::jobs_for_key(const std::string& kernel,
+    const std::string& shape, const std::string& dtype, const std::string& fingerprint,
+    JobState state) const {
+  constexpr std::string_view op = "jobs_for_key";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      std::string("SELECT ") + k_job_columns +
+          " FROM jobs WHERE kernel = ?1 AND shape = ?2 AND dtype = ?3 AND fingerprint = ?4 "
+          "AND state = ?5 ORDER BY finished_at, id");
+  if (!statement) return statement.error();
+  statement->bind_text(1, kernel);
+  statement->bind_text(2, shape);
+  statement->bind_text(3, dtype);
+  statement->bind_text(4, fingerprint);
+  statement->bind_text(5, to_string(state));
+  return collect<JobRecord>(db, op, *statement,
+                            [&](const Statement& row) { return read_job(db, op, row); });
+}
+
 Result<std::vector<ResultRecord>> Store::job_results(std::int64_t job_id) const {
   constexpr std::string_view op = "job_results";
   const DbRef db{m_db, m_path};

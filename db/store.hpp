@@ -161,6 +161,11 @@ public:
   [[nodiscard]] Result<std::optional<JobRecord>> get_job(std::int64_t job_id) const;
   [[nodiscard]] Result<std::vector<JobRecord>> list_jobs(std::int64_t limit) const; // newest first
   [[nodiscard]] Result<std::vector<JobRecord>> jobs_in_state(JobState state) const;
+  // The jobs of (kernel, shape, dtype, device fingerprint), every source hash, in `state`, oldest
+  // first (by finished_at, then id): a key's history run by run.
+  [[nodiscard]] Result<std::vector<JobRecord>> jobs_for_key(const std::string& kernel,
+      const std::string& shape, const std::string& dtype, const std::string& fingerprint,
+      JobState state) const;
   [[nodiscard]] Result<std::vector<ResultRecord>> job_results(std::int64_t job_id) const; // by config_index
   [[nodiscard]] Result<std::optional<WinnerRecord>> find_winner(const std::string& kernel,
       const std::string& source_hash, const std::string& shape, const std::string& dtype,

@@ -86,6 +86,10 @@ std::string p_text(double p) {
 std::string explanation(const KeyComparison& k, const CompareOptions& options) {
   if (k.presence == Presence::current_only) return "only in the current table";
   if (k.presence == Presence::baseline_only) return "only in the baseline";
+  if (k.method == Method::none && k.baseline_runs < k_min_history_runs && k.baseline_range) {
+    return std::to_string(k.baseline_runs) + " earlier good run(s) of the key, need " +
+           std::to_string(k_min_history_runs);
+  }
   if (!k.ratio) return "baseline median is 0: no ratio";
   std::string text = "current " + ms_text(k.current->median_ms) + " ms vs baseline " +
                      ms_text(k.baseline->median_ms) + " ms: ratio " + fixed(*k.ratio, 3);
@@ -104,12 +108,27 @@ std::string explanation(const KeyComparison& k, const CompareOptions& options) {
               ms_interval_text(*k.baseline_ci);
       break;
     case Method::ratio_only: text += ", no samples or statistics: ratio alone"; break;
+    case Method::history:
+      text += ", baseline the median of the last " + std::to_string(k.baseline_runs) +
+              " good runs, whose medians span " + ms_interval_text(*k.baseline_range) + " ms";
+      if (k.p_value) {
+        text += ", Mann-Whitney p " + p_text(*k.p_value) + " (alpha " + p_text(options.alpha) +
+                ") on " + std::to_string(k.current_samples) + " vs " +
+                std::to_string(k.baseline_samples) + " pooled samples";
+      } else {
+        text += ", no rank test (samples missing on a side)";
+      }
+      break;
     case Method::none:
       text += ", too few samples (" + std::to_string(k.current_samples) + " vs " +
               std::to_string(k.baseline_samples) + ", need " + std::to_string(k_min_samples) + ")";
       break;
   }
   if (k.winner_changed) text += "; winner changed";
+  if (k.first_ratio) {
+    text += "; measured twice: the first run's ratio " + fixed(*k.first_ratio, 3) +
+            " looked regressed, this second run decides";
+  }
   return text;
 }
 
@@ -159,6 +178,7 @@ std::string_view to_string(Method method) {
     case Method::interval: return "interval";
     case Method::ratio_only: return "ratio_only";
     case Method::none: return "none";
+    case Method::history: return "history";
   }
   return "none";
 }
@@ -245,6 +265,98 @@ KeyComparison compare_rows(const TableRow& current, const TableRow& baseline,
   }
   k.verdict = slower && apart ? Verdict::regressed : faster && apart ? Verdict::improved : Verdict::same;
   return k;
+}
+
+KeyComparison compare_with_history(const TableRow& row, const RunPoint& current,
+                                   const std::vector<RunPoint>& baseline,
+                                   const CompareOptions& options) {
+  KeyComparison k;
+  k.key = row.key();
+  k.presence = Presence::both;
+  TableRow now = row;
+  now.median_ms = current.median_ms;
+  now.samples_ms = current.samples_ms;
+  now.config = nlohmann::ordered_json::parse(current.config, nullptr, false);
+  if (now.config.is_discarded()) now.config = row.config;
+  k.current_samples = now.samples_ms.size();
+  k.current_ci = confidence_interval(now);
+  k.baseline_runs = baseline.size();
+  TableRow before = row;
+  before.samples_ms.clear();
+  before.stats = {};
+  before.median_ms = 0;
+  k.baseline_range = Interval{0, 0};
+  std::vector<double> medians;
+  for (const auto& run : baseline) {
+    medians.push_back(run.median_ms);
+    before.samples_ms.insert(before.samples_ms.end(), run.samples_ms.begin(), run.samples_ms.end());
+  }
+  k.baseline_samples = before.samples_ms.size();
+  if (!baseline.empty()) {
+    before.median_ms = median_of(medians);
+    before.config = nlohmann::ordered_json::parse(baseline.back().config, nullptr, false);
+    if (before.config.is_discarded()) before.config = row.config;
+    before.time_ms = baseline.back().finished_at_ms;
+    k.baseline_range = Interval{*std::min_element(medians.begin(), medians.end()),
+                                *std::max_element(medians.begin(), medians.end())};
+    k.winner_changed = !same_config(now.config, before.config);
+  }
+  k.current = now;
+  k.baseline = before;
+  if (baseline.size() < k_min_history_runs || before.median_ms <= 0 || k.baseline_range->low <= 0) {
+    return k; // unknown, Method::none
+  }
+  k.method = Method::history;
+  k.ratio = now.median_ms / before.median_ms;
+  if (k.current_ci) {
+    k.ratio_ci = Interval{k.current_ci->low / k.baseline_range->high,
+                          k.current_ci->high / k.baseline_range->low};
+  }
+  // Outside the spread between runs (slower than every one of them) and by more than the minimum
+  // effect (relative to their median run).
+  const bool slower = now.median_ms > k.baseline_range->high && *k.ratio > 1 + options.min_effect;
+  const bool faster = now.median_ms < k.baseline_range->low && *k.ratio < 1 / (1 + options.min_effect);
+  bool significant = true; // without samples on a side the step over every run decides alone
+  if (k.current_samples >= k_min_samples && k.baseline_samples >= k_min_samples) {
+    k.p_value = mann_whitney(widened(now.samples_ms), widened(before.samples_ms)).p_value;
+    significant = *k.p_value < options.alpha;
+  }
+  k.verdict = significant && slower   ? Verdict::regressed
+              : significant && faster ? Verdict::improved
+                                      : Verdict::same;
+  return k;
+}
+
+std::vector<std::size_t> last_good_runs(const std::vector<RunPoint>& series,
+                                        const CompareOptions& options, std::size_t runs) {
+  std::vector<std::size_t> good;
+  std::vector<RunPoint> baseline;
+  const TableRow row;
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const std::size_t first = good.size() > runs ? good.size() - runs : 0;
+    baseline.clear();
+    for (std::size_t g = first; g < good.size(); ++g) baseline.push_back(series[good[g]]);
+    if (baseline.size() < k_min_history_runs ||
+        !compare_with_history(row, series[i], baseline, options).regressed()) {
+      good.push_back(i);
+    }
+  }
+  if (good.size() > runs) good.erase(good.begin(), good.end() - static_cast<std::ptrdiff_t>(runs));
+  return good;
+}
+
+Comparison confirm(const Comparison& first, const Comparison& again) {
+  Comparison out = first;
+  for (auto& k : out.keys) {
+    if (!k.regressed()) continue;
+    const auto second = std::find_if(again.keys.begin(), again.keys.end(),
+                                     [&](const KeyComparison& a) { return a.key == k.key; });
+    if (second == again.keys.end()) continue;
+    const std::optional<double> ratio = k.ratio;
+    k = *second;
+    k.first_ratio = ratio;
+  }
+  return out;
 }
 
 Comparison compare(const Table& current, const Table& baseline, const CompareOptions& options) {

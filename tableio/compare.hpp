@@ -16,9 +16,19 @@
 //     its stddev -- and the key regressed when the ratio > 1 + min_effect and the intervals do
 //     not overlap (mirror for improved). Rows without statistics: the ratio alone decides.
 //   - no ratio (a baseline median of 0): unknown.
+//
+// Against history (`--baseline last-good`: compare_with_history) the baseline is several earlier
+// runs of the key, so the noise between runs -- which on a busy machine far exceeds the noise
+// within one run's samples -- is part of the judgement. The ratio is current / the median of the
+// baseline runs' medians. With at least k_min_history_runs runs: regressed when the current
+// median is above every baseline run's median (outside the spread between runs), the ratio
+// exceeds 1 + min_effect, AND (where both sides kept samples) the Mann-Whitney U test of the
+// current samples against the baseline runs' pooled samples gives p < alpha; improved under the
+// mirror condition (below every run, ratio < 1 / (1 + min_effect)); else same. Fewer runs: unknown.
 #include "tableio/table.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,7 +47,8 @@ enum class Method {
   rank_test,   // samples on both sides
   interval,    // a side without samples: intervals from the stored statistics
   ratio_only,  // a side without samples or statistics
-  none,        // one side only, too few samples, or no ratio
+  none,        // one side only, too few samples or earlier runs, or no ratio
+  history,     // against the spread of several earlier runs (compare_with_history)
 };
 [[nodiscard]] std::string_view to_string(Method method);
 
@@ -65,6 +76,13 @@ struct KeyComparison {
   std::optional<double> p_value;        // the rank test's, Method::rank_test only
   std::optional<Interval> current_ci, baseline_ci; // 95% intervals of the two medians (ms)
   std::size_t current_samples = 0, baseline_samples = 0;
+  // Method::history (and a history comparison left unknown): the earlier runs compared with and
+  // the range of their medians (ms).
+  std::size_t baseline_runs = 0;
+  std::optional<Interval> baseline_range;
+  // Set by confirm(): the ratio of the first run, which looked regressed; this comparison is the
+  // second run's, which decides.
+  std::optional<double> first_ratio;
 
   [[nodiscard]] bool regressed() const { return verdict == Verdict::regressed; }
   [[nodiscard]] bool improved() const { return verdict == Verdict::improved; }
@@ -79,6 +97,22 @@ struct Comparison {
   [[nodiscard]] std::size_t count(Verdict verdict) const; // keys in both tables only
 };
 
+// One finished run of a key in the store's history (a job that ended done): its winner's
+// measurement (db/job_winner.hpp's pick_winner without an incumbent: the fastest of the declared
+// tie group, else the fastest ok result).
+struct RunPoint {
+  std::int64_t job_id = 0;
+  std::int64_t finished_at_ms = 0;
+  std::string source_hash;
+  std::string config;                 // canonical JSON text
+  double median_ms = 0;
+  std::vector<float> samples_ms;      // empty when none were kept
+};
+
+// Earlier runs a history baseline holds, and the fewest it needs for a verdict.
+inline constexpr std::size_t k_history_runs = 5;
+inline constexpr std::size_t k_min_history_runs = 3;
+
 // The two-sided 95% Student t quantile for `degrees` of freedom (>= 1).
 [[nodiscard]] double t_quantile_975(std::size_t degrees);
 // The 95% interval of a row's median: from its samples (order statistics) when it has at least
@@ -89,6 +123,29 @@ struct Comparison {
 // One key in both tables, by the rule above.
 [[nodiscard]] KeyComparison compare_rows(const TableRow& current, const TableRow& baseline,
                                          const CompareOptions& options);
+
+// The run `current` of the key of `row` (which gives the comparison its key, device and
+// provenance; its median, samples and config are replaced by current's) against `baseline`,
+// earlier runs of the same key, by the history rule above.
+[[nodiscard]] KeyComparison compare_with_history(const TableRow& row, const RunPoint& current,
+                                                 const std::vector<RunPoint>& baseline,
+                                                 const CompareOptions& options);
+
+// The last-good runs of a history: `series` holds a key's runs oldest first; a run is good when
+// fewer than k_min_history_runs good runs precede it or it is not regressed against the last
+// `runs` good runs before it (so a regression stays out of every later baseline, and keeps
+// failing until the time comes back). Returns the indices of the last `runs` good runs, oldest
+// first.
+[[nodiscard]] std::vector<std::size_t> last_good_runs(const std::vector<RunPoint>& series,
+                                                      const CompareOptions& options,
+                                                      std::size_t runs = k_history_runs);
+
+// A regression must show twice (`--baseline last-good`): a run's time can step for a minute while
+// the machine is busy, a slowed kernel stays slow. `first` judged the sweep's runs; `again` judged
+// a second run of the keys `first` found regressed. Each key regressed in `first` and present in
+// `again` takes `again`'s comparison (so it stays regressed only when both runs are), with
+// first_ratio set; every other key is kept.
+[[nodiscard]] Comparison confirm(const Comparison& first, const Comparison& again);
 
 // Both tables normalized. options.min_effect >= 0, 0 < options.alpha < 1.
 [[nodiscard]] Comparison compare(const Table& current, const Table& baseline,

@@ -298,3 +298,143 @@ TEST_CASE("JUnit of several suites: one document whose counts add up", "[tableio
   // One suite alone renders exactly as render_junit of that report.
   REQUIRE(tableio::render_junit({tableio::junit_suite(current(), "s")}) == tableio::render_junit(current(), "s"));
 }
+
+namespace {
+
+// A run of the history: `n` samples around `median_ms`, spread +-0.5%.
+tableio::RunPoint run_at(std::int64_t job, double median_ms, std::size_t n = 20) {
+  tableio::RunPoint run;
+  run.job_id = job;
+  run.finished_at_ms = 1000 * job;
+  run.source_hash = "abc";
+  run.config = k_config_a;
+  run.median_ms = median_ms;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double offset = (static_cast<double>(i) / static_cast<double>(n - 1) - 0.5) * 0.01;
+    run.samples_ms.push_back(static_cast<float>(median_ms * (1 + offset)));
+  }
+  return run;
+}
+
+// Five earlier runs whose medians spread 20% between runs; each run's own samples are tight.
+std::vector<tableio::RunPoint> spread_runs() {
+  return {run_at(1, 1.00), run_at(2, 1.12), run_at(3, 0.95), run_at(4, 1.08), run_at(5, 1.15)};
+}
+
+} // namespace
+
+TEST_CASE("history rule: the current run against the spread of several earlier runs",
+          "[tableio][history]") {
+  const auto row = make_row(k_small, k_config_a, 1.0, 1);
+  const tableio::CompareOptions options{.min_effect = 0.05};
+  SECTION("inside the spread between runs is the same, though a rank test on one run says otherwise") {
+    const auto now = run_at(6, 1.10);
+    // The single-run rule on the newest run alone (1.15) and on the first (1.00) would call this
+    // a change: within-run samples are tight.
+    const auto k = tableio::compare_with_history(row, now, spread_runs(), options);
+    CHECK(k.method == tableio::Method::history);
+    CHECK(k.verdict == tableio::Verdict::same);
+    CHECK(k.baseline_runs == 5);
+    REQUIRE(k.baseline_range);
+    CHECK(k.baseline_range->low == Approx(0.95));
+    CHECK(k.baseline_range->high == Approx(1.15));
+    CHECK(*k.ratio == Approx(1.10 / 1.08));
+    CHECK(k.baseline_samples == 100);
+  }
+  SECTION("above the slowest run and the minimum effect above their median is a regression") {
+    const auto k = tableio::compare_with_history(row, run_at(6, 1.17), spread_runs(), options);
+    CHECK(k.verdict == tableio::Verdict::regressed);
+    REQUIRE(k.p_value);
+    CHECK(*k.p_value < options.alpha);
+    CHECK(tableio::render_markdown({options, {k}}).find("REGRESSED") != std::string::npos);
+  }
+  SECTION("above every run but within the minimum effect of their median is not") {
+    std::vector<tableio::RunPoint> steady{run_at(1, 1.0), run_at(2, 1.01), run_at(3, 0.99),
+                                          run_at(4, 1.0), run_at(5, 1.02)};
+    const auto k = tableio::compare_with_history(row, run_at(6, 1.04), steady, options);
+    CHECK(k.verdict == tableio::Verdict::same);
+    CHECK(*k.p_value < options.alpha); // the rank test alone would have called it
+  }
+  SECTION("a significant slowdown inside the spread between runs is not") {
+    const auto k = tableio::compare_with_history(row, run_at(6, 1.14), spread_runs(), options);
+    CHECK(*k.ratio > 1.05);
+    CHECK(k.verdict == tableio::Verdict::same);
+  }
+  SECTION("the issue's 1.33x and 2x slowdowns of a steady key are regressions") {
+    std::vector<tableio::RunPoint> steady{run_at(1, 1.0), run_at(2, 1.01), run_at(3, 0.99)};
+    CHECK(tableio::compare_with_history(row, run_at(4, 1.33), steady, options).regressed());
+    CHECK(tableio::compare_with_history(row, run_at(4, 2.0), steady, options).regressed());
+  }
+  SECTION("below the fastest run is an improvement") {
+    const auto k = tableio::compare_with_history(row, run_at(6, 0.8), spread_runs(), options);
+    CHECK(k.verdict == tableio::Verdict::improved);
+  }
+  SECTION("without samples on a side the step over every run decides alone") {
+    auto now = run_at(6, 1.3);
+    now.samples_ms.clear();
+    const auto k = tableio::compare_with_history(row, now, spread_runs(), options);
+    CHECK(k.verdict == tableio::Verdict::regressed);
+    CHECK_FALSE(k.p_value);
+  }
+  SECTION("fewer than three earlier runs: unknown, said so") {
+    std::vector<tableio::RunPoint> two{run_at(1, 1.0), run_at(2, 1.0)};
+    const auto k = tableio::compare_with_history(row, run_at(3, 3.0), two, options);
+    CHECK(k.verdict == tableio::Verdict::unknown);
+    CHECK(k.method == tableio::Method::none);
+    CHECK(tableio::render_junit(tableio::Comparison{options, {k}}).find("2 earlier good run(s)") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("last-good runs leave regressed runs out of later baselines", "[tableio][history]") {
+  const tableio::CompareOptions options{.min_effect = 0.05};
+  SECTION("a steady history: the last five") {
+    std::vector<tableio::RunPoint> series;
+    for (std::int64_t i = 0; i < 8; ++i) series.push_back(run_at(i + 1, 1.0 + 0.01 * static_cast<double>(i % 2)));
+    CHECK(tableio::last_good_runs(series, options) == std::vector<std::size_t>{3, 4, 5, 6, 7});
+  }
+  SECTION("a regressed run is not good, and the next runs are judged without it") {
+    std::vector<tableio::RunPoint> series{run_at(1, 1.0), run_at(2, 1.01), run_at(3, 0.99),
+                                          run_at(4, 1.5), run_at(5, 1.0), run_at(6, 1.52)};
+    const auto good = tableio::last_good_runs(series, options);
+    CHECK(good == std::vector<std::size_t>{0, 1, 2, 4});
+    // So a regression that stays keeps failing: run 6 against 1-3 and 5.
+    std::vector<tableio::RunPoint> baseline;
+    for (auto i : good) baseline.push_back(series[i]);
+    CHECK(tableio::compare_with_history(make_row(k_small, k_config_a, 1.0, 1), series[5], baseline,
+                                        options).regressed());
+  }
+  SECTION("the first runs are good: nothing to judge them by") {
+    std::vector<tableio::RunPoint> series{run_at(1, 1.0), run_at(2, 5.0)};
+    CHECK(tableio::last_good_runs(series, options) == std::vector<std::size_t>{0, 1});
+  }
+}
+
+TEST_CASE("a history regression must show in a second run", "[tableio][history]") {
+  const tableio::CompareOptions options{.min_effect = 0.05};
+  const auto row = make_row(k_small, k_config_a, 1.0, 1);
+  auto other_row = make_row(k_big, k_config_a, 1.0, 1);
+  const auto history = spread_runs();
+  tableio::Comparison first{options, {tableio::compare_with_history(row, run_at(6, 1.4), history, options),
+                                      tableio::compare_with_history(other_row, run_at(6, 1.0), history, options)}};
+  REQUIRE(first.regressions() == 1);
+  SECTION("a second run inside the spread clears it") {
+    const tableio::Comparison again{options, {tableio::compare_with_history(row, run_at(7, 1.1), history, options)}};
+    const auto judged = tableio::confirm(first, again);
+    CHECK(judged.regressions() == 0);
+    REQUIRE(judged.keys[0].first_ratio);
+    CHECK(*judged.keys[0].first_ratio == Approx(1.4 / 1.08));
+    CHECK(*judged.keys[0].ratio == Approx(1.1 / 1.08));
+    CHECK_FALSE(judged.keys[1].first_ratio); // not regressed the first time: kept as it was
+    CHECK(tableio::render_junit(judged).find("measured twice") != std::string::npos);
+  }
+  SECTION("a second slow run keeps it") {
+    const tableio::Comparison again{options, {tableio::compare_with_history(row, run_at(7, 1.35), history, options)}};
+    const auto judged = tableio::confirm(first, again);
+    CHECK(judged.regressions() == 1);
+    CHECK(judged.keys[0].first_ratio);
+  }
+  SECTION("without a second run the first verdict stands") {
+    CHECK(tableio::confirm(first, tableio::Comparison{options, {}}).regressions() == 1);
+  }
+}
