@@ -158,7 +158,7 @@ TEST_CASE("core/kernel_spec: a full spec", "[core][kernel_spec]") {
     CHECK(spec.args[3].value == "M");
   }
   SECTION("check") {
-    CHECK(spec.check.reference == "default");
+    CHECK(spec.check.reference == ktune::ReferenceKind::default_config);
     CHECK(spec.check.rtol == Approx(1e-3));
     CHECK(spec.check.atol == 0);
   }
@@ -296,4 +296,163 @@ TEST_CASE("core/kernel_spec: enum names", "[core][kernel_spec]") {
   CHECK(ktune::to_string(ktune::Language::cuda) == "cuda");
   CHECK(ktune::to_string(ktune::ArgKind::inout) == "inout");
   CHECK(ktune::to_string(ktune::ArgKind::scalar) == "scalar");
+}
+
+namespace {
+
+// The blocked SGEMM of tests/kernels/gemm_blocked, typed by its declaration.
+const std::string k_typed = R"toml([kernel]
+name = "gemm_blocked"
+language = "cpp"
+source = "gemm_blocked.cpp"
+entry = "gemm_blocked"
+signature = "void gemm_blocked(const float* A, const float* B, float* C, int M, int N, int K)"
+shape = ["M", "N", "K"]
+
+[params]
+BM = [16, 32]
+BK = [16, 32]
+
+[[args]]
+name = "A"
+kind = "in"
+count = "M * K"
+
+[[args]]
+name = "B"
+kind = "in"
+count = "K * N"
+
+[[args]]
+name = "C"
+kind = "out"
+count = "M * N"
+rtol = 1e-4
+
+[[args]]
+name = "M"
+kind = "scalar"
+value = "M"
+
+[[args]]
+name = "N"
+kind = "scalar"
+value = "N"
+
+[[args]]
+name = "K"
+kind = "scalar"
+value = "K"
+
+[metrics]
+bytes = "elem_bytes * (M * K + K * N + M * N)"
+
+[check]
+reference = "function"
+source = "reference.cpp"
+function = "gemm_reference"
+
+[default]
+BM = 32
+BK = 16
+)toml";
+
+} // namespace
+
+TEST_CASE("core/kernel_spec: a typed signature types the args; no dtypes, no adapter",
+          "[core][kernel_spec][signature]") {
+  auto parsed = parse_kernel_spec(k_typed, "tests/kernels/gemm_blocked/kernel.toml");
+  INFO((parsed ? std::string() : parsed.error().message));
+  REQUIRE(parsed.ok());
+  const ktune::KernelSpec& spec = *parsed;
+  REQUIRE(spec.signature.has_value());
+  CHECK(spec.signature->name == "gemm_blocked");
+  CHECK(spec.args[0].dtype == "f32");
+  CHECK(spec.args[2].dtype == "f32");
+  CHECK(spec.args[3].dtype == "i32");  // int M: not the i64 an untyped scalar gets
+  CHECK_FALSE(spec.dtype_axis);
+  CHECK(spec.dtypes == std::vector<std::string>{"f32"});  // the first output's element type
+  CHECK(spec.args[2].rtol == Approx(1e-4));
+  CHECK(spec.args[2].atol < 0);  // [check]'s
+  CHECK(spec.check.reference == ktune::ReferenceKind::function);
+  CHECK(spec.check.source == "reference.cpp");
+  CHECK(spec.check.function == "gemm_reference");
+  CHECK(spec.bytes == "elem_bytes * (M * K + K * N + M * N)");
+
+  SECTION("\"source\" leaves the declaration to the loader") {
+    auto deferred = parse_kernel_spec(
+        edit(k_typed, "signature = \"void gemm_blocked(const float* A, const float* B, float* C, "
+                      "int M, int N, int K)\"",
+             "signature = \"source\""),
+        "k.toml");
+    INFO((deferred ? std::string() : deferred.error().message));
+    REQUIRE(deferred.ok());
+    CHECK_FALSE(deferred->signature.has_value());
+    CHECK(deferred->args[3].dtype.empty());
+  }
+}
+
+TEST_CASE("core/kernel_spec: a spec that disagrees with the declaration is a load error naming "
+          "the file, the line, both types and the fix",
+          "[core][kernel_spec][signature]") {
+  SECTION("wrong scalar type") {
+    const auto msg = error_of(edit(k_typed, "name = \"M\"\nkind = \"scalar\"",
+                                   "name = \"M\"\nkind = \"scalar\"\ndtype = \"i64\""));
+    CHECK_THAT(msg, Catch::StartsWith("kernels/gemm/kernel.toml:32: args[3] 'M'"));
+    CHECK_THAT(msg, Catch::Contains("dtype = \"i64\"") && Catch::Contains("'int M' (i32)") &&
+                        Catch::Contains("fix: write dtype = \"i32\""));
+  }
+  SECTION("wrong buffer type") {
+    const auto msg = error_of(edit(k_typed, "count = \"K * N\"", "count = \"K * N\"\ndtype = \"f64\""));
+    CHECK_THAT(msg, Catch::Contains("args[1] 'B'") && Catch::Contains("'const float* B' (f32)") &&
+                        Catch::Contains("f64"));
+  }
+  SECTION("order, kind, const and count") {
+    CHECK_THAT(error_of(edit(k_typed, "name = \"N\"", "name = \"Q\"")),
+               Catch::Contains("named 'N'") && Catch::Contains("declaration's order"));
+    CHECK_THAT(error_of(edit(k_typed, "name = \"M\"\nkind = \"scalar\"\nvalue = \"M\"",
+                             "name = \"M\"\nkind = \"in\"\ncount = \"1\"")),
+               Catch::Contains("is a buffer but") && Catch::Contains("'int M', a scalar"));
+    CHECK_THAT(error_of(edit(k_typed, "name = \"B\"\nkind = \"in\"", "name = \"B\"\nkind = \"inout\"")),
+               Catch::Contains("cannot write"));
+    CHECK_THAT(error_of(edit(k_typed, ", int K)\"", ")\"")),
+               Catch::Contains("6 [[args]]") && Catch::Contains("5 parameters"));
+    CHECK_THAT(error_of(edit(k_typed, "void gemm_blocked(", "void gemm(")),
+               Catch::Contains("entry is 'gemm_blocked'"));
+    CHECK_THAT(error_of(edit(k_typed, "int N, int K", "short N, int K")),
+               Catch::StartsWith("kernels/gemm/kernel.toml:6: [kernel].signature") &&
+                   Catch::Contains("'short'"));
+  }
+  SECTION("missing reference, bad tolerance key") {
+    const auto missing = error_of(edit(k_typed, "function = \"gemm_reference\"\n", ""));
+    CHECK_THAT(missing, Catch::StartsWith("kernels/gemm/kernel.toml:48: [check].function"));
+    CHECK_THAT(missing, Catch::Contains("fix: add function ="));
+    CHECK_THAT(error_of(edit(k_typed, "source = \"reference.cpp\"\n", "")),
+               Catch::Contains("[check].source") && Catch::Contains("fix"));
+    const auto bad_key = error_of(edit(k_typed, "function = \"gemm_reference\"",
+                                       "function = \"gemm_reference\"\ntolerance = 1e-3"));
+    CHECK_THAT(bad_key, Catch::StartsWith("kernels/gemm/kernel.toml:51: [check].tolerance"));
+    CHECK_THAT(bad_key, Catch::Contains("expected one of: reference, source, function, rtol, atol"));
+    CHECK_THAT(error_of(edit(k_typed, "rtol = 1e-4", "rtl = 1e-4")),
+               Catch::StartsWith("kernels/gemm/kernel.toml:27: args[2].rtl"));
+    CHECK_THAT(error_of(edit(k_typed, "count = \"M * K\"", "count = \"M * K\"\natol = 0.1")),
+               Catch::Contains("args[0].atol") && Catch::Contains("out or inout"));
+    CHECK_THAT(error_of(edit(k_typed, "reference = \"function\"", "reference = \"ref\"")),
+               Catch::Contains("\"function\""));
+  }
+  SECTION("no dtypes needs typed buffers") {
+    const auto untyped =
+        edit(k_typed, "signature = \"void gemm_blocked(const float* A, const float* B, float* C, "
+                      "int M, int N, int K)\"\n", "");
+    CHECK_THAT(error_of(edit(untyped, "[check]\nreference = \"function\"\nsource = \"reference.cpp\"\n"
+                                      "function = \"gemm_reference\"\n", "")),
+               Catch::Contains("args[2].dtype") && Catch::Contains("without [kernel].dtypes"));
+  }
+  SECTION("flags_remove takes the fixed flags only") {
+    auto ok = parse_kernel_spec(edit(k_typed, "shape = [", "flags_remove = [\"-march=native\"]\nshape = ["), "k.toml");
+    REQUIRE(ok.ok());
+    CHECK(ok->flags_remove == std::vector<std::string>{"-march=native"});
+    CHECK_THAT(error_of(edit(k_typed, "shape = [", "flags_remove = [\"-fPIC\"]\nshape = [")),
+               Catch::Contains("[kernel].flags_remove[0]"));
+  }
 }
