@@ -490,13 +490,15 @@ struct CudaRunner::State {
   }
 
   std::optional<std::string> compare_outputs(const DeviceArgs& set, const Snapshot& got,
-                                             const Snapshot& expected, double rtol, double atol) {
+                                             const Snapshot& expected, const BenchJob& job) {
     std::size_t checked = 0, differing = 0;
     std::string first;
     for (std::size_t i = 0; i < set.args.size(); ++i) {
       const DeviceArg& slot = set.args[i];
       if (!slot.is_buffer() || !slot.is_output()) continue;
       checked += slot.count;
+      const double rtol = job.args[i].rtol >= 0 ? job.args[i].rtol : job.rtol;
+      const double atol = job.args[i].atol >= 0 ? job.args[i].atol : job.atol;
       const auto mismatch =
           compare_elements(slot.dtype, got[i].data(), expected[i].data(), slot.count, rtol, atol);
       if (!mismatch) continue;
@@ -569,7 +571,7 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
     }
     if (expected != nullptr) {
       const Snapshot got = snapshot_outputs(set);
-      if (auto reason = compare_outputs(set, got, *expected, job.rtol, job.atol)) {
+      if (auto reason = compare_outputs(set, got, *expected, job)) {
         result.outcome = failure(CandidateStatus::mismatch, std::move(*reason));
         return result;
       }

@@ -221,7 +221,7 @@ std::string guard_reason(const ArgSlot& slot) {
 // Compares every output against `expected`; the reason names the first differing element.
 std::optional<std::string> compare_outputs(const ArgSet& set,
                                            const std::vector<std::vector<unsigned char>>& expected,
-                                           double rtol, double atol) {
+                                           const BenchJob& job) {
   std::size_t checked = 0;
   std::size_t differing = 0;
   std::string first;
@@ -229,8 +229,10 @@ std::optional<std::string> compare_outputs(const ArgSet& set,
     const ArgSlot& slot = set.slots[i];
     if (!slot.buffer || !slot.is_output()) continue;
     checked += slot.buffer->count();
+    const double slot_rtol = job.args[i].rtol >= 0 ? job.args[i].rtol : job.rtol;
+    const double slot_atol = job.args[i].atol >= 0 ? job.args[i].atol : job.atol;
     const auto mismatch = compare_elements(slot.dtype, slot.buffer->data(), expected[i].data(),
-                                           slot.buffer->count(), rtol, atol);
+                                           slot.buffer->count(), slot_rtol, slot_atol);
     if (!mismatch) continue;
     differing += mismatch->differing;
     if (first.empty()) {
@@ -238,7 +240,8 @@ std::optional<std::string> compare_outputs(const ArgSet& set,
               format_value(mismatch->got, 9) + ", expected " + format_value(mismatch->expected, 9) +
               (is_integral(slot.dtype)
                    ? std::string(" (exact)")
-                   : " (rtol " + format_value(rtol, 6) + ", atol " + format_value(atol, 6) + ")");
+                   : " (rtol " + format_value(slot_rtol, 6) + ", atol " +
+                         format_value(slot_atol, 6) + ")");
     }
   }
   if (differing == 0) return std::nullopt;
@@ -271,13 +274,14 @@ struct HostRunner::State {
   // The reference outputs on `set`, computed on first use.
   Result<const std::vector<std::vector<unsigned char>>*> reference_for(const BenchJob& job,
                                                                        ArgSet& set) {
-    const std::string identity = reference_identity(job.reference_path);
+    const std::string& symbol = job.reference_entry.empty() ? job.entry : job.reference_entry;
+    const std::string identity = reference_identity(job.reference_path) + "|" + symbol;
     for (const auto& [id, outputs] : set.references) {
       if (id == identity) return &outputs;
     }
     auto library = SharedLibrary::open(job.reference_path);
     if (!library) return make_error("runtime_error", "reference: " + library.error().message);
-    auto address = library->symbol(job.entry);
+    auto address = library->symbol(symbol);
     if (!address) return make_error("runtime_error", "reference: " + address.error().message);
     const auto entry = reinterpret_cast<EntryFn>(address.value());
     set.reset_for_check();
@@ -367,7 +371,7 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
     return failure(CandidateStatus::mismatch, guard_reason(*slot));
   }
   if (expected != nullptr) {
-    if (auto reason = compare_outputs(set, *expected, job.rtol, job.atol)) {
+    if (auto reason = compare_outputs(set, *expected, job)) {
       return failure(CandidateStatus::mismatch, std::move(*reason));
     }
   }

@@ -182,7 +182,7 @@ Result<nlohmann::json> RequestHandler::cancel(const protocol::Request& request) 
 
 Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel_name,
                                                        const std::string& shape_text,
-                                                       const std::string& dtype,
+                                                       const std::string& requested_dtype,
                                                        const std::string& device_name) {
   const bool cuda = is_cuda_device(device_name);
   if (!cuda && device_name != "cpu") {
@@ -201,6 +201,9 @@ Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel
   auto conformed = conform_shape(*shape, spec.shape_dims, spec.name);
   if (!conformed) return conformed.error();
 
+  // A family without a dtype axis answers the default dtype (f32) with its one element type.
+  const std::string dtype =
+      !spec.dtype_axis && requested_dtype == "f32" ? spec.dtypes.front() : requested_dtype;
   if (std::find(spec.dtypes.begin(), spec.dtypes.end(), dtype) == spec.dtypes.end()) {
     return make_error(code::bad_dtype, "kernel " + spec.name + " does not declare dtype '" +
                                            dtype + "' (declared: " + join(spec.dtypes, ", ") + ")");

@@ -1,6 +1,7 @@
 #include "jobs/bench_job.hpp"
 
 #include "jobs/dtype.hpp"
+#include "jobs/typed_entry.hpp"
 #include "core/expr.hpp"
 
 #include <cmath>
@@ -189,8 +190,11 @@ MeasureSettings MeasureSettings::from_json(const nlohmann::json& j) {
 // --- BenchArg / BenchJob -----------------------------------------------------------------------
 
 nlohmann::json BenchArg::to_json() const {
-  return json{{"name", name},   {"kind", kind}, {"dtype", dtype},
-              {"count", count}, {"init", init}, {"value", value}};
+  json out{{"name", name},   {"kind", kind}, {"dtype", dtype},
+           {"count", count}, {"init", init}, {"value", value}};
+  if (rtol >= 0) out["rtol"] = rtol;
+  if (atol >= 0) out["atol"] = atol;
+  return out;
 }
 
 Result<BenchArg> BenchArg::from_json(const nlohmann::json& j, const std::string& field) {
@@ -204,6 +208,8 @@ Result<BenchArg> BenchArg::from_json(const nlohmann::json& j, const std::string&
   if (auto r = read_int64(j, "count", what, a.count, prefix); !r) return r.error();
   if (auto r = read_string(j, "init", what, a.init, Presence::optional, prefix); !r) return r.error();
   if (auto r = read_double(j, "value", what, a.value, prefix); !r) return r.error();
+  if (auto r = read_double(j, "rtol", what, a.rtol, prefix); !r) return r.error();
+  if (auto r = read_double(j, "atol", what, a.atol, prefix); !r) return r.error();
   if (!is_arg_kind(a.kind)) {
     return field_error(what, prefix + "kind", "in, out, inout or scalar", j.at("kind"));
   }
@@ -226,6 +232,7 @@ nlohmann::json BenchJob::to_json() const {
               {"entry", entry},
               {"artifact_path", artifact_path},
               {"reference_path", reference_path},
+              {"reference_entry", reference_entry},
               {"shape", shape},
               {"args", std::move(args_json)},
               {"flops", flops},
@@ -251,6 +258,9 @@ Result<BenchJob> BenchJob::from_json(const nlohmann::json& j) {
     return r.error();
   }
   if (auto r = read_string(j, "reference_path", what, job.reference_path, Presence::optional); !r) {
+    return r.error();
+  }
+  if (auto r = read_string(j, "reference_entry", what, job.reference_entry, Presence::optional); !r) {
     return r.error();
   }
   if (auto r = read_string(j, "shape", what, job.shape, Presence::optional); !r) return r.error();
@@ -352,7 +362,12 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
 
   std::vector<std::string> variables = spec.shape_dims;
   for (const auto& param : spec.params) variables.push_back(param.name);
-  const NamedValues bindings = bind(shape, config);
+  NamedValues bindings = bind(shape, config);
+  std::vector<std::string> metric_variables = variables;
+  metric_variables.emplace_back(k_elem_bytes);
+  NamedValues metric_bindings = bindings;
+  metric_bindings.emplace_back(std::string(k_elem_bytes),
+                               static_cast<std::int64_t>(dtype_size(dtype).value()));
 
   const auto compile = [&](const std::string& text, const std::string& context) -> Result<Expr> {
     auto expr = Expr::compile(text, variables);
@@ -374,12 +389,23 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
     if (!value) return with_context(value.error(), where + ": " + context);
     return value.value();
   };
+  const auto eval_metric = [&](const std::string& text, const std::string& context) -> Result<double> {
+    auto expr = Expr::compile(text, metric_variables);
+    if (!expr) return with_context(expr.error(), where + ": " + context);
+    auto value = expr->eval(metric_bindings);
+    if (!value) return with_context(value.error(), where + ": " + context);
+    return value.value();
+  };
 
   BenchJob job;
   job.kernel = spec.name;
-  job.entry = spec.entry;
+  const bool shim = spec.language == Language::cpp && spec.signature.has_value();
+  job.entry = shim ? host_shim_symbol(spec.entry) : spec.entry;
   job.artifact_path = artifact_path;
   job.reference_path = reference_path;
+  if (spec.check.reference == ReferenceKind::function) {
+    job.reference_entry = host_shim_symbol(spec.check.function);
+  }
   job.shape = shape.to_string();
   job.rtol = spec.check.rtol;
   job.atol = spec.check.atol;
@@ -392,6 +418,8 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
     BenchArg arg;
     arg.name = spec_arg.name;
     arg.kind = std::string(to_string(spec_arg.kind));
+    arg.rtol = spec_arg.rtol;
+    arg.atol = spec_arg.atol;
     const bool scalar = spec_arg.kind == ArgKind::scalar;
     arg.dtype = !spec_arg.dtype.empty() ? spec_arg.dtype : (scalar ? "i64" : dtype);
     const auto arg_dtype = parse_dtype(arg.dtype);
@@ -443,12 +471,12 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
   }
 
   if (!spec.flops.empty()) {
-    auto flops = eval_real(spec.flops, "[metrics].flops");
+    auto flops = eval_metric(spec.flops, "[metrics].flops");
     if (!flops) return flops.error();
     job.flops = flops.value();
   }
   if (!spec.bytes.empty()) {
-    auto bytes = eval_real(spec.bytes, "[metrics].bytes");
+    auto bytes = eval_metric(spec.bytes, "[metrics].bytes");
     if (!bytes) return bytes.error();
     job.bytes = bytes.value();
   }

@@ -31,6 +31,7 @@ struct BenchArg {
   std::int64_t count = 0;      // elements (buffers)
   std::string init = "uniform";// uniform | zero | ones | index (buffers)
   double value = 0;            // scalars (converted to dtype)
+  double rtol = -1, atol = -1; // outputs: this one's tolerances; < 0 = the job's (JSON: omitted)
 
   [[nodiscard]] nlohmann::json to_json() const;
   // Validates kind, dtype, init and (buffers) count >= 1. Errors: "bad_request" naming
@@ -71,6 +72,7 @@ struct BenchJob {
   std::string entry;           // extern "C" symbol
   std::string artifact_path;   // the candidate
   std::string reference_path;  // the reference config's artifact ("" = no check)
+  std::string reference_entry; // the symbol to call in it ("" = entry)
   std::string shape;           // for messages and buffer-cache keys
   std::vector<BenchArg> args;  // in spec order
   double flops = 0;            // per run, 0 = unknown
@@ -123,7 +125,10 @@ struct BenchOutcome {
 };
 
 // Evaluates the spec's arg counts/values and metrics for (shape, config, dtype) into a BenchJob.
-// Scalar args without a dtype are i64; buffer args without one take the job's dtype.
+// Scalar args without a dtype are i64; buffer args without one take the job's dtype (a typed
+// signature has given each arg the declared dtype already). A cpp family with a signature is
+// entered through its shim (host_shim_symbol), and a reference function's shim is the
+// reference_entry. Metrics also see elem_bytes, the size of one element of `dtype`.
 // Expressions see the spec's shape dims and params, bound to bind(shape, config). Counts must be
 // >= 1; integral scalars must evaluate to integers (and fit i32 for i32 args); absent metrics
 // give 0. For a CUDA spec (language cuda) the job also carries the launch geometry of `config`

@@ -1,5 +1,6 @@
 #include "jobs/kernel_registry.hpp"
 
+#include "jobs/typed_entry.hpp"
 #include "core/hash.hpp"
 #include "core/protocol.hpp"
 
@@ -139,6 +140,50 @@ std::string family_dir_name(const std::string& spec_path) {
   return fs::path(spec_path).parent_path().filename().string();
 }
 
+// Reads, checks and hashes the reference function of `spec` into `kernel`.
+Result<void> load_reference(KernelSpec& spec, LoadedKernel& kernel, Hasher& hasher,
+                            std::set<fs::path>& seen) {
+  const fs::path spec_file(kernel.spec_path);
+  const fs::path dir(kernel.dir);
+  const fs::path source = (dir / spec.check.source).lexically_normal();
+  const std::string where = kernel.spec_path + ":" + std::to_string(spec.check.line) + ": ";
+  std::string text, reason;
+  if (!read_text(source, text, reason)) {
+    return make_error(protocol::code::spec_error,
+                      where + "[check].source: '" + spec.check.source + "' cannot be read at " +
+                          source.string() + ": " + reason +
+                          " (fix: name the file that defines " + spec.check.function +
+                          ", relative to the spec)");
+  }
+  fs::path real;
+  if (!resolves_inside(dir, source, real)) {
+    return make_error(protocol::code::spec_error,
+                      where + "[check].source: '" + spec.check.source + "' resolves to " +
+                          (real.empty() ? source.string() : real.string()) +
+                          ", outside the family directory " + kernel.dir);
+  }
+  auto signature = find_signature(text, spec.check.function);
+  if (!signature) {
+    return make_error(protocol::code::spec_error,
+                      where + "[check].function: " + source.string() + ": " +
+                          signature.error().message + " (fix: define void " +
+                          spec.check.function + "(...) with the kernel's parameters there)");
+  }
+  if (auto r = apply_signature(spec, *signature, kernel.spec_path,
+                               source.string() + ":" + std::to_string(signature->line),
+                               SignatureUse::reference);
+      !r) {
+    return r.error();
+  }
+  hasher.update("reference").update(text);
+  if (seen.insert(real).second) {
+    if (auto r = hash_includes(hasher, spec_file, dir, source, text, seen); !r) return r;
+  }
+  kernel.reference_path = source.string();
+  kernel.reference_signature = std::move(signature).value();
+  return {};
+}
+
 } // namespace
 
 Result<LoadedKernel> load_kernel(const std::string& spec_path) {
@@ -182,6 +227,27 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path) {
                              seen);
       !r) {
     return r.error();
+  }
+  if (spec->signature_text == "source") {
+    auto signature = find_signature(source_text, spec->entry);
+    if (!signature) {
+      return make_error(protocol::code::spec_error,
+                        kernel.spec_path + ":" + std::to_string(spec->signature_line) +
+                            ": [kernel].signature: \"source\", but " + kernel.source_path + ": " +
+                            signature.error().message + " (fix: declare void " + spec->entry +
+                            "(...) there, or write the declaration in [kernel].signature)");
+    }
+    const std::string declared_at =
+        kernel.source_path + ":" + std::to_string(signature->line);
+    if (auto r = apply_signature(*spec, *signature, kernel.spec_path, declared_at,
+                                 SignatureUse::kernel);
+        !r) {
+      return r.error();
+    }
+  }
+  if (spec->check.reference == ReferenceKind::function) {
+    auto reference = load_reference(*spec, kernel, hasher, seen);
+    if (!reference) return reference.error();
   }
   kernel.source_hash = hasher.hex_digest();
   kernel.spec = std::move(*spec);
@@ -358,10 +424,28 @@ Result<CompileJob> make_compile_job(const LoadedKernel& kernel, const Config& co
   job.source_path = kernel.source_path;
   job.include_dirs = {kernel.dir};
   job.defines = config;
-  job.dtype = dtype;
+  job.dtype = kernel.spec.dtype_axis ? dtype : std::string();
   job.extra_flags = kernel.spec.flags;
+  job.removed_flags = kernel.spec.flags_remove;
+  if (kernel.spec.language == Language::cpp && kernel.spec.signature) {
+    job.shim = host_shim_source(*kernel.spec.signature, kernel.spec.args);
+  }
   job.source_hash = kernel.source_hash;
   job.cache_dir = cache_dir;
+  return job;
+}
+
+Result<CompileJob> make_reference_compile_job(const LoadedKernel& kernel, const std::string& dtype,
+                                              const std::string& cache_dir) {
+  if (!kernel.reference_signature) {
+    return make_error(protocol::code::spec_error,
+                      kernel.spec_path + ": [check]: the family has no reference function");
+  }
+  auto job = make_compile_job(kernel, {}, dtype, cache_dir);
+  if (!job) return job;
+  job->kernel = kernel.spec.name + " (reference " + kernel.spec.check.function + ")";
+  job->source_path = kernel.reference_path;
+  job->shim = host_shim_source(*kernel.reference_signature, kernel.spec.args);
   return job;
 }
 

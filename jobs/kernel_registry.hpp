@@ -34,7 +34,10 @@ struct LoadedKernel {
   std::string dir;           // absolute directory of the family
   std::string spec_path;     // absolute path of kernel.toml
   std::string source_path;   // absolute path of the source
-  std::string source_hash;
+  std::string source_hash;   // also covers the reference source, when there is one
+  // [check] reference = "function": the reference's source (absolute) and its declaration.
+  std::string reference_path;
+  std::optional<Signature> reference_signature;
 };
 
 struct BrokenKernel {
@@ -84,13 +87,24 @@ private:
 // The language a device runs: cuda for "cuda" and "cuda:N", cpp otherwise.
 [[nodiscard]] Language language_for_device(std::string_view device);
 
-// Loads one family from its kernel.toml path.
+// Loads one family from its kernel.toml path. With [kernel].signature = "source" the entry's
+// declaration is read from the source and checked against [[args]] (apply_signature); a
+// reference function's declaration is read from [check].source and checked the same way.
 [[nodiscard]] Result<LoadedKernel> load_kernel(const std::string& spec_path);
 
-// The compile job for one config of a family: defines = the config, dtype, the spec's flags,
-// include dir = the family's directory. Errors: bad_dtype when the family does not declare it.
+// The compile job for one config of a family: defines = the config, dtype (none for a family
+// without a dtype axis), the spec's flags, include dir = the family's directory, and for a cpp
+// family with a signature the typed entry's shim. Errors: bad_dtype when the family does not
+// declare it.
 [[nodiscard]] Result<CompileJob> make_compile_job(const LoadedKernel& kernel, const Config& config,
                                                   const std::string& dtype,
                                                   const std::string& cache_dir);
+
+// The compile job of a family's reference function ([check] reference = "function"): its source
+// with no config defines, the same dtype and flags, and its shim. Errors: bad_dtype as above,
+// spec_error when the family has no reference function.
+[[nodiscard]] Result<CompileJob> make_reference_compile_job(const LoadedKernel& kernel,
+                                                            const std::string& dtype,
+                                                            const std::string& cache_dir);
 
 } // namespace ktune

@@ -1,0 +1,180 @@
+// Typed entry points end to end below the daemon: a family with a typed signature (given in the
+// spec or read from its source) loads with its args typed by the declaration, compiles with the
+// generated shim, and runs through the host runner against its reference function.
+#include <catch2/catch.hpp>
+
+#include "bench/host_runner.hpp"
+#include "compiler/host_compiler.hpp"
+#include "jobs/bench_job.hpp"
+#include "jobs/kernel_registry.hpp"
+#include "jobs/typed_entry.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <string>
+
+using ktune::CandidateStatus;
+
+namespace {
+
+const std::string k_gemm_blocked =
+    std::string(KTUNE_SOURCE_DIR) + "/tests/kernels/gemm_blocked/kernel.toml";
+
+ktune::MeasureSettings tiny_settings() {
+  ktune::MeasureSettings settings;
+  settings.min_samples = 2;
+  settings.max_samples = 3;
+  settings.min_time_s = 0;
+  settings.max_time_s = 0.01;
+  settings.warmup_ms = 0;
+  settings.flush_cache = false;
+  return settings;
+}
+
+std::string compiled(ktune::HostCompiler& compiler, const ktune::CompileJob& job) {
+  auto outcome = compiler.compile(job);
+  INFO(outcome.log);
+  REQUIRE(outcome.status == CandidateStatus::ok);
+  return outcome.artifact_path;
+}
+
+ktune::BenchOutcome run(const ktune::LoadedKernel& kernel, const std::string& shape_text,
+                        const ktune::Config& config, const std::string& artifact,
+                        const std::string& reference) {
+  auto shape = ktune::Shape::parse(shape_text);
+  REQUIRE(shape.ok());
+  auto job = ktune::make_bench_job(kernel.spec, *shape, config, kernel.spec.dtypes.front(),
+                                   artifact, reference, tiny_settings());
+  INFO((job ? std::string() : job.error().message));
+  REQUIRE(job.ok());
+  ktune::HostRunner runner;
+  return runner.run(*job);
+}
+
+std::string edit_check(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+} // namespace
+
+TEST_CASE("a typed SGEMM loads, compiles and runs against its float64 reference, no adapter",
+          "[compiler][typed_entry]") {
+  auto kernel = ktune::load_kernel(k_gemm_blocked);
+  INFO((kernel ? std::string() : kernel.error().message));
+  REQUIRE(kernel.ok());
+  CHECK(kernel->spec.args[3].dtype == "i32");
+  REQUIRE(kernel->reference_signature.has_value());
+  CHECK(kernel->reference_signature->name == "gemm_reference");
+
+  ktune::test::TempDir cache;
+  ktune::HostCompiler compiler;
+  auto job = ktune::make_compile_job(*kernel, kernel->spec.default_config, "f32", cache.str());
+  REQUIRE(job.ok());
+  CHECK(job->dtype.empty());  // no dtype axis: no KTUNE_DTYPE
+  CHECK_THAT(job->shim, Catch::Contains("extern \"C\" void ktune_shim_gemm_blocked(void** args)"));
+  CHECK_THAT(job->shim, Catch::Contains("static_cast<int>(*static_cast<const int*>(args[3]))"));
+  auto reference_job = ktune::make_reference_compile_job(*kernel, "f32", cache.str());
+  REQUIRE(reference_job.ok());
+  CHECK(reference_job->defines.empty());
+  CHECK(compiler.cache_key(*reference_job) != compiler.cache_key(*job));
+
+  const std::string artifact = compiled(compiler, *job);
+  const std::string reference = compiled(compiler, *reference_job);
+  const auto outcome = run(*kernel, "M=40,N=24,K=33", kernel->spec.default_config, artifact, reference);
+  INFO(outcome.reason);
+  CHECK(outcome.status == CandidateStatus::ok);
+  CHECK(outcome.gbps > 0);  // elem_bytes in [metrics].bytes
+
+  SECTION("an output's own tolerance is the one applied") {
+    auto shape = ktune::Shape::parse("M=40,N=24,K=33");
+    REQUIRE(shape.ok());
+    auto bench = ktune::make_bench_job(kernel->spec, *shape, kernel->spec.default_config, "f32",
+                                       artifact, reference, tiny_settings());
+    REQUIRE(bench.ok());
+    CHECK(bench->entry == "ktune_shim_gemm_blocked");
+    CHECK(bench->reference_entry == "ktune_shim_gemm_reference");
+    CHECK(bench->args[2].rtol == Approx(1e-4));
+    // f32 blocked sums against float64 sums: never bit-identical over 960 elements of K = 33.
+    bench->args[2].rtol = 0;
+    bench->args[2].atol = 1e-30;
+    ktune::HostRunner runner;
+    const auto strict = runner.run(*bench);
+    CHECK(strict.status == CandidateStatus::mismatch);
+    CHECK_THAT(strict.reason, Catch::Contains("(rtol 0, atol 1e-30)"));
+  }
+}
+
+TEST_CASE("signature = \"source\" reads the declaration; scalars are converted to the declared "
+          "type", "[compiler][typed_entry]") {
+  ktune::test::TempDir dir;
+  dir.write("k/kernel.cpp",
+            "#include <cstddef>\n"
+            "// x[i] = a * i + n, for every i < n\n"
+            "void fill(double* x, std::size_t n, float a) {\n"
+            "  for (std::size_t i = 0; i < n; ++i) x[i] = a * static_cast<double>(i) + n;\n"
+            "}\n");
+  dir.write("k/reference.cpp",
+            "#include <cstddef>\n"
+            "void fill_reference(double* x, unsigned long n, float a) {\n"
+            "  for (unsigned long i = 0; i < n; ++i) x[i] = a * static_cast<double>(i) + n;\n"
+            "}\n");
+  const std::string head = "[kernel]\nname = \"fill\"\nlanguage = \"cpp\"\nsource = \"kernel.cpp\"\n"
+                           "entry = \"fill\"\nsignature = \"source\"\nshape = [\"N\"]\n";
+  const std::string args = "[[args]]\nname = \"x\"\nkind = \"out\"\ncount = \"N\"\n"
+                           "[[args]]\nname = \"n\"\nkind = \"scalar\"\nvalue = \"N\"\n"
+                           "[[args]]\nname = \"a\"\nkind = \"scalar\"\nvalue = \"0.5\"\n";
+  const std::string check = "[check]\nreference = \"function\"\nsource = \"reference.cpp\"\n"
+                            "function = \"fill_reference\"\natol = 0\nrtol = 0\n";
+  dir.write("k/kernel.toml", head + args + check);
+  auto kernel = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+  INFO((kernel ? std::string() : kernel.error().message));
+  REQUIRE(kernel.ok());
+  REQUIRE(kernel->spec.signature.has_value());
+  CHECK(kernel->spec.signature->line == 3);
+  CHECK(kernel->spec.args[0].dtype == "f64");
+  CHECK(kernel->spec.args[1].dtype == "i64");
+  CHECK(kernel->spec.args[2].dtype == "f32");
+  CHECK(kernel->spec.dtypes == std::vector<std::string>{"f64"});
+
+  ktune::test::TempDir cache;
+  ktune::HostCompiler compiler;
+  auto job = ktune::make_compile_job(*kernel, {}, "f64", cache.str());
+  REQUIRE(job.ok());
+  auto reference_job = ktune::make_reference_compile_job(*kernel, "f64", cache.str());
+  REQUIRE(reference_job.ok());
+  const auto outcome = run(*kernel, "N=1000", {}, compiled(compiler, *job), compiled(compiler, *reference_job));
+  INFO(outcome.reason);
+  CHECK(outcome.status == CandidateStatus::ok);
+
+  SECTION("a declaration that disagrees names the spec line, the source line and both types") {
+    dir.write("k/kernel.toml", head + args + "[[args]]\nname = \"extra\"\nkind = \"scalar\"\nvalue = \"1\"\n");
+    auto broken = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+    REQUIRE_FALSE(broken.ok());
+    CHECK_THAT(broken.error().message, Catch::Contains("kernel.toml:6: [kernel].signature") &&
+                                           Catch::Contains("kernel.cpp:3 declares 3 parameters"));
+    dir.write("k/kernel.toml", head + "[[args]]\nname = \"x\"\nkind = \"out\"\ncount = \"N\"\n"
+                                      "[[args]]\nname = \"n\"\nkind = \"scalar\"\nvalue = \"N\"\n"
+                                      "dtype = \"i32\"\n"
+                                      "[[args]]\nname = \"a\"\nkind = \"scalar\"\nvalue = \"0.5\"\n");
+    broken = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+    REQUIRE_FALSE(broken.ok());
+    CHECK_THAT(broken.error().message,
+               Catch::Contains("kernel.toml:16: args[1] 'n': dtype = \"i32\"") &&
+                   Catch::Contains("kernel.cpp:3 declares 'std::size_t n' (i64)") &&
+                   Catch::Contains("fix: write dtype = \"i64\""));
+  }
+  SECTION("a missing reference function or source is a load error with the fix") {
+    dir.write("k/kernel.toml", head + args + edit_check(check, "fill_reference\"", "fill_ref\""));
+    auto broken = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+    REQUIRE_FALSE(broken.ok());
+    CHECK_THAT(broken.error().message, Catch::Contains("[check].function") &&
+                                           Catch::Contains("no declaration 'void fill_ref(...)'") &&
+                                           Catch::Contains("fix: define void fill_ref"));
+    dir.write("k/kernel.toml", head + args + edit_check(check, "reference.cpp", "ref.cpp"));
+    broken = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+    REQUIRE_FALSE(broken.ok());
+    CHECK_THAT(broken.error().message,
+               Catch::Contains("[check].source: 'ref.cpp' cannot be read") && Catch::Contains("fix"));
+  }
+}

@@ -1,0 +1,82 @@
+// Bring your own kernel: the blocked SGEMM of tests/kernels/gemm_blocked, an existing typed
+// function with #define'd tunables, described by one spec file (its signature and a float64
+// reference function), tuned to a winner by the real ktuned and workers with no adapter.
+#include "client/client.hpp"
+#include "tests/integration/daemon_process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+using namespace std::chrono_literals;
+using ktune::Connection;
+using ktune::test::DaemonProcess;
+using ktune::test::TempDir;
+using nlohmann::json;
+
+namespace {
+
+constexpr auto k_start_timeout = 60s;
+constexpr auto k_reply_timeout = 30s;
+constexpr auto k_tune_timeout = 300s;
+
+json ok_result(Connection& c, json request, std::chrono::milliseconds timeout = k_reply_timeout) {
+  auto reply = c.request(std::move(request), {}, timeout);
+  INFO((reply ? std::string() : reply.error().message));
+  REQUIRE(reply.ok());
+  INFO(reply->dump());
+  REQUIRE(reply->value("ok", false));
+  return reply->at("result");
+}
+
+} // namespace
+
+TEST_CASE("an existing typed SGEMM is tuned to a winner from one spec file, checked against its "
+          "float64 reference", "[integration][typed_entry]") {
+  TempDir home;
+  home.write("ktuned.toml", "[measure]\nmin_samples = 3\nmax_samples = 10\nmax_time_s = 0.02\n"
+                            "min_time_s = 0\nwarmup_ms = 1\nflush_cache = false\nfinalists = 0\n");
+  DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
+                                    "--kernel-dir", KTUNE_SOURCE_DIR "/tests/kernels",
+                                    "--log-level", "info"});
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto c = Connection::connect(daemon.socket());
+  REQUIRE(c.ok());
+
+  // Listed with its params in the order written, and no dtype axis (its one element type).
+  const json kernels = ok_result(*c, {{"op", "kernels"}});
+  INFO(kernels.dump());
+  const json* family = nullptr;
+  for (const auto& k : kernels.at("kernels")) {
+    if (k.at("name") == "gemm_blocked") family = &k;
+  }
+  REQUIRE(family != nullptr);
+  CHECK(family->at("param_names") == json::array({"BM", "BN", "BK", "UNROLL"}));
+  CHECK(family->at("dtypes") == json::array({"f32"}));
+
+  const json summary = ok_result(*c, {{"op", "tune"}, {"kernel", "gemm_blocked"},
+                                      {"shape", "M=48,N=40,K=36"}, {"device", "cpu"},
+                                      {"wait", true}},
+                                 k_tune_timeout);
+  REQUIRE(summary.at("job").at("state") == "done");
+  const json job = ok_result(*c, {{"op", "job"}, {"job", summary.at("job").at("id")}});
+  INFO(job.dump());
+  REQUIRE(job.at("results").size() == 16);
+  for (const auto& r : job.at("results")) {
+    INFO(r.dump());
+    CHECK(r.at("status") == "ok");
+  }
+  REQUIRE(job.at("winner").is_object());
+
+  // A runtime finds the winner under the family's own dtype.
+  const json lookup = ok_result(*c, {{"op", "lookup"}, {"kernel", "gemm_blocked"},
+                                     {"shape", "M=48,N=40,K=36"}, {"dtype", "f32"},
+                                     {"device", "cpu"}});
+  INFO(lookup.dump());
+  CHECK(lookup.at("rung") == "exact");
+  CHECK(lookup.at("config") == job.at("winner").at("config"));
+  CHECK(kernels.at("broken").empty());
+}
