@@ -4,6 +4,7 @@
 #include "cli/daemon_calls.hpp"
 #include "cli/report_command.hpp"
 #include "cli/compare_command.hpp"
+#include "cli/kernel_commands.hpp"
 #include "cli/fleet.hpp"
 #include "cli/sweep_command.hpp"
 #include "cli/table_commands.hpp"
@@ -1265,6 +1266,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
   add_fleet_commands(app, fleet_commands);
   CompareCommand compare_command;
   add_compare_command(app, compare_command);
+  KernelCommands kernel_commands;
+  add_kernel_commands(app, kernel_commands);
   ReportCommand report_command;
   add_report_command(app, report_command);
   replay::ReplayCommand replay_command(app);
@@ -1475,6 +1478,7 @@ int run_command(int argc, const char* const* argv, Output& io) {
     if (auto code = run_sweep_command(sweep_command, global, io)) return *code;
     if (auto code = run_fleet_commands(fleet_commands, global, io)) return *code;
     if (auto code = run_compare_command(compare_command, global, io)) return *code;
+    if (auto code = run_kernel_commands(kernel_commands, io)) return *code;
     if (auto code = run_report_command(report_command, io)) return *code;
     if (tune_cmd->parsed()) return tune(global, tune_options, io);
     if (job->parsed()) return show_job(global, job_id, io, job_view);

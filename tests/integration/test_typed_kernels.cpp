@@ -1,6 +1,7 @@
 // Bring your own kernel: the blocked SGEMM of tests/kernels/gemm_blocked, an existing typed
 // function with #define'd tunables, described by one spec file (its signature and a float64
 // reference function), tuned to a winner by the real ktuned and workers with no adapter.
+#include "cli/kernel_commands.hpp"
 #include "client/client.hpp"
 #include "tests/integration/daemon_process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -8,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -79,4 +81,29 @@ TEST_CASE("an existing typed SGEMM is tuned to a winner from one spec file, chec
   CHECK(lookup.at("rung") == "exact");
   CHECK(lookup.at("config") == job.at("winner").at("config"));
   CHECK(kernels.at("broken").empty());
+}
+
+TEST_CASE("the skeleton ktune new-kernel writes tunes to a winner as it is",
+          "[integration][typed_entry]") {
+  TempDir home;
+  std::ostringstream out, err;
+  ktune::cli::Output io{out, err};
+  REQUIRE(ktune::cli::new_kernel("scale", "cpp", (home.path() / "kernels").string(), io) == 0);
+  home.write("ktuned.toml", "[measure]\nmin_samples = 3\nmax_samples = 10\nmax_time_s = 0.02\n"
+                            "min_time_s = 0\nwarmup_ms = 1\nflush_cache = false\nfinalists = 0\n");
+  DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
+                                    "--only-kernel-dir", (home.path() / "kernels").string(),
+                                    "--log-level", "info"});
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto c = Connection::connect(daemon.socket());
+  REQUIRE(c.ok());
+  const json summary = ok_result(*c, {{"op", "tune"}, {"kernel", "scale"}, {"shape", "N=20000"},
+                                      {"device", "cpu"}, {"wait", true}},
+                                 k_tune_timeout);
+  REQUIRE(summary.at("job").at("state") == "done");
+  const json job = ok_result(*c, {{"op", "job"}, {"job", summary.at("job").at("id")}});
+  INFO(job.dump());
+  CHECK(job.at("results").size() == 12);
+  for (const auto& r : job.at("results")) CHECK(r.at("status") == "ok");
+  CHECK(job.at("winner").is_object());
 }
