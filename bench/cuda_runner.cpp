@@ -258,10 +258,12 @@ struct CudaRunner::State {
             CandidateStatus::runtime_error,
             where + ": count " + std::to_string(arg.count) + ": expected at least 1 element"};
       }
-      const auto init = parse_init_kind(arg.init);
+      const auto init = parse_buffer_init(arg.init);
       if (!init) {
         throw CandidateFailure{CandidateStatus::runtime_error,
-                               where + ": init '" + arg.init + "': expected uniform, zero, ones or index"};
+                               where + ": init '" + arg.init +
+                                   "': expected uniform, normal, uniform(lo, hi), normal(mean, std), "
+                                   "zero, ones or index"};
       }
       slot.count = static_cast<std::size_t>(arg.count);
       if (slot.count > (std::size_t{1} << 50) / dtype_bytes(*dtype)) {
@@ -275,7 +277,9 @@ struct CudaRunner::State {
         if (!host) {
           throw CandidateFailure{CandidateStatus::runtime_error, where + ": " + host.error().message};
         }
-        fill_elements(*dtype, host->data(), slot.count, *init, job.settings.seed, i);
+        const std::uint64_t seed =
+            arg.seed >= 0 ? static_cast<std::uint64_t>(arg.seed) : job.settings.seed;
+        fill_elements(*dtype, host->data(), slot.count, *init, seed, i);
         slot.initial = std::move(host).value();
       }
       try {

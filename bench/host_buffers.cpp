@@ -1,5 +1,6 @@
 #include "bench/host_buffers.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <sys/stat.h>
 #include <cmath>
@@ -120,8 +121,15 @@ void store_element(DType dtype, void* data, std::size_t index, double value) {
   }
 }
 
-Result<HostBuffer> HostBuffer::allocate(DType dtype, std::size_t count, std::string_view label) {
+Result<HostBuffer> HostBuffer::allocate(DType dtype, std::size_t count, std::string_view label,
+                                        std::size_t alignment, std::size_t offset) {
   const std::size_t element = dtype_bytes(dtype);
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096 || offset >= alignment) {
+    return make_error("runtime_error", "buffer " + std::string(label) + ": alignment " +
+                                           std::to_string(alignment) + " and offset " +
+                                           std::to_string(offset) +
+                                           ": expected a power of two up to 4096 and an offset below it");
+  }
   if (count == 0) {
     return make_error("runtime_error",
                       "buffer " + std::string(label) + ": expected at least 1 element, found 0");
@@ -133,8 +141,10 @@ Result<HostBuffer> HostBuffer::allocate(DType dtype, std::size_t count, std::str
                                            std::string(to_string(dtype)) + " overflow the address space");
   }
   const std::size_t bytes = count * element;
-  const std::size_t total = k_guard_bytes + round_up(bytes, k_alignment) + k_guard_bytes;
-  void* base = std::aligned_alloc(k_alignment, total);
+  const std::size_t base_alignment = std::max(alignment, k_alignment);
+  const std::size_t head = round_up(k_guard_bytes, alignment) + offset;
+  const std::size_t total = round_up(head + bytes + k_guard_bytes, base_alignment);
+  void* base = std::aligned_alloc(base_alignment, total);
   if (base == nullptr) {
     return make_error("runtime_error", "buffer " + std::string(label) + ": cannot allocate " +
                                            std::to_string(total) + " bytes");
@@ -142,7 +152,7 @@ Result<HostBuffer> HostBuffer::allocate(DType dtype, std::size_t count, std::str
   HostBuffer buffer;
   buffer.m_base = static_cast<unsigned char*>(base);
   buffer.m_total = total;
-  buffer.m_data = buffer.m_base + k_guard_bytes;
+  buffer.m_data = buffer.m_base + head;
   buffer.m_dtype = dtype;
   buffer.m_count = count;
   buffer.reset_guards();
@@ -183,13 +193,21 @@ bool HostBuffer::guards_intact() const {
 
 void HostBuffer::reset_guards() {
   if (m_base == nullptr) return;
-  std::memset(m_base, k_guard_pattern, k_guard_bytes);
+  std::memset(m_base, k_guard_pattern, static_cast<std::size_t>(m_data - m_base));
   unsigned char* tail = m_data + bytes();
   std::memset(tail, k_guard_pattern, static_cast<std::size_t>(m_base + m_total - tail));
 }
 
 void fill_elements(DType dtype, void* data, std::size_t count, InitKind init, std::uint64_t seed,
                    std::uint64_t stream) {
+  BufferInit defaults{init};
+  if (init == InitKind::normal) defaults = BufferInit{InitKind::normal, 0, 1, false};
+  fill_elements(dtype, data, count, defaults, seed, stream);
+}
+
+void fill_elements(DType dtype, void* data, std::size_t count, const BufferInit& spec,
+                   std::uint64_t seed, std::uint64_t stream) {
+  const InitKind init = spec.kind;
   switch (init) {
     case InitKind::zero:
       std::memset(data, 0, count * dtype_bytes(dtype));
@@ -200,9 +218,30 @@ void fill_elements(DType dtype, void* data, std::size_t count, InitKind init, st
     case InitKind::index:
       for (std::size_t i = 0; i < count; ++i) store_element(dtype, data, i, static_cast<double>(i));
       return;
+    case InitKind::normal: {
+      SplitMix64 rng(seed ^ ((stream + 1) * 0xd1b54a32d192ed03ULL));
+      constexpr double k_two_pi = 6.283185307179586;
+      for (std::size_t i = 0; i < count; i += 2) {
+        const double u1 = static_cast<double>((rng.next() >> 11) + 1) * 0x1.0p-53;  // (0, 1]
+        const double u2 = static_cast<double>(rng.next() >> 11) * 0x1.0p-53;
+        const double r = std::sqrt(-2.0 * std::log(u1));
+        const double pair[2] = {r * std::cos(k_two_pi * u2), r * std::sin(k_two_pi * u2)};
+        for (std::size_t k = 0; k < 2 && i + k < count; ++k) {
+          const double value = spec.a + spec.b * pair[k];
+          store_element(dtype, data, i + k, is_integral(dtype) ? std::round(value) : value);
+        }
+      }
+      return;
+    }
     case InitKind::uniform: {
       SplitMix64 rng(seed ^ ((stream + 1) * 0xd1b54a32d192ed03ULL));
-      if (is_integral(dtype)) {
+      if (spec.bounded) {
+        for (std::size_t i = 0; i < count; ++i) {
+          const double unit = static_cast<double>(rng.next() >> 11) * 0x1.0p-53;  // [0, 1)
+          const double value = spec.a + (spec.b - spec.a) * unit;
+          store_element(dtype, data, i, is_integral(dtype) ? std::floor(value) : value);
+        }
+      } else if (is_integral(dtype)) {
         for (std::size_t i = 0; i < count; ++i) {
           store_element(dtype, data, i, static_cast<double>(static_cast<int>(rng.next() >> 60) - 8));
         }
@@ -267,10 +306,12 @@ std::optional<ElementMismatch> compare_elements(DType dtype, const void* got, co
 }
 
 std::string buffers_key(const BenchJob& job) {
-  std::string key = job.shape + "|seed=" + std::to_string(job.settings.seed);
+  std::string key = job.shape + "|seed=" + std::to_string(job.settings.seed) + "|align=" +
+                    std::to_string(job.buffer_alignment) + "+" + std::to_string(job.buffer_offset);
   for (const auto& arg : job.args) {
     key += "|" + arg.name + ":" + arg.kind + ":" + arg.dtype + ":" + std::to_string(arg.count) +
-           ":" + arg.init + ":" + std::to_string(std::bit_cast<std::uint64_t>(arg.value));
+           ":" + arg.init + ":" + std::to_string(std::bit_cast<std::uint64_t>(arg.value)) + ":" +
+           std::to_string(arg.seed);
   }
   return key;
 }

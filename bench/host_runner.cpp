@@ -189,17 +189,22 @@ Result<std::unique_ptr<ArgSet>> build_args(const BenchJob& job) {
         return make_error("runtime_error", where + ": count " + std::to_string(arg.count) +
                                                ": expected at least 1 element");
       }
-      const auto init = parse_init_kind(arg.init);
+      const auto init = parse_buffer_init(arg.init);
       if (!init) {
-        return make_error("runtime_error",
-                          where + ": init '" + arg.init + "': expected uniform, zero, ones or index");
+        return make_error("runtime_error", where + ": init '" + arg.init +
+                                               "': expected uniform, normal, uniform(lo, hi), "
+                                               "normal(mean, std), zero, ones or index");
       }
-      auto buffer = HostBuffer::allocate(*dtype, static_cast<std::size_t>(arg.count), arg.name);
+      auto buffer = HostBuffer::allocate(*dtype, static_cast<std::size_t>(arg.count), arg.name,
+                                         static_cast<std::size_t>(job.buffer_alignment),
+                                         static_cast<std::size_t>(job.buffer_offset));
       if (!buffer) return make_error("runtime_error", where + ": " + buffer.error().message);
       if (*kind == ArgKind::out) {
         std::memset(buffer->data(), 0, buffer->bytes());
       } else {
-        fill_elements(*dtype, buffer->data(), buffer->count(), *init, job.settings.seed, i);
+        const std::uint64_t seed =
+            arg.seed >= 0 ? static_cast<std::uint64_t>(arg.seed) : job.settings.seed;
+        fill_elements(*dtype, buffer->data(), buffer->count(), *init, seed, i);
         const auto* data = static_cast<const unsigned char*>(buffer->data());
         slot.initial.assign(data, data + buffer->bytes());
       }

@@ -1,5 +1,6 @@
 #include "core/kernel_spec.hpp"
 
+#include "core/buffer_init.hpp"
 #include "core/expr.hpp"
 
 #include <toml++/toml.h>
@@ -41,7 +42,6 @@ const ParamSpec* KernelSpec::find_param(std::string_view name) const {
 namespace {
 
 constexpr std::array<std::string_view, 5> k_dtypes{"f32", "f64", "f16", "i32", "i64"};
-constexpr std::array<std::string_view, 4> k_inits{"uniform", "zero", "ones", "index"};
 
 // Raised inside parse_kernel_spec only and turned into its Error before it returns.
 struct SpecFailure {
@@ -419,7 +419,8 @@ void read_args(const SpecReader& r, const ExpressionChecker& checker, const toml
   for (std::size_t i = 0; i < items.size(); ++i) {
     const std::string where = "args[" + std::to_string(i) + "]";
     const toml::table& t = *items.get(i)->as_table();
-    r.only_keys(t, where, {"name", "kind", "count", "init", "value", "dtype", "rtol", "atol"});
+    r.only_keys(t, where,
+                {"name", "kind", "count", "init", "value", "dtype", "rtol", "atol", "seed"});
     ArgSpec arg;
     arg.line = static_cast<int>((t.contains("dtype") ? t.get("dtype") : items.get(i))->source().begin.line);
     arg.name = r.required_string(t, "name", where + ".name");
@@ -448,10 +449,21 @@ void read_args(const SpecReader& r, const ExpressionChecker& checker, const toml
       arg.count = r.expression_text(*count, where + ".count");
       checker.check(arg.count, where + ".count");
       if (auto init = r.optional_string(t, "init", where + ".init")) {
-        if (!one_of(*init, k_inits)) {
-          r.fail(where + ".init", "expected one of " + list(k_inits) + ", found " + quote(*init));
+        if (!parse_buffer_init(*init)) {
+          r.fail_at(*t.get("init"), where + ".init",
+                    "expected uniform, normal, uniform(lo, hi) with lo < hi, normal(mean, std) "
+                    "with std >= 0, zero, ones or index, found " + quote(*init));
         }
         arg.init = *init;
+      }
+      if (const toml::node* seed = t.get("seed")) {
+        if (!seed->is_integer() || seed->as_integer()->get() < 0) {
+          r.fail_at(*seed, where + ".seed", "expected an integer >= 0, found " + type_name(*seed));
+        }
+        if (arg.kind == ArgKind::out) {
+          r.fail_at(*seed, where + ".seed", "an out buffer is not filled (fix: move it to an input)");
+        }
+        arg.seed = seed->as_integer()->get();
       }
     }
     if (auto dtype = r.optional_string(t, "dtype", where + ".dtype")) {
@@ -595,6 +607,27 @@ void read_default(const SpecReader& r, const toml::table& root, KernelSpec& spec
   }
 }
 
+void read_buffers(const SpecReader& r, const toml::table& root, KernelSpec& spec) {
+  const toml::table* buffers = r.optional_table(root, "buffers", "[buffers]");
+  if (buffers == nullptr) return;
+  r.only_keys(*buffers, "[buffers]", {"alignment", "offset"});
+  if (const toml::node* node = buffers->get("alignment")) {
+    const std::int64_t value = node->is_integer() ? node->as_integer()->get() : 0;
+    if (value < 1 || value > 4096 || (value & (value - 1)) != 0) {
+      r.fail_at(*node, "[buffers].alignment", "expected a power of two from 1 to 4096 (bytes)");
+    }
+    spec.buffer_alignment = value;
+  }
+  if (const toml::node* node = buffers->get("offset")) {
+    const std::int64_t value = node->is_integer() ? node->as_integer()->get() : -1;
+    if (value < 0 || value >= spec.buffer_alignment) {
+      r.fail_at(*node, "[buffers].offset", "expected bytes from 0 to alignment - 1 (" +
+                                               std::to_string(spec.buffer_alignment - 1) + ")");
+    }
+    spec.buffer_offset = value;
+  }
+}
+
 // A family without a dtype axis is keyed by the element type of its first output.
 Result<void> settle_dtype_axis(const std::string& label, KernelSpec& spec) {
   if (spec.dtype_axis) return {};
@@ -722,8 +755,8 @@ Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_vie
   const SpecReader reader(label);
   KernelSpec spec;
   try {
-    reader.only_keys(root, "",
-                     {"kernel", "params", "space", "launch", "args", "metrics", "check", "default"});
+    reader.only_keys(root, "", {"kernel", "params", "space", "launch", "args", "metrics", "check",
+                                "default", "buffers"});
     read_kernel(reader, root, spec);
     read_params(reader, root, spec);
     const ExpressionChecker checker(reader, spec);
@@ -733,6 +766,7 @@ Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_vie
     read_metrics(reader, checker, root, spec);
     read_check(reader, root, spec);
     read_default(reader, root, spec);
+    read_buffers(reader, root, spec);
     if (!spec.signature_text.empty() && spec.signature_text != "source") {
       auto signature = parse_signature(spec.signature_text);
       if (!signature) {

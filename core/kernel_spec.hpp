@@ -31,9 +31,10 @@ struct ArgSpec {
   std::string name;
   ArgKind kind = ArgKind::in;
   std::string count;        // expression: element count (buffers)
-  std::string init = "uniform"; // uniform | zero | ones | index   (buffers)
+  std::string init = "uniform"; // buffers: core/buffer_init.hpp (normal(0, 1), uniform(0, 4), ...)
   std::string value;        // expression (scalars)
   std::string dtype;        // element type; empty = the job's dtype. f32 f64 f16 i32 i64
+  std::int64_t seed = -1;   // in/inout: this input's seed; < 0 = the daemon's
   double rtol = -1;         // out/inout: this output's tolerances; < 0 = [check]'s
   double atol = -1;
   int line = 0;             // line of the [[args]] entry in the spec (its dtype key when given)
@@ -81,6 +82,9 @@ struct KernelSpec {
   CheckSpec check;
   NamedValues default_config;       // the [default] table, in params order
   bool inplace = false;
+  // [buffers]: host buffers' data sits `buffer_offset` bytes past a `buffer_alignment` boundary.
+  std::int64_t buffer_alignment = 64;
+  std::int64_t buffer_offset = 0;
   std::vector<std::string> flags;   // extra compiler flags ([kernel] flags = [...])
   std::vector<std::string> flags_remove; // fixed compiler flags to drop ([kernel] flags_remove)
 

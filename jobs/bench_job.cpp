@@ -193,6 +193,7 @@ nlohmann::json BenchArg::to_json() const {
   json out{{"name", name},   {"kind", kind}, {"dtype", dtype},
            {"count", count}, {"init", init}, {"value", value}};
   if (rtol >= 0) out["rtol"] = rtol;
+  if (seed >= 0) out["seed"] = seed;
   if (atol >= 0) out["atol"] = atol;
   return out;
 }
@@ -210,6 +211,7 @@ Result<BenchArg> BenchArg::from_json(const nlohmann::json& j, const std::string&
   if (auto r = read_double(j, "value", what, a.value, prefix); !r) return r.error();
   if (auto r = read_double(j, "rtol", what, a.rtol, prefix); !r) return r.error();
   if (auto r = read_double(j, "atol", what, a.atol, prefix); !r) return r.error();
+  if (auto r = read_int64(j, "seed", what, a.seed, prefix); !r) return r.error();
   if (!is_arg_kind(a.kind)) {
     return field_error(what, prefix + "kind", "in, out, inout or scalar", j.at("kind"));
   }
@@ -218,8 +220,10 @@ Result<BenchArg> BenchArg::from_json(const nlohmann::json& j, const std::string&
   }
   if (a.kind != "scalar") {
     if (a.count < 1) return field_error(what, prefix + "count", "a count >= 1", j.value("count", json(0)));
-    if (!parse_init_kind(a.init)) {
-      return field_error(what, prefix + "init", "uniform, zero, ones or index", j.at("init"));
+    if (!parse_buffer_init(a.init)) {
+      return field_error(what, prefix + "init",
+                         "uniform, normal, uniform(lo, hi), normal(mean, std), zero, ones or index",
+                         j.at("init"));
     }
   }
   return a;
@@ -240,6 +244,8 @@ nlohmann::json BenchJob::to_json() const {
               {"rtol", rtol},
               {"atol", atol},
               {"inplace", inplace},
+              {"buffer_alignment", buffer_alignment},
+              {"buffer_offset", buffer_offset},
               {"settings", settings.to_json()},
               {"prune_above_ms", prune_above_ms}};
   if (launch) out["launch"] = launch->to_json();
@@ -277,6 +283,11 @@ Result<BenchJob> BenchJob::from_json(const nlohmann::json& j) {
   if (auto r = read_double(j, "rtol", what, job.rtol); !r) return r.error();
   if (auto r = read_double(j, "atol", what, job.atol); !r) return r.error();
   if (auto r = read_bool(j, "inplace", what, job.inplace); !r) return r.error();
+  if (auto r = read_int64(j, "buffer_alignment", what, job.buffer_alignment); !r) return r.error();
+  if (auto r = read_int64(j, "buffer_offset", what, job.buffer_offset); !r) return r.error();
+  if (job.buffer_alignment < 1 || job.buffer_offset < 0 || job.buffer_offset >= job.buffer_alignment) {
+    return field_error(what, "buffer_offset", "an offset in [0, buffer_alignment)", j.value("buffer_offset", json(0)));
+  }
   if (auto r = read_double(j, "prune_above_ms", what, job.prune_above_ms); !r) return r.error();
   if (const auto it = j.find("settings"); it != j.end()) {
     auto settings = MeasureSettings::parse(*it);
@@ -410,6 +421,8 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
   job.rtol = spec.check.rtol;
   job.atol = spec.check.atol;
   job.inplace = spec.inplace;
+  job.buffer_alignment = spec.buffer_alignment;
+  job.buffer_offset = spec.buffer_offset;
   job.settings = settings;
 
   for (std::size_t i = 0; i < spec.args.size(); ++i) {
@@ -462,10 +475,12 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
       }
       arg.count = count.value();
       arg.init = spec_arg.init.empty() ? std::string("uniform") : spec_arg.init;
-      if (!parse_init_kind(arg.init)) {
+      if (!parse_buffer_init(arg.init)) {
         return make_error("spec_error", where + ": " + label + ".init '" + arg.init +
-                                            "': expected uniform, zero, ones or index");
+                                            "': expected uniform, normal, uniform(lo, hi), "
+                                            "normal(mean, std), zero, ones or index");
       }
+      arg.seed = spec_arg.seed;
     }
     job.args.push_back(std::move(arg));
   }

@@ -29,9 +29,10 @@ struct BenchArg {
   std::string kind;            // in | out | inout | scalar
   std::string dtype;           // f32 f64 i32 i64
   std::int64_t count = 0;      // elements (buffers)
-  std::string init = "uniform";// uniform | zero | ones | index (buffers)
+  std::string init = "uniform";// buffers: as core/buffer_init.hpp parses it
   double value = 0;            // scalars (converted to dtype)
   double rtol = -1, atol = -1; // outputs: this one's tolerances; < 0 = the job's (JSON: omitted)
+  std::int64_t seed = -1;      // inputs: this arg's seed; < 0 = settings.seed (JSON: omitted)
 
   [[nodiscard]] nlohmann::json to_json() const;
   // Validates kind, dtype, init and (buffers) count >= 1. Errors: "bad_request" naming
@@ -79,6 +80,10 @@ struct BenchJob {
   double bytes = 0;
   double rtol = 1e-3, atol = 1e-5;
   bool inplace = false;
+  // Host buffers: data sits `buffer_offset` bytes past a `buffer_alignment` boundary
+  // ([buffers] of the spec; JSON "buffer_alignment", "buffer_offset").
+  std::int64_t buffer_alignment = 64;
+  std::int64_t buffer_offset = 0;
   MeasureSettings settings;
   // Stop early, recording the candidate as pruned, when the median of its first
   // settings.prune_after samples is above this (the scheduler passes prune_factor x the best

@@ -456,3 +456,30 @@ TEST_CASE("core/kernel_spec: a spec that disagrees with the declaration is a loa
                Catch::Contains("[kernel].flags_remove[0]"));
   }
 }
+
+TEST_CASE("core/kernel_spec: inputs (distributions, seeds) and buffer placement",
+          "[core][kernel_spec]") {
+  auto parsed = parse_kernel_spec(
+      edit(edit(k_typed, "count = \"M * K\"", "count = \"M * K\"\ninit = \"normal(0, 0.5)\"\nseed = 3"),
+           "[default]", "[buffers]\nalignment = 16\noffset = 4\n\n[default]"),
+      "k.toml");
+  INFO((parsed ? std::string() : parsed.error().message));
+  REQUIRE(parsed.ok());
+  CHECK(parsed->args[0].init == "normal(0, 0.5)");
+  CHECK(parsed->args[0].seed == 3);
+  CHECK(parsed->args[1].seed == -1);
+  CHECK(parsed->buffer_alignment == 16);
+  CHECK(parsed->buffer_offset == 4);
+
+  CHECK_THAT(error_of(edit(k_typed, "count = \"M * K\"", "count = \"M * K\"\ninit = \"normal(0, -1)\"")),
+             Catch::StartsWith("kernels/gemm/kernel.toml:17: args[0].init") &&
+                 Catch::Contains("normal(mean, std)"));
+  CHECK_THAT(error_of(edit(k_typed, "count = \"M * N\"", "count = \"M * N\"\nseed = 1")),
+             Catch::Contains("args[2].seed") && Catch::Contains("not filled"));
+  CHECK_THAT(error_of(edit(k_typed, "[default]", "[buffers]\nalignment = 48\n[default]")),
+             Catch::Contains("[buffers].alignment") && Catch::Contains("power of two"));
+  CHECK_THAT(error_of(edit(k_typed, "[default]", "[buffers]\noffset = 64\n[default]")),
+             Catch::Contains("[buffers].offset"));
+  CHECK_THAT(error_of(edit(k_typed, "[default]", "[buffers]\nalign = 64\n[default]")),
+             Catch::Contains("[buffers].align") && Catch::Contains("alignment, offset"));
+}
