@@ -154,7 +154,8 @@ CompileOutcome HostCompiler::compile(const CompileJob& job) {
   if (!c_type)
     return failure(std::move(outcome), c_type.error().code + ": " + c_type.error().message);
   for (const auto& flag : job.removed_flags) {
-    if (std::find(std::begin(k_fixed_flags), std::end(k_fixed_flags), flag) == std::end(k_fixed_flags)) {
+    if (flag == "-shared" || flag == "-fPIC" ||
+        std::find(std::begin(k_fixed_flags), std::end(k_fixed_flags), flag) == std::end(k_fixed_flags)) {
       return failure(std::move(outcome), "flags_remove of kernel '" + job.kernel + "': '" + flag +
                                              "' is not one of the fixed flags (-std=c++17, -O3, "
                                              "-march=native; -shared and -fPIC stay)");
@@ -217,9 +218,7 @@ CompileOutcome HostCompiler::compile(const CompileJob& job) {
 
   std::vector<std::string> argv{m_cxx};
   for (const char* flag : k_fixed_flags) {
-    const bool removed = std::find(job.removed_flags.begin(), job.removed_flags.end(), flag) !=
-                         job.removed_flags.end();
-    if (!removed || std::string_view(flag) == "-shared" || std::string_view(flag) == "-fPIC") {
+    if (std::find(job.removed_flags.begin(), job.removed_flags.end(), flag) == job.removed_flags.end()) {
       argv.push_back(flag);
     }
   }

@@ -178,3 +178,40 @@ TEST_CASE("signature = \"source\" reads the declaration; scalars are converted t
                Catch::Contains("[check].source: 'ref.cpp' cannot be read") && Catch::Contains("fix"));
   }
 }
+
+TEST_CASE("HostCompiler leaves out removed fixed flags and, without a dtype, KTUNE_DTYPE",
+          "[compiler][typed_entry]") {
+  ktune::test::TempDir dir;
+  const auto source = dir.write("k.cpp",
+                                "#ifdef __OPTIMIZE__\n#error optimized\n#endif\n"
+                                "#ifdef KTUNE_DTYPE\n#error dtype defined\n#endif\n"
+                                "extern \"C\" void k(void**) {}\n");
+  ktune::CompileJob job;
+  job.kernel = "k";
+  job.language = "cpp";
+  job.source_path = source.string();
+  job.cache_dir = (dir.path() / "cache").string();
+  job.dtype = "";
+  job.removed_flags = {"-O3"};
+  ktune::HostCompiler compiler;
+  auto plain = compiler.compile(job);
+  INFO(plain.log);
+  CHECK(plain.status == CandidateStatus::ok);
+
+  auto optimized = job;
+  optimized.removed_flags.clear();
+  CHECK(compiler.cache_key(optimized) != compiler.cache_key(job));
+  auto failed = compiler.compile(optimized);
+  CHECK(failed.status == CandidateStatus::compile_error);
+  CHECK_THAT(failed.log, Catch::Contains("optimized"));
+
+  auto with_dtype = job;
+  with_dtype.dtype = "f32";
+  CHECK_THAT(compiler.compile(with_dtype).log, Catch::Contains("dtype defined"));
+
+  auto foreign = job;
+  foreign.removed_flags = {"-fPIC"};
+  const auto refused = compiler.compile(foreign);
+  CHECK(refused.status == CandidateStatus::compile_error);
+  CHECK_THAT(refused.log, Catch::Contains("not one of the fixed flags"));
+}

@@ -483,3 +483,21 @@ TEST_CASE("core/kernel_spec: inputs (distributions, seeds) and buffer placement"
   CHECK_THAT(error_of(edit(k_typed, "[default]", "[buffers]\nalign = 64\n[default]")),
              Catch::Contains("[buffers].align") && Catch::Contains("alignment, offset"));
 }
+
+TEST_CASE("core/kernel_spec: a CUDA declaration is checked the same way and types the scalars",
+          "[core][kernel_spec][signature]") {
+  const std::string with_signature = edit(
+      k_gemm, "entry = \"gemm\"",
+      "entry = \"gemm\"\nsignature = \"extern \\\"C\\\" __global__ void gemm(const KTUNE_DTYPE* A, "
+      "const float* __restrict__ B, KTUNE_DTYPE* C, int m)\"");
+  auto parsed = parse_kernel_spec(with_signature, "kernels/gemm/kernel.toml");
+  INFO((parsed ? std::string() : parsed.error().message));
+  REQUIRE(parsed.ok());
+  CHECK(parsed->args[0].dtype.empty());  // KTUNE_DTYPE: the job's dtype
+  CHECK(parsed->args[1].dtype == "f32");
+  CHECK(parsed->args[3].dtype == "i32");  // int m: 4 bytes in the driver's parameter array
+
+  CHECK_THAT(error_of(edit(with_signature, "const float* __restrict__ B", "const double* B")),
+             Catch::Contains("args[1] 'B': dtype = \"f32\"") &&
+                 Catch::Contains("'const double* B' (f64)"));
+}
