@@ -718,7 +718,7 @@ bool RequestHandler::fast_lookup(const std::shared_ptr<Session>& session, std::s
 
 Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name,
                                                   const std::string& shape_text,
-                                                  const std::string& dtype,
+                                                  const std::string& requested_dtype,
                                                   const std::string& device_name,
                                                   bool tune_on_miss, uid_t client) {
   auto device = m_ctx.devices.resolve(device_name, Language::cuda);
@@ -733,6 +733,10 @@ Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name
     cached = m_kernel_cache.get(kernel_name, Language::cpp, now);
   }
   const CachedKernel* kernel = cached ? *cached : nullptr;
+  // As resolve(): a family without a dtype axis answers the default dtype with its own.
+  const std::string dtype = kernel != nullptr && !kernel->dtype_axis && requested_dtype == "f32"
+                                ? kernel->dtypes.front()
+                                : requested_dtype;
   std::optional<Shape> shape;
   if (kernel) {
     if (auto parsed = Shape::parse(shape_text)) {

@@ -107,3 +107,43 @@ TEST_CASE("the skeleton ktune new-kernel writes tunes to a winner as it is",
   for (const auto& r : job.at("results")) CHECK(r.at("status") == "ok");
   CHECK(job.at("winner").is_object());
 }
+
+TEST_CASE("a float64 family without dtypes is tuned and looked up without naming a dtype",
+          "[integration][typed_entry]") {
+  TempDir home;
+  home.write("kernels/dscale/kernel.cpp",
+             "#ifndef U\n#define U 1\n#endif\n"
+             "void dscale(const double* x, double* y, long n) {\n"
+             "  for (long i = 0; i < n; i += U)\n"
+             "    for (long u = 0; u < U && i + u < n; ++u) y[i + u] = 2.0 * x[i + u];\n"
+             "}\n");
+  home.write("kernels/dscale/kernel.toml",
+             "[kernel]\nname = \"dscale\"\nlanguage = \"cpp\"\nsource = \"kernel.cpp\"\n"
+             "entry = \"dscale\"\nsignature = \"source\"\nshape = [\"N\"]\n"
+             "[params]\nU = [1, 4]\n"
+             "[[args]]\nname = \"x\"\nkind = \"in\"\ncount = \"N\"\n"
+             "[[args]]\nname = \"y\"\nkind = \"out\"\ncount = \"N\"\n"
+             "[[args]]\nname = \"n\"\nkind = \"scalar\"\nvalue = \"N\"\n"
+             "[metrics]\nbytes = \"2 * elem_bytes * N\"\n"
+             "[default]\nU = 1\n");
+  home.write("ktuned.toml", "[measure]\nmin_samples = 3\nmax_samples = 10\nmax_time_s = 0.02\n"
+                            "min_time_s = 0\nwarmup_ms = 1\nflush_cache = false\nfinalists = 0\n");
+  DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
+                                    "--only-kernel-dir", (home.path() / "kernels").string(),
+                                    "--log-level", "info"});
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto c = Connection::connect(daemon.socket());
+  REQUIRE(c.ok());
+  const json summary = ok_result(*c, {{"op", "tune"}, {"kernel", "dscale"}, {"shape", "N=4096"},
+                                      {"device", "cpu"}, {"wait", true}},
+                                 k_tune_timeout);
+  REQUIRE(summary.at("job").at("state") == "done");
+  const json job = ok_result(*c, {{"op", "job"}, {"job", summary.at("job").at("id")}});
+  INFO(job.dump());
+  CHECK(job.at("job").at("dtype") == "f64");
+  for (const auto& r : job.at("results")) CHECK(r.at("status") == "ok");
+  const json lookup = ok_result(*c, {{"op", "lookup"}, {"kernel", "dscale"}, {"shape", "N=4096"},
+                                     {"device", "cpu"}});
+  INFO(lookup.dump());
+  CHECK(lookup.at("rung") == "exact");
+}
