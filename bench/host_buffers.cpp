@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
+#include <fstream>
+#include <iterator>
 #include <sys/stat.h>
 #include <cmath>
 #include <cstdlib>
@@ -314,6 +317,58 @@ std::string buffers_key(const BenchJob& job) {
            std::to_string(arg.seed);
   }
   return key;
+}
+
+Result<std::vector<unsigned char>> read_expected_file(const std::string& path, DType dtype,
+                                                     std::size_t count) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error("runtime_error", path + ": cannot be read: " + std::strerror(errno));
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t want = count * dtype_bytes(dtype);
+  std::size_t data_at = 0;
+  const bool npy = path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0;
+  if (npy) {
+    static constexpr unsigned char k_magic[] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+    if (bytes.size() < 10 || !std::equal(std::begin(k_magic), std::end(k_magic), bytes.begin())) {
+      return make_error("runtime_error", path + ": not a .npy file (no \\x93NUMPY magic)");
+    }
+    const unsigned major = bytes[6];
+    std::size_t header_len = 0, header_at = 0;
+    if (major == 1) {
+      header_len = bytes[8] | (static_cast<std::size_t>(bytes[9]) << 8);
+      header_at = 10;
+    } else if (bytes.size() >= 12) {
+      header_len = bytes[8] | (static_cast<std::size_t>(bytes[9]) << 8) |
+                   (static_cast<std::size_t>(bytes[10]) << 16) | (static_cast<std::size_t>(bytes[11]) << 24);
+      header_at = 12;
+    }
+    if (header_at == 0 || header_at + header_len > bytes.size()) {
+      return make_error("runtime_error", path + ": truncated .npy header");
+    }
+    const std::string header(bytes.begin() + static_cast<std::ptrdiff_t>(header_at),
+                             bytes.begin() + static_cast<std::ptrdiff_t>(header_at + header_len));
+    static const std::pair<DType, const char*> k_descr[] = {
+        {DType::f32, "<f4"}, {DType::f64, "<f8"}, {DType::f16, "<f2"}, {DType::i32, "<i4"}, {DType::i64, "<i8"}};
+    std::string descr;
+    for (const auto& [d, text] : k_descr) {
+      if (d == dtype) descr = text;
+    }
+    if (header.find("'" + descr + "'") == std::string::npos) {
+      return make_error("runtime_error", path + ": expected descr '" + descr + "' (" +
+                                             std::string(to_string(dtype)) + "), found header " + header);
+    }
+    if (header.find("'fortran_order': True") != std::string::npos) {
+      return make_error("runtime_error", path + ": expected C order, found fortran_order True");
+    }
+    data_at = header_at + header_len;
+  }
+  if (bytes.size() - data_at != want) {
+    return make_error("runtime_error", path + ": expected " + std::to_string(count) + " elements of " +
+                                           std::string(to_string(dtype)) + " (" + std::to_string(want) +
+                                           " bytes), found " + std::to_string(bytes.size() - data_at) +
+                                           " bytes of data");
+  }
+  return std::vector<unsigned char>(bytes.begin() + static_cast<std::ptrdiff_t>(data_at), bytes.end());
 }
 
 std::string reference_identity(const std::string& path) {

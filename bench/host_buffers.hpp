@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ktune {
 
@@ -123,6 +124,12 @@ struct ElementMismatch {
 // Identity of the argument buffers a job needs (shape, seed and every arg's layout and init):
 // runners reuse their buffers while it stays the same.
 [[nodiscard]] std::string buffers_key(const BenchJob& job);
+
+// The `count` elements of `dtype` in an expected-output file: raw little-endian elements, or a
+// .npy file (version 1-3, C order) whose descr is the dtype's ('<f4', '<f8', '<f2', '<i4', '<i8')
+// and whose element count is `count`. Errors ("runtime_error") name the file and what differs.
+[[nodiscard]] Result<std::vector<unsigned char>> read_expected_file(const std::string& path,
+                                                                    DType dtype, std::size_t count);
 
 // A reference artifact is identified by its path and the file's identity (device, inode, size,
 // mtime), so a rebuilt file at the same path is run again.

@@ -299,6 +299,34 @@ struct HostRunner::State {
     return &set.references.back().second;
   }
 
+  // The expected outputs read from the files the job's outputs name, once per key.
+  Result<const std::vector<std::vector<unsigned char>>*> expected_from_files(const BenchJob& job,
+                                                                             ArgSet& set) {
+    std::string identity = "files";
+    for (const auto& arg : job.args) {
+      if (!arg.expected.empty()) identity += "|" + reference_identity(arg.expected);
+    }
+    for (const auto& [id, outputs] : set.references) {
+      if (id == identity) return &outputs;
+    }
+    std::vector<std::vector<unsigned char>> outputs(set.slots.size());
+    for (std::size_t i = 0; i < set.slots.size(); ++i) {
+      const ArgSlot& slot = set.slots[i];
+      if (!slot.buffer || !slot.is_output()) continue;
+      if (job.args[i].expected.empty()) {
+        return make_error("runtime_error", "output '" + slot.name + "' names no expected file");
+      }
+      auto values = read_expected_file(job.args[i].expected, slot.dtype, slot.buffer->count());
+      if (!values) {
+        return make_error("runtime_error", "expected values of '" + slot.name + "': " +
+                                               values.error().message);
+      }
+      outputs[i] = std::move(values).value();
+    }
+    set.references.emplace_back(identity, std::move(outputs));
+    return &set.references.back().second;
+  }
+
   // 2x the last-level cache, capped: virtual machines often report the whole socket's L3
   // (hundreds of MiB) while one core only ever fills its own slice of it.
   static std::size_t default_flush_bytes() {
@@ -349,8 +377,10 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
   ArgSet& set = *prepared.value();
 
   const std::vector<std::vector<unsigned char>>* expected = nullptr;
-  if (!job.reference_path.empty()) {
-    auto reference = reference_for(job, set);
+  const bool has_files = std::any_of(job.args.begin(), job.args.end(),
+                                     [](const BenchArg& a) { return !a.expected.empty(); });
+  if (!job.reference_path.empty() || has_files) {
+    auto reference = job.reference_path.empty() ? expected_from_files(job, set) : reference_for(job, set);
     if (!reference) return failure(CandidateStatus::runtime_error, reference.error().message);
     expected = reference.value();
   }

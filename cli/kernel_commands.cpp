@@ -54,6 +54,8 @@ std::string describe_reference(const LoadedKernel& kernel) {
       return "function " + check.function + " in " + kernel.reference_path;
     case ReferenceKind::none:
       return "none (outputs are not checked)";
+    case ReferenceKind::files:
+      return "expected files per output ({shape} is the shape being tuned)";
     case ReferenceKind::default_config:
       break;
   }

@@ -419,8 +419,8 @@ void read_args(const SpecReader& r, const ExpressionChecker& checker, const toml
   for (std::size_t i = 0; i < items.size(); ++i) {
     const std::string where = "args[" + std::to_string(i) + "]";
     const toml::table& t = *items.get(i)->as_table();
-    r.only_keys(t, where,
-                {"name", "kind", "count", "init", "value", "dtype", "rtol", "atol", "seed"});
+    r.only_keys(t, where, {"name", "kind", "count", "init", "value", "dtype", "rtol", "atol",
+                           "seed", "expected"});
     ArgSpec arg;
     arg.line = static_cast<int>((t.contains("dtype") ? t.get("dtype") : items.get(i))->source().begin.line);
     arg.name = r.required_string(t, "name", where + ".name");
@@ -472,6 +472,16 @@ void read_args(const SpecReader& r, const ExpressionChecker& checker, const toml
       }
       arg.dtype = *dtype;
     }
+    if (const toml::node* expected = t.get("expected")) {
+      arg.expected = r.string(*expected, where + ".expected");
+      if (arg.kind != ArgKind::out && arg.kind != ArgKind::inout) {
+        r.fail_at(*expected, where + ".expected", "only an out or inout argument has expected values");
+      }
+      if (arg.expected.empty() || arg.expected.front() == '/') {
+        r.fail_at(*expected, where + ".expected",
+                  "expected a path relative to the spec's directory, found " + quote(arg.expected));
+      }
+    }
     for (auto [name, target] : {std::pair{"rtol", &arg.rtol}, std::pair{"atol", &arg.atol}}) {
       const toml::node* node = t.get(name);
       if (node == nullptr) continue;
@@ -521,10 +531,22 @@ void read_check(const SpecReader& r, const toml::table& root, KernelSpec& spec) 
     if (kind == "default") spec.check.reference = ReferenceKind::default_config;
     else if (kind == "function") spec.check.reference = ReferenceKind::function;
     else if (kind == "none") spec.check.reference = ReferenceKind::none;
+    else if (kind == "files") spec.check.reference = ReferenceKind::files;
     else {
       r.fail_at(*reference, "[check].reference",
                 "expected \"default\" (the [default] config), \"function\" (with source and "
-                "function) or \"none\", found " + quote(kind));
+                "function), \"files\" (an expected file per output) or \"none\", found " +
+                    quote(kind));
+    }
+    if (spec.check.reference == ReferenceKind::files) {
+      for (std::size_t i = 0; i < spec.args.size(); ++i) {
+        const ArgSpec& arg = spec.args[i];
+        if ((arg.kind == ArgKind::out || arg.kind == ArgKind::inout) && arg.expected.empty()) {
+          r.fail_at(*reference, "args[" + std::to_string(i) + "].expected",
+                    "missing: reference = \"files\" needs each output's file (fix: add expected = "
+                    "\"expected/" + arg.name + "_{shape}.npy\" to '" + arg.name + "')");
+        }
+      }
     }
   } else if (function != nullptr) {
     spec.check.reference = ReferenceKind::function;
@@ -765,6 +787,16 @@ Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_vie
     read_args(reader, checker, root, spec);
     read_metrics(reader, checker, root, spec);
     read_check(reader, root, spec);
+    for (std::size_t i = 0; i < spec.args.size(); ++i) {
+      if (!spec.args[i].expected.empty() && spec.check.reference != ReferenceKind::files) {
+        reader.fail("args[" + std::to_string(i) + "].expected",
+                    "only used with [check] reference = \"files\" (fix: add it, or drop expected)");
+      }
+    }
+    if (spec.check.reference == ReferenceKind::files && spec.language != Language::cpp) {
+      reader.fail("[check].reference", "expected files are supported for language \"cpp\" only "
+                                       "(fix: reference = \"default\")");
+    }
     read_default(reader, root, spec);
     read_buffers(reader, root, spec);
     if (!spec.signature_text.empty() && spec.signature_text != "source") {

@@ -35,6 +35,9 @@ struct ArgSpec {
   std::string value;        // expression (scalars)
   std::string dtype;        // element type; empty = the job's dtype. f32 f64 f16 i32 i64
   std::int64_t seed = -1;   // in/inout: this input's seed; < 0 = the daemon's
+  // out/inout with [check] reference = "files": the file of this output's expected values, relative
+  // to the spec's directory (the loader makes it absolute); "{shape}" stands for the canonical shape.
+  std::string expected;
   double rtol = -1;         // out/inout: this output's tolerances; < 0 = [check]'s
   double atol = -1;
   int line = 0;             // line of the [[args]] entry in the spec (its dtype key when given)
@@ -46,7 +49,7 @@ struct LaunchSpec {          // CUDA only
   std::string shared_bytes = "0";
 };
 
-enum class ReferenceKind { default_config, function, none };
+enum class ReferenceKind { default_config, function, files, none };
 
 struct CheckSpec {
   ReferenceKind reference = ReferenceKind::default_config;

@@ -654,7 +654,7 @@ void Scheduler::start_reference(ActiveJob& job) {
   const auto& plan = job.plan;
   const Config& reference = plan.kernel.spec.default_config;
   const ReferenceKind kind = plan.kernel.spec.check.reference;
-  if (kind == ReferenceKind::none) {
+  if (kind == ReferenceKind::none || kind == ReferenceKind::files) {  // files: read by the runner
     job.reference = ReferenceState::ready;
     return;
   }

@@ -194,6 +194,7 @@ nlohmann::json BenchArg::to_json() const {
            {"count", count}, {"init", init}, {"value", value}};
   if (rtol >= 0) out["rtol"] = rtol;
   if (seed >= 0) out["seed"] = seed;
+  if (!expected.empty()) out["expected"] = expected;
   if (atol >= 0) out["atol"] = atol;
   return out;
 }
@@ -212,6 +213,9 @@ Result<BenchArg> BenchArg::from_json(const nlohmann::json& j, const std::string&
   if (auto r = read_double(j, "rtol", what, a.rtol, prefix); !r) return r.error();
   if (auto r = read_double(j, "atol", what, a.atol, prefix); !r) return r.error();
   if (auto r = read_int64(j, "seed", what, a.seed, prefix); !r) return r.error();
+  if (auto r = read_string(j, "expected", what, a.expected, Presence::optional, prefix); !r) {
+    return r.error();
+  }
   if (!is_arg_kind(a.kind)) {
     return field_error(what, prefix + "kind", "in, out, inout or scalar", j.at("kind"));
   }
@@ -481,6 +485,10 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
                                             "normal(mean, std), zero, ones or index");
       }
       arg.seed = spec_arg.seed;
+      arg.expected = spec_arg.expected;
+      if (const auto at = arg.expected.find("{shape}"); at != std::string::npos) {
+        arg.expected.replace(at, 7, shape.to_string());
+      }
     }
     job.args.push_back(std::move(arg));
   }

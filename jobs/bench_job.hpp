@@ -33,6 +33,9 @@ struct BenchArg {
   double value = 0;            // scalars (converted to dtype)
   double rtol = -1, atol = -1; // outputs: this one's tolerances; < 0 = the job's (JSON: omitted)
   std::int64_t seed = -1;      // inputs: this arg's seed; < 0 = settings.seed (JSON: omitted)
+  // outputs: the file of expected values ([check] reference = "files"; raw elements of the arg's
+  // dtype, or .npy); "" = none (JSON: omitted)
+  std::string expected;
 
   [[nodiscard]] nlohmann::json to_json() const;
   // Validates kind, dtype, init and (buffers) count >= 1. Errors: "bad_request" naming

@@ -249,6 +249,18 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path) {
     auto reference = load_reference(*spec, kernel, hasher, seen);
     if (!reference) return reference.error();
   }
+  for (std::size_t i = 0; i < spec->args.size(); ++i) {
+    std::string& expected = spec->args[i].expected;
+    if (expected.empty()) continue;
+    const fs::path path = (spec_file.parent_path() / expected).lexically_normal();
+    const fs::path relative = path.lexically_relative(spec_file.parent_path());
+    if (relative.empty() || *relative.begin() == "..") {
+      return make_error(protocol::code::spec_error,
+                        kernel.spec_path + ": args[" + std::to_string(i) + "].expected: '" +
+                            expected + "' leads outside the family directory " + kernel.dir);
+    }
+    expected = path.string();
+  }
   kernel.source_hash = hasher.hex_digest();
   kernel.spec = std::move(*spec);
   return kernel;

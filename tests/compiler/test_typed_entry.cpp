@@ -215,3 +215,69 @@ TEST_CASE("HostCompiler leaves out removed fixed flags and, without a dtype, KTU
   CHECK(refused.status == CandidateStatus::compile_error);
   CHECK_THAT(refused.log, Catch::Contains("not one of the fixed flags"));
 }
+
+namespace {
+
+// A .npy (version 1) holding `values` as '<f8'.
+std::string npy_f64(const std::vector<double>& values) {
+  std::string header = "{'descr': '<f8', 'fortran_order': False, 'shape': (" +
+                       std::to_string(values.size()) + ",), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(double));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("reference = \"files\": outputs are checked against a file of expected values per shape",
+          "[compiler][typed_entry]") {
+  ktune::test::TempDir dir;
+  dir.write("k/kernel.cpp",
+            "void fill(double* x, long n) { for (long i = 0; i < n; ++i) x[i] = 0.5 * i + n; }\n");
+  dir.write("k/kernel.toml",
+            "[kernel]\nname = \"fill\"\nlanguage = \"cpp\"\nsource = \"kernel.cpp\"\n"
+            "entry = \"fill\"\nsignature = \"source\"\nshape = [\"N\"]\n"
+            "[[args]]\nname = \"x\"\nkind = \"out\"\ncount = \"N\"\n"
+            "expected = \"expected/x_{shape}.npy\"\n"
+            "[[args]]\nname = \"n\"\nkind = \"scalar\"\nvalue = \"N\"\n"
+            "[check]\nreference = \"files\"\nrtol = 0\natol = 0\n");
+  std::vector<double> values(100);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * static_cast<double>(i) + 100;
+  dir.write("k/expected/x_N=100.npy", npy_f64(values));
+  auto kernel = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+  INFO((kernel ? std::string() : kernel.error().message));
+  REQUIRE(kernel.ok());
+  CHECK(kernel->spec.args[0].expected == (dir.path() / "k/expected/x_{shape}.npy").string());
+
+  ktune::test::TempDir cache;
+  ktune::HostCompiler compiler;
+  auto job = ktune::make_compile_job(*kernel, {}, "f64", cache.str());
+  REQUIRE(job.ok());
+  const std::string artifact = compiled(compiler, *job);
+  auto ok = run(*kernel, "N=100", {}, artifact, "");
+  INFO(ok.reason);
+  CHECK(ok.status == CandidateStatus::ok);
+
+  SECTION("a value that differs is a mismatch; a missing or short file a runtime_error") {
+    values[7] += 1;
+    dir.write("k/expected/x_N=100.npy", npy_f64(values));
+    const auto wrong = run(*kernel, "N=100", {}, artifact, "");
+    CHECK(wrong.status == CandidateStatus::mismatch);
+    CHECK_THAT(wrong.reason, Catch::Contains("x[7]"));
+    const auto missing = run(*kernel, "N=50", {}, artifact, "");
+    CHECK(missing.status == CandidateStatus::runtime_error);
+    CHECK_THAT(missing.reason, Catch::Contains("x_N=50.npy"));
+    values.pop_back();
+    dir.write("k/expected/x_N=100.npy", npy_f64(values));
+    const auto shorter = run(*kernel, "N=100", {}, artifact, "");
+    CHECK(shorter.status == CandidateStatus::runtime_error);
+    CHECK_THAT(shorter.reason, Catch::Contains("expected 100 elements of f64"));
+  }
+}

@@ -501,3 +501,18 @@ TEST_CASE("core/kernel_spec: a CUDA declaration is checked the same way and type
              Catch::Contains("args[1] 'B': dtype = \"f32\"") &&
                  Catch::Contains("'const double* B' (f64)"));
 }
+
+TEST_CASE("core/kernel_spec: reference = \"files\" needs an expected file for every output",
+          "[core][kernel_spec]") {
+  const std::string files = edit(k_typed, "reference = \"function\"\nsource = \"reference.cpp\"\n"
+                                          "function = \"gemm_reference\"",
+                                 "reference = \"files\"");
+  CHECK_THAT(error_of(files), Catch::Contains("args[2].expected") && Catch::Contains("fix: add expected"));
+  auto parsed = parse_kernel_spec(edit(files, "rtol = 1e-4", "expected = \"C_{shape}.bin\""), "k.toml");
+  INFO((parsed ? std::string() : parsed.error().message));
+  REQUIRE(parsed.ok());
+  CHECK(parsed->check.reference == ktune::ReferenceKind::files);
+  CHECK(parsed->args[2].expected == "C_{shape}.bin");
+  CHECK_THAT(error_of(edit(k_typed, "rtol = 1e-4", "expected = \"C.bin\"")),
+             Catch::Contains("args[2].expected") && Catch::Contains("reference = \"files\""));
+}
