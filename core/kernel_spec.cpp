@@ -126,8 +126,12 @@ public:
       if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
         std::string expected;
         for (auto a : allowed) expected += (expected.empty() ? "" : ", ") + std::string(a);
-        if (where.empty()) fail_at(*node, "[" + key + "]", "unknown table (expected one of: " + expected + ")");
-        fail_at(*node, where + "." + key, "unknown key (expected one of: " + expected + ")");
+        if (where.empty()) {
+          fail_at(*node, "[" + key + "]", "unknown table (expected one of: " + expected +
+                                              "; fix: rename it to one of these or remove it)");
+        }
+        fail_at(*node, where + "." + key, "unknown key (expected one of: " + expected +
+                                              "; fix: rename it to one of these or remove it)");
       }
     }
   }

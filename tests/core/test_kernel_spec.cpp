@@ -432,7 +432,8 @@ TEST_CASE("core/kernel_spec: a spec that disagrees with the declaration is a loa
     const auto bad_key = error_of(edit(k_typed, "function = \"gemm_reference\"",
                                        "function = \"gemm_reference\"\ntolerance = 1e-3"));
     CHECK_THAT(bad_key, Catch::StartsWith("kernels/gemm/kernel.toml:51: [check].tolerance"));
-    CHECK_THAT(bad_key, Catch::Contains("expected one of: reference, source, function, rtol, atol"));
+    CHECK_THAT(bad_key, Catch::Contains("expected one of: reference, source, function, rtol, atol; "
+                                        "fix: rename it to one of these or remove it"));
     CHECK_THAT(error_of(edit(k_typed, "rtol = 1e-4", "rtl = 1e-4")),
                Catch::StartsWith("kernels/gemm/kernel.toml:27: args[2].rtl"));
     CHECK_THAT(error_of(edit(k_typed, "count = \"M * K\"", "count = \"M * K\"\natol = 0.1")),
