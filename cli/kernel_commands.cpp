@@ -195,6 +195,87 @@ void )k" + name + R"k(_reference(const float* x, float* y, int n, float a) {
 )k";
 }
 
+std::string cuda_spec_template(const std::string& name) {
+  return R"k(# Kernel family ")k" + name + R"k(" on the GPU: y = a * x over N elements.
+# The full format: docs/kernel-spec.md. Check it with `ktune check-kernel <this directory>` and
+# `ktune compile-check )k" + name + R"k(`; tune it with
+# `ktune tune )k" + name + R"k( --shape N=10000000 --device cuda:0 --wait`.
+
+[kernel]
+name = ")k" + name + R"k("
+language = "cuda"
+source = ")k" + name + R"k(.cu"         # relative to this file; compiled by nvrtc
+entry = ")k" + name + R"k("
+# The typed declaration: checked against [[args]] and types every argument (int n is passed as
+# 4 bytes in the driver's parameter array). "source" reads it from the source instead.
+signature = 'extern "C" __global__ void )k" + name + R"k((const float* x, float* y, int n, float a)'
+shape = ["N"]
+
+[params]                       # tunables, passed as -DNAME=value; kept in this order
+BLOCK = [64, 128, 256, 512]    # threads per block
+ITEMS = [1, 2, 4]              # elements per thread
+
+[launch]                       # expressions over dims and params
+grid = ["ceil_div(N, BLOCK * ITEMS)", "1", "1"]
+block = ["BLOCK", "1", "1"]
+
+[[args]]                       # one per parameter, in the declaration's order
+name = "x"
+kind = "in"
+count = "N"
+init = "uniform"
+
+[[args]]
+name = "y"
+kind = "out"
+count = "N"
+
+[[args]]
+name = "n"
+kind = "scalar"
+value = "N"
+
+[[args]]
+name = "a"
+kind = "scalar"
+value = "3"
+
+[metrics]                      # per run; elem_bytes is the size of one element
+flops = "N"
+bytes = "2 * elem_bytes * N"
+
+[check]                        # every candidate's output against the [default] config's
+reference = "default"
+rtol = 1e-6
+atol = 1e-6
+
+[default]
+BLOCK = 256
+ITEMS = 1
+)k";
+}
+
+std::string cuda_source_template(const std::string& name) {
+  return R"k(// Kernel family ")k" + name + R"k(" on the GPU: y = a * x. The tunables arrive as -DBLOCK=..
+// -DITEMS=..; the defaults below let the file compile on its own too.
+#ifndef BLOCK
+#define BLOCK 256
+#endif
+#ifndef ITEMS
+#define ITEMS 1
+#endif
+
+extern "C" __global__ void )k" + name + R"k((const float* x, float* y, int n, float a) {
+  const int first = (blockIdx.x * BLOCK * ITEMS) + threadIdx.x;
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int i = first + k * BLOCK;
+    if (i < n) y[i] = a * x[i];
+  }
+}
+)k";
+}
+
 bool is_identifier(const std::string& name) {
   if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_')) {
     return false;
@@ -225,11 +306,12 @@ void add_kernel_commands(CLI::App& app, KernelCommands& commands) {
   commands.create = app.add_subcommand(
       "new-kernel", "Write a commented kernel.toml and a typed source skeleton that tunes as is");
   commands.create->add_option("name", commands.new_name, "the family and function name")->required();
-  commands.create->add_option("--lang", commands.new_lang, "the language (cpp)")
-      ->check(CLI::IsMember({"cpp"}));
+  commands.create->add_option("--lang", commands.new_lang, "cpp (host compiler, default) or cuda (nvrtc)")
+      ->check(CLI::IsMember({"cpp", "cuda"}));
   commands.create->add_option("--dir", commands.new_dir, "where to create NAME/ (default .)");
   commands.create->footer(
-      "\nWrites DIR/NAME/kernel.toml, NAME.cpp and reference.cpp; refuses to overwrite.\n\n"
+      "\nWrites DIR/NAME/kernel.toml, NAME.cpp and reference.cpp (cuda: kernel.toml and NAME.cu);\n"
+      "refuses to overwrite.\n\n"
       "Example:\n  ktune new-kernel scale --dir mykernels && ktune check-kernel mykernels/scale");
 }
 
@@ -305,9 +387,8 @@ int check_kernel(const std::string& dir, const std::string& shape, Output& io) {
 
 int new_kernel(const std::string& name, const std::string& lang, const std::string& dir,
                Output& io) {
-  if (lang != "cpp") {
-    return report_error(io, "bad_request", "--lang " + lang + ": only cpp skeletons are written",
-                        k_exit_usage);
+  if (lang != "cpp" && lang != "cuda") {
+    return report_error(io, "bad_request", "--lang " + lang + ": expected cpp or cuda", k_exit_usage);
   }
   if (!is_identifier(name)) {
     return report_error(io, "bad_request",
@@ -321,10 +402,14 @@ int new_kernel(const std::string& name, const std::string& lang, const std::stri
   }
   fs::create_directories(family, ec);
   if (ec) return report_error(io, "io_error", "cannot create " + family.string() + ": " + ec.message());
-  const std::vector<std::pair<std::string, std::string>> files{
-      {"kernel.toml", spec_template(name)},
-      {name + ".cpp", source_template(name)},
-      {"reference.cpp", reference_template(name)}};
+  const std::vector<std::pair<std::string, std::string>> files =
+      lang == "cuda" ? std::vector<std::pair<std::string, std::string>>{
+                           {"kernel.toml", cuda_spec_template(name)},
+                           {name + ".cu", cuda_source_template(name)}}
+                     : std::vector<std::pair<std::string, std::string>>{
+                           {"kernel.toml", spec_template(name)},
+                           {name + ".cpp", source_template(name)},
+                           {"reference.cpp", reference_template(name)}};
   for (const auto& [file, text] : files) {
     if (auto w = write_file_atomic((family / file).string(), text); !w) {
       return report_error(io, w.error().code, w.error().message);

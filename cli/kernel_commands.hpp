@@ -8,10 +8,11 @@
 //     the admitted configs and evaluates every arg and metric expression there.
 //     Exit codes: 0 the family is ready to tune; 1 it is not (the error names file and line);
 //     2 usage.
-//   ktune new-kernel NAME [--lang cpp] [--dir DIR]
+//   ktune new-kernel NAME [--lang cpp|cuda] [--dir DIR]
 //     writes DIR/NAME/{kernel.toml,NAME.cpp,reference.cpp}: a commented spec and a typed kernel
 //     with two tunables and a float64 reference, which check-kernel accepts and ktuned tunes as
-//     it is. Refuses to overwrite an existing DIR/NAME. Only cpp is written today.
+//     it is; --lang cuda writes kernel.toml and a typed __global__ NAME.cu checked against the
+//     [default] config. Refuses to overwrite an existing DIR/NAME.
 #include "cli/commands.hpp"
 
 #include <CLI/CLI.hpp>

@@ -79,3 +79,19 @@ TEST_CASE("ktune new-kernel writes a skeleton that ktune check-kernel accepts",
                                      Catch::Contains("oops"));
   }
 }
+
+TEST_CASE("ktune new-kernel --lang cuda writes a typed __global__ skeleton that loads",
+          "[cli][kernel_commands]") {
+  TempDir dir;
+  Captured made;
+  REQUIRE(ktune::cli::new_kernel("cscale", "cuda", dir.str(), made.io) == ktune::cli::k_exit_ok);
+  CHECK(std::filesystem::is_regular_file(dir.path() / "cscale" / "cscale.cu"));
+  Captured checked;
+  const int code = ktune::cli::check_kernel((dir.path() / "cscale").string(), "N=100000", checked.io);
+  INFO(checked.out.str() << checked.err.str());
+  CHECK(code == ktune::cli::k_exit_ok);
+  CHECK_THAT(checked.out.str(), Catch::Contains("entry: cscale (typed: 4 parameters"));
+  CHECK_THAT(checked.out.str(), Catch::Contains("n: scalar i32 = N"));
+  CHECK_THAT(checked.out.str(), Catch::Contains("at N=100000: 12 admitted configs"));
+  CHECK_THAT(checked.out.str(), Catch::Contains("ktune compile-check cscale"));
+}
