@@ -329,7 +329,9 @@ int check_kernel(const std::string& dir, const std::string& shape, Output& io) {
   std::error_code ec;
   const std::string spec_path =
       fs::is_directory(dir, ec) ? (fs::path(dir) / "kernel.toml").string() : dir;
-  auto kernel = load_kernel(spec_path);
+  // As ktuned with the family's parent as a kernel directory: sources may be shared through '..'.
+  auto kernel = load_kernel(spec_path,
+                            fs::absolute(spec_path).lexically_normal().parent_path().parent_path().string());
   if (!kernel) return report_error(io, kernel.error().code, kernel.error().message);
   const KernelSpec& spec = kernel->spec;
 

@@ -241,10 +241,10 @@ TEST_CASE("core/kernel_spec: errors name file, key and expression", "[core][kern
     CHECK_THAT(error_of(edit(k_gemm, "name = \"gemm\"\n", "")), Catch::Contains("[kernel].name"));
     CHECK_THAT(error_of(edit(k_gemm, "language = \"cuda\"", "language = \"rust\"")),
                Catch::Contains("[kernel].language") && Catch::Contains("rust"));
-    CHECK_THAT(error_of(edit(k_gemm, "source = \"kernel.cu\"", "source = \"../x/kernel.cu\"")),
-               Catch::Contains("[kernel].source") && Catch::Contains(".."));
-    CHECK_THAT(error_of(edit(k_gemm, "source = \"kernel.cu\"", "source = \"a/../../kernel.cu\"")),
-               Catch::Contains("[kernel].source"));
+    // '..' parses: whether the file lies inside the kernel directory is the loader's question.
+    CHECK(parse_kernel_spec(edit(k_gemm, "source = \"kernel.cu\"", "source = \"../x/kernel.cu\""),
+                            "k.toml")
+              .ok());
     CHECK_THAT(error_of(edit(k_gemm, "source = \"kernel.cu\"", "source = \"/etc/kernel.cu\"")),
                Catch::Contains("[kernel].source"));
     CHECK_THAT(error_of(edit(k_gemm, "entry = \"gemm\"", "entry = 3")),
