@@ -258,10 +258,12 @@ struct CudaRunner::State {
             CandidateStatus::runtime_error,
             where + ": count " + std::to_string(arg.count) + ": expected at least 1 element"};
       }
-      const auto init = parse_init_kind(arg.init);
+      const auto init = parse_buffer_init(arg.init);
       if (!init) {
         throw CandidateFailure{CandidateStatus::runtime_error,
-                               where + ": init '" + arg.init + "': expected uniform, zero, ones or index"};
+                               where + ": init '" + arg.init +
+                                   "': expected uniform, normal, uniform(lo, hi), normal(mean, std), "
+                                   "zero, ones or index"};
       }
       slot.count = static_cast<std::size_t>(arg.count);
       if (slot.count > (std::size_t{1} << 50) / dtype_bytes(*dtype)) {
@@ -275,7 +277,9 @@ struct CudaRunner::State {
         if (!host) {
           throw CandidateFailure{CandidateStatus::runtime_error, where + ": " + host.error().message};
         }
-        fill_elements(*dtype, host->data(), slot.count, *init, job.settings.seed, i);
+        const std::uint64_t seed =
+            arg.seed >= 0 ? static_cast<std::uint64_t>(arg.seed) : job.settings.seed;
+        fill_elements(*dtype, host->data(), slot.count, *init, seed, i);
         slot.initial = std::move(host).value();
       }
       try {
@@ -490,13 +494,15 @@ struct CudaRunner::State {
   }
 
   std::optional<std::string> compare_outputs(const DeviceArgs& set, const Snapshot& got,
-                                             const Snapshot& expected, double rtol, double atol) {
+                                             const Snapshot& expected, const BenchJob& job) {
     std::size_t checked = 0, differing = 0;
     std::string first;
     for (std::size_t i = 0; i < set.args.size(); ++i) {
       const DeviceArg& slot = set.args[i];
       if (!slot.is_buffer() || !slot.is_output()) continue;
       checked += slot.count;
+      const double rtol = job.args[i].rtol >= 0 ? job.args[i].rtol : job.rtol;
+      const double atol = job.args[i].atol >= 0 ? job.args[i].atol : job.atol;
       const auto mismatch =
           compare_elements(slot.dtype, got[i].data(), expected[i].data(), slot.count, rtol, atol);
       if (!mismatch) continue;
@@ -569,7 +575,7 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
     }
     if (expected != nullptr) {
       const Snapshot got = snapshot_outputs(set);
-      if (auto reason = compare_outputs(set, got, *expected, job.rtol, job.atol)) {
+      if (auto reason = compare_outputs(set, got, *expected, job)) {
         result.outcome = failure(CandidateStatus::mismatch, std::move(*reason));
         return result;
       }

@@ -1,6 +1,10 @@
 #include "bench/host_buffers.hpp"
 
+#include <algorithm>
 #include <bit>
+#include <cerrno>
+#include <fstream>
+#include <iterator>
 #include <sys/stat.h>
 #include <cmath>
 #include <cstdlib>
@@ -120,8 +124,15 @@ void store_element(DType dtype, void* data, std::size_t index, double value) {
   }
 }
 
-Result<HostBuffer> HostBuffer::allocate(DType dtype, std::size_t count, std::string_view label) {
+Result<HostBuffer> HostBuffer::allocate(DType dtype, std::size_t count, std::string_view label,
+                                        std::size_t alignment, std::size_t offset) {
   const std::size_t element = dtype_bytes(dtype);
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096 || offset >= alignment) {
+    return make_error("runtime_error", "buffer " + std::string(label) + ": alignment " +
+                                           std::to_string(alignment) + " and offset " +
+                                           std::to_string(offset) +
+                                           ": expected a power of two up to 4096 and an offset below it");
+  }
   if (count == 0) {
     return make_error("runtime_error",
                       "buffer " + std::string(label) + ": expected at least 1 element, found 0");
@@ -133,8 +144,10 @@ Result<HostBuffer> HostBuffer::allocate(DType dtype, std::size_t count, std::str
                                            std::string(to_string(dtype)) + " overflow the address space");
   }
   const std::size_t bytes = count * element;
-  const std::size_t total = k_guard_bytes + round_up(bytes, k_alignment) + k_guard_bytes;
-  void* base = std::aligned_alloc(k_alignment, total);
+  const std::size_t base_alignment = std::max(alignment, k_alignment);
+  const std::size_t head = round_up(k_guard_bytes, alignment) + offset;
+  const std::size_t total = round_up(head + bytes + k_guard_bytes, base_alignment);
+  void* base = std::aligned_alloc(base_alignment, total);
   if (base == nullptr) {
     return make_error("runtime_error", "buffer " + std::string(label) + ": cannot allocate " +
                                            std::to_string(total) + " bytes");
@@ -142,7 +155,7 @@ Result<HostBuffer> HostBuffer::allocate(DType dtype, std::size_t count, std::str
   HostBuffer buffer;
   buffer.m_base = static_cast<unsigned char*>(base);
   buffer.m_total = total;
-  buffer.m_data = buffer.m_base + k_guard_bytes;
+  buffer.m_data = buffer.m_base + head;
   buffer.m_dtype = dtype;
   buffer.m_count = count;
   buffer.reset_guards();
@@ -183,13 +196,21 @@ bool HostBuffer::guards_intact() const {
 
 void HostBuffer::reset_guards() {
   if (m_base == nullptr) return;
-  std::memset(m_base, k_guard_pattern, k_guard_bytes);
+  std::memset(m_base, k_guard_pattern, static_cast<std::size_t>(m_data - m_base));
   unsigned char* tail = m_data + bytes();
   std::memset(tail, k_guard_pattern, static_cast<std::size_t>(m_base + m_total - tail));
 }
 
 void fill_elements(DType dtype, void* data, std::size_t count, InitKind init, std::uint64_t seed,
                    std::uint64_t stream) {
+  BufferInit defaults{init};
+  if (init == InitKind::normal) defaults = BufferInit{InitKind::normal, 0, 1, false};
+  fill_elements(dtype, data, count, defaults, seed, stream);
+}
+
+void fill_elements(DType dtype, void* data, std::size_t count, const BufferInit& spec,
+                   std::uint64_t seed, std::uint64_t stream) {
+  const InitKind init = spec.kind;
   switch (init) {
     case InitKind::zero:
       std::memset(data, 0, count * dtype_bytes(dtype));
@@ -200,9 +221,30 @@ void fill_elements(DType dtype, void* data, std::size_t count, InitKind init, st
     case InitKind::index:
       for (std::size_t i = 0; i < count; ++i) store_element(dtype, data, i, static_cast<double>(i));
       return;
+    case InitKind::normal: {
+      SplitMix64 rng(seed ^ ((stream + 1) * 0xd1b54a32d192ed03ULL));
+      constexpr double k_two_pi = 6.283185307179586;
+      for (std::size_t i = 0; i < count; i += 2) {
+        const double u1 = static_cast<double>((rng.next() >> 11) + 1) * 0x1.0p-53;  // (0, 1]
+        const double u2 = static_cast<double>(rng.next() >> 11) * 0x1.0p-53;
+        const double r = std::sqrt(-2.0 * std::log(u1));
+        const double pair[2] = {r * std::cos(k_two_pi * u2), r * std::sin(k_two_pi * u2)};
+        for (std::size_t k = 0; k < 2 && i + k < count; ++k) {
+          const double value = spec.a + spec.b * pair[k];
+          store_element(dtype, data, i + k, is_integral(dtype) ? std::round(value) : value);
+        }
+      }
+      return;
+    }
     case InitKind::uniform: {
       SplitMix64 rng(seed ^ ((stream + 1) * 0xd1b54a32d192ed03ULL));
-      if (is_integral(dtype)) {
+      if (spec.bounded) {
+        for (std::size_t i = 0; i < count; ++i) {
+          const double unit = static_cast<double>(rng.next() >> 11) * 0x1.0p-53;  // [0, 1)
+          const double value = spec.a + (spec.b - spec.a) * unit;
+          store_element(dtype, data, i, is_integral(dtype) ? std::floor(value) : value);
+        }
+      } else if (is_integral(dtype)) {
         for (std::size_t i = 0; i < count; ++i) {
           store_element(dtype, data, i, static_cast<double>(static_cast<int>(rng.next() >> 60) - 8));
         }
@@ -267,12 +309,66 @@ std::optional<ElementMismatch> compare_elements(DType dtype, const void* got, co
 }
 
 std::string buffers_key(const BenchJob& job) {
-  std::string key = job.shape + "|seed=" + std::to_string(job.settings.seed);
+  std::string key = job.shape + "|seed=" + std::to_string(job.settings.seed) + "|align=" +
+                    std::to_string(job.buffer_alignment) + "+" + std::to_string(job.buffer_offset);
   for (const auto& arg : job.args) {
     key += "|" + arg.name + ":" + arg.kind + ":" + arg.dtype + ":" + std::to_string(arg.count) +
-           ":" + arg.init + ":" + std::to_string(std::bit_cast<std::uint64_t>(arg.value));
+           ":" + arg.init + ":" + std::to_string(std::bit_cast<std::uint64_t>(arg.value)) + ":" +
+           std::to_string(arg.seed);
   }
   return key;
+}
+
+Result<std::vector<unsigned char>> read_expected_file(const std::string& path, DType dtype,
+                                                     std::size_t count) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error("runtime_error", path + ": cannot be read: " + std::strerror(errno));
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t want = count * dtype_bytes(dtype);
+  std::size_t data_at = 0;
+  const bool npy = path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0;
+  if (npy) {
+    static constexpr unsigned char k_magic[] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+    if (bytes.size() < 10 || !std::equal(std::begin(k_magic), std::end(k_magic), bytes.begin())) {
+      return make_error("runtime_error", path + ": not a .npy file (no \\x93NUMPY magic)");
+    }
+    const unsigned major = bytes[6];
+    std::size_t header_len = 0, header_at = 0;
+    if (major == 1) {
+      header_len = bytes[8] | (static_cast<std::size_t>(bytes[9]) << 8);
+      header_at = 10;
+    } else if (bytes.size() >= 12) {
+      header_len = bytes[8] | (static_cast<std::size_t>(bytes[9]) << 8) |
+                   (static_cast<std::size_t>(bytes[10]) << 16) | (static_cast<std::size_t>(bytes[11]) << 24);
+      header_at = 12;
+    }
+    if (header_at == 0 || header_at + header_len > bytes.size()) {
+      return make_error("runtime_error", path + ": truncated .npy header");
+    }
+    const std::string header(bytes.begin() + static_cast<std::ptrdiff_t>(header_at),
+                             bytes.begin() + static_cast<std::ptrdiff_t>(header_at + header_len));
+    static const std::pair<DType, const char*> k_descr[] = {
+        {DType::f32, "<f4"}, {DType::f64, "<f8"}, {DType::f16, "<f2"}, {DType::i32, "<i4"}, {DType::i64, "<i8"}};
+    std::string descr;
+    for (const auto& [d, text] : k_descr) {
+      if (d == dtype) descr = text;
+    }
+    if (header.find("'" + descr + "'") == std::string::npos) {
+      return make_error("runtime_error", path + ": expected descr '" + descr + "' (" +
+                                             std::string(to_string(dtype)) + "), found header " + header);
+    }
+    if (header.find("'fortran_order': True") != std::string::npos) {
+      return make_error("runtime_error", path + ": expected C order, found fortran_order True");
+    }
+    data_at = header_at + header_len;
+  }
+  if (bytes.size() - data_at != want) {
+    return make_error("runtime_error", path + ": expected " + std::to_string(count) + " elements of " +
+                                           std::string(to_string(dtype)) + " (" + std::to_string(want) +
+                                           " bytes), found " + std::to_string(bytes.size() - data_at) +
+                                           " bytes of data");
+  }
+  return std::vector<unsigned char>(bytes.begin() + static_cast<std::ptrdiff_t>(data_at), bytes.end());
 }
 
 std::string reference_identity(const std::string& path) {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ktune {
 
@@ -34,9 +35,14 @@ public:
   static constexpr std::size_t k_guard_bytes = 64;
 
   // Errors: "runtime_error" when count is 0, the size overflows, or the allocation fails; the
-  // message names `label` and the size in bytes.
+  // message names `label` and the size in bytes. With `alignment` (a power of two, at most
+  // 4096) and `offset` (bytes, below alignment) data() sits `offset` bytes past an
+  // `alignment` boundary instead, still behind at least k_guard_bytes of guard: a family's
+  // [buffers] table, to measure under another allocator's placement.
   [[nodiscard]] static Result<HostBuffer> allocate(DType dtype, std::size_t count,
-                                                   std::string_view label);
+                                                   std::string_view label,
+                                                   std::size_t alignment = k_alignment,
+                                                   std::size_t offset = 0);
 
   HostBuffer(HostBuffer&& other) noexcept;
   HostBuffer& operator=(HostBuffer&& other) noexcept;
@@ -81,9 +87,13 @@ private:
   std::uint64_t m_state;
 };
 
-// Fills `count` elements at `data`: uniform gives floats in [-1, 1) and integers in [-8, 7];
-// zero and ones the constants; index gives element i the value i. `stream` separates the
-// sequences of different args under one seed (pass the arg's position).
+// Fills `count` elements at `data`: uniform gives floats in [-1, 1) and integers in [-8, 7]
+// (with bounds: values in [a, b), integers rounded down); normal draws normal(a, b) (Box-Muller;
+// integers rounded to nearest); zero and ones the constants; index gives element i the value i.
+// `stream` separates the sequences of different args under one seed (pass the arg's position).
+void fill_elements(DType dtype, void* data, std::size_t count, const BufferInit& init,
+                   std::uint64_t seed, std::uint64_t stream);
+// The same with the kind's default parameters.
 void fill_elements(DType dtype, void* data, std::size_t count, InitKind init, std::uint64_t seed,
                    std::uint64_t stream);
 
@@ -114,6 +124,12 @@ struct ElementMismatch {
 // Identity of the argument buffers a job needs (shape, seed and every arg's layout and init):
 // runners reuse their buffers while it stays the same.
 [[nodiscard]] std::string buffers_key(const BenchJob& job);
+
+// The `count` elements of `dtype` in an expected-output file: raw little-endian elements, or a
+// .npy file (version 1-3, C order) whose descr is the dtype's ('<f4', '<f8', '<f2', '<i4', '<i8')
+// and whose element count is `count`. Errors ("runtime_error") name the file and what differs.
+[[nodiscard]] Result<std::vector<unsigned char>> read_expected_file(const std::string& path,
+                                                                    DType dtype, std::size_t count);
 
 // A reference artifact is identified by its path and the file's identity (device, inode, size,
 // mtime), so a rebuilt file at the same path is run again.

@@ -189,17 +189,22 @@ Result<std::unique_ptr<ArgSet>> build_args(const BenchJob& job) {
         return make_error("runtime_error", where + ": count " + std::to_string(arg.count) +
                                                ": expected at least 1 element");
       }
-      const auto init = parse_init_kind(arg.init);
+      const auto init = parse_buffer_init(arg.init);
       if (!init) {
-        return make_error("runtime_error",
-                          where + ": init '" + arg.init + "': expected uniform, zero, ones or index");
+        return make_error("runtime_error", where + ": init '" + arg.init +
+                                               "': expected uniform, normal, uniform(lo, hi), "
+                                               "normal(mean, std), zero, ones or index");
       }
-      auto buffer = HostBuffer::allocate(*dtype, static_cast<std::size_t>(arg.count), arg.name);
+      auto buffer = HostBuffer::allocate(*dtype, static_cast<std::size_t>(arg.count), arg.name,
+                                         static_cast<std::size_t>(job.buffer_alignment),
+                                         static_cast<std::size_t>(job.buffer_offset));
       if (!buffer) return make_error("runtime_error", where + ": " + buffer.error().message);
       if (*kind == ArgKind::out) {
         std::memset(buffer->data(), 0, buffer->bytes());
       } else {
-        fill_elements(*dtype, buffer->data(), buffer->count(), *init, job.settings.seed, i);
+        const std::uint64_t seed =
+            arg.seed >= 0 ? static_cast<std::uint64_t>(arg.seed) : job.settings.seed;
+        fill_elements(*dtype, buffer->data(), buffer->count(), *init, seed, i);
         const auto* data = static_cast<const unsigned char*>(buffer->data());
         slot.initial.assign(data, data + buffer->bytes());
       }
@@ -221,7 +226,7 @@ std::string guard_reason(const ArgSlot& slot) {
 // Compares every output against `expected`; the reason names the first differing element.
 std::optional<std::string> compare_outputs(const ArgSet& set,
                                            const std::vector<std::vector<unsigned char>>& expected,
-                                           double rtol, double atol) {
+                                           const BenchJob& job) {
   std::size_t checked = 0;
   std::size_t differing = 0;
   std::string first;
@@ -229,8 +234,10 @@ std::optional<std::string> compare_outputs(const ArgSet& set,
     const ArgSlot& slot = set.slots[i];
     if (!slot.buffer || !slot.is_output()) continue;
     checked += slot.buffer->count();
+    const double slot_rtol = job.args[i].rtol >= 0 ? job.args[i].rtol : job.rtol;
+    const double slot_atol = job.args[i].atol >= 0 ? job.args[i].atol : job.atol;
     const auto mismatch = compare_elements(slot.dtype, slot.buffer->data(), expected[i].data(),
-                                           slot.buffer->count(), rtol, atol);
+                                           slot.buffer->count(), slot_rtol, slot_atol);
     if (!mismatch) continue;
     differing += mismatch->differing;
     if (first.empty()) {
@@ -238,7 +245,8 @@ std::optional<std::string> compare_outputs(const ArgSet& set,
               format_value(mismatch->got, 9) + ", expected " + format_value(mismatch->expected, 9) +
               (is_integral(slot.dtype)
                    ? std::string(" (exact)")
-                   : " (rtol " + format_value(rtol, 6) + ", atol " + format_value(atol, 6) + ")");
+                   : " (rtol " + format_value(slot_rtol, 6) + ", atol " +
+                         format_value(slot_atol, 6) + ")");
     }
   }
   if (differing == 0) return std::nullopt;
@@ -271,13 +279,14 @@ struct HostRunner::State {
   // The reference outputs on `set`, computed on first use.
   Result<const std::vector<std::vector<unsigned char>>*> reference_for(const BenchJob& job,
                                                                        ArgSet& set) {
-    const std::string identity = reference_identity(job.reference_path);
+    const std::string& symbol = job.reference_entry.empty() ? job.entry : job.reference_entry;
+    const std::string identity = reference_identity(job.reference_path) + "|" + symbol;
     for (const auto& [id, outputs] : set.references) {
       if (id == identity) return &outputs;
     }
     auto library = SharedLibrary::open(job.reference_path);
     if (!library) return make_error("runtime_error", "reference: " + library.error().message);
-    auto address = library->symbol(job.entry);
+    auto address = library->symbol(symbol);
     if (!address) return make_error("runtime_error", "reference: " + address.error().message);
     const auto entry = reinterpret_cast<EntryFn>(address.value());
     set.reset_for_check();
@@ -287,6 +296,34 @@ struct HostRunner::State {
                         "reference " + job.reference_path + " " + guard_reason(*slot));
     }
     set.references.emplace_back(identity, set.snapshot_outputs());
+    return &set.references.back().second;
+  }
+
+  // The expected outputs read from the files the job's outputs name, once per key.
+  Result<const std::vector<std::vector<unsigned char>>*> expected_from_files(const BenchJob& job,
+                                                                             ArgSet& set) {
+    std::string identity = "files";
+    for (const auto& arg : job.args) {
+      if (!arg.expected.empty()) identity += "|" + reference_identity(arg.expected);
+    }
+    for (const auto& [id, outputs] : set.references) {
+      if (id == identity) return &outputs;
+    }
+    std::vector<std::vector<unsigned char>> outputs(set.slots.size());
+    for (std::size_t i = 0; i < set.slots.size(); ++i) {
+      const ArgSlot& slot = set.slots[i];
+      if (!slot.buffer || !slot.is_output()) continue;
+      if (job.args[i].expected.empty()) {
+        return make_error("runtime_error", "output '" + slot.name + "' names no expected file");
+      }
+      auto values = read_expected_file(job.args[i].expected, slot.dtype, slot.buffer->count());
+      if (!values) {
+        return make_error("runtime_error", "expected values of '" + slot.name + "': " +
+                                               values.error().message);
+      }
+      outputs[i] = std::move(values).value();
+    }
+    set.references.emplace_back(identity, std::move(outputs));
     return &set.references.back().second;
   }
 
@@ -340,8 +377,10 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
   ArgSet& set = *prepared.value();
 
   const std::vector<std::vector<unsigned char>>* expected = nullptr;
-  if (!job.reference_path.empty()) {
-    auto reference = reference_for(job, set);
+  const bool has_files = std::any_of(job.args.begin(), job.args.end(),
+                                     [](const BenchArg& a) { return !a.expected.empty(); });
+  if (!job.reference_path.empty() || has_files) {
+    auto reference = job.reference_path.empty() ? expected_from_files(job, set) : reference_for(job, set);
     if (!reference) return failure(CandidateStatus::runtime_error, reference.error().message);
     expected = reference.value();
   }
@@ -367,7 +406,7 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
     return failure(CandidateStatus::mismatch, guard_reason(*slot));
   }
   if (expected != nullptr) {
-    if (auto reason = compare_outputs(set, *expected, job.rtol, job.atol)) {
+    if (auto reason = compare_outputs(set, *expected, job)) {
       return failure(CandidateStatus::mismatch, std::move(*reason));
     }
   }

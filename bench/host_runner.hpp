@@ -9,14 +9,15 @@
 // on either side, and allocated once per key (shape, every arg's name/kind/dtype/count/init/
 // value, seed); only the latest key's buffers are kept, so memory stays bounded by one shape's
 // working set. Inputs are filled deterministically from the seed and kept as a pristine copy.
-// Reference outputs are computed once per (reference artifact, key) and kept with the buffers;
+// Reference outputs are computed once per (reference artifact and symbol, key) and kept with the
+// buffers (a reference function: BenchJob::reference_entry, once per shape and seed);
 // a reference file rebuilt at the same path (other inode, size or mtime) is run again.
 //
 // Per candidate: inputs restored from the pristine copy, outputs zeroed, one checked run (the
 // first launch, never timed). A write into a guard is `mismatch` ("wrote past buffer end of 'C'");
 // outputs differing from the reference are `mismatch` naming the first element and the count
 // ("C[17]: got 1.5, expected 2.25 (rtol 0.001, atol 1e-05); 312 of 65536 elements differ";
-// integer outputs must match exactly). A load or symbol failure, a failing reference and an
+// integer outputs must match exactly; an output with its own rtol/atol is compared with those). A load or symbol failure, a failing reference and an
 // allocation failure are `runtime_error` with the reason. Then warm-up for warmup_ms, then
 // samples (for inplace jobs an input restore, then cold caches: the argument buffers' cache lines
 // evicted with clflush / dc civac when they are smaller than the flush buffer, else a sweep --

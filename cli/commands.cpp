@@ -6,6 +6,7 @@
 #include "cli/top_command.hpp"
 #include "cli/compare_command.hpp"
 #include "cli/history_command.hpp"
+#include "cli/kernel_commands.hpp"
 #include "cli/fleet.hpp"
 #include "cli/sweep_command.hpp"
 #include "cli/table_commands.hpp"
@@ -1278,6 +1279,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
   add_compare_command(app, compare_command);
   HistoryCommand history_command;
   add_history_command(app, history_command);
+  KernelCommands kernel_commands;
+  add_kernel_commands(app, kernel_commands);
   ReportCommand report_command;
   add_report_command(app, report_command);
   TopCommand top_command;
@@ -1492,6 +1495,7 @@ int run_command(int argc, const char* const* argv, Output& io) {
     if (auto code = run_fleet_commands(fleet_commands, global, io)) return *code;
     if (auto code = run_compare_command(compare_command, global, io)) return *code;
     if (auto code = run_history_command(history_command, global, io)) return *code;
+    if (auto code = run_kernel_commands(kernel_commands, io)) return *code;
     if (auto code = run_report_command(report_command, io)) return *code;
     if (auto code = run_top_command(top_command, global, io)) return *code;
     if (tune_cmd->parsed()) return tune(global, tune_options, io);

@@ -131,6 +131,9 @@ std::string HostCompiler::cache_key(const CompileJob& job) const {
   for (const auto& [name, value] : defines) hasher.update(name + "=" + std::to_string(value));
   hasher.update(std::to_string(job.extra_flags.size()));
   for (const auto& flag : job.extra_flags) hasher.update(flag);
+  hasher.update(std::to_string(job.removed_flags.size()));
+  for (const auto& flag : job.removed_flags) hasher.update(flag);
+  hasher.update("shim").update(job.shim);
   hasher.update(m_cxx).update(m_version).update(m_host_cpu);
   hasher.update(std::to_string(std::size(k_fixed_flags)));
   for (const char* flag : k_fixed_flags) hasher.update(flag);
@@ -146,9 +149,18 @@ CompileOutcome HostCompiler::compile(const CompileJob& job) {
     return failure(std::move(outcome), "the host compiler builds language 'cpp'; kernel '" +
                                            job.kernel + "' is '" + job.language + "'");
   }
-  auto c_type = dtype_c_type(job.dtype);
+  Result<std::string> c_type = std::string();
+  if (!job.dtype.empty()) c_type = dtype_c_type(job.dtype);
   if (!c_type)
     return failure(std::move(outcome), c_type.error().code + ": " + c_type.error().message);
+  for (const auto& flag : job.removed_flags) {
+    if (flag == "-shared" || flag == "-fPIC" ||
+        std::find(std::begin(k_fixed_flags), std::end(k_fixed_flags), flag) == std::end(k_fixed_flags)) {
+      return failure(std::move(outcome), "flags_remove of kernel '" + job.kernel + "': '" + flag +
+                                             "' is not one of the fixed flags (-std=c++17, -O3, "
+                                             "-march=native; -shared and -fPIC stay)");
+    }
+  }
   for (const auto& [name, value] : job.defines) {
     if (!is_identifier(name)) {
       return failure(std::move(outcome), "define '" + name + "' of kernel '" + job.kernel +
@@ -183,18 +195,45 @@ CompileOutcome HostCompiler::compile(const CompileJob& job) {
   }
   ::close(tmp_fd);
 
+  // With a shim: one translation unit that includes the source, then the shim.
+  std::string unit_path;
+  if (!job.shim.empty()) {
+    unit_path = tmp_path + ".cpp";
+    std::ofstream unit(unit_path, std::ios::binary | std::ios::trunc);
+    unit << "#include \"" << fs::absolute(job.source_path).lexically_normal().string() << "\"\n"
+         << job.shim;
+    unit.close();
+    if (!unit) {
+      ::unlink(tmp_path.c_str());
+      ::unlink(unit_path.c_str());
+      return host_failure(std::move(outcome), "cannot write " + unit_path);
+    }
+  }
+  struct UnitRemover {
+    const std::string& path;
+    ~UnitRemover() {
+      if (!path.empty()) ::unlink(path.c_str());
+    }
+  } remove_unit{unit_path};
+
   std::vector<std::string> argv{m_cxx};
-  argv.insert(argv.end(), std::begin(k_fixed_flags), std::end(k_fixed_flags));
+  for (const char* flag : k_fixed_flags) {
+    if (std::find(job.removed_flags.begin(), job.removed_flags.end(), flag) == job.removed_flags.end()) {
+      argv.push_back(flag);
+    }
+  }
   for (const auto& include_dir : job.include_dirs) argv.push_back("-I" + include_dir);
-  argv.push_back("-DKTUNE_DTYPE=" + *c_type);
-  argv.push_back("-DKTUNE_DTYPE_" + upper(job.dtype) + "=1");
+  if (!job.dtype.empty()) {
+    argv.push_back("-DKTUNE_DTYPE=" + *c_type);
+    argv.push_back("-DKTUNE_DTYPE_" + upper(job.dtype) + "=1");
+  }
   for (const auto& [name, value] : job.defines) {
     argv.push_back("-D" + name + "=" + std::to_string(value));
   }
   argv.insert(argv.end(), job.extra_flags.begin(), job.extra_flags.end());
   argv.push_back("-o");
   argv.push_back(tmp_path);
-  argv.push_back(job.source_path);
+  argv.push_back(unit_path.empty() ? job.source_path : unit_path);
 
   const auto start = std::chrono::steady_clock::now();
   auto result = run_captured(argv, k_max_log_bytes);

@@ -2,6 +2,9 @@
 // HostCompiler: the system C++ compiler (c++, or $KTUNE_CXX) building a shared object:
 //   <cxx> -std=c++17 -O3 -march=native -shared -fPIC -I<include_dirs> -DKTUNE_DTYPE=<c type>
 //         -DKTUNE_DTYPE_<DTYPE>=1 -DNAME=value... <extra_flags> -o <tmp> <source>
+// less the fixed flags named in removed_flags (-std=c++17, -O3, -march=native; others are a
+// compile_error), without the KTUNE_DTYPE defines when the job's dtype is empty, and with
+// <tmp>.cpp (#include "<source>" then the job's shim) in place of <source> when it has a shim.
 // into <cache_dir>/<key[0:2]>/<key>.so. The compiler's identity (`<cxx> --version` first line)
 // is part of the key, and so is the host CPU (model and ISA flags from /proc/cpuinfo), since
 // -march=native artifacts do not run on every CPU that may share a cache directory.

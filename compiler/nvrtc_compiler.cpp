@@ -190,7 +190,8 @@ Result<std::vector<std::string>> NvrtcCompiler::options(const CompileJob& job) c
     return make_error("compile_error", where + ": arch '" + job.arch + "' is not supported by nvrtc " +
                                            m_version + " (it supports " + join_archs(m_archs) + ")");
   }
-  auto c_type = cuda_dtype_c_type(job.dtype);
+  Result<std::string> c_type = std::string();  // an empty dtype: no KTUNE_DTYPE (no dtype axis)
+  if (!job.dtype.empty()) c_type = cuda_dtype_c_type(job.dtype);
   if (!c_type) return make_error("compile_error", where + ": " + c_type.error().message);
   for (const auto& [name, value] : job.defines) {
     if (!is_identifier(name)) {
@@ -202,8 +203,10 @@ Result<std::vector<std::string>> NvrtcCompiler::options(const CompileJob& job) c
   options.insert(options.end(), std::begin(k_fixed_options), std::end(k_fixed_options));
   for (const auto& dir : job.include_dirs) options.push_back("-I" + dir);
   if (!m_toolkit_include.empty()) options.push_back("-I" + m_toolkit_include);
-  options.push_back("-DKTUNE_DTYPE=" + *c_type);
-  options.push_back("-DKTUNE_DTYPE_" + upper(job.dtype) + "=1");
+  if (!job.dtype.empty()) {
+    options.push_back("-DKTUNE_DTYPE=" + *c_type);
+    options.push_back("-DKTUNE_DTYPE_" + upper(job.dtype) + "=1");
+  }
   for (const auto& [name, value] : job.defines) options.push_back("-D" + name + "=" + std::to_string(value));
   options.insert(options.end(), job.extra_flags.begin(), job.extra_flags.end());
   return options;

@@ -1,5 +1,6 @@
 #include "core/kernel_spec.hpp"
 
+#include "core/buffer_init.hpp"
 #include "core/expr.hpp"
 
 #include <toml++/toml.h>
@@ -41,7 +42,6 @@ const ParamSpec* KernelSpec::find_param(std::string_view name) const {
 namespace {
 
 constexpr std::array<std::string_view, 5> k_dtypes{"f32", "f64", "f16", "i32", "i64"};
-constexpr std::array<std::string_view, 4> k_inits{"uniform", "zero", "ones", "index"};
 
 // Raised inside parse_kernel_spec only and turned into its Error before it returns.
 struct SpecFailure {
@@ -113,14 +113,25 @@ public:
     throw SpecFailure{m_label + ": " + key + ": " + reason};
   }
 
+  // As fail(), with the line of `node` after the file name.
+  [[noreturn]] void fail_at(const toml::node& node, const std::string& key,
+                            const std::string& reason) const {
+    throw SpecFailure{m_label + ":" + std::to_string(node.source().begin.line) + ": " + key + ": " +
+                      reason};
+  }
+
   void only_keys(const toml::table& table, const std::string& where,
                  std::initializer_list<std::string_view> allowed) const {
     for (const auto& [key, node] : in_file_order(table)) {
       if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
         std::string expected;
         for (auto a : allowed) expected += (expected.empty() ? "" : ", ") + std::string(a);
-        if (where.empty()) fail("[" + key + "]", "unknown table (expected one of: " + expected + ")");
-        fail(where + "." + key, "unknown key (expected one of: " + expected + ")");
+        if (where.empty()) {
+          fail_at(*node, "[" + key + "]", "unknown table (expected one of: " + expected +
+                                              "; fix: rename it to one of these or remove it)");
+        }
+        fail_at(*node, where + "." + key, "unknown key (expected one of: " + expected +
+                                              "; fix: rename it to one of these or remove it)");
       }
     }
   }
@@ -193,10 +204,13 @@ private:
   std::string m_label;
 };
 
+void read_dtypes(const SpecReader& r, const toml::node& dtypes, KernelSpec& spec);
+
 void read_kernel(const SpecReader& r, const toml::table& root, KernelSpec& spec) {
   const toml::table& kernel = r.table(root, "kernel", "[kernel]");
   r.only_keys(kernel, "[kernel]",
-              {"name", "language", "source", "entry", "shape", "dtypes", "flags", "inplace"});
+              {"name", "language", "source", "entry", "signature", "shape", "dtypes", "flags",
+               "flags_remove", "inplace"});
 
   spec.name = r.required_string(kernel, "name", "[kernel].name");
   if (!is_kernel_name(spec.name)) {
@@ -213,20 +227,18 @@ void read_kernel(const SpecReader& r, const toml::table& root, KernelSpec& spec)
   if (spec.source.front() == '/') {
     r.fail("[kernel].source", "expected a path relative to the spec's directory, found " + quote(spec.source));
   }
-  {
-    std::size_t start = 0;
-    while (start <= spec.source.size()) {
-      auto slash = spec.source.find('/', start);
-      if (slash == std::string::npos) slash = spec.source.size();
-      if (spec.source.compare(start, slash - start, "..") == 0 && slash - start == 2) {
-        r.fail("[kernel].source", "'..' is not allowed in the source path, found " + quote(spec.source));
-      }
-      start = slash + 1;
-    }
-  }
 
   spec.entry = r.required_string(kernel, "entry", "[kernel].entry");
   if (!is_identifier(spec.entry)) r.fail("[kernel].entry", "expected a C identifier, found " + quote(spec.entry));
+  if (const toml::node* signature = kernel.get("signature")) {
+    spec.signature_text = r.string(*signature, "[kernel].signature");
+    spec.signature_line = static_cast<int>(signature->source().begin.line);
+    if (spec.signature_text.empty()) {
+      r.fail_at(*signature, "[kernel].signature",
+                "expected a declaration such as \"void " + spec.entry +
+                    "(const float* A, int n)\" or \"source\" (read it from the source), found \"\"");
+    }
+  }
 
   const toml::node* shape = kernel.get("shape");
   if (shape == nullptr) r.fail("[kernel].shape", "missing required key");
@@ -243,8 +255,36 @@ void read_kernel(const SpecReader& r, const toml::table& root, KernelSpec& spec)
   }
 
   const toml::node* dtypes = kernel.get("dtypes");
-  if (dtypes == nullptr) r.fail("[kernel].dtypes", "missing required key");
-  spec.dtypes = r.string_array(*dtypes, "[kernel].dtypes");
+  if (dtypes == nullptr) {
+    spec.dtype_axis = false;
+  } else {
+    read_dtypes(r, *dtypes, spec);
+  }
+
+  if (const toml::node* flags = kernel.get("flags")) spec.flags = r.string_array(*flags, "[kernel].flags");
+  if (const toml::node* flags = kernel.get("flags_remove")) {
+    spec.flags_remove = r.string_array(*flags, "[kernel].flags_remove");
+    if (spec.language != Language::cpp && !spec.flags_remove.empty()) {
+      r.fail_at(*flags, "[kernel].flags_remove", "removes the host compiler's fixed flags; nvrtc's "
+                                                 "are not removable (fix: leave it out)");
+    }
+    for (std::size_t i = 0; i < spec.flags_remove.size(); ++i) {
+      const std::string& flag = spec.flags_remove[i];
+      if (flag != "-std=c++17" && flag != "-O3" && flag != "-march=native") {
+        r.fail_at(*flags, "[kernel].flags_remove[" + std::to_string(i) + "]",
+                  "expected one of the fixed flags -std=c++17, -O3, -march=native, found " + quote(flag));
+      }
+    }
+  }
+
+  if (const toml::node* inplace = kernel.get("inplace")) {
+    if (!inplace->is_boolean()) r.fail("[kernel].inplace", "expected a boolean, found " + type_name(*inplace));
+    spec.inplace = inplace->as_boolean()->get();
+  }
+}
+
+void read_dtypes(const SpecReader& r, const toml::node& dtypes, KernelSpec& spec) {
+  spec.dtypes = r.string_array(dtypes, "[kernel].dtypes");
   if (spec.dtypes.empty()) r.fail("[kernel].dtypes", "expected at least one of " + list(k_dtypes));
   for (std::size_t i = 0; i < spec.dtypes.size(); ++i) {
     const std::string key = "[kernel].dtypes[" + std::to_string(i) + "]";
@@ -254,13 +294,6 @@ void read_kernel(const SpecReader& r, const toml::table& root, KernelSpec& spec)
     if (std::count(spec.dtypes.begin(), spec.dtypes.end(), spec.dtypes[i]) > 1) {
       r.fail(key, "duplicate dtype " + quote(spec.dtypes[i]));
     }
-  }
-
-  if (const toml::node* flags = kernel.get("flags")) spec.flags = r.string_array(*flags, "[kernel].flags");
-
-  if (const toml::node* inplace = kernel.get("inplace")) {
-    if (!inplace->is_boolean()) r.fail("[kernel].inplace", "expected a boolean, found " + type_name(*inplace));
-    spec.inplace = inplace->as_boolean()->get();
   }
 }
 
@@ -299,6 +332,14 @@ public:
 
   void check(const std::string& text, const std::string& key) const {
     Result<Expr> compiled = Expr::compile(text, m_variables);
+    if (!compiled) m_reader.fail(key, compiled.error().message);
+  }
+
+  // Metrics may also use elem_bytes.
+  void check_metric(const std::string& text, const std::string& key) const {
+    std::vector<std::string> variables = m_variables;
+    variables.emplace_back(k_elem_bytes);
+    Result<Expr> compiled = Expr::compile(text, variables);
     if (!compiled) m_reader.fail(key, compiled.error().message);
   }
 
@@ -371,8 +412,10 @@ void read_args(const SpecReader& r, const ExpressionChecker& checker, const toml
   for (std::size_t i = 0; i < items.size(); ++i) {
     const std::string where = "args[" + std::to_string(i) + "]";
     const toml::table& t = *items.get(i)->as_table();
-    r.only_keys(t, where, {"name", "kind", "count", "init", "value", "dtype"});
+    r.only_keys(t, where, {"name", "kind", "count", "init", "value", "dtype", "rtol", "atol",
+                           "seed", "expected"});
     ArgSpec arg;
+    arg.line = static_cast<int>((t.contains("dtype") ? t.get("dtype") : items.get(i))->source().begin.line);
     arg.name = r.required_string(t, "name", where + ".name");
     if (!is_identifier(arg.name)) r.fail(where + ".name", "expected an identifier, found " + quote(arg.name));
     for (const auto& other : spec.args) {
@@ -399,10 +442,21 @@ void read_args(const SpecReader& r, const ExpressionChecker& checker, const toml
       arg.count = r.expression_text(*count, where + ".count");
       checker.check(arg.count, where + ".count");
       if (auto init = r.optional_string(t, "init", where + ".init")) {
-        if (!one_of(*init, k_inits)) {
-          r.fail(where + ".init", "expected one of " + list(k_inits) + ", found " + quote(*init));
+        if (!parse_buffer_init(*init)) {
+          r.fail_at(*t.get("init"), where + ".init",
+                    "expected uniform, normal, uniform(lo, hi) with lo < hi, normal(mean, std) "
+                    "with std >= 0, zero, ones or index, found " + quote(*init));
         }
         arg.init = *init;
+      }
+      if (const toml::node* seed = t.get("seed")) {
+        if (!seed->is_integer() || seed->as_integer()->get() < 0) {
+          r.fail_at(*seed, where + ".seed", "expected an integer >= 0, found " + type_name(*seed));
+        }
+        if (arg.kind == ArgKind::out) {
+          r.fail_at(*seed, where + ".seed", "an out buffer is not filled (fix: move it to an input)");
+        }
+        arg.seed = seed->as_integer()->get();
       }
     }
     if (auto dtype = r.optional_string(t, "dtype", where + ".dtype")) {
@@ -410,6 +464,29 @@ void read_args(const SpecReader& r, const ExpressionChecker& checker, const toml
         r.fail(where + ".dtype", "expected one of " + list(k_dtypes) + ", found " + quote(*dtype));
       }
       arg.dtype = *dtype;
+    }
+    if (const toml::node* expected = t.get("expected")) {
+      arg.expected = r.string(*expected, where + ".expected");
+      if (arg.kind != ArgKind::out && arg.kind != ArgKind::inout) {
+        r.fail_at(*expected, where + ".expected", "only an out or inout argument has expected values");
+      }
+      if (arg.expected.empty() || arg.expected.front() == '/') {
+        r.fail_at(*expected, where + ".expected",
+                  "expected a path relative to the spec's directory, found " + quote(arg.expected));
+      }
+    }
+    for (auto [name, target] : {std::pair{"rtol", &arg.rtol}, std::pair{"atol", &arg.atol}}) {
+      const toml::node* node = t.get(name);
+      if (node == nullptr) continue;
+      const std::string key = where + "." + name;
+      if (arg.kind != ArgKind::out && arg.kind != ArgKind::inout) {
+        r.fail_at(*node, key, "a tolerance applies to an out or inout argument; '" + arg.name +
+                                  "' is " + kind + " (fix: move it to an output or to [check])");
+      }
+      *target = r.number(*node, key);
+      if (!std::isfinite(*target) || *target < 0) {
+        r.fail_at(*node, key, "expected a finite number >= 0, found " + std::to_string(*target));
+      }
     }
     spec.args.push_back(std::move(arg));
   }
@@ -426,23 +503,86 @@ void read_metrics(const SpecReader& r, const ExpressionChecker& checker, const t
   r.only_keys(*metrics, "[metrics]", {"flops", "bytes"});
   if (const toml::node* flops = metrics->get("flops")) {
     spec.flops = r.expression_text(*flops, "[metrics].flops");
-    checker.check(spec.flops, "[metrics].flops");
+    checker.check_metric(spec.flops, "[metrics].flops");
   }
   if (const toml::node* bytes = metrics->get("bytes")) {
     spec.bytes = r.expression_text(*bytes, "[metrics].bytes");
-    checker.check(spec.bytes, "[metrics].bytes");
+    checker.check_metric(spec.bytes, "[metrics].bytes");
   }
 }
 
 void read_check(const SpecReader& r, const toml::table& root, KernelSpec& spec) {
   const toml::table* check = r.optional_table(root, "check", "[check]");
   if (check == nullptr) return;
-  r.only_keys(*check, "[check]", {"reference", "rtol", "atol"});
-  if (auto reference = r.optional_string(*check, "reference", "[check].reference")) {
-    if (*reference != "default") {
-      r.fail("[check].reference", "expected \"default\" (the [default] config), found " + quote(*reference));
+  r.only_keys(*check, "[check]", {"reference", "source", "function", "rtol", "atol"});
+  const toml::node* reference = check->get("reference");
+  const toml::node* source = check->get("source");
+  const toml::node* function = check->get("function");
+  if (reference != nullptr) {
+    const std::string kind = r.string(*reference, "[check].reference");
+    spec.check.line = static_cast<int>(reference->source().begin.line);
+    if (kind == "default") spec.check.reference = ReferenceKind::default_config;
+    else if (kind == "function") spec.check.reference = ReferenceKind::function;
+    else if (kind == "none") spec.check.reference = ReferenceKind::none;
+    else if (kind == "files") spec.check.reference = ReferenceKind::files;
+    else {
+      r.fail_at(*reference, "[check].reference",
+                "expected \"default\" (the [default] config), \"function\" (with source and "
+                "function), \"files\" (an expected file per output) or \"none\", found " +
+                    quote(kind));
     }
-    spec.check.reference = *reference;
+    if (spec.check.reference == ReferenceKind::files) {
+      for (std::size_t i = 0; i < spec.args.size(); ++i) {
+        const ArgSpec& arg = spec.args[i];
+        if ((arg.kind == ArgKind::out || arg.kind == ArgKind::inout) && arg.expected.empty()) {
+          r.fail_at(*reference, "args[" + std::to_string(i) + "].expected",
+                    "missing: reference = \"files\" needs each output's file (fix: add expected = "
+                    "\"expected/" + arg.name + "_{shape}.npy\" to '" + arg.name + "')");
+        }
+      }
+    }
+  } else if (function != nullptr) {
+    spec.check.reference = ReferenceKind::function;
+  }
+  if (spec.check.reference == ReferenceKind::function) {
+    const toml::node& at = reference != nullptr ? *reference : *function;
+    if (function == nullptr) {
+      r.fail_at(at, "[check].function",
+                "missing: reference = \"function\" needs the reference's name (fix: add "
+                "function = \"" + spec.entry + "_reference\" and source = \"reference.cpp\")");
+    }
+    if (source == nullptr) {
+      r.fail_at(at, "[check].source",
+                "missing: reference = \"function\" needs the source that defines it (fix: add "
+                "source = \"reference.cpp\", relative to this file)");
+    }
+    spec.check.function = r.string(*function, "[check].function");
+    spec.check.line = static_cast<int>(function->source().begin.line);
+    if (!is_identifier(spec.check.function)) {
+      r.fail_at(*function, "[check].function", "expected a C identifier, found " + quote(spec.check.function));
+    }
+    spec.check.source = r.string(*source, "[check].source");
+    if (spec.check.source.empty() || spec.check.source.front() == '/') {
+      r.fail_at(*source, "[check].source",
+                "expected a path relative to the spec's directory, found " + quote(spec.check.source));
+    }
+    if (spec.language != Language::cpp) {
+      r.fail_at(at, "[check].reference",
+                "a reference function is supported for language \"cpp\" only (fix: use "
+                "reference = \"default\")");
+    }
+    if (spec.signature_text.empty()) {
+      r.fail_at(at, "[check].reference",
+                "a reference function is called through the typed signature (fix: add [kernel] "
+                "signature = \"source\" or the declaration)");
+    }
+  } else {
+    for (const toml::node* node : {source, function}) {
+      if (node != nullptr) {
+        r.fail_at(*node, node == source ? "[check].source" : "[check].function",
+                  "only used with reference = \"function\"");
+      }
+    }
   }
   auto tolerance = [&](std::string_view name, double& target) {
     const toml::node* node = check->get(name);
@@ -482,7 +622,139 @@ void read_default(const SpecReader& r, const toml::table& root, KernelSpec& spec
   }
 }
 
+void read_buffers(const SpecReader& r, const toml::table& root, KernelSpec& spec) {
+  const toml::table* buffers = r.optional_table(root, "buffers", "[buffers]");
+  if (buffers == nullptr) return;
+  r.only_keys(*buffers, "[buffers]", {"alignment", "offset"});
+  if (const toml::node* node = buffers->get("alignment")) {
+    const std::int64_t value = node->is_integer() ? node->as_integer()->get() : 0;
+    if (value < 1 || value > 4096 || (value & (value - 1)) != 0) {
+      r.fail_at(*node, "[buffers].alignment", "expected a power of two from 1 to 4096 (bytes)");
+    }
+    spec.buffer_alignment = value;
+  }
+  if (const toml::node* node = buffers->get("offset")) {
+    const std::int64_t value = node->is_integer() ? node->as_integer()->get() : -1;
+    if (value < 0 || value >= spec.buffer_alignment) {
+      r.fail_at(*node, "[buffers].offset", "expected bytes from 0 to alignment - 1 (" +
+                                               std::to_string(spec.buffer_alignment - 1) + ")");
+    }
+    spec.buffer_offset = value;
+  }
+}
+
+// A family without a dtype axis is keyed by the element type of its first output.
+Result<void> settle_dtype_axis(const std::string& label, KernelSpec& spec) {
+  if (spec.dtype_axis) return {};
+  const auto output = std::find_if(spec.args.begin(), spec.args.end(), [](const ArgSpec& a) {
+    return a.kind == ArgKind::out || a.kind == ArgKind::inout;
+  });
+  if (output == spec.args.end()) return {};  // read_args already failed
+  if (output->dtype.empty()) {
+    return make_error("spec_error", label + ":" + std::to_string(output->line) + ": args[" +
+                                        std::to_string(output - spec.args.begin()) + "].dtype: "
+           "a family without [kernel].dtypes needs its buffers typed (fix: add dtype = \"f32\" "
+           "to '" + output->name + "', declare [kernel].signature, or add [kernel].dtypes)");
+  }
+  for (std::size_t i = 0; i < spec.args.size(); ++i) {
+    if (spec.args[i].kind != ArgKind::scalar && spec.args[i].dtype.empty()) {
+      return make_error("spec_error", label + ":" + std::to_string(spec.args[i].line) +
+                                          ": args[" + std::to_string(i) + "].dtype: a family "
+                                          "without [kernel].dtypes needs every buffer typed; '" +
+                                          spec.args[i].name + "' has no dtype (fix: add a dtype "
+                                          "key or [kernel].dtypes)");
+    }
+  }
+  spec.dtypes = {output->dtype};
+  return {};
+}
+
 } // namespace
+
+Result<void> apply_signature(KernelSpec& spec, const Signature& signature,
+                             std::string_view file_label, std::string_view declared_at,
+                             SignatureUse use) {
+  const std::string label(file_label);
+  const std::string decl = std::string(declared_at);
+  const auto at_line = [&](int line) {
+    return label + (line > 0 ? ":" + std::to_string(line) : std::string()) + ": ";
+  };
+  const std::string function_key =
+      use == SignatureUse::kernel ? "[kernel].signature" : "[check].function";
+  if (signature.params.size() != spec.args.size()) {
+    std::string names;
+    for (const auto& p : signature.params) names += (names.empty() ? "" : ", ") + p.written();
+    return make_error("spec_error",
+                      at_line(use == SignatureUse::kernel ? spec.signature_line : spec.check.line) +
+                          function_key + ": the spec has " + std::to_string(spec.args.size()) +
+                          " [[args]] but " + decl + " declares " +
+                          std::to_string(signature.params.size()) + " parameters (" + names +
+                          "); fix: one [[args]] entry per parameter, in the declaration's order");
+  }
+  for (std::size_t i = 0; i < spec.args.size(); ++i) {
+    ArgSpec& arg = spec.args[i];
+    const SignatureParam& param = signature.params[i];
+    const std::string where =
+        at_line(arg.line) + "args[" + std::to_string(i) + "] '" + arg.name + "': ";
+    const std::string declares = decl + " declares '" + param.written() + "'";
+    if (!param.name.empty() && param.name != arg.name) {
+      return make_error("spec_error", where + "parameter " + std::to_string(i + 1) + " of " +
+                                          signature.name + " is named '" + param.name + "' (" +
+                                          declares + "); fix: list [[args]] in the declaration's "
+                                          "order, with its names");
+    }
+    const bool buffer = arg.kind != ArgKind::scalar;
+    if (buffer && !param.pointer) {
+      return make_error("spec_error", where + "kind = \"" + std::string(to_string(arg.kind)) +
+                                          "\" is a buffer but " + declares +
+                                          ", a scalar; fix: kind = \"scalar\" with a value");
+    }
+    if (!buffer && param.pointer) {
+      return make_error("spec_error", where + "kind = \"scalar\" but " + declares +
+                                          ", a buffer; fix: kind = \"in\", \"out\" or \"inout\" "
+                                          "with a count");
+    }
+    if (buffer && arg.kind != ArgKind::in && param.const_data) {
+      return make_error("spec_error", where + "kind = \"" + std::string(to_string(arg.kind)) +
+                                          "\" but " + declares +
+                                          ", which it cannot write; fix: kind = \"in\", or drop "
+                                          "the const");
+    }
+    const std::string declared_dtype =
+        param.dtype.empty() ? std::string("the job's dtype") : param.dtype;
+    if (param.dtype.empty()) {
+      if (!arg.dtype.empty()) {
+        return make_error("spec_error", where + "dtype = \"" + arg.dtype + "\" but " + declares +
+                                            " (" + declared_dtype +
+                                            "); fix: leave dtype out, or declare the type");
+      }
+      if (!spec.dtype_axis) {
+        return make_error("spec_error", where + declares + " but the family has no [kernel].dtypes "
+                                            "to define KTUNE_DTYPE; fix: add dtypes = [\"f32\"]");
+      }
+      continue;
+    }
+    if (arg.dtype.empty()) {
+      if (use == SignatureUse::kernel) {
+        arg.dtype = param.dtype;
+        continue;
+      }
+      return make_error("spec_error", where + "the kernel takes the job's dtype but " + declares +
+                                          " (" + param.dtype + "); fix: declare it with KTUNE_DTYPE");
+    }
+    if (arg.dtype != param.dtype) {
+      return make_error("spec_error", where + "dtype = \"" + arg.dtype + "\" but " + declares +
+                                          " (" + param.dtype + "); fix: write dtype = \"" +
+                                          param.dtype + "\", or leave dtype out and the "
+                                          "declaration types it");
+    }
+  }
+  if (use == SignatureUse::kernel) {
+    spec.signature = signature;
+    return settle_dtype_axis(label, spec);
+  }
+  return {};
+}
 
 Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_view file_label) {
   const std::string label(file_label);
@@ -498,8 +770,8 @@ Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_vie
   const SpecReader reader(label);
   KernelSpec spec;
   try {
-    reader.only_keys(root, "",
-                     {"kernel", "params", "space", "launch", "args", "metrics", "check", "default"});
+    reader.only_keys(root, "", {"kernel", "params", "space", "launch", "args", "metrics", "check",
+                                "default", "buffers"});
     read_kernel(reader, root, spec);
     read_params(reader, root, spec);
     const ExpressionChecker checker(reader, spec);
@@ -508,7 +780,34 @@ Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_vie
     read_args(reader, checker, root, spec);
     read_metrics(reader, checker, root, spec);
     read_check(reader, root, spec);
+    for (std::size_t i = 0; i < spec.args.size(); ++i) {
+      if (!spec.args[i].expected.empty() && spec.check.reference != ReferenceKind::files) {
+        reader.fail("args[" + std::to_string(i) + "].expected",
+                    "only used with [check] reference = \"files\" (fix: add it, or drop expected)");
+      }
+    }
+    if (spec.check.reference == ReferenceKind::files && spec.language != Language::cpp) {
+      reader.fail("[check].reference", "expected files are supported for language \"cpp\" only "
+                                       "(fix: reference = \"default\")");
+    }
     read_default(reader, root, spec);
+    read_buffers(reader, root, spec);
+    if (!spec.signature_text.empty() && spec.signature_text != "source") {
+      auto signature = parse_signature(spec.signature_text);
+      if (!signature) {
+        return make_error("spec_error", label + ":" + std::to_string(spec.signature_line) +
+                                            ": [kernel].signature: " + signature.error().message);
+      }
+      if (signature->name != spec.entry) {
+        reader.fail("[kernel].signature", "declares '" + signature->name + "' but entry is '" +
+                                              spec.entry + "' (fix: make them the same)");
+      }
+      auto applied = apply_signature(spec, *signature, label, "[kernel].signature", SignatureUse::kernel);
+      if (!applied) return applied.error();
+    }
+    if (spec.signature_text.empty()) {
+      if (auto settled = settle_dtype_axis(label, spec); !settled) return settled.error();
+    }
   } catch (const SpecFailure& failure) {
     return make_error("spec_error", failure.message);
   }

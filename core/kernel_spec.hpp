@@ -3,6 +3,7 @@
 // Parsing is pure: the caller reads the file and passes its text and a label for messages.
 #include "core/result.hpp"
 #include "core/shape.hpp"
+#include "core/signature.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -13,6 +14,9 @@
 namespace ktune {
 
 enum class Language { cpp, cuda };
+
+// The metric variable holding the size in bytes of one element of the job's dtype.
+inline constexpr std::string_view k_elem_bytes = "elem_bytes";
 enum class ArgKind { in, out, inout, scalar };
 
 [[nodiscard]] std::string_view to_string(Language language);
@@ -27,9 +31,16 @@ struct ArgSpec {
   std::string name;
   ArgKind kind = ArgKind::in;
   std::string count;        // expression: element count (buffers)
-  std::string init = "uniform"; // uniform | zero | ones | index   (buffers)
+  std::string init = "uniform"; // buffers: core/buffer_init.hpp (normal(0, 1), uniform(0, 4), ...)
   std::string value;        // expression (scalars)
   std::string dtype;        // element type; empty = the job's dtype. f32 f64 f16 i32 i64
+  std::int64_t seed = -1;   // in/inout: this input's seed; < 0 = the daemon's
+  // out/inout with [check] reference = "files": the file of this output's expected values, relative
+  // to the spec's directory (the loader makes it absolute); "{shape}" stands for the canonical shape.
+  std::string expected;
+  double rtol = -1;         // out/inout: this output's tolerances; < 0 = [check]'s
+  double atol = -1;
+  int line = 0;             // line of the [[args]] entry in the spec (its dtype key when given)
 };
 
 struct LaunchSpec {          // CUDA only
@@ -38,8 +49,13 @@ struct LaunchSpec {          // CUDA only
   std::string shared_bytes = "0";
 };
 
+enum class ReferenceKind { default_config, function, files, none };
+
 struct CheckSpec {
-  std::string reference = "default"; // the [default] config
+  ReferenceKind reference = ReferenceKind::default_config;
+  std::string source;       // function: its source, relative to the spec's directory
+  std::string function;     // function: its name; its declaration is read from `source`
+  int line = 0;             // line of [check].function (or of [check].reference)
   double rtol = 1e-3;
   double atol = 1e-5;
 };
@@ -47,10 +63,19 @@ struct CheckSpec {
 struct KernelSpec {
   std::string name;
   Language language = Language::cpp;
-  std::string source;               // relative to the spec's directory
+  std::string source;               // relative to the spec's directory ('..' allowed)
   std::string entry;
+  // [kernel].signature: a typed declaration ("void f(const float* A, int n)"), "source" (read
+  // the entry's declaration from the source at load time) or empty (entry takes void** args).
+  std::string signature_text;
+  int signature_line = 0;
+  std::optional<Signature> signature;  // set once resolved (parse, or load_kernel for "source")
   std::vector<std::string> shape_dims;
+  // Without [kernel].dtypes the family has no dtype axis: dtypes holds the element type of its
+  // first output (which must then be typed by its dtype key or the signature) and no KTUNE_DTYPE
+  // is defined when it compiles.
   std::vector<std::string> dtypes;
+  bool dtype_axis = true;
   std::vector<ParamSpec> params;
   std::vector<std::string> constraints;
   std::optional<LaunchSpec> launch;
@@ -60,7 +85,11 @@ struct KernelSpec {
   CheckSpec check;
   NamedValues default_config;       // the [default] table, in params order
   bool inplace = false;
+  // [buffers]: host buffers' data sits `buffer_offset` bytes past a `buffer_alignment` boundary.
+  std::int64_t buffer_alignment = 64;
+  std::int64_t buffer_offset = 0;
   std::vector<std::string> flags;   // extra compiler flags ([kernel] flags = [...])
+  std::vector<std::string> flags_remove; // fixed compiler flags to drop ([kernel] flags_remove)
 
   [[nodiscard]] const ParamSpec* find_param(std::string_view name) const;
 };
@@ -72,7 +101,23 @@ struct KernelSpec {
 // syntax error ...". Array indices in keys count from 0. TOML syntax errors read
 // "<file_label>:<line>:<column>: <reason>". Unknown tables and keys are errors naming the key.
 // [params] keep their order in the file.
+// A [kernel].signature given as text is parsed and applied (apply_signature) here; "source" is
+// left to the loader, which reads the source. Metric expressions may also use `elem_bytes`, the
+// size of one element of the job's dtype.
 [[nodiscard]] Result<KernelSpec> parse_kernel_spec(std::string_view toml_text,
                                                    std::string_view file_label);
+
+enum class SignatureUse { kernel, reference };
+
+// Checks `signature` against spec.args, position by position: as many parameters as args, the
+// same names (where the declaration names them), a pointer for each buffer and a scalar for each
+// scalar arg, no const on an out or inout buffer, and the arg's dtype equal to the declared
+// type's (KTUNE_DTYPE: the arg must leave dtype to the job). For SignatureUse::kernel an arg
+// without a dtype takes the declared one and spec.signature is set. Errors (spec_error) read
+// "<file_label>:<line>: <key>: <what the spec says> but <declared_at> declares '<param>' (<dtype>);
+// fix: <what to write>".
+[[nodiscard]] Result<void> apply_signature(KernelSpec& spec, const Signature& signature,
+                                           std::string_view file_label,
+                                           std::string_view declared_at, SignatureUse use);
 
 } // namespace ktune

@@ -184,7 +184,7 @@ Result<nlohmann::json> RequestHandler::cancel(const protocol::Request& request) 
 
 Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel_name,
                                                        const std::string& shape_text,
-                                                       const std::string& dtype,
+                                                       const std::string& requested_dtype,
                                                        const std::string& device_name) {
   const bool cuda = is_cuda_device(device_name);
   if (!cuda && device_name != "cpu") {
@@ -203,6 +203,9 @@ Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel
   auto conformed = conform_shape(*shape, spec.shape_dims, spec.name);
   if (!conformed) return conformed.error();
 
+  // A family without a dtype axis answers the default dtype (f32) with its one element type.
+  const std::string dtype =
+      !spec.dtype_axis && requested_dtype == "f32" ? spec.dtypes.front() : requested_dtype;
   if (std::find(spec.dtypes.begin(), spec.dtypes.end(), dtype) == spec.dtypes.end()) {
     return make_error(code::bad_dtype, "kernel " + spec.name + " does not declare dtype '" +
                                            dtype + "' (declared: " + join(spec.dtypes, ", ") + ")");
@@ -717,7 +720,7 @@ bool RequestHandler::fast_lookup(const std::shared_ptr<Session>& session, std::s
 
 Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name,
                                                   const std::string& shape_text,
-                                                  const std::string& dtype,
+                                                  const std::string& requested_dtype,
                                                   const std::string& device_name,
                                                   bool tune_on_miss, uid_t client) {
   const auto start = std::chrono::steady_clock::now();
@@ -745,6 +748,10 @@ Result<std::string> RequestHandler::climb(const std::string& kernel_name,
     cached = m_kernel_cache.get(kernel_name, Language::cpp, now);
   }
   const CachedKernel* kernel = cached ? *cached : nullptr;
+  // As resolve(): a family without a dtype axis answers the default dtype with its own.
+  const std::string dtype = kernel != nullptr && !kernel->dtype_axis && requested_dtype == "f32"
+                                ? kernel->dtypes.front()
+                                : requested_dtype;
   std::optional<Shape> shape;
   if (kernel) {
     if (auto parsed = Shape::parse(shape_text)) {

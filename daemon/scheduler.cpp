@@ -83,6 +83,14 @@ std::string describe_failures(const std::map<CandidateStatus, int>& failures) {
   return text.str();
 }
 
+// What the candidates are checked against, for messages.
+std::string reference_name(const LoadedKernel& kernel) {
+  if (kernel.spec.check.reference == ReferenceKind::function) {
+    return "reference function " + kernel.spec.check.function;
+  }
+  return "reference config " + config_to_string(kernel.spec.default_config);
+}
+
 } // namespace
 
 std::chrono::milliseconds bench_deadline(const SchedulerSettings& settings,
@@ -697,25 +705,30 @@ void Scheduler::queue_round(ActiveJob& job) {
 void Scheduler::start_reference(ActiveJob& job) {
   const auto& plan = job.plan;
   const Config& reference = plan.kernel.spec.default_config;
-  if (reference.empty()) {
+  const ReferenceKind kind = plan.kernel.spec.check.reference;
+  if (kind == ReferenceKind::none || kind == ReferenceKind::files) {  // files: read by the runner
+    job.reference = ReferenceState::ready;
+    return;
+  }
+  if (kind == ReferenceKind::default_config && reference.empty()) {
     KTUNE_LOG(warn) << "job " << plan.record.id << ": " << plan.record.kernel
                     << " has no [default] config; candidates run without an output check";
     job.reference = ReferenceState::ready;
     return;
   }
   auto compile_job =
-      make_compile_job(plan.kernel, reference, plan.record.dtype, m_settings.cache_dir);
+      kind == ReferenceKind::function
+          ? make_reference_compile_job(plan.kernel, plan.record.dtype, m_settings.cache_dir)
+          : make_compile_job(plan.kernel, reference, plan.record.dtype, m_settings.cache_dir);
   if (compile_job) {
     if (auto r = target_cuda_device(m_store, plan.record, *compile_job); !r) compile_job = r.error();
   }
   if (!compile_job) {
-    fail(job, "reference config " + config_to_string(reference) + ": " +
-                  compile_job.error().message);
+    fail(job, reference_name(plan.kernel) + ": " + compile_job.error().message);
     return;
   }
   job.reference = ReferenceState::compiling;
-  KTUNE_LOG(debug) << "job " << plan.record.id << ": compiling reference "
-                   << config_to_string(reference);
+  KTUNE_LOG(debug) << "job " << plan.record.id << ": compiling " << reference_name(plan.kernel);
   submit(job, "", "compile", compile_job->to_json(), compile_deadline(plan.record),
          [this](ActiveJob& j, Result<nlohmann::json> reply, const Delivery&) {
            on_reference_compiled(j, std::move(reply));
@@ -724,8 +737,7 @@ void Scheduler::start_reference(ActiveJob& job) {
 
 void Scheduler::on_reference_compiled(ActiveJob& job, Result<nlohmann::json> reply) {
   if (!reply && reply.error().code == k_withdrawn) return; // the job was cancelled
-  const std::string name =
-      "reference config " + config_to_string(job.plan.kernel.spec.default_config);
+  const std::string name = reference_name(job.plan.kernel);
   if (!reply) {
     fail(job, name + ": " + reply.error().message);
     return;

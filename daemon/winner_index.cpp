@@ -146,6 +146,7 @@ Result<const CachedKernel*> KernelCache::get(const std::string& name, Language l
   entry.source_hash = loaded->source_hash;
   entry.dims = loaded->spec.shape_dims;
   entry.dtypes = loaded->spec.dtypes;
+  entry.dtype_axis = loaded->spec.dtype_axis;
   entry.runs_on_cpu = loaded->spec.language == Language::cpp;
   entry.default_config = config_json_text(loaded->spec.default_config);
   entry.checked_at = now;

@@ -75,6 +75,7 @@ struct CachedKernel {
   std::string source_hash;
   std::vector<std::string> dims;
   std::vector<std::string> dtypes;
+  bool dtype_axis = true;          // false: dtypes holds the family's one element type
   bool runs_on_cpu = true;         // language cpp
   std::string default_config;      // JSON object text, params order
   std::chrono::steady_clock::time_point checked_at;

@@ -1,6 +1,7 @@
 #include "jobs/bench_job.hpp"
 
 #include "jobs/dtype.hpp"
+#include "jobs/typed_entry.hpp"
 #include "core/expr.hpp"
 
 #include <cmath>
@@ -192,8 +193,13 @@ MeasureSettings MeasureSettings::from_json(const nlohmann::json& j) {
 // --- BenchArg / BenchJob -----------------------------------------------------------------------
 
 nlohmann::json BenchArg::to_json() const {
-  return json{{"name", name},   {"kind", kind}, {"dtype", dtype},
-              {"count", count}, {"init", init}, {"value", value}};
+  json out{{"name", name},   {"kind", kind}, {"dtype", dtype},
+           {"count", count}, {"init", init}, {"value", value}};
+  if (rtol >= 0) out["rtol"] = rtol;
+  if (seed >= 0) out["seed"] = seed;
+  if (!expected.empty()) out["expected"] = expected;
+  if (atol >= 0) out["atol"] = atol;
+  return out;
 }
 
 Result<BenchArg> BenchArg::from_json(const nlohmann::json& j, const std::string& field) {
@@ -207,6 +213,12 @@ Result<BenchArg> BenchArg::from_json(const nlohmann::json& j, const std::string&
   if (auto r = read_int64(j, "count", what, a.count, prefix); !r) return r.error();
   if (auto r = read_string(j, "init", what, a.init, Presence::optional, prefix); !r) return r.error();
   if (auto r = read_double(j, "value", what, a.value, prefix); !r) return r.error();
+  if (auto r = read_double(j, "rtol", what, a.rtol, prefix); !r) return r.error();
+  if (auto r = read_double(j, "atol", what, a.atol, prefix); !r) return r.error();
+  if (auto r = read_int64(j, "seed", what, a.seed, prefix); !r) return r.error();
+  if (auto r = read_string(j, "expected", what, a.expected, Presence::optional, prefix); !r) {
+    return r.error();
+  }
   if (!is_arg_kind(a.kind)) {
     return field_error(what, prefix + "kind", "in, out, inout or scalar", j.at("kind"));
   }
@@ -215,8 +227,10 @@ Result<BenchArg> BenchArg::from_json(const nlohmann::json& j, const std::string&
   }
   if (a.kind != "scalar") {
     if (a.count < 1) return field_error(what, prefix + "count", "a count >= 1", j.value("count", json(0)));
-    if (!parse_init_kind(a.init)) {
-      return field_error(what, prefix + "init", "uniform, zero, ones or index", j.at("init"));
+    if (!parse_buffer_init(a.init)) {
+      return field_error(what, prefix + "init",
+                         "uniform, normal, uniform(lo, hi), normal(mean, std), zero, ones or index",
+                         j.at("init"));
     }
   }
   return a;
@@ -229,6 +243,7 @@ nlohmann::json BenchJob::to_json() const {
               {"entry", entry},
               {"artifact_path", artifact_path},
               {"reference_path", reference_path},
+              {"reference_entry", reference_entry},
               {"shape", shape},
               {"args", std::move(args_json)},
               {"flops", flops},
@@ -236,6 +251,8 @@ nlohmann::json BenchJob::to_json() const {
               {"rtol", rtol},
               {"atol", atol},
               {"inplace", inplace},
+              {"buffer_alignment", buffer_alignment},
+              {"buffer_offset", buffer_offset},
               {"settings", settings.to_json()},
               {"prune_above_ms", prune_above_ms},
               {"race_above_ms", race_above_ms}};
@@ -257,6 +274,9 @@ Result<BenchJob> BenchJob::from_json(const nlohmann::json& j) {
   if (auto r = read_string(j, "reference_path", what, job.reference_path, Presence::optional); !r) {
     return r.error();
   }
+  if (auto r = read_string(j, "reference_entry", what, job.reference_entry, Presence::optional); !r) {
+    return r.error();
+  }
   if (auto r = read_string(j, "shape", what, job.shape, Presence::optional); !r) return r.error();
   const auto args = j.find("args");
   if (args == j.end()) return missing_field(what, "args", "an array");
@@ -271,6 +291,11 @@ Result<BenchJob> BenchJob::from_json(const nlohmann::json& j) {
   if (auto r = read_double(j, "rtol", what, job.rtol); !r) return r.error();
   if (auto r = read_double(j, "atol", what, job.atol); !r) return r.error();
   if (auto r = read_bool(j, "inplace", what, job.inplace); !r) return r.error();
+  if (auto r = read_int64(j, "buffer_alignment", what, job.buffer_alignment); !r) return r.error();
+  if (auto r = read_int64(j, "buffer_offset", what, job.buffer_offset); !r) return r.error();
+  if (job.buffer_alignment < 1 || job.buffer_offset < 0 || job.buffer_offset >= job.buffer_alignment) {
+    return field_error(what, "buffer_offset", "an offset in [0, buffer_alignment)", j.value("buffer_offset", json(0)));
+  }
   if (auto r = read_double(j, "prune_above_ms", what, job.prune_above_ms); !r) return r.error();
   if (auto r = read_double(j, "race_above_ms", what, job.race_above_ms); !r) return r.error();
   if (const auto it = j.find("settings"); it != j.end()) {
@@ -357,7 +382,12 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
 
   std::vector<std::string> variables = spec.shape_dims;
   for (const auto& param : spec.params) variables.push_back(param.name);
-  const NamedValues bindings = bind(shape, config);
+  NamedValues bindings = bind(shape, config);
+  std::vector<std::string> metric_variables = variables;
+  metric_variables.emplace_back(k_elem_bytes);
+  NamedValues metric_bindings = bindings;
+  metric_bindings.emplace_back(std::string(k_elem_bytes),
+                               static_cast<std::int64_t>(dtype_size(dtype).value()));
 
   const auto compile = [&](const std::string& text, const std::string& context) -> Result<Expr> {
     auto expr = Expr::compile(text, variables);
@@ -379,16 +409,29 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
     if (!value) return with_context(value.error(), where + ": " + context);
     return value.value();
   };
+  const auto eval_metric = [&](const std::string& text, const std::string& context) -> Result<double> {
+    auto expr = Expr::compile(text, metric_variables);
+    if (!expr) return with_context(expr.error(), where + ": " + context);
+    auto value = expr->eval(metric_bindings);
+    if (!value) return with_context(value.error(), where + ": " + context);
+    return value.value();
+  };
 
   BenchJob job;
   job.kernel = spec.name;
-  job.entry = spec.entry;
+  const bool shim = spec.language == Language::cpp && spec.signature.has_value();
+  job.entry = shim ? host_shim_symbol(spec.entry) : spec.entry;
   job.artifact_path = artifact_path;
   job.reference_path = reference_path;
+  if (spec.check.reference == ReferenceKind::function) {
+    job.reference_entry = host_shim_symbol(spec.check.function);
+  }
   job.shape = shape.to_string();
   job.rtol = spec.check.rtol;
   job.atol = spec.check.atol;
   job.inplace = spec.inplace;
+  job.buffer_alignment = spec.buffer_alignment;
+  job.buffer_offset = spec.buffer_offset;
   job.settings = settings;
 
   for (std::size_t i = 0; i < spec.args.size(); ++i) {
@@ -397,6 +440,8 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
     BenchArg arg;
     arg.name = spec_arg.name;
     arg.kind = std::string(to_string(spec_arg.kind));
+    arg.rtol = spec_arg.rtol;
+    arg.atol = spec_arg.atol;
     const bool scalar = spec_arg.kind == ArgKind::scalar;
     arg.dtype = !spec_arg.dtype.empty() ? spec_arg.dtype : (scalar ? "i64" : dtype);
     const auto arg_dtype = parse_dtype(arg.dtype);
@@ -439,21 +484,27 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
       }
       arg.count = count.value();
       arg.init = spec_arg.init.empty() ? std::string("uniform") : spec_arg.init;
-      if (!parse_init_kind(arg.init)) {
+      if (!parse_buffer_init(arg.init)) {
         return make_error("spec_error", where + ": " + label + ".init '" + arg.init +
-                                            "': expected uniform, zero, ones or index");
+                                            "': expected uniform, normal, uniform(lo, hi), "
+                                            "normal(mean, std), zero, ones or index");
+      }
+      arg.seed = spec_arg.seed;
+      arg.expected = spec_arg.expected;
+      if (const auto at = arg.expected.find("{shape}"); at != std::string::npos) {
+        arg.expected.replace(at, 7, shape.to_string());
       }
     }
     job.args.push_back(std::move(arg));
   }
 
   if (!spec.flops.empty()) {
-    auto flops = eval_real(spec.flops, "[metrics].flops");
+    auto flops = eval_metric(spec.flops, "[metrics].flops");
     if (!flops) return flops.error();
     job.flops = flops.value();
   }
   if (!spec.bytes.empty()) {
-    auto bytes = eval_real(spec.bytes, "[metrics].bytes");
+    auto bytes = eval_metric(spec.bytes, "[metrics].bytes");
     if (!bytes) return bytes.error();
     job.bytes = bytes.value();
   }

@@ -29,8 +29,13 @@ struct BenchArg {
   std::string kind;            // in | out | inout | scalar
   std::string dtype;           // f32 f64 i32 i64
   std::int64_t count = 0;      // elements (buffers)
-  std::string init = "uniform";// uniform | zero | ones | index (buffers)
+  std::string init = "uniform";// buffers: as core/buffer_init.hpp parses it
   double value = 0;            // scalars (converted to dtype)
+  double rtol = -1, atol = -1; // outputs: this one's tolerances; < 0 = the job's (JSON: omitted)
+  std::int64_t seed = -1;      // inputs: this arg's seed; < 0 = settings.seed (JSON: omitted)
+  // outputs: the file of expected values ([check] reference = "files"; raw elements of the arg's
+  // dtype, or .npy); "" = none (JSON: omitted)
+  std::string expected;
 
   [[nodiscard]] nlohmann::json to_json() const;
   // Validates kind, dtype, init and (buffers) count >= 1. Errors: "bad_request" naming
@@ -74,12 +79,17 @@ struct BenchJob {
   std::string entry;           // extern "C" symbol
   std::string artifact_path;   // the candidate
   std::string reference_path;  // the reference config's artifact ("" = no check)
+  std::string reference_entry; // the symbol to call in it ("" = entry)
   std::string shape;           // for messages and buffer-cache keys
   std::vector<BenchArg> args;  // in spec order
   double flops = 0;            // per run, 0 = unknown
   double bytes = 0;
   double rtol = 1e-3, atol = 1e-5;
   bool inplace = false;
+  // Host buffers: data sits `buffer_offset` bytes past a `buffer_alignment` boundary
+  // ([buffers] of the spec; JSON "buffer_alignment", "buffer_offset").
+  std::int64_t buffer_alignment = 64;
+  std::int64_t buffer_offset = 0;
   MeasureSettings settings;
   // Stop early, recording the candidate as pruned, when the median of its first
   // settings.prune_after samples is above this (the scheduler passes prune_factor x the best
@@ -130,7 +140,10 @@ struct BenchOutcome {
 };
 
 // Evaluates the spec's arg counts/values and metrics for (shape, config, dtype) into a BenchJob.
-// Scalar args without a dtype are i64; buffer args without one take the job's dtype.
+// Scalar args without a dtype are i64; buffer args without one take the job's dtype (a typed
+// signature has given each arg the declared dtype already). A cpp family with a signature is
+// entered through its shim (host_shim_symbol), and a reference function's shim is the
+// reference_entry. Metrics also see elem_bytes, the size of one element of `dtype`.
 // Expressions see the spec's shape dims and params, bound to bind(shape, config). Counts must be
 // >= 1; integral scalars must evaluate to integers (and fit i32 for i32 args); absent metrics
 // give 0. For a CUDA spec (language cuda) the job also carries the launch geometry of `config`

@@ -81,7 +81,8 @@ json CompileJob::to_json() const {
   return json{{"kernel", kernel},           {"language", language},
               {"source_path", source_path}, {"include_dirs", include_dirs},
               {"defines", defines_json},    {"dtype", dtype},
-              {"extra_flags", extra_flags}, {"source_hash", source_hash},
+              {"extra_flags", extra_flags}, {"removed_flags", removed_flags},
+              {"shim", shim},               {"source_hash", source_hash},
               {"cache_dir", cache_dir},     {"arch", arch}};
 }
 
@@ -118,6 +119,12 @@ Result<CompileJob> CompileJob::from_json(const json& j) {
   auto extra_flags = get_string_list(k_job, j, "extra_flags");
   if (!extra_flags) return extra_flags.error();
   job.extra_flags = std::move(*extra_flags);
+  auto removed_flags = get_string_list(k_job, j, "removed_flags");
+  if (!removed_flags) return removed_flags.error();
+  job.removed_flags = std::move(*removed_flags);
+  auto shim = get_optional_string(k_job, j, "shim");
+  if (!shim) return shim.error();
+  job.shim = std::move(*shim);
 
   if (auto it = j.find("defines"); it != j.end()) {
     if (!it->is_object()) {

@@ -21,12 +21,17 @@ struct CompileJob {
   NamedValues defines;             // -DNAME=value, the config
   std::string dtype;               // passed as -DKTUNE_DTYPE=<c type> and -DKTUNE_DTYPE_<dtype>
   std::vector<std::string> extra_flags;
+  std::vector<std::string> removed_flags; // host: fixed flags left out ([kernel].flags_remove)
+  // Host: code compiled after the source in the same translation unit (the typed entry's shim,
+  // jobs/typed_entry.hpp); empty = the source alone. Empty dtype: no KTUNE_DTYPE is defined.
+  std::string shim;
   std::string source_hash;         // of source + spec + included headers
   std::string cache_dir;           // content-addressed artifact store
   std::string arch;                // CUDA only: "sm_90"
 
   // {"kernel":..,"language":..,"source_path":..,"include_dirs":[..],"defines":{"BM":64,..},
-  //  "dtype":..,"extra_flags":[..],"source_hash":..,"cache_dir":..,"arch":..}
+  //  "dtype":..,"extra_flags":[..],"removed_flags":[..],"shim":..,"source_hash":..,"cache_dir":..,
+  //  "arch":..}
   // Required: kernel, language, source_path, dtype, cache_dir; the rest default to empty.
   // "defines" is an object, so from_json returns the defines in name order (neither the
   // compiler nor the cache key depends on their order). Errors: "bad_request" naming the field.

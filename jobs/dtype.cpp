@@ -38,11 +38,9 @@ std::size_t dtype_bytes(DType dtype) {
 bool is_integral(DType dtype) { return dtype == DType::i32 || dtype == DType::i64; }
 
 std::optional<InitKind> parse_init_kind(std::string_view text) {
-  if (text == "uniform") return InitKind::uniform;
-  if (text == "zero") return InitKind::zero;
-  if (text == "ones") return InitKind::ones;
-  if (text == "index") return InitKind::index;
-  return std::nullopt;
+  const auto init = parse_buffer_init(text);
+  if (!init) return std::nullopt;
+  return init->kind;
 }
 
 Result<std::string> dtype_c_type(std::string_view dtype) {

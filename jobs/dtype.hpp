@@ -1,6 +1,7 @@
 #pragma once
 // Element types and buffer initialisations by name: shared by the job builders (daemon side) and
 // the runners and compilers (worker side).
+#include "core/buffer_init.hpp"
 #include "core/result.hpp"
 
 #include <cstddef>
@@ -19,9 +20,7 @@ enum class DType { f32, f64, f16, i32, i64 };
 [[nodiscard]] std::size_t dtype_bytes(DType dtype);
 [[nodiscard]] bool is_integral(DType dtype);
 
-enum class InitKind { uniform, zero, ones, index };
-
-// "uniform" "zero" "ones" "index"; nullopt for anything else.
+// The kind of an init text (parse_buffer_init, core/buffer_init.hpp); nullopt when it is not one.
 [[nodiscard]] std::optional<InitKind> parse_init_kind(std::string_view text);
 
 // Maps a dtype name to its C type: f32 float, f64 double, i32 int32_t, i64 int64_t. Errors

@@ -1,5 +1,6 @@
 #include "jobs/kernel_registry.hpp"
 
+#include "jobs/typed_entry.hpp"
 #include "core/hash.hpp"
 #include "core/protocol.hpp"
 #include "core/quote.hpp"
@@ -79,14 +80,21 @@ bool resolves_inside(const fs::path& dir, const fs::path& path, fs::path& real) 
   return !relative.empty() && *relative.begin() != ".." && *relative.begin() != ".";
 }
 
+// Where a family may read files: `root` (its kernel directory, when loaded through a registry)
+// or else its own directory. Messages name which.
+struct Boundary {
+  fs::path dir;
+  std::string what;   // "the family directory" or "the kernel directory"
+};
+
 // Hashes the headers `text` (at `file`) includes with quotes, depth first in include order, each
 // once. A header is looked up next to the including file, then in the family directory; names
 // that resolve to neither are left to the compiler's search path and not hashed. A header found
-// outside the family directory (an absolute name, '..', a symbolic link leading out) is an
-// error: a kernel reads nothing but its own directory.
+// outside the boundary (an absolute name, '..', a symbolic link leading out) is an error: a
+// kernel reads nothing but its own directory, or its kernel directory.
 Result<void> hash_includes(Hasher& hasher, const fs::path& spec_file, const fs::path& family_dir,
-                           const fs::path& file, const std::string& text,
-                           std::set<fs::path>& seen) {
+                           const Boundary& boundary, const fs::path& file,
+                           const std::string& text, std::set<fs::path>& seen) {
   for (const auto& name : quoted_includes(text)) {
     std::error_code ec;
     fs::path found;
@@ -99,18 +107,20 @@ Result<void> hash_includes(Hasher& hasher, const fs::path& spec_file, const fs::
     }
     if (found.empty()) continue;
     fs::path real;
-    if (!resolves_inside(family_dir, found, real)) {
+    if (!resolves_inside(boundary.dir, found, real)) {
       return make_error(protocol::code::spec_error,
                         spec_file.string() + ": [kernel].source: #include \"" + name + "\" in " +
                             file.string() + " resolves to " +
-                            (real.empty() ? found.string() : real.string()) +
-                            ", outside the family directory " + family_dir.string());
+                            (real.empty() ? found.string() : real.string()) + ", outside " +
+                            boundary.what + " " + boundary.dir.string());
     }
     if (!seen.insert(real).second) continue;
     std::string header, reason;
     if (!read_text(found, header, reason)) continue;
     hasher.update(found.lexically_relative(family_dir).string()).update(header);
-    if (auto r = hash_includes(hasher, spec_file, family_dir, found, header, seen); !r) return r;
+    if (auto r = hash_includes(hasher, spec_file, family_dir, boundary, found, header, seen); !r) {
+      return r;
+    }
   }
   return {};
 }
@@ -140,10 +150,58 @@ std::string family_dir_name(const std::string& spec_path) {
   return fs::path(spec_path).parent_path().filename().string();
 }
 
+// Reads, checks and hashes the reference function of `spec` into `kernel`.
+Result<void> load_reference(KernelSpec& spec, LoadedKernel& kernel, const Boundary& boundary,
+                            Hasher& hasher, std::set<fs::path>& seen) {
+  const fs::path spec_file(kernel.spec_path);
+  const fs::path dir(kernel.dir);
+  const fs::path source = (dir / spec.check.source).lexically_normal();
+  const std::string where = kernel.spec_path + ":" + std::to_string(spec.check.line) + ": ";
+  std::string text, reason;
+  if (!read_text(source, text, reason)) {
+    return make_error(protocol::code::spec_error,
+                      where + "[check].source: '" + spec.check.source + "' cannot be read at " +
+                          source.string() + ": " + reason +
+                          " (fix: name the file that defines " + spec.check.function +
+                          ", relative to the spec)");
+  }
+  fs::path real;
+  if (!resolves_inside(boundary.dir, source, real)) {
+    return make_error(protocol::code::spec_error,
+                      where + "[check].source: '" + spec.check.source + "' resolves to " +
+                          (real.empty() ? source.string() : real.string()) + ", outside " +
+                          boundary.what + " " + boundary.dir.string());
+  }
+  auto signature = find_signature(text, spec.check.function);
+  if (!signature) {
+    return make_error(protocol::code::spec_error,
+                      where + "[check].function: " + source.string() + ": " +
+                          signature.error().message + " (fix: define void " +
+                          spec.check.function + "(...) with the kernel's parameters there)");
+  }
+  if (auto r = apply_signature(spec, *signature, kernel.spec_path,
+                               source.string() + ":" + std::to_string(signature->line),
+                               SignatureUse::reference);
+      !r) {
+    return r.error();
+  }
+  hasher.update("reference").update(text);
+  if (seen.insert(real).second) {
+    if (auto r = hash_includes(hasher, spec_file, dir, boundary, source, text, seen); !r) return r;
+  }
+  kernel.reference_path = source.string();
+  kernel.reference_signature = std::move(signature).value();
+  return {};
+}
+
 } // namespace
 
-Result<LoadedKernel> load_kernel(const std::string& spec_path) {
+Result<LoadedKernel> load_kernel(const std::string& spec_path, const std::string& kernel_dir) {
   const fs::path spec_file = fs::absolute(spec_path).lexically_normal();
+  const Boundary boundary =
+      kernel_dir.empty()
+          ? Boundary{spec_file.parent_path(), "the family directory"}
+          : Boundary{fs::absolute(kernel_dir).lexically_normal(), "the kernel directory"};
   std::string spec_text, reason;
   if (!read_text(spec_file, spec_text, reason)) {
     return make_error(protocol::code::spec_error,
@@ -161,11 +219,11 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path) {
   fs::path real_source;
   std::error_code exists_ec;
   if (fs::exists(source_file, exists_ec) &&
-      !resolves_inside(spec_file.parent_path(), source_file, real_source)) {
+      !resolves_inside(boundary.dir, source_file, real_source)) {
     return make_error(protocol::code::spec_error,
                       kernel.spec_path + ": [kernel].source: '" + spec->source + "' resolves to " +
                           (real_source.empty() ? kernel.source_path : real_source.string()) +
-                          ", outside the family directory " + kernel.dir);
+                          ", outside " + boundary.what + " " + boundary.dir.string());
   }
 
   std::string source_text;
@@ -179,10 +237,44 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path) {
   Hasher hasher;
   hasher.update(spec_text).update(source_text);
   std::set<fs::path> seen{real_source};
-  if (auto r = hash_includes(hasher, spec_file, spec_file.parent_path(), source_file, source_text,
-                             seen);
+  if (auto r = hash_includes(hasher, spec_file, spec_file.parent_path(), boundary, source_file,
+                             source_text, seen);
       !r) {
     return r.error();
+  }
+  if (spec->signature_text == "source") {
+    auto signature = find_signature(source_text, spec->entry);
+    if (!signature) {
+      return make_error(protocol::code::spec_error,
+                        kernel.spec_path + ":" + std::to_string(spec->signature_line) +
+                            ": [kernel].signature: \"source\", but " + kernel.source_path + ": " +
+                            signature.error().message + " (fix: declare void " + spec->entry +
+                            "(...) there, or write the declaration in [kernel].signature)");
+    }
+    const std::string declared_at =
+        kernel.source_path + ":" + std::to_string(signature->line);
+    if (auto r = apply_signature(*spec, *signature, kernel.spec_path, declared_at,
+                                 SignatureUse::kernel);
+        !r) {
+      return r.error();
+    }
+  }
+  if (spec->check.reference == ReferenceKind::function) {
+    auto reference = load_reference(*spec, kernel, boundary, hasher, seen);
+    if (!reference) return reference.error();
+  }
+  for (std::size_t i = 0; i < spec->args.size(); ++i) {
+    std::string& expected = spec->args[i].expected;
+    if (expected.empty()) continue;
+    const fs::path path = (spec_file.parent_path() / expected).lexically_normal();
+    const fs::path relative = path.lexically_relative(boundary.dir);
+    if (relative.empty() || *relative.begin() == "..") {
+      return make_error(protocol::code::spec_error,
+                        kernel.spec_path + ": args[" + std::to_string(i) + "].expected: '" +
+                            expected + "' leads outside " + boundary.what + " " +
+                            boundary.dir.string());
+    }
+    expected = path.string();
   }
   kernel.source_hash = hasher.hex_digest();
   kernel.spec = std::move(*spec);
@@ -209,6 +301,15 @@ std::vector<fs::path> KernelRegistry::family_dirs(const std::string& dir) {
     families.insert(families.end(), nested.begin(), nested.end());
   }
   return families;
+}
+
+std::string KernelRegistry::kernel_dir_of(const std::string& spec_path) const {
+  const fs::path path = fs::absolute(spec_path).lexically_normal();
+  for (const auto& dir : m_dirs) {
+    const fs::path relative = path.lexically_relative(fs::absolute(dir).lexically_normal());
+    if (!relative.empty() && *relative.begin() != ".." && *relative.begin() != ".") return dir;
+  }
+  return {};
 }
 
 std::vector<std::string> KernelRegistry::spec_candidates(const std::string& name) const {
@@ -239,7 +340,7 @@ void KernelRegistry::load(const std::vector<std::string>& dirs) {
     if (std::error_code ec; !fs::is_directory(dir, ec)) m_missing_dirs.push_back(dir);
     for (const auto& family : family_dirs(dir)) {
       const std::string spec_path = (family / k_spec_file).string();
-      auto kernel = load_kernel(spec_path);
+      auto kernel = load_kernel(spec_path, dir);
       if (!kernel) {
         m_broken.push_back(BrokenKernel{normalized_path(spec_path), kernel.error()});
         continue;
@@ -259,7 +360,7 @@ void KernelRegistry::load(const std::vector<std::string>& dirs) {
 }
 
 Result<LoadedKernel> KernelRegistry::reload(const std::string& name, const std::string& spec_path) {
-  auto kernel = load_kernel(spec_path);
+  auto kernel = load_kernel(spec_path, kernel_dir_of(spec_path));
   const std::string path = normalized_path(spec_path);
   std::erase_if(m_broken, [&](const BrokenKernel& broken) { return broken.spec_path == path; });
   std::erase_if(m_kernels, [&](const auto& entry) {
@@ -364,10 +465,28 @@ Result<CompileJob> make_compile_job(const LoadedKernel& kernel, const Config& co
   job.source_path = kernel.source_path;
   job.include_dirs = {kernel.dir};
   job.defines = config;
-  job.dtype = dtype;
+  job.dtype = kernel.spec.dtype_axis ? dtype : std::string();
   job.extra_flags = kernel.spec.flags;
+  job.removed_flags = kernel.spec.flags_remove;
+  if (kernel.spec.language == Language::cpp && kernel.spec.signature) {
+    job.shim = host_shim_source(*kernel.spec.signature, kernel.spec.args);
+  }
   job.source_hash = kernel.source_hash;
   job.cache_dir = cache_dir;
+  return job;
+}
+
+Result<CompileJob> make_reference_compile_job(const LoadedKernel& kernel, const std::string& dtype,
+                                              const std::string& cache_dir) {
+  if (!kernel.reference_signature) {
+    return make_error(protocol::code::spec_error,
+                      kernel.spec_path + ": [check]: the family has no reference function");
+  }
+  auto job = make_compile_job(kernel, {}, dtype, cache_dir);
+  if (!job) return job;
+  job->kernel = kernel.spec.name + " (reference " + kernel.spec.check.function + ")";
+  job->source_path = kernel.reference_path;
+  job->shim = host_shim_source(*kernel.reference_signature, kernel.spec.args);
   return job;
 }
 

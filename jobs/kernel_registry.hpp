@@ -34,7 +34,10 @@ struct LoadedKernel {
   std::string dir;           // absolute directory of the family
   std::string spec_path;     // absolute path of kernel.toml
   std::string source_path;   // absolute path of the source
-  std::string source_hash;
+  std::string source_hash;   // also covers the reference source, when there is one
+  // [check] reference = "function": the reference's source (absolute) and its declaration.
+  std::string reference_path;
+  std::optional<Signature> reference_signature;
 };
 
 struct BrokenKernel {
@@ -76,6 +79,8 @@ private:
   Result<LoadedKernel> find_impl(const std::string& name, std::optional<Language> language);
   // The family directories of one kernel directory in search order.
   static std::vector<std::filesystem::path> family_dirs(const std::string& dir);
+  // The kernel directory (of load()'s) that holds `spec_path`; empty when none does.
+  [[nodiscard]] std::string kernel_dir_of(const std::string& spec_path) const;
   // Every kernel.toml that may define `name`, in search order.
   [[nodiscard]] std::vector<std::string> spec_candidates(const std::string& name) const;
 
@@ -88,13 +93,28 @@ private:
 // The language a device runs: cuda for "cuda" and "cuda:N", cpp otherwise.
 [[nodiscard]] Language language_for_device(std::string_view device);
 
-// Loads one family from its kernel.toml path.
-[[nodiscard]] Result<LoadedKernel> load_kernel(const std::string& spec_path);
+// Loads one family from its kernel.toml path. Its source, reference source, expected files and
+// the headers they include must lie (symbolic links resolved) inside `kernel_dir` (the kernel
+// directory it was found in; so families of one directory may share sources through '..') or,
+// when that is empty, inside the family's own directory. With [kernel].signature = "source" the entry's
+// declaration is read from the source and checked against [[args]] (apply_signature); a
+// reference function's declaration is read from [check].source and checked the same way.
+[[nodiscard]] Result<LoadedKernel> load_kernel(const std::string& spec_path,
+                                               const std::string& kernel_dir = {});
 
-// The compile job for one config of a family: defines = the config, dtype, the spec's flags,
-// include dir = the family's directory. Errors: bad_dtype when the family does not declare it.
+// The compile job for one config of a family: defines = the config, dtype (none for a family
+// without a dtype axis), the spec's flags, include dir = the family's directory, and for a cpp
+// family with a signature the typed entry's shim. Errors: bad_dtype when the family does not
+// declare it.
 [[nodiscard]] Result<CompileJob> make_compile_job(const LoadedKernel& kernel, const Config& config,
                                                   const std::string& dtype,
                                                   const std::string& cache_dir);
+
+// The compile job of a family's reference function ([check] reference = "function"): its source
+// with no config defines, the same dtype and flags, and its shim. Errors: bad_dtype as above,
+// spec_error when the family has no reference function.
+[[nodiscard]] Result<CompileJob> make_reference_compile_job(const LoadedKernel& kernel,
+                                                            const std::string& dtype,
+                                                            const std::string& cache_dir);
 
 } // namespace ktune

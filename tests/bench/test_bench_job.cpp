@@ -443,3 +443,57 @@ TEST_CASE("BenchOutcome JSON", "[bench][bench_job]") {
     CHECK_THAT(back.error().message, Catch::Contains("stats.median_ms"));
   }
 }
+
+TEST_CASE("make_bench_job carries per-arg seeds, tolerances, buffer placement and elem_bytes",
+          "[bench][bench_job]") {
+  const KernelSpec spec = parse_spec(R"toml(
+[kernel]
+name = "axpy"
+language = "cpp"
+source = "k.cpp"
+entry = "axpy"
+shape = ["N"]
+dtypes = ["f32", "f64"]
+
+[[args]]
+name = "X"
+kind = "in"
+count = "N"
+init = "normal(0, 2)"
+seed = 11
+
+[[args]]
+name = "Y"
+kind = "out"
+count = "N"
+atol = 0.5
+
+[metrics]
+bytes = "2 * elem_bytes * N"
+
+[buffers]
+alignment = 128
+offset = 16
+)toml");
+  MeasureSettings settings;
+  for (const auto& [dtype, bytes] : {std::pair{"f32", 8000.0}, std::pair{"f64", 16000.0}}) {
+    auto job = make_bench_job(spec, parse_shape("N=1000"), {}, dtype, "/a.so", "", settings);
+    INFO((job ? std::string() : job.error().message));
+    REQUIRE(job.ok());
+    CHECK(job->bytes == bytes);  // elem_bytes follows the job's dtype
+    CHECK(job->args[0].init == "normal(0, 2)");
+    CHECK(job->args[0].seed == 11);
+    CHECK(job->args[1].seed == -1);
+    CHECK(job->args[1].atol == 0.5);
+    CHECK(job->args[1].rtol < 0);
+    CHECK(job->buffer_alignment == 128);
+    CHECK(job->buffer_offset == 16);
+    auto back = BenchJob::from_json(nlohmann::json::parse(job->to_json().dump()));
+    REQUIRE(back.ok());
+    CHECK(back->args[0].seed == 11);
+    CHECK(back->args[1].atol == 0.5);
+    CHECK(back->buffer_alignment == 128);
+    CHECK(back->buffer_offset == 16);
+    CHECK(back->to_json() == job->to_json());
+  }
+}

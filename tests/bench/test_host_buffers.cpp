@@ -237,3 +237,69 @@ TEST_CASE("fill_sentinel", "[bench][host_buffers]") {
     CHECK(compare_elements(DType::i32, ints_got.data(), ints.data(), n, 0, 0)->differing == n);
   }
 }
+
+TEST_CASE("parse_buffer_init and the distributions it names", "[bench][host_buffers]") {
+  CHECK(parse_buffer_init("uniform")->kind == InitKind::uniform);
+  CHECK_FALSE(parse_buffer_init("uniform")->bounded);
+  const auto bounded = parse_buffer_init("uniform(2, 5.5)");
+  REQUIRE(bounded.has_value());
+  CHECK(bounded->bounded);
+  CHECK(bounded->a == 2);
+  CHECK(bounded->b == 5.5);
+  const auto normal = parse_buffer_init(" normal( -1 , 0.5 ) ");
+  REQUIRE(normal.has_value());
+  CHECK(normal->kind == InitKind::normal);
+  CHECK(normal->a == -1);
+  CHECK(normal->b == 0.5);
+  CHECK(parse_buffer_init("normal")->b == 1);
+  for (const char* bad : {"uniform(5, 2)", "normal(0, -1)", "normal(0)", "gauss(0, 1)", "uniform(a, b)"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_buffer_init(bad).has_value());
+  }
+
+  constexpr std::size_t n = 20000;
+  SECTION("uniform(lo, hi) stays in [lo, hi); integers round down") {
+    std::vector<double> x(n);
+    fill_elements(DType::f64, x.data(), n, *parse_buffer_init("uniform(2, 5.5)"), 1, 0);
+    CHECK(*std::min_element(x.begin(), x.end()) >= 2.0);
+    CHECK(*std::max_element(x.begin(), x.end()) < 5.5);
+    std::vector<std::int32_t> k(n);
+    fill_elements(DType::i32, k.data(), n, *parse_buffer_init("uniform(0, 3)"), 1, 0);
+    CHECK(*std::min_element(k.begin(), k.end()) == 0);
+    CHECK(*std::max_element(k.begin(), k.end()) == 2);
+  }
+  SECTION("normal(mean, std) has about that mean and deviation, and follows its seed") {
+    std::vector<double> x(n), same(n), other(n);
+    fill_elements(DType::f64, x.data(), n, *normal, 7, 0);
+    fill_elements(DType::f64, same.data(), n, *normal, 7, 0);
+    fill_elements(DType::f64, other.data(), n, *normal, 8, 0);
+    CHECK(x == same);
+    CHECK(x != other);
+    double sum = 0, squares = 0;
+    for (double v : x) sum += v;
+    const double mean = sum / n;
+    for (double v : x) squares += (v - mean) * (v - mean);
+    CHECK(mean == Approx(-1).margin(0.05));
+    CHECK(std::sqrt(squares / n) == Approx(0.5).margin(0.05));
+  }
+}
+
+TEST_CASE("HostBuffer places data at an alignment and offset", "[bench][host_buffers]") {
+  for (const auto& [alignment, offset] :
+       {std::pair<std::size_t, std::size_t>{16, 0}, {64, 16}, {4096, 0}, {256, 8}}) {
+    auto buffer = HostBuffer::allocate(DType::f32, 100, "A", alignment, offset);
+    REQUIRE(buffer.ok());
+    INFO(alignment << " + " << offset);
+    CHECK(reinterpret_cast<std::uintptr_t>(buffer->data()) % alignment == offset);
+    CHECK(buffer->guards_intact());
+    auto* bytes = static_cast<unsigned char*>(buffer->data());
+    bytes[-1] = 0;
+    CHECK_FALSE(buffer->guards_intact());
+    buffer->reset_guards();
+    CHECK(buffer->guards_intact());
+    bytes[400] = 0;
+    CHECK_FALSE(buffer->guards_intact());
+  }
+  CHECK_FALSE(HostBuffer::allocate(DType::f32, 4, "B", 48, 0).ok());
+  CHECK_FALSE(HostBuffer::allocate(DType::f32, 4, "B", 64, 64).ok());
+}

@@ -326,3 +326,38 @@ TEST_CASE("KernelRegistry keys families by name and language", "[compiler]") {
     CHECK(ktune::language_for_device("cuda") == ktune::Language::cuda);
   }
 }
+
+TEST_CASE("Families of one kernel directory may share a source through '..'; nothing outside it",
+          "[compiler]") {
+  ktune::test::TempDir dir;
+  dir.write("kernels/common/scale.cpp", "#include \"scale.hpp\"\nextern \"C\" void a(void**) {}\n");
+  dir.write("kernels/common/scale.hpp", "#define SCALE 2\n");
+  dir.write("outside/secret.cpp", "extern \"C\" void b(void**) {}\n");
+  dir.write("kernels/a/kernel.toml", spec_text("a", "../common/scale.cpp"));
+  dir.write("kernels/b/kernel.toml", spec_text("b", "../../outside/secret.cpp"));
+  const std::string kernels = (dir.path() / "kernels").string();
+
+  KernelRegistry registry;
+  registry.load({kernels});
+  auto a = registry.find("a");
+  INFO((a ? std::string() : a.error().message));
+  REQUIRE(a.ok());
+  CHECK(a->source_path == (dir.path() / "kernels/common/scale.cpp").string());
+  auto b = registry.find("b");
+  REQUIRE_FALSE(b.ok());
+  CHECK_THAT(b.error().message, Catch::Contains("[kernel].source") &&
+                                    Catch::Contains("outside the kernel directory " + kernels));
+
+  SECTION("the shared header is part of the source hash") {
+    const std::string before = a->source_hash;
+    dir.write("kernels/common/scale.hpp", "#define SCALE 3\n");
+    auto again = registry.find("a");
+    REQUIRE(again.ok());
+    CHECK(again->source_hash != before);
+  }
+  SECTION("loaded on its own, a family reads only its own directory") {
+    auto alone = ktune::load_kernel(kernels + "/a/kernel.toml");
+    REQUIRE_FALSE(alone.ok());
+    CHECK_THAT(alone.error().message, Catch::Contains("outside the family directory"));
+  }
+}

@@ -1,0 +1,24 @@
+#pragma once
+// How an input buffer is filled, as a kernel spec writes it ([[args]].init):
+//   "uniform"            floats in [-1, 1), integers in [-8, 7]
+//   "uniform(lo, hi)"    values in [lo, hi) (integers: rounded down), lo < hi
+//   "normal"             normal(0, 1)
+//   "normal(mean, std)"  std >= 0 (integers: rounded to nearest)
+//   "zero", "ones", "index" (element i holds i)
+#include <optional>
+#include <string_view>
+
+namespace ktune {
+
+enum class InitKind { uniform, zero, ones, index, normal };
+
+struct BufferInit {
+  InitKind kind = InitKind::uniform;
+  double a = -1, b = 1;   // uniform: [a, b); normal: mean a, std b
+  bool bounded = false;   // parameters were written (uniform on integers: [a, b) not [-8, 7])
+};
+
+// nullopt for anything else (an unknown name, bad numbers, lo >= hi, std < 0).
+[[nodiscard]] std::optional<BufferInit> parse_buffer_init(std::string_view text);
+
+} // namespace ktune

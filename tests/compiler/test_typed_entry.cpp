@@ -1,0 +1,283 @@
+// Typed entry points end to end below the daemon: a family with a typed signature (given in the
+// spec or read from its source) loads with its args typed by the declaration, compiles with the
+// generated shim, and runs through the host runner against its reference function.
+#include <catch2/catch.hpp>
+
+#include "bench/host_runner.hpp"
+#include "compiler/host_compiler.hpp"
+#include "jobs/bench_job.hpp"
+#include "jobs/kernel_registry.hpp"
+#include "jobs/typed_entry.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <string>
+
+using ktune::CandidateStatus;
+
+namespace {
+
+const std::string k_gemm_blocked =
+    std::string(KTUNE_SOURCE_DIR) + "/tests/kernels/gemm_blocked/kernel.toml";
+
+ktune::MeasureSettings tiny_settings() {
+  ktune::MeasureSettings settings;
+  settings.min_samples = 2;
+  settings.max_samples = 3;
+  settings.min_time_s = 0;
+  settings.max_time_s = 0.01;
+  settings.warmup_ms = 0;
+  settings.flush_cache = false;
+  return settings;
+}
+
+std::string compiled(ktune::HostCompiler& compiler, const ktune::CompileJob& job) {
+  auto outcome = compiler.compile(job);
+  INFO(outcome.log);
+  REQUIRE(outcome.status == CandidateStatus::ok);
+  return outcome.artifact_path;
+}
+
+ktune::BenchOutcome run(const ktune::LoadedKernel& kernel, const std::string& shape_text,
+                        const ktune::Config& config, const std::string& artifact,
+                        const std::string& reference) {
+  auto shape = ktune::Shape::parse(shape_text);
+  REQUIRE(shape.ok());
+  auto job = ktune::make_bench_job(kernel.spec, *shape, config, kernel.spec.dtypes.front(),
+                                   artifact, reference, tiny_settings());
+  INFO((job ? std::string() : job.error().message));
+  REQUIRE(job.ok());
+  ktune::HostRunner runner;
+  return runner.run(*job);
+}
+
+std::string edit_check(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+} // namespace
+
+TEST_CASE("a typed SGEMM loads, compiles and runs against its float64 reference, no adapter",
+          "[compiler][typed_entry]") {
+  auto kernel = ktune::load_kernel(k_gemm_blocked);
+  INFO((kernel ? std::string() : kernel.error().message));
+  REQUIRE(kernel.ok());
+  CHECK(kernel->spec.args[3].dtype == "i32");
+  REQUIRE(kernel->reference_signature.has_value());
+  CHECK(kernel->reference_signature->name == "gemm_reference");
+
+  ktune::test::TempDir cache;
+  ktune::HostCompiler compiler;
+  auto job = ktune::make_compile_job(*kernel, kernel->spec.default_config, "f32", cache.str());
+  REQUIRE(job.ok());
+  CHECK(job->dtype.empty());  // no dtype axis: no KTUNE_DTYPE
+  CHECK_THAT(job->shim, Catch::Contains("extern \"C\" void ktune_shim_gemm_blocked(void** args)"));
+  CHECK_THAT(job->shim, Catch::Contains("static_cast<int>(*static_cast<const int*>(args[3]))"));
+  auto reference_job = ktune::make_reference_compile_job(*kernel, "f32", cache.str());
+  REQUIRE(reference_job.ok());
+  CHECK(reference_job->defines.empty());
+  CHECK(compiler.cache_key(*reference_job) != compiler.cache_key(*job));
+
+  const std::string artifact = compiled(compiler, *job);
+  const std::string reference = compiled(compiler, *reference_job);
+  const auto outcome = run(*kernel, "M=40,N=24,K=33", kernel->spec.default_config, artifact, reference);
+  INFO(outcome.reason);
+  CHECK(outcome.status == CandidateStatus::ok);
+  CHECK(outcome.gbps > 0);  // elem_bytes in [metrics].bytes
+
+  SECTION("an output's own tolerance is the one applied") {
+    auto shape = ktune::Shape::parse("M=40,N=24,K=33");
+    REQUIRE(shape.ok());
+    auto bench = ktune::make_bench_job(kernel->spec, *shape, kernel->spec.default_config, "f32",
+                                       artifact, reference, tiny_settings());
+    REQUIRE(bench.ok());
+    CHECK(bench->entry == "ktune_shim_gemm_blocked");
+    CHECK(bench->reference_entry == "ktune_shim_gemm_reference");
+    CHECK(bench->args[2].rtol == Approx(1e-4));
+    // f32 blocked sums against float64 sums: never bit-identical over 960 elements of K = 33.
+    bench->args[2].rtol = 0;
+    bench->args[2].atol = 1e-30;
+    ktune::HostRunner runner;
+    const auto strict = runner.run(*bench);
+    CHECK(strict.status == CandidateStatus::mismatch);
+    CHECK_THAT(strict.reason, Catch::Contains("(rtol 0, atol 1e-30)"));
+  }
+}
+
+TEST_CASE("signature = \"source\" reads the declaration; scalars are converted to the declared "
+          "type", "[compiler][typed_entry]") {
+  ktune::test::TempDir dir;
+  dir.write("k/kernel.cpp",
+            "#include <cstddef>\n"
+            "// x[i] = a * i + n, for every i < n\n"
+            "void fill(double* x, std::size_t n, float a) {\n"
+            "  for (std::size_t i = 0; i < n; ++i) x[i] = a * static_cast<double>(i) + n;\n"
+            "}\n");
+  dir.write("k/reference.cpp",
+            "#include <cstddef>\n"
+            "void fill_reference(double* x, unsigned long n, float a) {\n"
+            "  for (unsigned long i = 0; i < n; ++i) x[i] = a * static_cast<double>(i) + n;\n"
+            "}\n");
+  const std::string head = "[kernel]\nname = \"fill\"\nlanguage = \"cpp\"\nsource = \"kernel.cpp\"\n"
+                           "entry = \"fill\"\nsignature = \"source\"\nshape = [\"N\"]\n";
+  const std::string args = "[[args]]\nname = \"x\"\nkind = \"out\"\ncount = \"N\"\n"
+                           "[[args]]\nname = \"n\"\nkind = \"scalar\"\nvalue = \"N\"\n"
+                           "[[args]]\nname = \"a\"\nkind = \"scalar\"\nvalue = \"0.5\"\n";
+  const std::string check = "[check]\nreference = \"function\"\nsource = \"reference.cpp\"\n"
+                            "function = \"fill_reference\"\natol = 0\nrtol = 0\n";
+  dir.write("k/kernel.toml", head + args + check);
+  auto kernel = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+  INFO((kernel ? std::string() : kernel.error().message));
+  REQUIRE(kernel.ok());
+  REQUIRE(kernel->spec.signature.has_value());
+  CHECK(kernel->spec.signature->line == 3);
+  CHECK(kernel->spec.args[0].dtype == "f64");
+  CHECK(kernel->spec.args[1].dtype == "i64");
+  CHECK(kernel->spec.args[2].dtype == "f32");
+  CHECK(kernel->spec.dtypes == std::vector<std::string>{"f64"});
+
+  ktune::test::TempDir cache;
+  ktune::HostCompiler compiler;
+  auto job = ktune::make_compile_job(*kernel, {}, "f64", cache.str());
+  REQUIRE(job.ok());
+  auto reference_job = ktune::make_reference_compile_job(*kernel, "f64", cache.str());
+  REQUIRE(reference_job.ok());
+  const auto outcome = run(*kernel, "N=1000", {}, compiled(compiler, *job), compiled(compiler, *reference_job));
+  INFO(outcome.reason);
+  CHECK(outcome.status == CandidateStatus::ok);
+
+  SECTION("a declaration that disagrees names the spec line, the source line and both types") {
+    dir.write("k/kernel.toml", head + args + "[[args]]\nname = \"extra\"\nkind = \"scalar\"\nvalue = \"1\"\n");
+    auto broken = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+    REQUIRE_FALSE(broken.ok());
+    CHECK_THAT(broken.error().message, Catch::Contains("kernel.toml:6: [kernel].signature") &&
+                                           Catch::Contains("kernel.cpp:3 declares 3 parameters"));
+    dir.write("k/kernel.toml", head + "[[args]]\nname = \"x\"\nkind = \"out\"\ncount = \"N\"\n"
+                                      "[[args]]\nname = \"n\"\nkind = \"scalar\"\nvalue = \"N\"\n"
+                                      "dtype = \"i32\"\n"
+                                      "[[args]]\nname = \"a\"\nkind = \"scalar\"\nvalue = \"0.5\"\n");
+    broken = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+    REQUIRE_FALSE(broken.ok());
+    CHECK_THAT(broken.error().message,
+               Catch::Contains("kernel.toml:16: args[1] 'n': dtype = \"i32\"") &&
+                   Catch::Contains("kernel.cpp:3 declares 'std::size_t n' (i64)") &&
+                   Catch::Contains("fix: write dtype = \"i64\""));
+  }
+  SECTION("a missing reference function or source is a load error with the fix") {
+    dir.write("k/kernel.toml", head + args + edit_check(check, "fill_reference\"", "fill_ref\""));
+    auto broken = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+    REQUIRE_FALSE(broken.ok());
+    CHECK_THAT(broken.error().message, Catch::Contains("[check].function") &&
+                                           Catch::Contains("no declaration 'void fill_ref(...)'") &&
+                                           Catch::Contains("fix: define void fill_ref"));
+    dir.write("k/kernel.toml", head + args + edit_check(check, "reference.cpp", "ref.cpp"));
+    broken = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+    REQUIRE_FALSE(broken.ok());
+    CHECK_THAT(broken.error().message,
+               Catch::Contains("[check].source: 'ref.cpp' cannot be read") && Catch::Contains("fix"));
+  }
+}
+
+TEST_CASE("HostCompiler leaves out removed fixed flags and, without a dtype, KTUNE_DTYPE",
+          "[compiler][typed_entry]") {
+  ktune::test::TempDir dir;
+  const auto source = dir.write("k.cpp",
+                                "#ifdef __OPTIMIZE__\n#error optimized\n#endif\n"
+                                "#ifdef KTUNE_DTYPE\n#error dtype defined\n#endif\n"
+                                "extern \"C\" void k(void**) {}\n");
+  ktune::CompileJob job;
+  job.kernel = "k";
+  job.language = "cpp";
+  job.source_path = source.string();
+  job.cache_dir = (dir.path() / "cache").string();
+  job.dtype = "";
+  job.removed_flags = {"-O3"};
+  ktune::HostCompiler compiler;
+  auto plain = compiler.compile(job);
+  INFO(plain.log);
+  CHECK(plain.status == CandidateStatus::ok);
+
+  auto optimized = job;
+  optimized.removed_flags.clear();
+  CHECK(compiler.cache_key(optimized) != compiler.cache_key(job));
+  auto failed = compiler.compile(optimized);
+  CHECK(failed.status == CandidateStatus::compile_error);
+  CHECK_THAT(failed.log, Catch::Contains("optimized"));
+
+  auto with_dtype = job;
+  with_dtype.dtype = "f32";
+  CHECK_THAT(compiler.compile(with_dtype).log, Catch::Contains("dtype defined"));
+
+  auto foreign = job;
+  foreign.removed_flags = {"-fPIC"};
+  const auto refused = compiler.compile(foreign);
+  CHECK(refused.status == CandidateStatus::compile_error);
+  CHECK_THAT(refused.log, Catch::Contains("not one of the fixed flags"));
+}
+
+namespace {
+
+// A .npy (version 1) holding `values` as '<f8'.
+std::string npy_f64(const std::vector<double>& values) {
+  std::string header = "{'descr': '<f8', 'fortran_order': False, 'shape': (" +
+                       std::to_string(values.size()) + ",), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(double));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("reference = \"files\": outputs are checked against a file of expected values per shape",
+          "[compiler][typed_entry]") {
+  ktune::test::TempDir dir;
+  dir.write("k/kernel.cpp",
+            "void fill(double* x, long n) { for (long i = 0; i < n; ++i) x[i] = 0.5 * i + n; }\n");
+  dir.write("k/kernel.toml",
+            "[kernel]\nname = \"fill\"\nlanguage = \"cpp\"\nsource = \"kernel.cpp\"\n"
+            "entry = \"fill\"\nsignature = \"source\"\nshape = [\"N\"]\n"
+            "[[args]]\nname = \"x\"\nkind = \"out\"\ncount = \"N\"\n"
+            "expected = \"expected/x_{shape}.npy\"\n"
+            "[[args]]\nname = \"n\"\nkind = \"scalar\"\nvalue = \"N\"\n"
+            "[check]\nreference = \"files\"\nrtol = 0\natol = 0\n");
+  std::vector<double> values(100);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * static_cast<double>(i) + 100;
+  dir.write("k/expected/x_N=100.npy", npy_f64(values));
+  auto kernel = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+  INFO((kernel ? std::string() : kernel.error().message));
+  REQUIRE(kernel.ok());
+  CHECK(kernel->spec.args[0].expected == (dir.path() / "k/expected/x_{shape}.npy").string());
+
+  ktune::test::TempDir cache;
+  ktune::HostCompiler compiler;
+  auto job = ktune::make_compile_job(*kernel, {}, "f64", cache.str());
+  REQUIRE(job.ok());
+  const std::string artifact = compiled(compiler, *job);
+  auto ok = run(*kernel, "N=100", {}, artifact, "");
+  INFO(ok.reason);
+  CHECK(ok.status == CandidateStatus::ok);
+
+  SECTION("a value that differs is a mismatch; a missing or short file a runtime_error") {
+    values[7] += 1;
+    dir.write("k/expected/x_N=100.npy", npy_f64(values));
+    const auto wrong = run(*kernel, "N=100", {}, artifact, "");
+    CHECK(wrong.status == CandidateStatus::mismatch);
+    CHECK_THAT(wrong.reason, Catch::Contains("x[7]"));
+    const auto missing = run(*kernel, "N=50", {}, artifact, "");
+    CHECK(missing.status == CandidateStatus::runtime_error);
+    CHECK_THAT(missing.reason, Catch::Contains("x_N=50.npy"));
+    values.pop_back();
+    dir.write("k/expected/x_N=100.npy", npy_f64(values));
+    const auto shorter = run(*kernel, "N=100", {}, artifact, "");
+    CHECK(shorter.status == CandidateStatus::runtime_error);
+    CHECK_THAT(shorter.reason, Catch::Contains("expected 100 elements of f64"));
+  }
+}
