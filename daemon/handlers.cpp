@@ -720,7 +720,7 @@ bool RequestHandler::fast_lookup(const std::shared_ptr<Session>& session, std::s
 
 Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name,
                                                   const std::string& shape_text,
-                                                  const std::string& requested_dtype,
+                                                  const std::string& dtype,
                                                   const std::string& device_name,
                                                   bool tune_on_miss, uid_t client) {
   const auto start = std::chrono::steady_clock::now();
@@ -733,7 +733,7 @@ Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name
 
 Result<std::string> RequestHandler::climb(const std::string& kernel_name,
                                           const std::string& shape_text,
-                                          const std::string& dtype,
+                                          const std::string& requested_dtype,
                                           const std::string& device_name, bool tune_on_miss,
                                           uid_t client, std::optional<Rung>& rung) {
   auto device = m_ctx.devices.resolve(device_name, Language::cuda);
