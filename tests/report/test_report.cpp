@@ -211,6 +211,46 @@ TEST_CASE("report_data computes what the charts draw from a stored job", "[repor
     std::sort(times.begin(), times.end());
     CHECK(unroll[2]["median_ms"].get<double>() == Approx((times[1] + times[2]) / 2));
   }
+  SECTION("failures: every failed candidate with its config, reason, log and repro command") {
+    const auto& f = j["failures"];
+    REQUIRE(f.size() == 4);
+    std::vector<std::int64_t> indices;
+    for (const auto& row : f) {
+      indices.push_back(row["config_index"].get<std::int64_t>());
+      CHECK(row["status"] != "ok");
+      CHECK_FALSE(row["reason"].get<std::string>().empty());
+      CHECK(row["config"].contains("BM"));
+      const std::string id = std::to_string(row["result_id"].get<std::int64_t>());
+      CHECK(row["repro"] == "ktune repro " + id + " -o repro-" + id);
+    }
+    CHECK(indices == std::vector<std::int64_t>{11, 9, 16, 5});  // insertion order
+    CHECK(f[0]["status"] == "compile_error");
+    CHECK_THAT(f[0]["log"].get<std::string>(), Catch::Contains("kernel.cpp:12:5"));
+    CHECK(f[1]["status"] == "timeout");
+    CHECK(f[2]["reason"] == "element 17: 3.5 vs 3.25");
+    CHECK(data["jobs"][1]["failures"].empty());
+  }
+  SECTION("sensitivity: the best time per value") {
+    const auto& unroll = j["sensitivity"][2]["values"];
+    CHECK(unroll[2]["best_ms"].get<double>() == Approx(ktune::test::sample_time_ms(64, 16, 4)));
+    CHECK(unroll[0]["best_ms"].get<double>() <= unroll[0]["median_ms"].get<double>());
+  }
+  SECTION("heat map: the best time per pair of the two parameters with the most values") {
+    const auto& h = j["heatmap"];
+    REQUIRE(h.is_object());
+    CHECK(h["x"] == "BM");  // BM and UNROLL have three values, BN two
+    CHECK(h["y"] == "UNROLL");
+    CHECK(h["x_values"] == nlohmann::ordered_json{"16", "32", "64"});
+    CHECK(h["y_values"] == nlohmann::ordered_json{"1", "2", "4"});
+    REQUIRE(h["cells"].size() == 3);
+    // BM=64, UNROLL=4: configs 14 (BN=8) and 17 (BN=16), both ok.
+    const auto& cell = h["cells"][2][2];
+    CHECK(cell["ok"] == 2);
+    CHECK(cell["best_ms"].get<double>() == Approx(ktune::test::sample_time_ms(64, 16, 4)));
+    // BM=16, UNROLL=4: config 2 ok, config 5 a compile error.
+    CHECK(h["cells"][2][0]["failed"] == 1);
+    CHECK(h["cells"][2][0]["ok"] == 1);
+  }
   SECTION("the second job of the sweep") {
     const auto& second = data["jobs"][1];
     CHECK(second["job"]["shape"] == "M=512,N=512,K=512");
