@@ -245,3 +245,70 @@ TEST_CASE("ktune report's page draws every chart in headless Chromium", "[report
     std::filesystem::copy_file(png, keep, std::filesystem::copy_options::overwrite_existing);
   }
 }
+
+TEST_CASE("ktune report's time axes are logarithmic with distinct tick labels", "[report][chromium]") {
+  const std::string binary = find_chromium();
+  if (binary.empty()) {
+    ktune::test::skip_test("chromium is not installed (scripts/install-deps.sh installs it)");
+  }
+  ktune::test::TempDir dir;
+  const std::string db = (dir.path() / "ktune.db").string();
+  // Times packed into 2% of a decade (where 3-digit ticks repeat), and a cluster near 0.09 ms
+  // with one 0.83 ms outlier (which flattens the cluster on a linear axis from zero).
+  const std::vector<std::vector<double>> runs = {
+      {0.02712, 0.02718, 0.02721, 0.02723, 0.02727, 0.02731},
+      {0.0901, 0.0913, 0.0922, 0.0934, 0.0951, 0.83},
+  };
+  std::vector<std::int64_t> ids;
+  {
+    auto store = must(Store::open(db, OpenMode::read_write));
+    for (std::size_t k = 0; k < runs.size(); ++k) {
+      const std::string shape = "M=" + std::to_string(64 << k) + ",N=64,K=64";
+      const auto id = must(store.create_job(ktune::test::sample_job(shape, 7)));
+      ids.push_back(id);
+      for (std::size_t i = 0; i <= runs[k].size(); ++i) {
+        ResultRecord r;
+        r.job_id = id;
+        r.kernel = "gemm";
+        r.source_hash = "5f0c3a9e77d14b2c9a1e0d3b6c8f2e41";
+        r.shape = shape;
+        r.dtype = "f32";
+        r.fingerprint = "c3b1f0e2d4a59687";
+        r.config = "{\"BM\":" + std::to_string(16 << (i % 3)) + ",\"UNROLL\":" +
+                   std::to_string(1 + i / 3) + "}";
+        r.config_index = static_cast<std::int64_t>(i);
+        if (i == runs[k].size()) {
+          r.status = CandidateStatus::crash;
+          r.reason = "worker exited with signal 11";
+          r.log = "SIGSEGV in gemm_kernel";
+        } else {
+          r.stats.n = 10;
+          r.stats.median_ms = r.stats.q1_ms = r.stats.q3_ms = runs[k][i];
+          r.gflops = 2.0 * 64 * 64 * (64 << k) / (runs[k][i] * 1e6);
+        }
+        must(store.insert_result(r));
+      }
+      must(store.update_job_progress(id, static_cast<std::int64_t>(runs[k].size() + 1), 1));
+      must(store.set_job_state(id, JobState::done));
+    }
+  }
+  const auto page = dir.path() / "ticks.html";
+  const Run run = ktune_report({std::to_string(ids.front()) + "-" + std::to_string(ids.back()), "-o",
+                                page.string(), "--db", db});
+  INFO(run.err);
+  REQUIRE(run.code == cli::k_exit_ok);
+  const auto dom_file = dir.path() / "dom.html";
+  REQUIRE(chromium(binary, dir, "--virtual-time-budget=5000 --dump-dom", page, dom_file) == 0);
+  const std::string dom = read_file(dom_file);
+  INFO("status: " << dom.substr(std::min(dom.size(), dom.rfind("<pre id=\"status\"")), 400));
+  // Per job: progress, histogram, statuses, BM and UNROLL; then the two across the jobs. A
+  // repeated tick label would be an error of the page.
+  CHECK(body_attribute(dom, "data-errors") == "0");
+  CHECK(body_attribute(dom, "data-charts") == "12");
+  CHECK(body_attribute(dom, "data-drawn") == "12");
+  CHECK(body_attribute(dom, "data-log-axes") == "7");
+  for (const auto id : ids) {
+    CHECK(dom.find("id=\"failures-" + std::to_string(id) + "\"") != std::string::npos);
+  }
+  CHECK(dom.find("worker exited with signal 11") != std::string::npos);
+}
