@@ -289,3 +289,25 @@ TEST_CASE("report_data names a CUDA device by its GPU", "[report]") {
   CHECK(header["arch"] == "sm_90");
   CHECK_FALSE(header.contains("sm_count"));
 }
+
+TEST_CASE("report_data keeps the start of a long failure log and says how much it left out", "[report]") {
+  JobData data;
+  data.job.id = 3;
+  ResultRecord crash;
+  crash.id = 41;
+  crash.job_id = 3;
+  crash.config = "{\"BM\":16}";
+  crash.status = CandidateStatus::crash;
+  crash.reason = "worker exited with signal 11";
+  crash.log = "first line\n" + std::string(4989, 'x');  // 5000 characters
+  data.results.push_back(crash);
+  const auto failures = report_data({data}, 0)["jobs"][0]["failures"];
+  REQUIRE(failures.size() == 1);
+  const std::string log = failures[0]["log"];
+  CHECK(log.rfind("first line\n", 0) == 0);
+  CHECK_THAT(log, Catch::EndsWith("(3000 more characters)"));
+  CHECK(log.size() < 2100);
+  CHECK(failures[0]["status"] == "crash");
+  CHECK(failures[0]["repro"] == "ktune repro 41 -o repro-41");
+  CHECK(report_data({data}, 0)["jobs"][0]["heatmap"].is_null());  // one parameter
+}
