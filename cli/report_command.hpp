@@ -8,7 +8,9 @@
 //       instance's database, core/paths.hpp, else --db; ktuned keeps the only read-write
 //       connection, and need not be running) and writes one self-contained HTML file (temp file
 //       + rename) that views offline: charts of the best time so far, the distribution of times,
-//       each parameter's sensitivity and the candidates by status, under a header table per job.
+//       the best and median time per parameter value (and a heat map of two parameters) and the
+//       candidates by status, a table of the failed candidates with their `ktune repro` lines,
+//       under a header table per job; for several jobs, the winners against shape per device.
 #include "cli/commands.hpp"
 
 #include <CLI/CLI.hpp>

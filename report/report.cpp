@@ -153,7 +153,10 @@ ordered_json sensitivity(const std::vector<const ResultRecord*>& rows) {
                      });
     ordered_json values = ordered_json::array();
     for (const auto& v : param.values) {
+      const double best = v.ok_ms.empty() ? std::numeric_limits<double>::quiet_NaN()
+                                          : *std::min_element(v.ok_ms.begin(), v.ok_ms.end());
       values.push_back({{"value", value_label(v.value)},
+                        {"best_ms", number_or_null(best)},
                         {"median_ms", number_or_null(median_of(v.ok_ms))},
                         {"ok", static_cast<std::int64_t>(v.ok_ms.size())},
                         {"failed", v.failed}});
@@ -161,6 +164,79 @@ ordered_json sensitivity(const std::vector<const ResultRecord*>& rows) {
     out.push_back({{"param", param.name}, {"values", std::move(values)}});
   }
   return out;
+}
+
+// The log of a failed candidate as the failures table shows it: its first k_log_excerpt
+// characters (a compiler's first error comes first), then how much was left out.
+constexpr std::size_t k_log_excerpt = 2000;
+std::string log_excerpt(const std::string& log) {
+  if (log.size() <= k_log_excerpt) return log;
+  std::size_t cut = k_log_excerpt;
+  while (cut > 0 && (static_cast<unsigned char>(log[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8
+  return log.substr(0, cut) + "\n... (" + std::to_string(log.size() - cut) + " more characters)";
+}
+
+ordered_json failures(const std::vector<const ResultRecord*>& rows) {
+  ordered_json out = ordered_json::array();
+  for (const ResultRecord* r : rows) {
+    if (r->status == CandidateStatus::ok) continue;
+    const std::string id = std::to_string(r->id);
+    out.push_back({{"result_id", r->id},
+                   {"config_index", r->config_index},
+                   {"config", parse_config(r->config)},
+                   {"status", std::string(to_string(r->status))},
+                   {"reason", r->reason},
+                   {"log", log_excerpt(r->log)},
+                   {"repro", "ktune repro " + id + " -o repro-" + id}});
+  }
+  return out;
+}
+
+// The best ok median for each pair of values of the two parameters with the most values (ties:
+// the earlier in config order); null when fewer than two parameters have two values or more.
+ordered_json heatmap(const std::vector<const ResultRecord*>& rows, const ordered_json& params) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (params[i]["values"].size() >= 2) order.push_back(i);
+  }
+  if (order.size() < 2) return nullptr;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return params[a]["values"].size() > params[b]["values"].size();
+  });
+  // Columns: the parameter earlier in config order; rows: the other.
+  const std::size_t xi = std::min(order[0], order[1]), yi = std::max(order[0], order[1]);
+  const std::string x = params[xi]["param"], y = params[yi]["param"];
+  std::vector<std::string> xs, ys;
+  for (const auto& v : params[xi]["values"]) xs.push_back(v["value"].get<std::string>());
+  for (const auto& v : params[yi]["values"]) ys.push_back(v["value"].get<std::string>());
+  struct Cell {
+    double best = std::numeric_limits<double>::infinity();
+    std::int64_t ok = 0, failed = 0;
+  };
+  std::vector<std::vector<Cell>> cells(ys.size(), std::vector<Cell>(xs.size()));
+  for (const ResultRecord* r : rows) {
+    const ordered_json config = parse_config(r->config);
+    if (!config.is_object() || !config.contains(x) || !config.contains(y)) continue;
+    const auto col = std::find(xs.begin(), xs.end(), value_label(config[x])) - xs.begin();
+    const auto row = std::find(ys.begin(), ys.end(), value_label(config[y])) - ys.begin();
+    if (col >= static_cast<std::ptrdiff_t>(xs.size()) || row >= static_cast<std::ptrdiff_t>(ys.size())) continue;
+    Cell& cell = cells[static_cast<std::size_t>(row)][static_cast<std::size_t>(col)];
+    if (r->status != CandidateStatus::ok) {
+      ++cell.failed;
+    } else if (std::isfinite(r->stats.median_ms)) {
+      ++cell.ok;
+      cell.best = std::min(cell.best, r->stats.median_ms);
+    }
+  }
+  ordered_json grid = ordered_json::array();
+  for (const auto& line : cells) {
+    ordered_json out = ordered_json::array();
+    for (const Cell& c : line) {
+      out.push_back({{"best_ms", number_or_null(c.best)}, {"ok", c.ok}, {"failed", c.failed}});
+    }
+    grid.push_back(std::move(out));
+  }
+  return ordered_json{{"x", x}, {"y", y}, {"x_values", xs}, {"y_values", ys}, {"cells", std::move(grid)}};
 }
 
 ordered_json job_json(const JobData& data) {
@@ -201,6 +277,7 @@ ordered_json job_json(const JobData& data) {
   }
 
   const auto winner = job_winner(data);
+  ordered_json params = sensitivity(rows);
   return ordered_json{
       {"job", job_header(data)},
       {"winner", winner ? winner_json(data.results[*winner]) : ordered_json(nullptr)},
@@ -208,8 +285,10 @@ ordered_json job_json(const JobData& data) {
       {"progress", std::move(progress)},
       {"histogram",
        {{"edges", h.edges}, {"measured", h.measured}, {"pruned", h.pruned}, {"log", h.log}}},
-      {"sensitivity", sensitivity(rows)},
+      {"sensitivity", params},
+      {"heatmap", heatmap(rows, params)},
       {"statuses", std::move(statuses)},
+      {"failures", failures(rows)},
   };
 }
 

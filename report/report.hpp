@@ -7,7 +7,8 @@
 // For each job the page shows a header table (kernel, shape, dtype, device, strategy, state,
 // winner, the job's timing breakdown) and four charts: the best time so far against the number
 // of evaluations (results in insertion order), the distribution of candidate times, the median
-// time per value of each parameter, and the candidates per status.
+// time per value of each parameter, and the candidates per status; a table of the failed
+// candidates; and, for several jobs, the winners against shape per device.
 #include "core/result.hpp"
 #include "db/store.hpp"
 
@@ -55,8 +56,13 @@ struct JobData {
 // lowest ok median so far, null before the first)), "histogram" ("edges", "measured", "pruned"
 // counts of ok medians, "log" when the bins are log-spaced), "sensitivity" (per parameter in
 // config order: each value with the median of its ok medians, its ok and failed counts; values
-// sorted numerically when all are numbers) and "statuses" (count per status, ok first, then
-// the failures in the order of core/status.hpp, only those that occurred).
+// sorted numerically when all are numbers, with "best_ms", the lowest of its ok medians),
+// "heatmap" (the best ok median per pair of values of the two parameters with the most values,
+// "cells" by row ("y_values") then column ("x_values"); null with fewer than two such
+// parameters), "statuses" (count per status, ok first, then the failures in the order of
+// core/status.hpp, only those that occurred) and "failures" (every result whose status is not
+// ok, in insertion order: its result id, config, status, reason, log excerpt and the
+// `ktune repro <id> -o repro-<id>` command line that rebuilds it).
 // `written_at_ms` is the Unix time written into the page.
 [[nodiscard]] nlohmann::ordered_json report_data(const std::vector<JobData>& jobs,
                                                  std::int64_t written_at_ms);

@@ -85,6 +85,7 @@ inline SampleJobs write_sample_jobs(Store& store) {
     if (index == 5 || index == 11) {
       r.status = CandidateStatus::compile_error;
       r.reason = "error: 'tile' was not declared in this scope </script>";
+      r.log = "kernel.cpp:12:5: error: 'tile' was not declared in this scope\n   12 |     tile[i] = 0;";
     } else if (index == 16) {
       r.status = CandidateStatus::mismatch;
       r.reason = "element 17: 3.5 vs 3.25";

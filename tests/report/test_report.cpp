@@ -211,6 +211,46 @@ TEST_CASE("report_data computes what the charts draw from a stored job", "[repor
     std::sort(times.begin(), times.end());
     CHECK(unroll[2]["median_ms"].get<double>() == Approx((times[1] + times[2]) / 2));
   }
+  SECTION("failures: every failed candidate with its config, reason, log and repro command") {
+    const auto& f = j["failures"];
+    REQUIRE(f.size() == 4);
+    std::vector<std::int64_t> indices;
+    for (const auto& row : f) {
+      indices.push_back(row["config_index"].get<std::int64_t>());
+      CHECK(row["status"] != "ok");
+      CHECK_FALSE(row["reason"].get<std::string>().empty());
+      CHECK(row["config"].contains("BM"));
+      const std::string id = std::to_string(row["result_id"].get<std::int64_t>());
+      CHECK(row["repro"] == "ktune repro " + id + " -o repro-" + id);
+    }
+    CHECK(indices == std::vector<std::int64_t>{11, 9, 16, 5});  // insertion order
+    CHECK(f[0]["status"] == "compile_error");
+    CHECK_THAT(f[0]["log"].get<std::string>(), Catch::Contains("kernel.cpp:12:5"));
+    CHECK(f[1]["status"] == "timeout");
+    CHECK(f[2]["reason"] == "element 17: 3.5 vs 3.25");
+    CHECK(data["jobs"][1]["failures"].empty());
+  }
+  SECTION("sensitivity: the best time per value") {
+    const auto& unroll = j["sensitivity"][2]["values"];
+    CHECK(unroll[2]["best_ms"].get<double>() == Approx(ktune::test::sample_time_ms(64, 16, 4)));
+    CHECK(unroll[0]["best_ms"].get<double>() <= unroll[0]["median_ms"].get<double>());
+  }
+  SECTION("heat map: the best time per pair of the two parameters with the most values") {
+    const auto& h = j["heatmap"];
+    REQUIRE(h.is_object());
+    CHECK(h["x"] == "BM");  // BM and UNROLL have three values, BN two
+    CHECK(h["y"] == "UNROLL");
+    CHECK(h["x_values"] == nlohmann::ordered_json{"16", "32", "64"});
+    CHECK(h["y_values"] == nlohmann::ordered_json{"1", "2", "4"});
+    REQUIRE(h["cells"].size() == 3);
+    // BM=64, UNROLL=4: configs 14 (BN=8) and 17 (BN=16), both ok.
+    const auto& cell = h["cells"][2][2];
+    CHECK(cell["ok"] == 2);
+    CHECK(cell["best_ms"].get<double>() == Approx(ktune::test::sample_time_ms(64, 16, 4)));
+    // BM=16, UNROLL=4: config 2 ok, config 5 a compile error.
+    CHECK(h["cells"][2][0]["failed"] == 1);
+    CHECK(h["cells"][2][0]["ok"] == 1);
+  }
   SECTION("the second job of the sweep") {
     const auto& second = data["jobs"][1];
     CHECK(second["job"]["shape"] == "M=512,N=512,K=512");
@@ -248,4 +288,26 @@ TEST_CASE("report_data names a CUDA device by its GPU", "[report]") {
   CHECK(header["model"] == "NVIDIA H100");
   CHECK(header["arch"] == "sm_90");
   CHECK_FALSE(header.contains("sm_count"));
+}
+
+TEST_CASE("report_data keeps the start of a long failure log and says how much it left out", "[report]") {
+  JobData data;
+  data.job.id = 3;
+  ResultRecord crash;
+  crash.id = 41;
+  crash.job_id = 3;
+  crash.config = "{\"BM\":16}";
+  crash.status = CandidateStatus::crash;
+  crash.reason = "worker exited with signal 11";
+  crash.log = "first line\n" + std::string(4989, 'x');  // 5000 characters
+  data.results.push_back(crash);
+  const auto failures = report_data({data}, 0)["jobs"][0]["failures"];
+  REQUIRE(failures.size() == 1);
+  const std::string log = failures[0]["log"];
+  CHECK(log.rfind("first line\n", 0) == 0);
+  CHECK_THAT(log, Catch::EndsWith("(3000 more characters)"));
+  CHECK(log.size() < 2100);
+  CHECK(failures[0]["status"] == "crash");
+  CHECK(failures[0]["repro"] == "ktune repro 41 -o repro-41");
+  CHECK(report_data({data}, 0)["jobs"][0]["heatmap"].is_null());  // one parameter
 }
