@@ -292,7 +292,7 @@ void add_repro_command(CLI::App& app, ReproCommand& command) {
   command.command = app.add_subcommand(
       "repro", "Write a bundle that rebuilds and reruns one result's candidate outside ktuned");
   CLI::App* cmd = command.command;
-  cmd->add_option("result", o.result_id, "result id (ktune results JOB, ktune show ...)")->required();
+  cmd->add_option("result", o.result_id, "result id: the RESULT column of `ktune job JOB`")->required();
   cmd->add_option("-o,--out", o.out_dir, "the bundle's directory (created)")->required();
   cmd->add_option("--db", o.db, "the database to read (default: ktuned's, else the instance's)");
   cmd->add_option("--kernel-dir", o.kernel_dirs,
