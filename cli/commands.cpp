@@ -6,6 +6,7 @@
 #include "cli/top_command.hpp"
 #include "cli/compare_command.hpp"
 #include "cli/history_command.hpp"
+#include "cli/repro_command.hpp"
 #include "cli/kernel_commands.hpp"
 #include "cli/fleet.hpp"
 #include "cli/sweep_command.hpp"
@@ -976,7 +977,7 @@ int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io,
   const json& winner_config = field(winner, "config");
   bool marked = false;
   Table table({{"  CONFIG"}, {"STATUS"}, {"MEDIAN(ms)", Align::right},
-               {"GFLOP/s", Align::right}, {"REASON"}});
+               {"GFLOP/s", Align::right}, {"RESULT", Align::right}, {"REASON"}});
   for (const json* r : rows) {
     const json& config = field(*r, "config");
     bool is_winner = !marked && winner_config.is_object() && config == winner_config;
@@ -990,6 +991,8 @@ int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io,
     table.add_row({(is_winner ? "* " : "  ") + format_config(config, ","), status,
                    ok && median.is_number() ? format_ms(median.get<double>()) : "-",
                    ok ? format_gflops(as_double(field(*r, "gflops"))) : "-",
+                   field(*r, "id").is_number() ? std::to_string(field(*r, "id").get<std::int64_t>())
+                                               : "-",
                    reason.is_string() && !reason.get<std::string>().empty()
                        ? first_line(reason.get<std::string>())
                        : ""});
@@ -1279,6 +1282,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
   add_compare_command(app, compare_command);
   HistoryCommand history_command;
   add_history_command(app, history_command);
+  ReproCommand repro_command;
+  add_repro_command(app, repro_command);
   KernelCommands kernel_commands;
   add_kernel_commands(app, kernel_commands);
   ReportCommand report_command;
@@ -1431,8 +1436,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
              "query, kernels, devices, compile-check, import, sweep, daemon start) starts ktuned\n"
              "when none answers, and says so on stderr; it then exits after 600 s without\n"
              "clients or jobs. `daemon stop`, `daemon status`, `daemon log`, top, export,\n"
-             "compare, history, report and replay never start one. KTUNE_NO_AUTOSTART=1 turns\n"
-             "autostart off.\n\n"
+             "compare, history, repro, report and replay never start one. KTUNE_NO_AUTOSTART=1\n"
+             "turns autostart off.\n\n"
              "With --json every command prints one JSON document on stdout, an error too:\n"
              "{\"error\":{\"code\":...,\"message\":...}} with a non-zero exit.\n\nExamples:\n"
              "  ktune daemon start\n"
@@ -1495,6 +1500,7 @@ int run_command(int argc, const char* const* argv, Output& io) {
     if (auto code = run_fleet_commands(fleet_commands, global, io)) return *code;
     if (auto code = run_compare_command(compare_command, global, io)) return *code;
     if (auto code = run_history_command(history_command, global, io)) return *code;
+    if (auto code = run_repro_command(repro_command, global, io)) return *code;
     if (auto code = run_kernel_commands(kernel_commands, io)) return *code;
     if (auto code = run_report_command(report_command, io)) return *code;
     if (auto code = run_top_command(top_command, global, io)) return *code;

@@ -105,6 +105,31 @@ std::string host_compiler_version(const std::string& cxx) {
   return output.substr(0, output.find('\n'));
 }
 
+std::vector<std::string> host_compile_argv(const CompileJob& job, const std::string& cxx,
+                                           const std::string& output, const std::string& input) {
+  std::vector<std::string> argv{cxx};
+  for (const char* flag : k_fixed_flags) {
+    if (std::find(job.removed_flags.begin(), job.removed_flags.end(), flag) == job.removed_flags.end()) {
+      argv.push_back(flag);
+    }
+  }
+  for (const auto& include_dir : job.include_dirs) argv.push_back("-I" + include_dir);
+  if (!job.dtype.empty()) {
+    if (auto c_type = dtype_c_type(job.dtype)) {
+      argv.push_back("-DKTUNE_DTYPE=" + *c_type);
+      argv.push_back("-DKTUNE_DTYPE_" + upper(job.dtype) + "=1");
+    }
+  }
+  for (const auto& [name, value] : job.defines) {
+    argv.push_back("-D" + name + "=" + std::to_string(value));
+  }
+  argv.insert(argv.end(), job.extra_flags.begin(), job.extra_flags.end());
+  argv.push_back("-o");
+  argv.push_back(output);
+  argv.push_back(input);
+  return argv;
+}
+
 std::string host_cxx() {
   const char* env = std::getenv("KTUNE_CXX");
   return env != nullptr && *env != '\0' ? env : "c++";
@@ -216,24 +241,8 @@ CompileOutcome HostCompiler::compile(const CompileJob& job) {
     }
   } remove_unit{unit_path};
 
-  std::vector<std::string> argv{m_cxx};
-  for (const char* flag : k_fixed_flags) {
-    if (std::find(job.removed_flags.begin(), job.removed_flags.end(), flag) == job.removed_flags.end()) {
-      argv.push_back(flag);
-    }
-  }
-  for (const auto& include_dir : job.include_dirs) argv.push_back("-I" + include_dir);
-  if (!job.dtype.empty()) {
-    argv.push_back("-DKTUNE_DTYPE=" + *c_type);
-    argv.push_back("-DKTUNE_DTYPE_" + upper(job.dtype) + "=1");
-  }
-  for (const auto& [name, value] : job.defines) {
-    argv.push_back("-D" + name + "=" + std::to_string(value));
-  }
-  argv.insert(argv.end(), job.extra_flags.begin(), job.extra_flags.end());
-  argv.push_back("-o");
-  argv.push_back(tmp_path);
-  argv.push_back(unit_path.empty() ? job.source_path : unit_path);
+  const std::vector<std::string> argv =
+      host_compile_argv(job, m_cxx, tmp_path, unit_path.empty() ? job.source_path : unit_path);
 
   const auto start = std::chrono::steady_clock::now();
   auto result = run_captured(argv, k_max_log_bytes);

@@ -28,6 +28,14 @@ inline constexpr int k_cache_version = 1;
 // The host compiler's command: $KTUNE_CXX when set and not empty, else "c++".
 [[nodiscard]] std::string host_cxx();
 
+// The compiler command HostCompiler::compile runs for `job`: `cxx`, the fixed flags less
+// job.removed_flags, -I, the dtype and config defines, the spec's flags, -o `output`, `input`
+// (the source, or with a shim the unit that includes the source and then the shim).
+[[nodiscard]] std::vector<std::string> host_compile_argv(const CompileJob& job,
+                                                         const std::string& cxx,
+                                                         const std::string& output,
+                                                         const std::string& input);
+
 class HostCompiler final : public Compiler {
 public:
   explicit HostCompiler(std::string cxx = {}); // empty: $KTUNE_CXX, else "c++"

@@ -1000,6 +1000,12 @@ Result<nlohmann::json> RequestHandler::stats() const {
       {"db", m_ctx.config.db},
       {"socket", m_ctx.config.socket},
       {"kernel_dirs", m_ctx.config.kernel_dirs},
+      {"measure", m_ctx.config.measure.to_json()},
+      {"limits", {{"compile_timeout_s", m_ctx.config.compile_timeout_s},
+                  {"bench_timeout_s", m_ctx.config.bench_timeout_s},
+                  {"bench_timeout_min_s", m_ctx.config.bench_timeout_min_s},
+                  {"bench_timeout_max_s", m_ctx.config.bench_timeout_max_s},
+                  {"worker_memory_mb", m_ctx.config.worker_memory_mb}}},
       {"metrics", metrics.empty() ? nlohmann::json() : nlohmann::json(metrics)},
   };
 }

@@ -80,6 +80,7 @@ nlohmann::json job_to_json(const JobRecord& job) {
 
 nlohmann::json result_to_json(const ResultRecord& r) {
   return {
+      {"id", r.id},
       {"config", stored_config_to_json(r.config)},
       {"config_index", r.config_index},
       {"status", std::string(to_string(r.status))},

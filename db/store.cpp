@@ -788,6 +788,20 @@ Result<std::vector<ResultRecord>> Store::job_results(std::int64_t job_id) const 
                                [&](const Statement& row) { return read_result(db, op, row); });
 }
 
+Result<std::optional<ResultRecord>> Store::get_result(std::int64_t result_id) const {
+  constexpr std::string_view op = "get_result";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      std::string("SELECT ") + k_result_columns + " FROM results WHERE id = ?1");
+  if (!statement) return statement.error();
+  statement->bind_int(1, result_id);
+  auto rows = collect<ResultRecord>(db, op, *statement,
+                                    [&](const Statement& row) { return read_result(db, op, row); });
+  if (!rows) return rows.error();
+  if (rows->empty()) return std::optional<ResultRecord>();
+  return std::optional<ResultRecord>(std::move(rows->front()));
+}
+
 Result<std::vector<ResultRecord>> Store::results_for_key(const std::string& kernel,
     const std::string& source_hash, const std::string& shape, const std::string& dtype,
     const std::string& fingerprint) const {

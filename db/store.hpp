@@ -167,6 +167,7 @@ public:
       const std::string& shape, const std::string& dtype, const std::string& fingerprint,
       JobState state) const;
   [[nodiscard]] Result<std::vector<ResultRecord>> job_results(std::int64_t job_id) const; // by config_index
+  [[nodiscard]] Result<std::optional<ResultRecord>> get_result(std::int64_t result_id) const;
   [[nodiscard]] Result<std::optional<WinnerRecord>> find_winner(const std::string& kernel,
       const std::string& source_hash, const std::string& shape, const std::string& dtype,
       const std::string& fingerprint) const;

@@ -1,5 +1,6 @@
 // ktune-worker --fd <N> --role compile|bench [--cpu <core>]: see worker/worker.hpp.
 #include "worker/worker.hpp"
+#include "worker/standalone.hpp"
 
 #include <charconv>
 #include <cstdio>
@@ -12,7 +13,11 @@ namespace {
 
 constexpr const char* k_usage =
     "usage: ktune-worker --fd <N> --role compile|bench [--cpu <core>] [--memory-mb <MiB>]\n"
-    "                    [--measure-lock <file>]\n";
+    "                    [--measure-lock <file>]\n"
+    "       ktune-worker --run-repro <file>\n"
+    "  --run-repro runs one candidate outside ktuned from a repro bundle's repro.json (ktune\n"
+    "  repro; docs/operations.md): compiles it (and its reference), runs it, and prints\n"
+    "  \"status: <status> ...\" as ktuned would file it (ok, crash, timeout, mismatch, ...).\n";
 
 std::optional<int> parse_int(std::string_view text) {
   int value = 0;
@@ -41,6 +46,10 @@ int main(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::fputs(k_usage, stdout);
       return 0;
+    }
+    if (arg == "--run-repro") {
+      if (i + 1 >= argc) return usage_error("missing value after ", arg);
+      return ktune::run_repro_file(argv[i + 1]);
     }
     if (arg != "--fd" && arg != "--role" && arg != "--cpu" && arg != "--memory-mb" &&
         arg != "--measure-lock")

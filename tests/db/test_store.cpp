@@ -352,6 +352,11 @@ TEST_CASE("records round-trip with every field", "[db]") {
     check_same(rows[1], ok);
     CHECK(rows[0].samples_ms.empty());  // a failed candidate keeps none: NULL
     CHECK(must(store.job_results(job_id + 1)).empty());
+    // One result by its id (ktune repro): the same row, log and reason included.
+    auto one = must(store.get_result(failed.id));
+    REQUIRE(one.has_value());
+    check_same(*one, failed);
+    CHECK_FALSE(must(store.get_result(ok.id + failed.id + 100)).has_value());
   }
 
   SECTION("every candidate status is accepted by the schema") {
