@@ -1,6 +1,7 @@
 #include "cli/repro_command.hpp"
 
 #include "cli/daemon_calls.hpp"
+#include "cli/output_file.hpp"
 #include "compiler/host_compiler.hpp"
 #include "core/paths.hpp"
 #include "core/shape.hpp"
@@ -12,7 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
+#include <utility>
+#include <vector>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,12 +32,6 @@ std::string sh_quote(const std::string& text) {
     else out += c;
   }
   return out + "'";
-}
-
-bool write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  return static_cast<bool>(out);
 }
 
 // The path inside the bundle for a file of the family (under `family_dir`): kernel/<relative>.
@@ -256,13 +252,18 @@ int write_bundle(const GlobalOptions& global, const ReproOptions& o, Output& io)
       "cd \"$(dirname \"$0\")\" || exit 2\n"
       "echo \"stored status: " + status + "\"\n"
       "exec \"${KTUNE_WORKER:-" + worker_path() + "}\" --run-repro repro.json\n";
-  bool written = write_text(out / "repro.json", repro.dump(2) + "\n") &&
-                 write_text(out / "result.json", stored.dump(2, ' ', false, json::error_handler_t::replace) + "\n") &&
-                 write_text(out / "env.json", env.dump(2, ' ', false, json::error_handler_t::replace) + "\n") &&
-                 write_text(out / "compile_command.txt", command + "\n") &&
-                 write_text(out / "run.sh", run_sh);
-  if (written && !compile->shim.empty()) written = write_text(out / "shim.cpp", compile->shim);
-  if (!written) return report_error(io, "io_error", "cannot write the bundle in " + out.string());
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"repro.json", repro.dump(2) + "\n"},
+      {"result.json", stored.dump(2, ' ', false, json::error_handler_t::replace) + "\n"},
+      {"env.json", env.dump(2, ' ', false, json::error_handler_t::replace) + "\n"},
+      {"compile_command.txt", command + "\n"},
+      {"run.sh", run_sh}};
+  if (!compile->shim.empty()) files.emplace_back("shim.cpp", compile->shim);
+  for (const auto& [name, text] : files) {
+    if (auto written = write_file_atomic((out / name).string(), text); !written) {
+      return report_error(io, written.error().code, written.error().message);
+    }
+  }
   ::chmod((out / "run.sh").c_str(), 0755);
 
   if (changed) {

@@ -2,6 +2,8 @@
 
 #include "report/assets.hpp"
 
+#include "db/job_winner.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -380,39 +382,11 @@ std::optional<std::size_t> job_winner(const JobData& data) {
       if (results[i].id == data.key_winner->result_id) return i;
     }
   }
-  // The tie with the lowest median, then the lower config index (pick_winner in daemon/replies
-  // without the incumbent, which only the key's stored winner above records).
-  std::optional<std::size_t> best;
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    const auto& r = results[i];
-    if (!r.tied || r.status != CandidateStatus::ok) continue;
-    const auto& b = best ? results[*best] : r;
-    if (!best || r.stats.median_ms < b.stats.median_ms ||
-        (r.stats.median_ms == b.stats.median_ms && r.config_index < b.config_index)) {
-      best = i;
-    }
-  }
-  if (best) return best;
-  for (const bool allow_pruned : {false, true}) {
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      const auto& r = results[i];
-      if (r.status != CandidateStatus::ok || (r.pruned && !allow_pruned) ||
-          !std::isfinite(r.stats.median_ms)) {
-        continue;
-      }
-      if (!best) {
-        best = i;
-        continue;
-      }
-      const auto& b = results[*best];
-      if (r.stats.median_ms < b.stats.median_ms ||
-          (r.stats.median_ms == b.stats.median_ms && r.config_index < b.config_index)) {
-        best = i;
-      }
-    }
-    if (best) return best;
-  }
-  return std::nullopt;
+  // The job's own rule (db/job_winner) without the incumbent, which only the key's stored
+  // winner above records.
+  const ResultRecord* winner = pick_winner(results);
+  if (winner == nullptr) return std::nullopt;
+  return static_cast<std::size_t>(winner - results.data());
 }
 
 Histogram histogram(const std::vector<double>& times_ms, const std::vector<bool>& pruned) {

@@ -4,6 +4,7 @@
 #include "compiler/host_compiler.hpp"
 #include "jobs/bench_job.hpp"
 #include "jobs/compile_job.hpp"
+#include "worker/worker.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -20,7 +21,6 @@
 #include <poll.h>
 #include <sstream>
 #include <string>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,15 +55,7 @@ StepResult run_step(const std::function<json()>& work, double deadline_s, long l
   if (pid == 0) {
     ::close(fds[0]);
     ::setpgid(0, 0);
-    const rlimit no_core{0, 0};
-    ::setrlimit(RLIMIT_CORE, &no_core);
-    if (memory_mb > 0) {
-      rlimit limit{};
-      ::getrlimit(RLIMIT_AS, &limit);
-      const rlim_t bytes = static_cast<rlim_t>(memory_mb) << 20;
-      limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? bytes : std::min(bytes, limit.rlim_max);
-      ::setrlimit(RLIMIT_AS, &limit);
-    }
+    (void)limit_candidate_process(memory_mb);  // as a worker would run it; a failure is not fatal
     json out;
     try {
       out = work();

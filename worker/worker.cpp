@@ -326,8 +326,6 @@ Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> c
     return make_error("parent_gone", "the parent process " + std::to_string(parent_pid) +
                                          " exited before the worker started");
   }
-  const rlimit no_core{0, 0};
-  if (::setrlimit(RLIMIT_CORE, &no_core) != 0) return errno_error("setrlimit(RLIMIT_CORE, 0)");
   if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR) return errno_error("signal(SIGPIPE, SIG_IGN)");
   const int flags = ::fcntl(fd, F_GETFD);
   if (flags < 0 || ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC) != 0) {
@@ -345,19 +343,25 @@ Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> c
       return errno_error("sched_setaffinity(cpu " + std::to_string(*cpu) + ")");
     }
   }
-  if (memory_mb && *memory_mb > 0) {
+  return limit_candidate_process(memory_mb.value_or(0));
+}
+
+Result<void> limit_candidate_process(long long memory_mb) {
+  const rlimit no_core{0, 0};
+  if (::setrlimit(RLIMIT_CORE, &no_core) != 0) return errno_error("setrlimit(RLIMIT_CORE, 0)");
+  if (memory_mb > 0) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     std::fprintf(stderr, "ktune-worker: --memory-mb %lld ignored: this is an AddressSanitizer or "
-                         "ThreadSanitizer build, which cannot run under RLIMIT_AS\n", *memory_mb);
+                         "ThreadSanitizer build, which cannot run under RLIMIT_AS\n", memory_mb);
 #else
     // Soft limit only: a bench worker lifts it before its first CUDA job (CUDA's virtual
     // reservations do not fit under it).
     rlimit limit{};
     if (::getrlimit(RLIMIT_AS, &limit) != 0) return errno_error("getrlimit(RLIMIT_AS)");
-    const rlim_t bytes = static_cast<rlim_t>(*memory_mb) << 20;
+    const rlim_t bytes = static_cast<rlim_t>(memory_mb) << 20;
     limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? bytes : std::min(bytes, limit.rlim_max);
     if (::setrlimit(RLIMIT_AS, &limit) != 0) {
-      return errno_error("setrlimit(RLIMIT_AS, " + std::to_string(*memory_mb) + " MiB)");
+      return errno_error("setrlimit(RLIMIT_AS, " + std::to_string(memory_mb) + " MiB)");
     }
 #endif
   }

@@ -83,6 +83,11 @@ inline constexpr std::size_t k_max_line_bytes = 16u << 20;
 [[nodiscard]] Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> cpu,
                                                   std::optional<long long> memory_mb = std::nullopt);
 
+// Core dumps off and, when `memory_mb` > 0, a soft address-space limit (RLIMIT_AS, under any
+// hard one): what every process that runs a candidate sets first. Sanitizer builds skip the
+// limit with a note on stderr. Errors (code "internal") name the failing call.
+[[nodiscard]] Result<void> limit_candidate_process(long long memory_mb);
+
 // Serves requests on `fd` until "exit" or end of input. Returns the process exit status: 0 on
 // exit or end of input, 1 when the socket fails (read or write error), k_exit_context_lost after
 // a fatal CUDA error. Blocking I/O. A bench worker given `measure_lock` (a file path) holds an
