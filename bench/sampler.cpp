@@ -1,5 +1,7 @@
 #include "bench/sampler.hpp"
 
+#include "core/stats.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <span>
@@ -20,8 +22,9 @@ std::string_view to_string(SampleStop stop) {
 
 Sampler::Sampler(const MeasureSettings& settings, double prune_above_ms, Clock::time_point start,
                  double race_above_ms)
-    : m_settings(settings), m_prune_above_ms(prune_above_ms), m_race_above_ms(race_above_ms),
-      m_start(start) {
+    : m_settings(settings), m_prune_above_ms(prune_above_ms),
+      m_prune_after(static_cast<std::size_t>(std::max(1, settings.prune_after))),
+      m_race_above_ms(race_above_ms), m_start(start) {
   m_samples.reserve(static_cast<std::size_t>(std::clamp(settings.max_samples, 1, 4096)));
 }
 
@@ -47,12 +50,34 @@ double Sampler::median_lower_bound(std::vector<double>& times) {
   return times[k];
 }
 
+// Checked after every sample up to 64, then every 8th: the test is O(n log n).
+bool Sampler::median_precise() const {
+  const std::size_t n = m_samples.size();
+  if (m_settings.target_error <= 0 || n == 0 || (n > 64 && n % 8 != 0)) return false;
+  const MedianInterval ci = median_interval(m_samples);
+  std::vector<double> sorted(m_samples);
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(n / 2), sorted.end());
+  const double median = sorted[n / 2];
+  return median > 0 && ci.high_ms - ci.low_ms <= 2.0 * k_error_z * m_settings.target_error * median;
+}
+
 // Checked after every sample up to 64, then every 8th: the test is linear in the samples.
 bool Sampler::raced_out() {
   const std::size_t n = m_race_times.size();
   if (n < k_race_min_samples || (n > 64 && n % 8 != 0)) return false;
   m_scratch.assign(m_race_times.begin(), m_race_times.end());
   return median_lower_bound(m_scratch) > m_race_above_ms;
+}
+
+void Sampler::screen(double ms) {
+  if (!m_samples.empty()) return;
+  if (m_prune_above_ms > 0 && ms > m_prune_above_ms) {
+    m_prune_after = 1;
+    return;
+  }
+  m_warming = m_settings.warmup_ms > 0;
+  m_warm_previous_ms = ms;
+  m_warm_spent_ms = ms;
 }
 
 bool Sampler::preempted(double wall_ms, double cpu_ms) {
@@ -69,6 +94,19 @@ SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> 
     return SampleStop::more;
   }
   m_retakes_in_a_row = 0;
+  if (m_warming) {
+    const double own_ms = cpu_ms ? std::min(ms, *cpu_ms) : ms;
+    const bool stable = m_warm_spent_ms >= k_warm_min_ms &&
+                        std::abs(own_ms - m_warm_previous_ms) <= k_warm_agreement * m_warm_previous_ms;
+    m_warm_spent_ms += ms;
+    if (!stable) {
+      ++m_warmup_samples;
+      m_warm_previous_ms = own_ms;
+      if (m_warm_spent_ms >= m_settings.warmup_ms) m_warming = false;
+      return SampleStop::more;
+    }
+    m_warming = false;
+  }
   m_samples.push_back(ms);
   m_measured_s += ms / 1000.0;
   const auto n = static_cast<double>(m_samples.size());
@@ -78,10 +116,9 @@ SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> 
 
   const auto count = static_cast<std::int64_t>(m_samples.size());
   const MeasureSettings& s = m_settings;
-  const auto prune_after = static_cast<std::size_t>(std::max(1, s.prune_after));
-  if (m_prune_above_ms > 0 && m_prune_times.size() < prune_after) {
+  if (m_prune_above_ms > 0 && m_prune_times.size() < m_prune_after) {
     m_prune_times.push_back(disturbed ? *cpu_ms : ms);
-    if (m_prune_times.size() == prune_after) {
+    if (m_prune_times.size() == m_prune_after) {
       std::vector<double> first(m_prune_times);
       std::nth_element(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(first.size() / 2),
                        first.end());
@@ -95,7 +132,7 @@ SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> 
   const bool enough = count >= s.min_samples && m_measured_s >= s.min_time_s;
   const double current_rsd = rsd();
   if (enough) {
-    if (current_rsd < s.target_rsd) return m_stop = SampleStop::converged;
+    if (current_rsd < s.target_rsd || median_precise()) return m_stop = SampleStop::converged;
     m_rsd_history.push_back(current_rsd);
     if (settled()) return m_stop = SampleStop::settled;
   }

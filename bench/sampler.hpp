@@ -6,13 +6,19 @@
 //   pruned     prune_above_ms > 0, prune_after samples taken and their median (of a preempted
 //              sample: its CPU time, see below) is above it: the candidate is clearly slower
 //              than the best so far (prune_factor x its median), so measuring it precisely is
-//              wasted time;
+//              wasted time. A candidate whose checked run was already above it (screen()) is
+//              tested after its first sample: two runs above twice the best are evidence enough;
 //   raced      race_above_ms > 0, n >= k_race_min_samples and the lower end of the median's 99%
 //              confidence interval (an order statistic) is above it: the candidate is slower
 //              than the bound with 99% confidence. The scheduler's bound is (1 + final_margin) x
 //              the best median so far, above which a candidate is never a finalist, so racing
 //              only stops measuring candidates whose precise time decides nothing;
-//   converged  n >= min_samples, measured >= min_time_s and rsd < target_rsd;
+//   converged  n >= min_samples, measured >= min_time_s, and rsd < target_rsd or the median is
+//              known to within target_error: its distribution-free 95% confidence interval
+//              (median_interval, order statistics) is at most 2 x 1.96 x target_error x the
+//              median wide. The median is as precise as asked whatever the spread of single
+//              samples, and a burst of disturbed samples (another process thrashing the shared
+//              cache) widens it far less than it inflates the rsd;
 //   settled    n >= min_samples, measured >= min_time_s, and the rsd estimate has stopped moving:
 //              over the last k_settle_window samples it stayed within k_settle_band of its
 //              current value (relative). A candidate whose noise is real, not a warm-up transient,
@@ -53,6 +59,7 @@ public:
 
   static constexpr std::size_t k_race_min_samples = 8;
   static constexpr double k_race_z = 2.576;  // two-sided 99%
+  static constexpr double k_error_z = 1.96;  // target_error is a standard error: 95% is 1.96 of it
 
   // `prune_above_ms` <= 0 never prunes, `race_above_ms` <= 0 never races. `start` is the time of
   // the first timed launch.
@@ -75,6 +82,21 @@ public:
   // undisturbed; with it, a preempted sample is retaken (see above).
   SampleStop add(double ms, Clock::time_point now, std::optional<double> cpu_ms = std::nullopt);
 
+  // The candidate's checked run (never a sample) took `ms` of CPU time. Call before the first
+  // add(). Above the prune bound, the prune test comes after the first sample instead of after
+  // prune_after, and there is no warm-up. Otherwise (warmup_ms > 0) the first samples are the
+  // warm-up: not counted until one takes the same time as the run before it, within
+  // k_warm_agreement, with at least k_warm_min_ms spent since the checked run began, or until
+  // warmup_ms has been spent. A kernel of milliseconds is usually warm after its checked run,
+  // and then no sample is lost; a fixed warm-up cost every candidate 25 ms. Without screen() the
+  // runner warms up itself (the CUDA runner: warmup_ms of launches).
+  void screen(double ms);
+  // Samples not counted as the warm-up.
+  [[nodiscard]] std::size_t warmup_samples() const { return m_warmup_samples; }
+
+  static constexpr double k_warm_agreement = 0.05;
+  static constexpr double k_warm_min_ms = 2.0;
+
   [[nodiscard]] SampleStop reason() const { return m_stop; }
   [[nodiscard]] std::size_t count() const { return m_samples.size(); }
   // Samples dropped as preempted and taken again.
@@ -86,9 +108,11 @@ public:
 private:
   [[nodiscard]] bool settled() const;
   [[nodiscard]] bool raced_out();
+  [[nodiscard]] bool median_precise() const;
 
   MeasureSettings m_settings;
   double m_prune_above_ms;
+  std::size_t m_prune_after;
   double m_race_above_ms;
   Clock::time_point m_start;
   std::vector<double> m_samples;
@@ -96,6 +120,10 @@ private:
   std::vector<double> m_race_times;  // every sample as the race test sees it (when racing)
   std::vector<double> m_scratch;
   std::size_t m_retaken = 0;
+  bool m_warming = false;
+  double m_warm_previous_ms = 0;
+  double m_warm_spent_ms = 0;
+  std::size_t m_warmup_samples = 0;
   int m_retakes_in_a_row = 0;
   std::vector<double> m_rsd_history; // rsd after each sample once min_samples/min_time are met
   double m_measured_s = 0;

@@ -269,6 +269,8 @@ Result<void> apply_measure_table(const toml::table& table, const FileReader& rea
       KTUNE_CONFIG_SET(measure.max_samples, reader.integer(node, name, 1, 100'000'000));
     } else if (key == "target_rsd") {
       KTUNE_CONFIG_SET(measure.target_rsd, reader.number(node, name, 0.0));
+    } else if (key == "target_error") {
+      KTUNE_CONFIG_SET(measure.target_error, reader.number(node, name, 0.0));
     } else if (key == "min_time_s") {
       KTUNE_CONFIG_SET(measure.min_time_s, reader.number(node, name, 0.0));
     } else if (key == "max_time_s") {
@@ -296,7 +298,7 @@ Result<void> apply_measure_table(const toml::table& table, const FileReader& rea
       KTUNE_CONFIG_SET(measure.tie_margin, reader.number(node, name, 0.0));
     } else {
       return reader.error(name, "unknown key (expected min_samples, max_samples, target_rsd, "
-                                "min_time_s, max_time_s, warmup_ms, flush_cache, seed, "
+                                "target_error, min_time_s, max_time_s, warmup_ms, flush_cache, seed, "
                                 "prune_factor, prune_after, race_margin, finalists, final_margin, "
                                 "final_rounds or "
                                 "tie_margin)");

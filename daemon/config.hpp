@@ -10,8 +10,9 @@
 //             worker_memory_mb, max_connections, message_timeout_s, connection_idle_s,
 //             max_queued_jobs_per_client
 //   [access]  allow_uids, allow_gids, allow_root
-//   [measure] min_samples, max_samples, target_rsd, min_time_s, max_time_s, warmup_ms,
-//             flush_cache, seed, prune_factor, prune_after, finalists, final_margin,
+//   [measure] min_samples, max_samples, target_rsd, target_error, min_time_s, max_time_s,
+//             warmup_ms, flush_cache, seed, prune_factor, prune_after, race_margin, finalists,
+//             final_margin,
 //             final_rounds, tie_margin
 // Relative paths in a file are taken relative to that file's directory; relative paths on the
 // command line relative to the working directory. Every resolved path is absolute.

@@ -137,8 +137,10 @@ struct Scheduler::ActiveJob {
   std::map<std::size_t, Compiled> artifacts; // ok candidates measured in this job
   std::map<std::size_t, ResultRecord> ok_rows; // config index -> its ok row
   // The finals: the finalists in config order, each one's stats round by round, the finalists
-  // the current round has yet to measure, and the rounds started.
+  // the current round has yet to measure, and the rounds started. Finalists raced out of the
+  // finals (race_finals) keep their rounds so far in `raced_out`.
   std::vector<Compiled> finalists;
+  std::vector<Compiled> raced_out;
   std::map<std::size_t, std::vector<SampleStats>> final_stats;
   std::deque<Compiled> final_queue;
   int rounds_started = 0;
@@ -928,8 +930,43 @@ void Scheduler::on_final_measured(ActiveJob& job, const Compiled& candidate,
   }
   if (job.final_queue.empty() && job.finalists.size() >= 2 &&
       job.rounds_started < m_settings.measure.final_rounds) {
+    race_finals(job);
     queue_round(job);
   }
+}
+
+// After each round from the k_race_finals_after-th on, the finalists slower than the best at 95%
+// confidence by more than tie_margin (judge_finals' ratio_low above 1 + tie_margin: they can no
+// longer tie it) leave the finals, slowest first, keeping at least two. Their rounds so far are
+// pooled into their rows like the others'. With five rounds this spares the last two rounds of
+// every clear loser.
+void Scheduler::race_finals(ActiveJob& job) {
+  if (job.rounds_started < k_race_finals_after || job.finalists.size() <= 2) return;
+  std::vector<std::vector<double>> round_ms;
+  for (const Compiled& f : job.finalists) {
+    round_ms.emplace_back();
+    for (const SampleStats& s : job.final_stats.at(f.index)) round_ms.back().push_back(s.median_ms);
+  }
+  const double tie_margin = m_settings.measure.tie_margin;
+  const FinalsVerdict verdict = judge_finals(round_ms, tie_margin);
+  std::vector<std::pair<double, std::size_t>> losers; // (ratio_low, index in finalists)
+  for (std::size_t i = 0; i < job.finalists.size(); ++i) {
+    if (verdict.ratio_low[i] > 1.0 + tie_margin) losers.emplace_back(verdict.ratio_low[i], i);
+  }
+  std::sort(losers.rbegin(), losers.rend());
+  if (losers.size() > job.finalists.size() - 2) losers.resize(job.finalists.size() - 2);
+  std::vector<bool> out(job.finalists.size(), false);
+  for (const auto& loser : losers) out[loser.second] = true;
+  std::vector<Compiled> kept;
+  for (std::size_t i = 0; i < job.finalists.size(); ++i) {
+    (out[i] ? job.raced_out : kept).push_back(job.finalists[i]);
+  }
+  if (!losers.empty()) {
+    KTUNE_LOG(debug) << "job " << job.plan.record.id << ": " << losers.size()
+                     << " finalist(s) raced out after round " << job.rounds_started << ", "
+                     << kept.size() << " left";
+  }
+  job.finalists = std::move(kept);
 }
 
 // The winning group as config indices: the best and its ties. After finals: the best of the
@@ -1106,9 +1143,12 @@ void Scheduler::finish(ActiveJob& job) {
             "no candidate succeeded (" + describe_failures(job.failures) + ")");
     return;
   }
-  // The finalists' rounds pooled into their rows, then the ties of the best, the preferred tie.
+  // The finalists' rounds pooled into their rows (those raced out of the finals too), then the
+  // ties of the best, the preferred tie.
+  std::vector<Compiled> measured_in_finals = job.finalists;
+  measured_in_finals.insert(measured_in_finals.end(), job.raced_out.begin(), job.raced_out.end());
   if (job.finalists.size() >= 2) {
-    for (const Compiled& f : job.finalists) {
+    for (const Compiled& f : measured_in_finals) {
       ResultRecord& row = job.ok_rows.at(f.index);
       const SampleStats pooled = pool_rounds(job.final_stats.at(f.index));
       const double speedup = row.stats.median_ms / pooled.median_ms;
@@ -1155,7 +1195,7 @@ void Scheduler::finish(ActiveJob& job) {
     double gflops, gbps;
   };
   std::vector<Remeasured> remeasured;
-  for (const Compiled& f : job.finalists.size() >= 2 ? job.finalists : std::vector<Compiled>{}) {
+  for (const Compiled& f : job.finalists.size() >= 2 ? measured_in_finals : std::vector<Compiled>{}) {
     const ResultRecord& row = job.ok_rows.at(f.index);
     remeasured.push_back({row.config_index, row.stats, row.gflops, row.gbps});
   }

@@ -36,7 +36,9 @@
 // finalist's row then holds the rounds pooled (pool_rounds: median = median of the round
 // medians; remeasured). Comparing finalists round by round cancels what the machine did between
 // rounds; judge_finals (core/stats.hpp) declares ties: within tie_margin (3%) of the best at 95%
-// confidence, and never measured more than 2 x tie_margin slower. The winner among the ties
+// confidence, and never measured more than 2 x tie_margin slower. From the third round on, a
+// finalist that can no longer tie the best (slower by more than tie_margin at 95%) leaves the
+// finals (race_finals), its rounds so far pooled into its row. The winner among the ties
 // (results.tied, the best included) is the incumbent -- the key's winner before this job -- when
 // it is in the group, else the tie with the lowest median (pick_winner), so a re-tune that learns
 // nothing new keeps the config it named before.
@@ -234,6 +236,8 @@ private:
   [[nodiscard]] bool search_over(const ActiveJob& job) const;
   void start_finals(ActiveJob& job);
   void queue_round(ActiveJob& job);
+  static constexpr int k_race_finals_after = 3; // rounds
+  void race_finals(ActiveJob& job);
   void start_reference(ActiveJob& job);
   void start_compile(ActiveJob& job, std::size_t index);
   void start_bench(ActiveJob& job, Compiled candidate);

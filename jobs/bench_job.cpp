@@ -126,7 +126,8 @@ Result<SampleStats> stats_from_json(const json& j, std::string_view what) {
 
 nlohmann::json MeasureSettings::to_json() const {
   return json{{"min_samples", min_samples}, {"max_samples", max_samples},
-              {"target_rsd", target_rsd},   {"min_time_s", min_time_s},
+              {"target_rsd", target_rsd},   {"target_error", target_error},
+              {"min_time_s", min_time_s},
               {"max_time_s", max_time_s},   {"warmup_ms", warmup_ms},
               {"flush_cache", flush_cache}, {"seed", seed},
               {"prune_after", prune_after}, {"prune_factor", prune_factor},
@@ -143,6 +144,7 @@ Result<MeasureSettings> MeasureSettings::parse(const nlohmann::json& j) {
   if (auto r = read_int(j, "min_samples", what, s.min_samples); !r) return r.error();
   if (auto r = read_int(j, "max_samples", what, s.max_samples); !r) return r.error();
   if (auto r = read_double(j, "target_rsd", what, s.target_rsd); !r) return r.error();
+  if (auto r = read_double(j, "target_error", what, s.target_error); !r) return r.error();
   if (auto r = read_double(j, "min_time_s", what, s.min_time_s); !r) return r.error();
   if (auto r = read_double(j, "max_time_s", what, s.max_time_s); !r) return r.error();
   if (auto r = read_double(j, "warmup_ms", what, s.warmup_ms); !r) return r.error();
@@ -174,6 +176,7 @@ MeasureSettings MeasureSettings::from_json(const nlohmann::json& j) {
     if (key == "min_samples") defaults.min_samples = p.min_samples;
     else if (key == "max_samples") defaults.max_samples = p.max_samples;
     else if (key == "target_rsd") defaults.target_rsd = p.target_rsd;
+    else if (key == "target_error") defaults.target_error = p.target_error;
     else if (key == "min_time_s") defaults.min_time_s = p.min_time_s;
     else if (key == "max_time_s") defaults.max_time_s = p.max_time_s;
     else if (key == "warmup_ms") defaults.warmup_ms = p.warmup_ms;

@@ -45,9 +45,10 @@ struct BenchArg {
 };
 
 struct MeasureSettings {
-  int min_samples = 10;
+  int min_samples = 3;
   int max_samples = 1000;
-  double target_rsd = 0.01;    // stop when stddev/mean falls under this ...
+  double target_rsd = 0.01;    // stop when stddev/mean falls under this, or ...
+  double target_error = 0.01;  // ... the mean's relative standard error (rsd / sqrt(n)) does, ...
   double min_time_s = 0.05;    // ... with at least this much measured time
   double max_time_s = 15.0;    // hard cap on measured time
   double warmup_ms = 25.0;
@@ -57,7 +58,7 @@ struct MeasureSettings {
   double prune_factor = 2.0;   // the scheduler prunes above prune_factor x the best median; 0 = off
   // The scheduler races candidates out above (1 + race_margin) x the best median (bench/sampler.hpp);
   // 0 = off, the default until it is measured on a quiet machine.
-  double race_margin = 0.0;
+  double race_margin = 0.30;
   // The finals (daemon/scheduler.hpp): when the search is over, the best and the candidates
   // within final_margin of it, at most `finalists` of them (0 or 1: no finals), are measured
   // again in final_rounds interleaved rounds; tie_margin decides the ties (judge_finals).

@@ -213,3 +213,97 @@ TEST_CASE("the median's lower confidence bound is a distribution-free order stat
   for (int i = 100; i >= 1; --i) hundred.push_back(i);
   CHECK(Sampler::median_lower_bound(hundred) == 38.0);  // rank floor((100 - 25.76) / 2) = 37
 }
+
+TEST_CASE("Sampler stops once the median is known to within target_error", "[bench][sampler]") {
+  auto s = settings();
+  s.target_rsd = 0;  // only the median's interval (or settling, or the cap) can stop it
+  s.min_samples = 3;
+  s.target_error = 0.01;  // a 95% interval of at most +-1.96%
+  SECTION("tight samples: at min_samples") {
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    auto [stop, n] = run(sampler, [](std::size_t i) { return 10.0 + 0.05 * static_cast<double>(i % 3); });
+    CHECK(stop == SampleStop::converged);
+    CHECK(n == 3);
+  }
+  SECTION("a burst of disturbed samples widens the median's interval less than the rsd") {
+    // Every fourth sample twice as slow: an rsd of ~40% that never converges as a mean, while
+    // the median's interval narrows to the undisturbed samples.
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    auto [stop, n] = run(sampler, [](std::size_t i) { return i % 4 == 1 ? 20.0 : 10.0 + 0.01 * static_cast<double>(i % 3); });
+    CHECK(stop == SampleStop::converged);
+    CHECK(n > 3);
+    CHECK(n < 40);
+    CHECK(sampler.rsd() > 0.3);
+  }
+  SECTION("spread wider than the target: more samples") {
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    auto [stop, n] = run(sampler, [](std::size_t i) { return 10.0 * (1.0 + 0.1 * static_cast<double>(i % 5)); });
+    CHECK(stop != SampleStop::converged);
+  }
+  SECTION("target_error 0 turns the test off") {
+    s.target_error = 0;
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    auto [stop, n] = run(sampler, [](std::size_t i) { return 10.0 + 0.05 * static_cast<double>(i % 3); });
+    CHECK(stop != SampleStop::converged);  // it settles instead, after the settle window
+    CHECK(n > Sampler::k_settle_window);
+  }
+}
+
+TEST_CASE("Sampler warms up until two runs agree, and screens on the checked run", "[bench][sampler]") {
+  auto s = settings();
+  s.min_samples = 3;
+  s.warmup_ms = 25;
+  const auto start = Sampler::Clock::now();
+  SECTION("a checked run like the first sample: no sample is lost to the warm-up") {
+    Sampler sampler(s, 0, start);
+    sampler.screen(10.0);
+    CHECK(sampler.add(10.1, start, 10.1) == SampleStop::more);
+    CHECK(sampler.count() == 1);
+    CHECK(sampler.warmup_samples() == 0);
+  }
+  SECTION("samples are not counted until one agrees with the one before") {
+    Sampler sampler(s, 0, start);
+    sampler.screen(4.0);  // cold
+    CHECK(sampler.add(3.0, start, 3.0) == SampleStop::more);
+    CHECK(sampler.add(2.5, start, 2.5) == SampleStop::more);
+    CHECK(sampler.count() == 0);
+    CHECK(sampler.add(2.51, start, 2.51) == SampleStop::more);
+    CHECK(sampler.count() == 1);
+    CHECK(sampler.warmup_samples() == 2);
+    CHECK(sampler.take_samples() == std::vector<double>{2.51});
+  }
+  SECTION("a warm-up that never settles ends after warmup_ms") {
+    Sampler sampler(s, 0, start);
+    sampler.screen(1.0);
+    std::size_t i = 0;
+    while (sampler.count() == 0 && i < 100) {
+      (void)sampler.add(i % 2 == 0 ? 2.0 : 4.0, start, std::nullopt);
+      ++i;
+    }
+    CHECK(sampler.warmup_samples() > 0);
+    CHECK(static_cast<double>(sampler.warmup_samples()) * 2.0 <= s.warmup_ms + 4.0);
+  }
+  SECTION("a tiny kernel warms up for at least k_warm_min_ms") {
+    Sampler sampler(s, 0, start);
+    sampler.screen(0.01);
+    std::size_t i = 0;
+    while (sampler.count() == 0 && i < 10000) {
+      (void)sampler.add(0.01, start, 0.01);
+      ++i;
+    }
+    CHECK(static_cast<double>(sampler.warmup_samples() + 1) * 0.01 >= Sampler::k_warm_min_ms - 0.011);
+  }
+  SECTION("a checked run above the prune bound: pruned after one sample above it, no warm-up") {
+    Sampler sampler(s, 4.0, start);
+    sampler.screen(9.0);
+    CHECK(sampler.add(9.1, start, 9.1) == SampleStop::pruned);
+    CHECK(sampler.count() == 1);
+  }
+  SECTION("a checked run above the bound but a fast first sample: the usual prune test") {
+    Sampler sampler(s, 4.0, start);
+    sampler.screen(9.0);  // e.g. page faults in the checked run
+    CHECK(sampler.add(2.0, start, 2.0) == SampleStop::more);
+    CHECK(sampler.add(2.0, start, 2.0) == SampleStop::more);
+    CHECK(sampler.count() == 2);
+  }
+}

@@ -211,7 +211,9 @@ TEST_CASE("identical tunes share a job, and a finished key is reused unless aske
 TEST_CASE("slow candidates are pruned after their first samples and never win",
           "[integration][pipeline]") {
   TempDir home;
-  // Prune anything slower than 1% of the best: every candidate after the first measured one.
+  // Prune anything slower than 1% of the best: every candidate after the first measured one,
+  // after its first sample (its checked run was above the bound too: Sampler::screen) or, when
+  // the checked run happened to be faster, after prune_after samples.
   const json job = tune_in_new_daemon(home, "prune_factor = 0.01\nprune_after = 3\n", "M=32,N=32,K=32");
   const auto& results = job.at("results");
   REQUIRE(results.size() >= 2);
@@ -221,7 +223,7 @@ TEST_CASE("slow candidates are pruned after their first samples and never win",
     CHECK(r.at("status") == "ok");
     if (r.at("pruned") == true) {
       ++pruned;
-      CHECK(r.at("n") == 3);
+      CHECK((r.at("n") == 1 || r.at("n") == 3));
       CHECK(r.at("config") != job.at("winner").at("config"));
     }
   }
@@ -302,14 +304,16 @@ TEST_CASE("the finals measure the nearest candidates again in rounds; the winner
       if (r.at("status") != "ok") continue;
       if (r.at("tied") == true) tied.push_back(&r);
       if (r.at("remeasured") == true) ++finalists;
+      // A finalist raced out of the finals was measured in fewer rounds than the winner: its
+      // pooled median comes from other moments, and the rounds it shared with the best judged it.
+      if (r.at("remeasured") == true && r.at("tied") == false) continue;
       if (fastest == nullptr || r.at("median_ms") < fastest->at("median_ms")) fastest = &r;
     }
     REQUIRE(fastest != nullptr);
     CHECK(finalists <= 16);
-    if (tied.empty()) {
+    if (tied.size() <= 1) {
       CHECK(winner.at("config") == fastest->at("config"));  // a clear winner
     } else {
-      REQUIRE(tied.size() >= 2);
       // The fastest is among the ties and it wins (no incumbent in a fresh home).
       bool has_fastest = false;
       for (const json* r : tied) {
@@ -322,4 +326,43 @@ TEST_CASE("the finals measure the nearest candidates again in rounds; the winner
       CHECK(winner.at("tie_group").size() == tied.size());
     }
   }
+}
+
+TEST_CASE("finalists that can no longer tie the best are raced out of the finals after round 3",
+          "[integration][pipeline]") {
+  TempDir home;
+  // Every round takes exactly 5 samples of every finalist; every candidate is a finalist.
+  home.write("ktuned.toml",
+             "[measure]\nmin_samples = 5\nmax_samples = 5\ntarget_rsd = 0\ntarget_error = 0\n"
+             "min_time_s = 0\nmax_time_s = 5\nwarmup_ms = 1\nflush_cache = false\n"
+             "prune_factor = 0\nrace_margin = 0\nfinalists = 32\nfinal_rounds = 8\n"
+             "final_margin = 1000\ntie_margin = 0.03\n");
+  DaemonProcess daemon(home.str(), daemon_args(home));
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto c = connect(daemon);
+  const json job = tune_and_wait(c, "M=32,N=32,K=32");
+  const auto& winner = job.at("winner");
+  std::size_t finalists = 0;
+  std::size_t raced = 0;
+  for (const auto& r : job.at("results")) {
+    INFO(r.dump());
+    REQUIRE(r.at("status") == "ok");
+    REQUIRE(r.at("remeasured") == true);
+    ++finalists;
+    const int n = r.at("n").get<int>();
+    CHECK(n % 5 == 0);
+    CHECK(n >= 15);  // never before the third round
+    CHECK(n <= 40);
+    if (n < 40) {
+      ++raced;
+      CHECK(r.at("tied") == false);
+      CHECK(r.at("config") != winner.at("config"));
+    }
+    if (r.at("config") == winner.at("config")) CHECK(n == 40);
+  }
+  REQUIRE(finalists >= 3);
+  // gemm's configs at 32^3 differ by up to 2x: the slowest leave before the last rounds, and at
+  // least two finalists always stay.
+  CHECK(raced >= 1);
+  CHECK(raced <= finalists - 2);
 }
