@@ -593,6 +593,7 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
 
     stage = "timed launch";
     Sampler sampler(settings, job.prune_above_ms, Clock::now(), job.race_above_ms);
+    sampler.finals_bound(job.finalist_below_ms);
     while (true) {
       // Untimed and in stream order before the start event: the restore, then the flush, so
       // the restored buffers are as cold in L2 as every other input.

@@ -433,6 +433,7 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
 
   Sampler sampler(settings, job.prune_above_ms, Clock::now(), job.race_above_ms);
   sampler.screen(check_cpu_ms);  // warm-up until stable, and the prune screen
+  sampler.finals_bound(job.finalist_below_ms);
   while (true) {
     if (job.inplace) set.restore_inputs();  // before making the caches cold: the copy warms them
     if (evict) set.evict_buffers();

@@ -13,6 +13,7 @@ std::string_view to_string(SampleStop stop) {
     case SampleStop::more: return "more";
     case SampleStop::pruned: return "pruned";
     case SampleStop::raced: return "raced";
+    case SampleStop::finalist: return "finalist";
     case SampleStop::converged: return "converged";
     case SampleStop::settled: return "settled";
     case SampleStop::capped: return "capped";
@@ -132,6 +133,9 @@ SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> 
   const bool enough = count >= s.min_samples && m_measured_s >= s.min_time_s;
   const double current_rsd = rsd();
   if (enough) {
+    if (m_finalist_below_ms > 0 && median_interval(m_samples).high_ms < m_finalist_below_ms) {
+      return m_stop = SampleStop::finalist;
+    }
     if (current_rsd < s.target_rsd || median_precise()) return m_stop = SampleStop::converged;
     m_rsd_history.push_back(current_rsd);
     if (settled()) return m_stop = SampleStop::settled;

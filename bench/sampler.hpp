@@ -13,6 +13,11 @@
 //              than the bound with 99% confidence. The scheduler's bound is (1 + final_margin) x
 //              the best median so far, above which a candidate is never a finalist, so racing
 //              only stops measuring candidates whose precise time decides nothing;
+//   finalist   finalist_below_ms > 0, n >= min_samples, measured >= min_time_s, and the upper end
+//              of the median's 95% confidence interval (median_interval) is below it: the
+//              candidate is a finalist whatever more samples say, and the finals measure it again
+//              in rounds, so its precise time here decides nothing (the scheduler passes
+//              (1 + final_margin) x the best median while the job will hold finals);
 //   converged  n >= min_samples, measured >= min_time_s, and rsd < target_rsd or the median is
 //              known to within target_error: its distribution-free 95% confidence interval
 //              (median_interval, order statistics) is at most 2 x 1.96 x target_error x the
@@ -46,7 +51,7 @@
 
 namespace ktune {
 
-enum class SampleStop { more, pruned, raced, converged, settled, capped };
+enum class SampleStop { more, pruned, raced, finalist, converged, settled, capped };
 
 [[nodiscard]] std::string_view to_string(SampleStop stop);
 
@@ -91,6 +96,8 @@ public:
   // and then no sample is lost; a fixed warm-up cost every candidate 25 ms. Without screen() the
   // runner warms up itself (the CUDA runner: warmup_ms of launches).
   void screen(double ms);
+  // See `finalist` above; <= 0 (the default) never stops a candidate for it.
+  void finals_bound(double finalist_below_ms) { m_finalist_below_ms = finalist_below_ms; }
   // Samples not counted as the warm-up.
   [[nodiscard]] std::size_t warmup_samples() const { return m_warmup_samples; }
 
@@ -114,6 +121,7 @@ private:
   double m_prune_above_ms;
   std::size_t m_prune_after;
   double m_race_above_ms;
+  double m_finalist_below_ms = 0;
   Clock::time_point m_start;
   std::vector<double> m_samples;
   std::vector<double> m_prune_times; // the first prune_after samples as the prune test sees them

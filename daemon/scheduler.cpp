@@ -851,6 +851,13 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate) {
                          candidate.compile_ms));
     return;
   }
+  // A sure finalist needs no precise time before the finals: only while the job will hold them
+  // (a best measured in this job, so that its time can be paired with the others').
+  const MeasureSettings& rules = m_settings.measure;
+  if (!again && job.best && rules.finalists >= 2 &&
+      job.artifacts.count(static_cast<std::size_t>(job.best->config_index)) != 0) {
+    bench_job->finalist_below_ms = (1.0 + rules.final_margin) * job.best->stats.median_ms;
+  }
   if (!again && job.best && m_settings.measure.prune_factor > 0) {
     bench_job->prune_above_ms = m_settings.measure.prune_factor * job.best->stats.median_ms;
     if (m_settings.measure.race_margin > 0) {

@@ -258,7 +258,8 @@ nlohmann::json BenchJob::to_json() const {
               {"buffer_offset", buffer_offset},
               {"settings", settings.to_json()},
               {"prune_above_ms", prune_above_ms},
-              {"race_above_ms", race_above_ms}};
+              {"race_above_ms", race_above_ms},
+              {"finalist_below_ms", finalist_below_ms}};
   if (launch) out["launch"] = launch->to_json();
   if (reference_launch) out["reference_launch"] = reference_launch->to_json();
   if (launch) out["cuda_device"] = cuda_device;
@@ -301,6 +302,7 @@ Result<BenchJob> BenchJob::from_json(const nlohmann::json& j) {
   }
   if (auto r = read_double(j, "prune_above_ms", what, job.prune_above_ms); !r) return r.error();
   if (auto r = read_double(j, "race_above_ms", what, job.race_above_ms); !r) return r.error();
+  if (auto r = read_double(j, "finalist_below_ms", what, job.finalist_below_ms); !r) return r.error();
   if (const auto it = j.find("settings"); it != j.end()) {
     auto settings = MeasureSettings::parse(*it);
     if (!settings) return settings.error();

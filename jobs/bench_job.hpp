@@ -100,6 +100,10 @@ struct BenchJob {
   // median is above this with 99% confidence (bench/sampler.hpp: raced). The scheduler passes
   // (1 + race_margin) x the best median; 0 = never (JSON "race_above_ms").
   double race_above_ms = 0;
+  // Stop measuring the candidate, as a sure finalist, once its median is below this with 95%
+  // confidence (bench/sampler.hpp: finalist). The scheduler passes (1 + final_margin) x the best
+  // median while the job will hold finals; 0 = never (JSON "finalist_below_ms").
+  double finalist_below_ms = 0;
   // CUDA candidates only: the candidate's launch geometry and the reference config's (absent
   // for CPU jobs). JSON "launch" and "reference_launch", CudaLaunch::to_json(), omitted when
   // absent.

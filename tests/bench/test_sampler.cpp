@@ -307,3 +307,35 @@ TEST_CASE("Sampler warms up until two runs agree, and screens on the checked run
     CHECK(sampler.count() == 2);
   }
 }
+
+TEST_CASE("Sampler stops a sure finalist at min_samples: the finals measure it again", "[bench][sampler]") {
+  auto s = settings();
+  s.target_rsd = 0;
+  s.target_error = 0;  // nothing else stops it early
+  s.min_samples = 3;
+  SECTION("well under the bound: out at min_samples, as a finalist") {
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    sampler.finals_bound(13.0);
+    auto [stop, n] = run(sampler, [](std::size_t i) { return 10.0 + static_cast<double>(i % 3); });
+    CHECK(stop == SampleStop::finalist);
+    CHECK(n == 3);
+  }
+  SECTION("straddling the bound: measured until it is clear which side it is on") {
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    sampler.finals_bound(13.0);
+    auto [stop, n] = run(sampler, [](std::size_t i) { return i % 4 == 0 ? 14.0 : 12.0; });
+    CHECK(stop == SampleStop::finalist);
+    CHECK(n > 3);
+  }
+  SECTION("above the bound: never a finalist") {
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    sampler.finals_bound(13.0);
+    auto [stop, n] = run(sampler, [](std::size_t i) { return 14.0 + 0.1 * static_cast<double>(i % 3); });
+    CHECK(stop != SampleStop::finalist);
+  }
+  SECTION("no bound: never") {
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    auto [stop, n] = run(sampler, [](std::size_t) { return 1.0; });
+    CHECK(stop != SampleStop::finalist);
+  }
+}
