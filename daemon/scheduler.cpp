@@ -837,9 +837,13 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate) {
   const bool again = job.phase == Phase::finals;
   MeasureSettings measure = m_settings.measure;
   if (again) {
-    // A round of the finals takes its share of one candidate's measuring time.
-    measure.max_time_s =
-        std::max(measure.min_time_s, measure.max_time_s / std::max(1, measure.final_rounds));
+    // A round of the finals takes its share of one candidate's measuring time, and its share of
+    // the precision: the rounds are the replicates judge_finals compares, so the median of one
+    // round needs to be known to within target_error x sqrt(final_rounds) for their pooled
+    // median to be known to within target_error.
+    const int rounds = std::max(1, measure.final_rounds);
+    measure.max_time_s = std::max(measure.min_time_s, measure.max_time_s / rounds);
+    measure.target_error *= std::sqrt(static_cast<double>(rounds));
   }
   auto bench_job = make_bench_job(plan.kernel.spec, plan.shape, plan.configs[candidate.index],
                                   plan.record.dtype, candidate.artifact_path, job.reference_path,

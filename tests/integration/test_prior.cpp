@@ -38,6 +38,10 @@ max_time_s = 0.05
 min_time_s = 0
 warmup_ms = 1
 flush_cache = false
+# Every candidate measured until its rsd converges or settles: the neighbours' rankings must be
+# the kernel's, not the noise's.
+target_error = 0
+race_margin = 0
 )";
 
 // Runs one tune with "wait" and returns the job summary (the reply's result).
