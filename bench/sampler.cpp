@@ -133,8 +133,10 @@ SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> 
   const bool enough = count >= s.min_samples && m_measured_s >= s.min_time_s;
   const double current_rsd = rsd();
   if (enough) {
-    if (m_finalist_below_ms > 0 && median_interval(m_samples).high_ms < m_finalist_below_ms) {
-      return m_stop = SampleStop::finalist;
+    if (m_finalist_below_ms > 0) {
+      const MedianInterval ci = median_interval(m_samples);
+      if (ci.high_ms < m_finalist_below_ms) return m_stop = SampleStop::finalist;
+      if (ci.low_ms > m_finalist_below_ms) return m_stop = SampleStop::raced;
     }
     if (current_rsd < s.target_rsd || median_precise()) return m_stop = SampleStop::converged;
     m_rsd_history.push_back(current_rsd);

@@ -17,7 +17,9 @@
 //              of the median's 95% confidence interval (median_interval) is below it: the
 //              candidate is a finalist whatever more samples say, and the finals measure it again
 //              in rounds, so its precise time here decides nothing (the scheduler passes
-//              (1 + final_margin) x the best median while the job will hold finals);
+//              (1 + final_margin) x the best median while the job will hold finals). With the
+//              same minimums and the interval's lower end above it, the candidate will never be
+//              a finalist and its precise time decides nothing either: raced, at 95%;
 //   converged  n >= min_samples, measured >= min_time_s, and rsd < target_rsd or the median is
 //              known to within target_error: its distribution-free 95% confidence interval
 //              (median_interval, order statistics) is at most 2 x 1.96 x target_error x the

@@ -331,11 +331,24 @@ TEST_CASE("Sampler stops a sure finalist at min_samples: the finals measure it a
     Sampler sampler(s, 0, Sampler::Clock::now());
     sampler.finals_bound(13.0);
     auto [stop, n] = run(sampler, [](std::size_t i) { return 14.0 + 0.1 * static_cast<double>(i % 3); });
-    CHECK(stop != SampleStop::finalist);
+    CHECK(stop == SampleStop::raced);
   }
   SECTION("no bound: never") {
     Sampler sampler(s, 0, Sampler::Clock::now());
     auto [stop, n] = run(sampler, [](std::size_t) { return 1.0; });
     CHECK(stop != SampleStop::finalist);
   }
+}
+
+TEST_CASE("While the job holds finals, a candidate clearly outside them is raced out at min_samples",
+          "[bench][sampler]") {
+  auto s = settings();
+  s.target_rsd = 0;
+  s.target_error = 0;
+  s.min_samples = 3;
+  Sampler sampler(s, 0, Sampler::Clock::now());
+  sampler.finals_bound(13.0);
+  auto [stop, n] = run(sampler, [](std::size_t i) { return 16.0 + static_cast<double>(i % 3); });
+  CHECK(stop == SampleStop::raced);
+  CHECK(n == 3);
 }
