@@ -27,6 +27,10 @@
 //   (means over the multi-device files, cold = the same strategy without a prior),
 //   "worst_prior_minus_cold_1pct" (the file where the prior did worst against cold),
 //   "frac_at_1pct_inverted_prior","worst_inverted_minus_cold_1pct", "prior_files".
+// Failures: each per-file table shows the failed evaluations per run at the largest budget run
+// (failed@), with the exact expectation of uniform random sampling of as many configs (failure
+// share x evaluations); the files with failures are listed again by failure share, and the JSON
+// line gains "failed_evaluations": {file: {"failure_share","evaluations","random",strategy:..}}.
 // Repeat r of every strategy on every file runs with repeat_seed(seed, r); the default seed is
 // the one the published figures use, another (--seed) gives fresh runs for hold-out checks.
 #include "replay/file_reader.hpp"
@@ -261,6 +265,8 @@ int main(int argc, char** argv) {
   auto slot = [&](std::size_t f, std::size_t s, std::size_t b, std::size_t r) -> double& {
     return fraction[((f * n_strategies + s) * k_budgets + b) * repeats + r];
   };
+  // failures[file][strategy][repeat]: evaluations of failed configs in the run (the largest budget)
+  std::vector<double> failures(used.size() * n_strategies * repeats, 0.0);
   std::mutex error_mutex;
   std::string first_error;
   const std::size_t jobs = used.size() * n_strategies * repeats;
@@ -291,6 +297,7 @@ int main(int argc, char** argv) {
       const double best = best_after[std::min(file.evaluations[b], best_after.size()) - 1];
       slot(f, s, b, r) = std::isfinite(best) ? space.optimum_ms / best : 0.0;
     }
+    failures[(f * n_strategies + s) * repeats + r] = static_cast<double>(run->failed);
   });
   if (!first_error.empty()) {
     std::cerr << "bench_strategies: " << first_error << '\n';
@@ -301,6 +308,16 @@ int main(int argc, char** argv) {
     double sum = 0;
     for (std::size_t r = 0; r < repeats; ++r) sum += slot(f, s, b, r);
     return sum / static_cast<double>(repeats);
+  };
+  auto failed_of = [&](std::size_t f, std::size_t s) {
+    double sum = 0;
+    for (std::size_t r = 0; r < repeats; ++r) sum += failures[(f * n_strategies + s) * repeats + r];
+    return sum / static_cast<double>(repeats);
+  };
+  // What uniform random sampling of as many configs fails on average (exact).
+  auto random_failed = [&](std::size_t f) {
+    const DataFile& file = files[used[f]];
+    return ktune::replay::random_expected_failures(*file.space, static_cast<double>(file.evaluations[last_budget]));
   };
 
   // Leave-one-device-out: for each multi-device file, one file of every other device of its kernel.
@@ -385,15 +402,48 @@ int main(int argc, char** argv) {
     for (std::size_t b = 0; b < k_budgets; ++b) std::cout << ' ' << file.evaluations[b];
     std::cout << ")\n  " << pad("strategy", 18, true);
     for (const char* name : k_budget_names) std::cout << pad(name, 8);
-    std::cout << '\n';
+    std::cout << pad(std::string("failed@") + k_budget_names[last_budget], 12) << '\n';
     for (std::size_t s = 0; s < n_strategies; ++s) {
       std::cout << "  " << pad(strategies[s], 18, true);
       for (std::size_t b = 0; b < k_budgets; ++b) std::cout << pad(b <= last_budget ? fixed(mean_of(f, s, b), 3) : "-", 8);
-      std::cout << '\n';
+      std::cout << pad(fixed(failed_of(f, s), 1), 12) << '\n';
     }
     std::cout << "  " << pad("(random, exact)", 18, true);
     for (std::size_t b = 0; b < k_budgets; ++b) std::cout << pad(fixed(file.random_expected[b], 3), 8);
+    std::cout << pad(fixed(random_failed(f), 1), 12) << '\n';
+  }
+
+  // Failures avoided where there are most to avoid: the files by failure share.
+  std::vector<std::size_t> by_failures;
+  for (std::size_t f = 0; f < used.size(); ++f) {
+    if (files[used[f]].space->failed > 0) by_failures.push_back(f);
+  }
+  auto failure_share = [&](std::size_t f) {
+    const RecordedSpace& space = *files[used[f]].space;
+    return static_cast<double>(space.failed) / static_cast<double>(space.space.size());
+  };
+  std::stable_sort(by_failures.begin(), by_failures.end(),
+                   [&](std::size_t a, std::size_t b) { return failure_share(a) > failure_share(b); });
+  nlohmann::json failures_json = nlohmann::json::object();
+  if (!by_failures.empty()) {
+    std::cout << "\nfailed evaluations at " << k_budget_names[last_budget]
+              << " on the files with failures, highest failure share first (random: exact expectation)\n  "
+              << pad("file", 52, true) << pad("share", 7) << pad("random", 8);
+    for (const auto& name : strategies) std::cout << pad(name, std::max<std::size_t>(name.size() + 2, 9));
     std::cout << '\n';
+    for (std::size_t f : by_failures) {
+      std::cout << "  " << pad(files[used[f]].relative, 52, true) << pad(fixed(failure_share(f), 3), 7)
+                << pad(fixed(random_failed(f), 1), 8);
+      nlohmann::json row{{"failure_share", std::round(failure_share(f) * 1e4) / 1e4},
+                         {"evaluations", files[used[f]].evaluations[last_budget]},
+                         {"random", std::round(random_failed(f) * 100) / 100}};
+      for (std::size_t s = 0; s < n_strategies; ++s) {
+        std::cout << pad(fixed(failed_of(f, s), 1), std::max<std::size_t>(strategies[s].size() + 2, 9));
+        row[strategies[s]] = std::round(failed_of(f, s) * 100) / 100;
+      }
+      std::cout << '\n';
+      failures_json[files[used[f]].relative] = row;
+    }
   }
 
   // Means over files.
@@ -523,6 +573,7 @@ int main(int argc, char** argv) {
       {"frac_at_1pct_inverted_prior", rounded(inverted_1)},
       {"worst_inverted_minus_cold_1pct", rounded(worst_inverted)},
       {"prior_files", prior_files_json},
+      {"failed_evaluations", failures_json},
   };
   std::cout << summary.dump() << std::endl;
   return 0;

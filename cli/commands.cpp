@@ -13,6 +13,7 @@
 #include "cli/table_commands.hpp"
 #include "core/unique_fd.hpp"
 #include "replay/replay_command.hpp"
+#include "search/stop_condition.hpp"
 
 #include "cli/autostart.hpp"
 #include "cli/table.hpp"
@@ -769,10 +770,18 @@ int list_kernels(const GlobalOptions& global, Output& io) {
 
 Result<void> parse_budget_option(const std::string& text, TuneOptions& options) {
   auto bad = [&] {
-    return make_error("bad_budget", "expected a number of candidates (e.g. 30) or a share of the "
-                                    "admitted configs (e.g. 5%), found '" + text + "'");
+    return make_error("bad_budget", "expected a number of candidates (e.g. 30), a share of the "
+                                    "admitted configs (e.g. 5%) or seconds (e.g. 60s), found '" + text + "'");
   };
   if (text.empty()) return bad();
+  if (search::is_time_budget(text)) {
+    const auto time = search::parse_time_budget(text);
+    if (!time) return bad();
+    options.budget_s = static_cast<double>(time->count()) / 1000.0;
+    options.budget.reset();
+    options.budget_fraction.reset();
+    return {};
+  }
   const bool percent = text.back() == '%';
   const std::string number = percent ? text.substr(0, text.size() - 1) : text;
   std::size_t used = 0;
@@ -782,11 +791,13 @@ Result<void> parse_budget_option(const std::string& text, TuneOptions& options) 
       if (used != number.size() || !(value > 0 && value <= 100)) return bad();
       options.budget_fraction = value / 100.0;
       options.budget.reset();
+      options.budget_s.reset();
     } else {
       const long long value = std::stoll(number, &used);
       if (used != number.size() || value < 1) return bad();
       options.budget = value;
       options.budget_fraction.reset();
+      options.budget_s.reset();
     }
   } catch (const std::exception&) {
     return bad();
@@ -815,6 +826,7 @@ int tune(const GlobalOptions& global, const TuneOptions& options, Output& io) {
   request.strategy = options.strategy;
   request.budget = options.budget;
   request.budget_fraction = options.budget_fraction;
+  request.budget_s = options.budget_s;
   request.seed = options.seed;
   request.remeasure = options.remeasure;
   request.cold = options.cold;
@@ -1318,7 +1330,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
   auto* budget_option = tune_cmd->add_option(
       "--budget", budget,
       "evaluate at most this many candidates, or this share of the admitted configs with a "
-      "'%' (e.g. 30 or 5%); default: all");
+      "'%', or propose candidates for this many seconds with an 's' (e.g. 30, 5% or 60s); "
+      "default: all");
   tune_cmd->add_option("--seed", tune_options.seed,
                        "seed of the strategy's random choices (default 0): the same seed "
                        "proposes the same configs")

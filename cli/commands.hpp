@@ -55,6 +55,7 @@ struct TuneOptions {
   std::string strategy = "exhaustive";
   std::optional<std::int64_t> budget;        // evaluations ...
   std::optional<double> budget_fraction;     // ... or a share of the admitted configs
+  std::optional<double> budget_s;            // ... or seconds of the job's run time
   std::optional<std::int64_t> seed;          // the strategy's seed
   bool remeasure = false;                    // measure configs that already have a result again
   bool wait = false;
@@ -64,8 +65,8 @@ struct TuneOptions {
   std::optional<double> bench_timeout_s;
 };
 
-// "--budget" text: "30" (evaluations) or "10%" (share of the admitted configs). Errors (code
-// "bad_budget") say what was expected.
+// "--budget" text: "30" (evaluations), "10%" (share of the admitted configs) or "60s" (seconds of
+// the job's compile and bench time). Errors (code "bad_budget") say what was expected.
 [[nodiscard]] Result<void> parse_budget_option(const std::string& text, TuneOptions& options);
 
 struct QueryOptions {

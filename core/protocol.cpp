@@ -99,6 +99,7 @@ private:
 };
 
 constexpr std::int64_t k_int64_max = std::numeric_limits<std::int64_t>::max();
+constexpr double k_max_budget_s = 365.0 * 24 * 3600; // a year
 
 // Requests are flat objects. Deeper values are refused before anything walks them: copying or
 // dumping a JSON value recurses once per level, and a 1 MiB line can nest 500,000 levels.
@@ -229,6 +230,7 @@ Result<TuneRequest> TuneRequest::from_json(const json& body) {
   if (!error) error = r.string("strategy", request.strategy, false);
   if (!error) error = r.integer("budget", request.budget, 1, k_int64_max);
   if (!error) error = r.number("budget_fraction", request.budget_fraction, 0.0, 1.0);
+  if (!error) error = r.number("budget_s", request.budget_s, 0.0, k_max_budget_s);
   if (!error) error = r.integer("seed", request.seed, 0, k_int64_max);
   if (!error) error = r.boolean("remeasure", request.remeasure);
   if (!error) error = r.boolean("cold", request.cold);
@@ -248,6 +250,7 @@ json TuneRequest::to_json() const {
               {"dtype", dtype}, {"device", device}, {"strategy", strategy}, {"wait", wait}};
   if (budget) out["budget"] = *budget;
   if (budget_fraction) out["budget_fraction"] = *budget_fraction;
+  if (budget_s) out["budget_s"] = *budget_s;
   if (seed) out["seed"] = *seed;
   if (remeasure) out["remeasure"] = true;
   if (cold) out["cold"] = true;

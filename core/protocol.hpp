@@ -83,6 +83,7 @@ struct TuneRequest {
   std::string strategy = "exhaustive";
   std::optional<std::int64_t> budget; // evaluations, >= 1 when given
   std::optional<double> budget_fraction; // or a share of the valid configs, in (0, 1]
+  std::optional<double> budget_s;     // and/or seconds in (0, a year]: no new candidate after them
   std::optional<std::int64_t> seed;   // the strategy's seed (default 0), >= 0
   bool remeasure = false;          // measure configs again that already have a result for the key
   bool cold = false;               // search without the store's earlier results of the kernel

@@ -361,6 +361,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     plan.strategy = req.strategy;
     plan.budget = req.budget;
     plan.budget_fraction = req.budget_fraction;
+    plan.budget_s = req.budget_s;
     plan.seed = req.seed.value_or(0);
     plan.cold = req.cold;
     plan.options = options;

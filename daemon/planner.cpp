@@ -171,6 +171,7 @@ Result<JobPlan> Planner::plan(PlanRequest request, Result<std::vector<Config>> c
   }
   if (budget && static_cast<std::uint64_t>(*budget) >= configs->size()) budget.reset();
   record.budget = budget;
+  record.budget_s = request.budget_s;
   record.total = budget ? *budget : static_cast<std::int64_t>(configs->size());
 
   plan.kernel = std::move(request.kernel);

@@ -68,6 +68,7 @@ struct PlanRequest {
   std::string strategy = "exhaustive";
   std::optional<std::int64_t> budget;      // evaluations
   std::optional<double> budget_fraction;   // or a share of the admitted configs
+  std::optional<double> budget_s;          // and/or seconds of the job's run time
   std::int64_t seed = 0;
   bool cold = false;              // search without the store's earlier results
   JobOptions options;

@@ -52,6 +52,7 @@ nlohmann::json job_to_json(const JobRecord& job) {
       {"device", job.device},
       {"strategy", job.strategy},
       {"budget", job.budget ? nlohmann::json(*job.budget) : nlohmann::json(nullptr)},
+      {"budget_s", job.budget_s ? nlohmann::json(*job.budget_s) : nlohmann::json(nullptr)},
       {"state", std::string(to_string(job.state))},
       {"total", job.total},
       {"done", job.done},

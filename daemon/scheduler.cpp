@@ -205,7 +205,7 @@ std::optional<std::int64_t> Scheduler::find_same(const JobRecord& record) const 
     return other.kernel == record.kernel && other.source_hash == record.source_hash &&
            other.shape == record.shape && other.dtype == record.dtype &&
            other.fingerprint == record.fingerprint && other.strategy == record.strategy &&
-           other.budget == record.budget && other.seed.value_or(0) == record.seed.value_or(0) &&
+           other.budget == record.budget && other.budget_s == record.budget_s && other.seed.value_or(0) == record.seed.value_or(0) &&
            other.options.retry_failed == record.options.retry_failed;
   };
   if (m_stopped) return std::nullopt;
@@ -451,6 +451,7 @@ void Scheduler::start_tune(JobPlan plan, std::chrono::steady_clock::time_point q
   } else {
     search::Budget budget;
     if (rec.budget) budget.max_evaluations = static_cast<std::size_t>(*rec.budget);
+    if (rec.budget_s) budget.wall_time = std::chrono::milliseconds(std::llround(*rec.budget_s * 1000.0));
     job.stop.emplace(budget, job.space.size(), job.started);
     job.total = static_cast<std::int64_t>(job.stop->evaluation_limit());
     job.batched = rec.strategy != "exhaustive";

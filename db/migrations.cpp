@@ -164,6 +164,15 @@ Result<void> add_result_samples_v6(DbRef db) {
   return db.exec("migration to schema v6", k_schema_v6);
 }
 
+// Schema v7: a job's time budget (`tune --budget 60s`), so that a resumed job keeps it.
+constexpr const char* k_schema_v7 = R"sql(
+ALTER TABLE jobs ADD COLUMN budget_s REAL;
+)sql";
+
+Result<void> add_job_time_budget_v7(DbRef db) {
+  return db.exec("migration to schema v7", k_schema_v7);
+}
+
 constexpr std::array k_migrations{
     Migration{"create kernels, devices, jobs, results and winners", &create_schema_v1},
     Migration{"add results.registers and results.spill_bytes", &add_result_resources_v2},
@@ -171,6 +180,7 @@ constexpr std::array k_migrations{
     Migration{"add the job's request options", &add_job_options_v4},
     Migration{"index jobs by kernel", &add_jobs_by_kernel_v5},
     Migration{"keep each result's raw samples", &add_result_samples_v6},
+    Migration{"add the job's time budget", &add_job_time_budget_v7},
 };
 static_assert(k_migrations.size() == static_cast<std::size_t>(k_schema_version),
               "k_schema_version must equal the number of migrations");

@@ -56,7 +56,7 @@ constexpr const char* k_job_columns =
     "id, kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, state, total, "
     "done, failed, error, created_at, started_at, finished_at, seed, queue_ms, compile_ms, "
     "bench_ms, overhead_ms, compile_sum_ms, bench_sum_ms, compiles, remeasure, retry_failed, "
-    "priority, compile_timeout_s, bench_timeout_s";
+    "priority, compile_timeout_s, bench_timeout_s, budget_s";
 
 Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) {
   JobRecord job;
@@ -96,6 +96,7 @@ Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) 
   job.options.priority = static_cast<int>(row.column_int(27));
   if (!row.column_is_null(28)) job.options.compile_timeout_s = row.column_double(28);
   if (!row.column_is_null(29)) job.options.bench_timeout_s = row.column_double(29);
+  if (!row.column_is_null(30)) job.budget_s = row.column_double(30);
   return job;
 }
 
@@ -464,9 +465,9 @@ Result<std::int64_t> Store::create_job(const JobRecord& job) {
   auto statement = Statement::prepare(db, op,
       "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, "
       "state, total, done, failed, error, created_at, started_at, finished_at, seed, remeasure, "
-      "retry_failed, priority, compile_timeout_s, bench_timeout_s) "
+      "retry_failed, priority, compile_timeout_s, bench_timeout_s, budget_s) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-      "?20, ?21, ?22)");
+      "?20, ?21, ?22, ?23)");
   if (!statement) return statement.error();
   statement->bind_text(1, job.kernel);
   statement->bind_text(2, job.source_hash);
@@ -490,6 +491,7 @@ Result<std::int64_t> Store::create_job(const JobRecord& job) {
   statement->bind_int(20, job.options.priority);
   statement->bind_optional_double(21, job.options.compile_timeout_s);
   statement->bind_optional_double(22, job.options.bench_timeout_s);
+  statement->bind_optional_double(23, job.budget_s);
 
   auto tx = Transaction::begin(db, op);
   if (!tx) return tx.error();

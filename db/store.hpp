@@ -33,7 +33,7 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 6;
+inline constexpr int k_schema_version = 7;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
 
 // Where a job's wall time went (ms). While it ran, every moment counts once: bench (the bench
@@ -63,6 +63,7 @@ struct JobRecord {
   std::string kernel, source_hash, shape, dtype, device, fingerprint;
   std::string strategy = "exhaustive";
   std::optional<std::int64_t> budget;
+  std::optional<double> budget_s;  // a time budget: no new candidate once the job ran this long
   JobState state = JobState::queued;
   std::int64_t total = 0, done = 0, failed = 0;
   std::string error;               // why the job failed, if it did

@@ -96,8 +96,48 @@ struct ParamValues {
 struct Row {
   std::vector<std::uint32_t> indices;
   std::optional<double> time_ms;
+  std::optional<double> cost_ms; // compile + benchmark time, nullopt when not recorded
+  std::string cost_missing;      // why cost_ms is nullopt
   std::string where; // "cache entry '16,1,...'" / "results[12]"
 };
+
+// A recorded cost in ms: a number >= 0 in `object[key]`, else nullopt.
+std::optional<double> cost_field(const json& object, const char* key) {
+  const auto it = object.find(key);
+  if (it == object.end() || !it->is_number()) return std::nullopt;
+  const double ms = it->get<double>();
+  if (!std::isfinite(ms) || ms < 0) return std::nullopt;
+  return ms;
+}
+
+// Kernel Tuner's compile_time + benchmark_time of a cache entry or results-list entry.
+void read_kerneltuner_cost(const json& entry, Row& row) {
+  for (const char* key : {"compile_time", "benchmark_time"}) {
+    if (!cost_field(entry, key)) {
+      row.cost_missing = row.where + ": no number >= 0 in '" + key + "'";
+      return;
+    }
+  }
+  row.cost_ms = *cost_field(entry, "compile_time") + *cost_field(entry, "benchmark_time");
+}
+
+// T4: times.compilation + the sum of times.runtimes (absent for a failed result: 0).
+void read_t4_cost(const json& result, Row& row) {
+  const auto times = result.find("times");
+  const std::optional<double> compile =
+      times != result.end() && times->is_object() ? cost_field(*times, "compilation") : std::nullopt;
+  if (!compile) {
+    row.cost_missing = row.where + ": no number >= 0 in 'times.compilation'";
+    return;
+  }
+  double run_ms = 0;
+  if (const auto runtimes = times->find("runtimes"); runtimes != times->end() && runtimes->is_array()) {
+    for (const json& t : *runtimes) {
+      if (t.is_number() && std::isfinite(t.get<double>()) && t.get<double>() > 0) run_ms += t.get<double>();
+    }
+  }
+  row.cost_ms = *compile + run_ms;
+}
 
 // Time of a config: a number (a failure from k_failure_time_ms up), or a marker string (failure).
 Result<std::optional<double>> read_time(const json& v, std::string_view label, const std::string& where) {
@@ -260,10 +300,17 @@ Result<RecordedSpace> build(std::string_view label, RecordFormat format, const s
   std::vector<std::vector<std::uint32_t>> indices;
   indices.reserve(rows.size());
   out.time_ms.reserve(rows.size());
+  out.cost_ms.reserve(rows.size());
   for (auto& row : rows) {
     indices.push_back(std::move(row.indices));
     out.time_ms.push_back(row.time_ms);
+    if (row.cost_ms) {
+      out.cost_ms.push_back(*row.cost_ms);
+    } else if (out.cost_missing.empty()) {
+      out.cost_missing = row.cost_missing;
+    }
   }
+  if (!out.cost_missing.empty()) out.cost_ms.clear();
   auto space = search::SearchSpace::create(std::move(search_params), indices);
   if (!space) return record_error(label, space.error().message);
   out.space = std::move(space).value();
@@ -403,6 +450,7 @@ Result<RecordedSpace> parse_kerneltuner_cache(const json& root, std::string_view
     auto t = read_time(*time, label, row.where);
     if (!t) return t.error();
     row.time_ms = *t;
+    read_kerneltuner_cost(entry, row);
     rows.push_back(std::move(row));
   }
   auto out = build(label, RecordFormat::kerneltuner_cache, params, std::move(rows));
@@ -477,6 +525,7 @@ Result<RecordedSpace> parse_t4(const json& root, std::string_view label, const s
       return record_error(label, row.where + ": expected a measurement named \"time\" for a correct result, found none");
     }
     row.time_ms = correct ? time : std::nullopt;
+    read_t4_cost(result, row);
     rows.push_back(std::move(row));
     raw_rows.push_back(std::move(raw));
   }
@@ -540,6 +589,7 @@ Result<RecordedSpace> parse_results_list(const json& root, std::string_view labe
     auto t = read_time(*time, label, row.where);
     if (!t) return t.error();
     row.time_ms = *t;
+    read_kerneltuner_cost(entry, row);
     rows.push_back(std::move(row));
     raw_rows.push_back(std::move(raw));
   }

@@ -39,6 +39,12 @@ struct RecordedSpace {
   std::size_t failed = 0;   // configs that failed
   double optimum_ms = 0;    // the smallest recorded time
   std::size_t optimum_config = 0;
+  // cost_ms[id]: what evaluating the config cost when it was recorded, compile + benchmark time
+  // (Kernel Tuner cache: compile_time + benchmark_time; T4: times.compilation + the sum of
+  // times.runtimes, T4 keeping no benchmark wall time). Empty when a config does not record it;
+  // cost_missing then says which and what is missing ("results[0]: no number in 'compile_time'").
+  std::vector<double> cost_ms;
+  std::string cost_missing;
 
   // "block_size_x=32,block_size_y=4,..."
   [[nodiscard]] std::string config_text(std::size_t config) const;

@@ -16,19 +16,28 @@ std::uint64_t repeat_seed(std::uint64_t seed, std::size_t repeat) {
   return z ^ (z >> 31);
 }
 
-Result<ReplayRun> replay_run(const RecordedSpace& recorded, const std::string& strategy, std::size_t budget,
+namespace {
+
+// Runs `strategy` within `budget`; with a wall time in it, the StopCondition's clock is the
+// simulated one: the recorded costs of the evaluations so far.
+Result<ReplayRun> run_within(const RecordedSpace& recorded, const std::string& strategy, const search::Budget& budget,
                              std::uint64_t seed, std::size_t batch, const search::Prior& prior) {
   auto made = search::make_strategy(strategy, recorded.space, seed, prior);
   if (!made) return made.error();
   search::Strategy& s = **made;
   const auto start = search::StopCondition::Clock::time_point{};
-  search::StopCondition stop(search::Budget{budget, std::nullopt, std::nullopt, std::nullopt}, recorded.space.size(),
-                             start);
+  search::StopCondition stop(budget, recorded.space.size(), start);
+  const bool costed = recorded.cost_ms.size() == recorded.time_ms.size();
   ReplayRun run;
   run.proposals.reserve(stop.evaluation_limit());
   run.best_after.reserve(stop.evaluation_limit());
   double best = std::numeric_limits<double>::infinity();
-  while (!stop.reached(start)) {
+  double elapsed_ms = 0;
+  auto now = [&] {
+    return start + std::chrono::duration_cast<search::StopCondition::Clock::duration>(
+                       std::chrono::duration<double, std::milli>(elapsed_ms));
+  };
+  while (!stop.reached(now())) {
     const auto proposed = s.propose(std::min(std::max<std::size_t>(batch, 1), stop.proposals_left(s.pending_count())));
     if (proposed.empty()) break; // cannot happen with nothing pending unless exhausted
     for (std::size_t id : proposed) {
@@ -44,9 +53,37 @@ Result<ReplayRun> replay_run(const RecordedSpace& recorded, const std::string& s
       }
       run.proposals.push_back(id);
       run.best_after.push_back(best);
+      if (costed) {
+        elapsed_ms += recorded.cost_ms[id];
+        run.elapsed_ms.push_back(elapsed_ms);
+      }
     }
   }
   return run;
+}
+
+} // namespace
+
+Result<ReplayRun> replay_run(const RecordedSpace& recorded, const std::string& strategy, std::size_t budget,
+                             std::uint64_t seed, std::size_t batch, const search::Prior& prior) {
+  return run_within(recorded, strategy, search::Budget{budget, std::nullopt, std::nullopt, std::nullopt}, seed, batch,
+                    prior);
+}
+
+Result<ReplayRun> replay_run_for(const RecordedSpace& recorded, const std::string& strategy,
+                                 std::chrono::milliseconds simulated, std::uint64_t seed, std::size_t batch,
+                                 const search::Prior& prior) {
+  if (recorded.cost_ms.size() != recorded.time_ms.size()) {
+    return make_error("no_cost", recorded.label + " records no compile and benchmark time to charge a time budget (" +
+                                     recorded.cost_missing + "); give the budget in evaluations instead");
+  }
+  return run_within(recorded, strategy, search::Budget{std::nullopt, std::nullopt, simulated, std::nullopt}, seed,
+                    batch, prior);
+}
+
+double random_expected_failures(const RecordedSpace& recorded, double evaluations) {
+  if (recorded.space.size() == 0) return 0;
+  return evaluations * static_cast<double>(recorded.failed) / static_cast<double>(recorded.space.size());
 }
 
 Result<search::PriorSource> prior_source(const RecordedSpace& target, const RecordedSpace& source) {
@@ -112,48 +149,89 @@ std::vector<std::size_t> even_checkpoints(std::size_t budget, std::size_t steps)
 }
 
 Result<ReplayReport> run_replay(const RecordedSpace& recorded, const ReplayOptions& options) {
-  if (options.budget == 0) return make_error("bad_budget", "replay: expected a budget of at least 1 evaluation");
+  if (options.budget == 0 && !options.time_budget) {
+    return make_error("bad_budget", "replay: expected a budget of at least 1 evaluation");
+  }
   if (options.repeats == 0) return make_error("bad_budget", "replay: expected at least 1 repeat");
   if (options.batch == 0) return make_error("bad_budget", "replay: expected a batch of at least 1 config");
+  if (options.time_budget && options.time_budget->count() <= 0) {
+    return make_error("bad_budget", "replay: expected a time budget of more than 0 ms");
+  }
   ReplayReport report;
   report.strategy = options.strategy;
   report.repeats = options.repeats;
-  report.budget = std::min(options.budget, recorded.space.size());
-  std::vector<std::size_t> checkpoints = options.checkpoints;
-  if (checkpoints.empty()) checkpoints.push_back(options.budget);
-  for (std::size_t i = 0; i < checkpoints.size(); ++i) {
-    if (checkpoints[i] == 0 || checkpoints[i] > options.budget || (i > 0 && checkpoints[i] <= checkpoints[i - 1])) {
-      return make_error("bad_budget", "replay: checkpoints must ascend within [1, " + std::to_string(options.budget) +
-                                          "], found " + std::to_string(checkpoints[i]) + " at position " + std::to_string(i));
+  report.budget = options.time_budget ? recorded.space.size() : std::min(options.budget, recorded.space.size());
+  report.time_budget = options.time_budget;
+  if (options.time_budget) {
+    auto times = options.time_checkpoints;
+    if (times.empty()) times.push_back(*options.time_budget);
+    for (std::size_t i = 0; i < times.size(); ++i) {
+      if (times[i].count() <= 0 || times[i] > *options.time_budget || (i > 0 && times[i] <= times[i - 1])) {
+        return make_error("bad_budget", "replay: time checkpoints must ascend within (0, " +
+                                            std::to_string(options.time_budget->count()) + "] ms, found " +
+                                            std::to_string(times[i].count()) + " at position " + std::to_string(i));
+      }
     }
+    for (auto t : times) report.checkpoints.push_back(CheckpointStats{0, t, 0, 0, 1, 0, 0});
+  } else {
+    std::vector<std::size_t> checkpoints = options.checkpoints;
+    if (checkpoints.empty()) checkpoints.push_back(options.budget);
+    for (std::size_t i = 0; i < checkpoints.size(); ++i) {
+      if (checkpoints[i] == 0 || checkpoints[i] > options.budget ||
+          (i > 0 && checkpoints[i] <= checkpoints[i - 1])) {
+        return make_error("bad_budget", "replay: checkpoints must ascend within [1, " +
+                                            std::to_string(options.budget) + "], found " +
+                                            std::to_string(checkpoints[i]) + " at position " + std::to_string(i));
+      }
+    }
+    for (auto& c : checkpoints) c = std::min(c, report.budget);
+    checkpoints.erase(std::unique(checkpoints.begin(), checkpoints.end()), checkpoints.end());
+    for (std::size_t c : checkpoints) report.checkpoints.push_back(CheckpointStats{c, {}, 0, 0, 1, 0, 0});
   }
-  for (auto& c : checkpoints) c = std::min(c, report.budget);
-  checkpoints.erase(std::unique(checkpoints.begin(), checkpoints.end()), checkpoints.end());
-  for (std::size_t c : checkpoints) report.checkpoints.push_back(CheckpointStats{c, 0, 1, 0, 0});
 
   double failed_total = 0;
+  double evaluations_total = 0;
   for (std::size_t r = 0; r < options.repeats; ++r) {
-    auto run = replay_run(recorded, options.strategy, report.budget, repeat_seed(options.seed, r), options.batch,
-                          options.prior);
+    const std::uint64_t seed = repeat_seed(options.seed, r);
+    auto run = options.time_budget
+                   ? replay_run_for(recorded, options.strategy, *options.time_budget, seed, options.batch,
+                                    options.prior)
+                   : replay_run(recorded, options.strategy, report.budget, seed, options.batch, options.prior);
     if (!run) return run.error();
     const auto& best_after = run->best_after;
     for (auto& cp : report.checkpoints) {
-      const double best = best_after.empty() ? std::numeric_limits<double>::infinity()
-                                             : best_after[std::min(cp.evaluations, best_after.size()) - 1];
+      std::size_t made = std::min(cp.evaluations, best_after.size());
+      if (options.time_budget) {
+        // Evaluations started before the checkpoint: those whose predecessor ended before it.
+        made = 0;
+        while (made < run->elapsed_ms.size() &&
+               (made == 0 ? 0.0 : run->elapsed_ms[made - 1]) < static_cast<double>(cp.simulated.count())) {
+          ++made;
+        }
+      }
+      const double best = made == 0 ? std::numeric_limits<double>::infinity() : best_after[made - 1];
       const double fraction = std::isfinite(best) ? recorded.optimum_ms / best : 0.0;
+      cp.mean_evaluations += static_cast<double>(made);
       cp.mean_fraction += fraction;
       cp.min_fraction = std::min(cp.min_fraction, fraction);
       cp.max_fraction = std::max(cp.max_fraction, fraction);
       if (best <= recorded.optimum_ms) cp.optimum_rate += 1;
     }
+    const std::size_t made = run->proposals.size();
+    report.min_evaluations = r == 0 ? made : std::min(report.min_evaluations, made);
+    report.max_evaluations = std::max(report.max_evaluations, made);
+    evaluations_total += static_cast<double>(made);
     failed_total += static_cast<double>(run->failed);
   }
   const auto n = static_cast<double>(options.repeats);
   for (auto& cp : report.checkpoints) {
     cp.mean_fraction /= n;
     cp.optimum_rate /= n;
+    cp.mean_evaluations /= n;
   }
   report.mean_failed = failed_total / n;
+  report.mean_evaluations = evaluations_total / n;
+  report.random_expected_failed = random_expected_failures(recorded, report.mean_evaluations);
   return report;
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 
@@ -77,17 +78,33 @@ int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, s
   // A percentage counts the configs with a recorded time: a failed config is no option to find.
   const std::size_t configs = recorded->space.size();
   const std::size_t valid = recorded->measured;
-  auto budget = search::parse_evaluation_budget(options.budget, valid);
-  if (!budget) return fail(budget.error(), k_exit_usage);
-  const std::size_t evaluations = std::min(*budget, configs);
-
+  const bool timed = search::is_time_budget(options.budget);
   ReplayOptions replay_options;
+  if (timed) {
+    auto time_budget = search::parse_time_budget(options.budget);
+    if (!time_budget) return fail(time_budget.error(), k_exit_usage);
+    if (recorded->cost_ms.empty()) {
+      return fail(make_error("no_cost", label + " records no compile and benchmark time (" + recorded->cost_missing +
+                                            "): a time budget such as " + options.budget +
+                                            " needs them; give the budget in evaluations or as a percentage"),
+                  k_exit_usage);
+    }
+    replay_options.time_budget = *time_budget;
+    for (std::size_t k : even_checkpoints(static_cast<std::size_t>(time_budget->count()),
+                                          options.json ? 1 : std::max<std::size_t>(1, options.steps))) {
+      replay_options.time_checkpoints.emplace_back(static_cast<std::chrono::milliseconds::rep>(k));
+    }
+  } else {
+    auto budget = search::parse_evaluation_budget(options.budget, valid);
+    if (!budget) return fail(budget.error(), k_exit_usage);
+    replay_options.budget = std::min(*budget, configs);
+    replay_options.checkpoints =
+        even_checkpoints(replay_options.budget, options.json ? 1 : std::max<std::size_t>(1, options.steps));
+  }
   replay_options.strategy = options.strategy;
-  replay_options.budget = evaluations;
   replay_options.repeats = options.repeats;
   replay_options.seed = options.seed;
   replay_options.batch = options.batch;
-  replay_options.checkpoints = even_checkpoints(evaluations, options.json ? 1 : std::max<std::size_t>(1, options.steps));
   replay_options.prior = std::move(prior);
   auto report = run_replay(*recorded, replay_options);
   if (!report) return fail(report.error(), k_exit_error);
@@ -97,12 +114,21 @@ int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, s
     const nlohmann::json result{
         {"file", options.file},
         {"strategy", options.strategy},
-        {"budget", evaluations},
-        {"budget_basis", "valid_configs"},
+        {"budget_kind", timed ? "simulated_time" : "evaluations"},
+        {"budget", timed ? nlohmann::json(nullptr) : nlohmann::json(replay_options.budget)},
+        {"budget_s", timed ? nlohmann::json(static_cast<double>(replay_options.time_budget->count()) / 1000.0)
+                           : nlohmann::json(nullptr)},
+        {"budget_basis", timed ? "compile_and_benchmark_time" : "valid_configs"},
+        {"evaluations", report->mean_evaluations},
+        {"min_evaluations", report->min_evaluations},
+        {"max_evaluations", report->max_evaluations},
         {"space_size", recorded->space.cartesian_size()},
         {"configs", configs},
         {"valid_configs", valid},
         {"failed_configs", recorded->failed},
+        {"failed_evaluations", report->mean_failed},
+        {"random_failed_evaluations", report->random_expected_failed},
+        {"failures_avoided", report->random_expected_failed - report->mean_failed},
         {"optimum_ms", recorded->optimum_ms},
         {"mean_fraction", final_stats.mean_fraction},
         {"min_fraction", final_stats.min_fraction},
@@ -128,21 +154,35 @@ int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, s
         << replay_options.prior[i].results.size() << " configs of this space)\n";
   }
   out << "optimum    " << recorded->optimum_ms << " ms  " << recorded->config_text(recorded->optimum_config) << '\n';
-  out << "strategy   " << options.strategy << ", budget " << evaluations << " evaluations ("
-      << fixed(100.0 * static_cast<double>(evaluations) / static_cast<double>(valid), 2) << "% of valid), "
-      << options.repeats << " repeats, seed " << options.seed;
+  out << "strategy   " << options.strategy << ", budget ";
+  if (timed) {
+    out << fixed(static_cast<double>(replay_options.time_budget->count()) / 1000.0, 1)
+        << " s of recorded compile + benchmark time (" << fixed(report->mean_evaluations, 1) << " evaluations on average, "
+        << report->min_evaluations << "-" << report->max_evaluations << ")";
+  } else {
+    out << replay_options.budget << " evaluations ("
+        << fixed(100.0 * static_cast<double>(replay_options.budget) / static_cast<double>(valid), 2) << "% of valid)";
+  }
+  out << ", " << options.repeats << " repeats, seed " << options.seed;
   if (options.batch > 1) out << ", batches of " << options.batch;
   out << "\n\n";
-  out << " EVALS  %VALID  MEAN_FRAC  MIN_FRAC  MAX_FRAC  FOUND_OPT\n";
+  out << (timed ? "  SIM_S   EVALS" : " EVALS  %VALID") << "  MEAN_FRAC  MIN_FRAC  MAX_FRAC  FOUND_OPT\n";
   for (const auto& cp : report->checkpoints) {
-    out << pad_left(std::to_string(cp.evaluations), 6) << "  "
-        << pad_left(fixed(100.0 * static_cast<double>(cp.evaluations) / static_cast<double>(valid), 2), 6) << "  "
-        << pad_left(fixed(cp.mean_fraction, 4), 9) << "  " << pad_left(fixed(cp.min_fraction, 4), 8) << "  "
+    if (timed) {
+      out << pad_left(fixed(static_cast<double>(cp.simulated.count()) / 1000.0, 1), 7) << "  "
+          << pad_left(fixed(cp.mean_evaluations, 1), 6);
+    } else {
+      out << pad_left(std::to_string(cp.evaluations), 6) << "  "
+          << pad_left(fixed(100.0 * static_cast<double>(cp.evaluations) / static_cast<double>(valid), 2), 6);
+    }
+    out << "  " << pad_left(fixed(cp.mean_fraction, 4), 9) << "  " << pad_left(fixed(cp.min_fraction, 4), 8) << "  "
         << pad_left(fixed(cp.max_fraction, 4), 8) << "  " << pad_left(fixed(100.0 * cp.optimum_rate, 0) + "%", 9)
         << '\n';
   }
   out << "\nfraction of optimum = optimum time / best time found (1 = optimum), averaged over "
-      << options.repeats << " repeats; failed evaluations per run: " << fixed(report->mean_failed, 1) << '\n';
+      << options.repeats << " repeats\nfailed evaluations per run: " << fixed(report->mean_failed, 1)
+      << " (uniform random sampling: " << fixed(report->random_expected_failed, 1) << ", failures avoided "
+      << fixed(report->random_expected_failed - report->mean_failed, 1) << ")\n";
   return k_exit_ok;
 }
 
@@ -156,7 +196,8 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
   m_command->add_option("--strategy", m_options.strategy, "search strategy: " + strategy_list())
       ->check(CLI::IsMember(search::strategy_names()));
   m_command->add_option("--budget", m_options.budget,
-                        "evaluations per run, or a percentage of the valid configs (e.g. 2%)");
+                        "evaluations per run, a percentage of the valid configs (e.g. 2%), or seconds of "
+                        "recorded compile + benchmark time (e.g. 60s)");
   m_command->add_option("--repeats", m_options.repeats, "independent runs to average")->check(CLI::PositiveNumber);
   m_command->add_option("--seed", m_options.seed, "seed of the first run (the runs' seeds derive from it)");
   m_command->add_option("--steps", m_options.steps, "rows of the convergence table")->check(CLI::PositiveNumber);
@@ -168,10 +209,13 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       "configs absent from the file are invalid and never proposed. The strategy code is the\n"
       "one `ktune tune --strategy` runs. Prints the fraction of the optimum (optimum time /\n"
       "best time found) after each budget step, averaged over the repeats. A percentage\n"
-      "budget counts the valid configs (those with a recorded time). --prior files give the\n"
+      "budget counts the valid configs (those with a recorded time); a budget in seconds (60s)\n"
+      "charges each evaluation the compile and benchmark time the file recorded for it\n"
+      "(Kernel Tuner caches, T4 files) and ends a run once they add up to it. --prior files give the\n"
       "strategy earlier results of the kernel, as ktuned gives it its store's (bayes uses them).\n\n"
       "Examples:\n"
       "  ktune replay A100.json.gz --strategy bayes --budget 2% --repeats 20\n"
+      "  ktune replay A100.json.gz --strategy bayes --budget 600s --json\n"
       "  ktune replay RTX_3090.json.gz --strategy genetic --budget 400 --repeats 50 --seed 7 --json\n"
       "  ktune replay A100.json.gz --prior A4000.json.gz A6000.json.gz --strategy bayes --budget 1%\n\n"
       "Exit codes: 0 ok, 1 error (unreadable or unsupported file), 2 usage error.");

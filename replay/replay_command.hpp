@@ -3,8 +3,18 @@
 // replays a recorded GPU search space (Kernel Tuner cache, .json or .json.gz, T4 file, old results
 // list) with a search strategy and prints the fraction of the optimum after each budget step,
 // averaged over the repeats, as a convergence table; with --json one object
-// {"file","strategy","budget","budget_basis","space_size","valid_configs","failed_configs",
-//  "configs","optimum_ms","mean_fraction","min_fraction","repeats","seed","prior","prior_results"}.
+// {"file","strategy","budget_kind","budget","budget_s","budget_basis","evaluations",
+//  "min_evaluations","max_evaluations","space_size","valid_configs","failed_configs","configs",
+//  "failed_evaluations","random_failed_evaluations","failures_avoided","optimum_ms",
+//  "mean_fraction","min_fraction","repeats","seed","prior","prior_results"}.
+//
+// budget_kind "evaluations": `budget` evaluations per run (budget_s null); "simulated_time":
+// `--budget 60s`, each run charged the recorded compile + benchmark time of every evaluation until
+// budget_s is used up (budget null, budget_basis "compile_and_benchmark_time"; a file that records
+// no such times is refused, code "no_cost", exit 2). evaluations = evaluations per run, averaged.
+// failed_evaluations = evaluations of configs recorded as failed per run, averaged;
+// random_failed_evaluations = what uniform random sampling of as many configs makes on average
+// (failed_configs / configs * evaluations, exact); failures_avoided = the difference.
 //
 // space_size = the cartesian product of the parameter values; configs = the configs present in
 // the file (the restricted space searched, including those recorded as failed); valid_configs =
@@ -29,7 +39,7 @@ struct ReplayCommandOptions {
   std::string file;
   std::vector<std::string> prior_files;
   std::string strategy = "bayes";
-  std::string budget = "2%";  // evaluations, or a percentage of the valid configs
+  std::string budget = "2%";  // evaluations, a percentage of the valid configs, or seconds ("60s")
   std::size_t repeats = 20;
   std::uint64_t seed = 0;
   std::size_t steps = 10;     // rows of the convergence table

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 
 namespace ktune::search {
 
@@ -11,7 +12,9 @@ Result<std::size_t> parse_evaluation_budget(std::string_view text, std::size_t v
   auto bad = [&](const std::string& why) {
     return make_error("bad_budget", "budget '" + shown + "': " + why);
   };
-  if (text.empty()) return bad("expected a number of evaluations (e.g. 200) or a percentage (e.g. 2%), found nothing");
+  if (text.empty()) {
+    return bad("expected a number of evaluations (e.g. 200), a percentage (e.g. 2%) or seconds (e.g. 60s), found nothing");
+  }
   if (text.back() == '%') {
     text.remove_suffix(1);
     double percent = 0;
@@ -30,6 +33,25 @@ Result<std::size_t> parse_evaluation_budget(std::string_view text, std::size_t v
   }
   if (count == 0) return bad("expected at least 1 evaluation");
   return count;
+}
+
+bool is_time_budget(std::string_view text) { return !text.empty() && text.back() == 's'; }
+
+Result<std::chrono::milliseconds> parse_time_budget(std::string_view text) {
+  const std::string shown(text);
+  auto bad = [&](const std::string& why) {
+    return make_error("bad_budget", "budget '" + shown + "': " + why);
+  };
+  if (!is_time_budget(text)) return bad("expected seconds such as 60s or 1.5s");
+  text.remove_suffix(1);
+  double seconds = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !std::isfinite(seconds)) {
+    return bad("expected seconds such as 60s or 1.5s");
+  }
+  constexpr double k_year_s = 365.0 * 24 * 3600;
+  if (!(seconds > 0 && seconds <= k_year_s)) return bad("expected more than 0 and at most a year of seconds");
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
 }
 
 StopCondition::StopCondition(const Budget& budget, std::size_t space_size, Clock::time_point start)

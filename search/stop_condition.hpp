@@ -29,6 +29,12 @@ struct Budget {
 // Errors (code "bad_budget"): empty text, not a positive number, a percentage outside (0, 100].
 [[nodiscard]] Result<std::size_t> parse_evaluation_budget(std::string_view text, std::size_t valid_configs);
 
+// A budget in time ends in 's': "60s", "1.5s" (seconds, compile + benchmark time).
+[[nodiscard]] bool is_time_budget(std::string_view text);
+// "60s" -> 60000 ms, rounded up to a whole millisecond. Errors (code "bad_budget"): no 's' suffix,
+// not a number, not positive, or more than a year.
+[[nodiscard]] Result<std::chrono::milliseconds> parse_time_budget(std::string_view text);
+
 class StopCondition {
 public:
   using Clock = std::chrono::steady_clock;

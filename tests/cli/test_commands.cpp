@@ -177,6 +177,16 @@ TEST_CASE("commands against a fake daemon", "[cli]") {
     CHECK(req["budget"] == 5);
     CHECK(req["wait"] == false);
     CHECK(req["strategy"] == "exhaustive");
+
+    r = run_cli(daemon, {"tune", "gemm", "--shape", "M=64,N=64,K=64", "--budget", "1.5s"});
+    CHECK(r.code == 0);
+    req = daemon.last_request();
+    CHECK(req["budget_s"] == 1.5);
+    CHECK_FALSE(req.contains("budget"));
+    CHECK_FALSE(req.contains("budget_fraction"));
+    r = run_cli(daemon, {"tune", "gemm", "--shape", "M=64,N=64,K=64", "--budget", "0s"});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("60s"));
   }
 
   SECTION("tune --wait shows progress on stderr and the winner on stdout") {

@@ -127,6 +127,7 @@ TEST_CASE("core/protocol: typed requests", "[core][protocol]") {
     full.device = "cuda:0";
     full.strategy = "random";
     full.budget = 20;
+    full.budget_s = 90.5;
     full.wait = true;
     full.cold = true;
     const json j = full.to_json();
@@ -142,6 +143,7 @@ TEST_CASE("core/protocol: typed requests", "[core][protocol]") {
     CHECK(back->device == "cuda:0");
     CHECK(back->strategy == "random");
     CHECK(back->budget == 20);
+    CHECK(back->budget_s == 90.5);
     CHECK(back->wait);
     CHECK(back->cold);
     CHECK_FALSE(p::TuneRequest{}.to_json().contains("budget"));
@@ -162,6 +164,12 @@ TEST_CASE("core/protocol: typed requests", "[core][protocol]") {
     CHECK_THAT(budget.error().message, Catch::Contains("'budget'"));
     auto budget_float = p::TuneRequest::from_json({{"kernel", "g"}, {"shape", "M=1"}, {"budget", 2.5}});
     REQUIRE_FALSE(budget_float.ok());
+    for (const json& bad : {json(0), json(-1.5), json("60s"), json(1e9)}) {
+      auto budget_s = p::TuneRequest::from_json({{"kernel", "g"}, {"shape", "M=1"}, {"budget_s", bad}});
+      REQUIRE_FALSE(budget_s.ok());
+      CHECK_THAT(budget_s.error().message, Catch::Contains("'budget_s'"));
+    }
+    CHECK_FALSE(p::TuneRequest{}.to_json().contains("budget_s"));
     auto wait = p::TuneRequest::from_json({{"kernel", "g"}, {"shape", "M=1"}, {"wait", "yes"}});
     REQUIRE_FALSE(wait.ok());
     CHECK_THAT(wait.error().message, Catch::Contains("'wait'"));

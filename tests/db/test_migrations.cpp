@@ -102,7 +102,7 @@ TEST_CASE("migrating a fresh database creates the current schema once", "[db]") 
                                  "seed", "queue_ms", "compile_ms", "bench_ms", "overhead_ms",
                                  "compile_sum_ms", "bench_sum_ms", "compiles", "remeasure",
                                  "retry_failed", "priority", "compile_timeout_s",
-                                 "bench_timeout_s"});
+                                 "bench_timeout_s", "budget_s"});
   CHECK(connection.columns("results") ==
         std::vector<std::string>{"id", "job_id", "kernel", "source_hash", "shape", "dtype",
                                  "fingerprint", "config", "config_index", "status", "reason",
@@ -292,4 +292,19 @@ TEST_CASE("schema v6 keeps samples of new results; results of a v5 database have
   // Four bytes a sample: a blob of two float32 is 8 bytes.
   connection.exec("UPDATE results SET samples = X'0000803F00000040'");
   CHECK(connection.integer("SELECT length(samples) FROM results") == 8);
+}
+
+TEST_CASE("schema v7 keeps a job's time budget; jobs of a v6 database have none", "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  REQUIRE(all.size() >= 7);
+  CHECK(run(connection, all.subspan(0, 6)) == 6);
+  connection.exec(
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, total, done, failed, error, created_at, started_at, finished_at) VALUES "
+      "('gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'exhaustive', 'done', 1, 1, 0, '', 1, 1, 2)");
+  CHECK(run(connection, all.subspan(0, 7)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 7);
+  CHECK(connection.integer("SELECT budget_s IS NULL FROM jobs") == 1);
 }

@@ -148,6 +148,7 @@ void check_same(const JobRecord& a, const JobRecord& b) {
   CHECK(a.fingerprint == b.fingerprint);
   CHECK(a.strategy == b.strategy);
   CHECK(a.budget == b.budget);
+  CHECK(a.budget_s == b.budget_s);
   CHECK(a.state == b.state);
   CHECK(a.total == b.total);
   CHECK(a.done == b.done);
@@ -292,6 +293,7 @@ TEST_CASE("records round-trip with every field", "[db]") {
     job.options.retry_failed = true;
     job.options.priority = -3;
     job.options.compile_timeout_s = 7.5;
+    job.budget_s = 42.5;
     job.id = must(store.create_job(job));
     CHECK(job.id > 0);
     auto stored = must(store.get_job(job.id));
@@ -307,6 +309,7 @@ TEST_CASE("records round-trip with every field", "[db]") {
     stored = must(store.get_job(unbounded.id));
     REQUIRE(stored.has_value());
     CHECK_FALSE(stored->budget.has_value());
+    CHECK_FALSE(stored->budget_s.has_value());
     CHECK(stored->created_at > 1'600'000'000'000); // stamped with the current time
     CHECK_FALSE(stored->options.remeasure);          // the defaults
     CHECK_FALSE(stored->options.retry_failed);

@@ -148,6 +148,40 @@ TEST_CASE("a genetic search with a budget of 30 ends with a winner, and its seed
   CHECK(reply->at("error").at("code") == "bad_request");
 }
 
+TEST_CASE("a tune with a time budget stops proposing once its run time is spent, and ends done",
+          "[integration][search]") {
+  TempDir home;
+  home.write("ktuned.toml", config());
+  DaemonProcess daemon(home.str(), daemon_args(home));
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto c = connect(daemon);
+  const std::string shape = "M=256,N=256,K=256";
+  // Every candidate is compiled (a fresh compile cache) and measured: far more than a second for
+  // all admitted configs, which the job's total still counts.
+  const json job = tune_and_wait(c, shape, {{"strategy", "random"}, {"budget_s", 1.0}, {"seed", 3}});
+  const json& record = job.at("job");
+  INFO(record.dump());
+  CHECK(record.at("budget_s") == 1.0);
+  CHECK(record.at("budget").is_null());
+  const auto done = record.at("done").get<std::int64_t>();
+  CHECK(done >= 1);
+  CHECK(done < record.at("total").get<std::int64_t>());
+  REQUIRE(job.at("winner").is_object());
+  const json& timing = record.at("timing");
+  const double ran_ms = timing.at("compile_ms").get<double>() + timing.at("bench_ms").get<double>() +
+                        timing.at("overhead_ms").get<double>();
+  CHECK(ran_ms >= 1000.0); // it stopped on the budget, not before
+
+  // A time budget is part of what makes two requests the same job.
+  const json counted = ok_result(c, tune(shape, {{"strategy", "random"}, {"seed", 3}, {"budget", 2}}));
+  const json timed = ok_result(c, tune(shape, {{"strategy", "random"}, {"seed", 3}, {"budget", 2}, {"budget_s", 30}}));
+  CHECK_FALSE(timed.value("joined", false));
+  CHECK(timed.at("job") != counted.at("job"));
+  auto bad = c.request(tune(shape, {{"budget_s", 0}}), {}, k_reply_timeout);
+  REQUIRE(bad.ok());
+  CHECK(bad->at("error").at("code") == "bad_request");
+}
+
 TEST_CASE("identical tunes share a job, and a finished key is reused unless asked to remeasure",
           "[integration][pipeline]") {
   TempDir home;

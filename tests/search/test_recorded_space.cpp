@@ -124,6 +124,44 @@ TEST_CASE("replay/recorded_space: T4 results", "[replay][recorded_space]") {
   CHECK(r.failed == 1);
   CHECK(r.optimum_ms == 1.5);
   CHECK(r.config_text(r.optimum_config) == "zeta=1,alpha=64,mode=slow");
+  SECTION("costs: compilation plus the runtimes, known only when every result has them") {
+    CHECK(r.cost_ms.empty());
+    CHECK(r.cost_missing == "results[2]: no number >= 0 in 'times.compilation'");
+    std::string costed = k_t4;
+    costed.replace(costed.find(R"("invalidity": "correct", "measurements")"), 0, R"("times": {"compilation": 100}, )");
+    auto with_costs = parse_recorded_space(costed, "A100_T4.json");
+    REQUIRE(with_costs.ok());
+    CHECK(with_costs->cost_missing.empty());
+    // Configs in index order: (1,64,slow), (1,128,fast) failed, (2,64,fast).
+    REQUIRE(with_costs->cost_ms.size() == 3);
+    CHECK(with_costs->cost_ms[0] == Approx(100));
+    CHECK(with_costs->cost_ms[1] == Approx(3055.9));
+    CHECK(with_costs->cost_ms[2] == Approx(918.5 + 3.9 + 3.8));
+  }
+}
+
+TEST_CASE("replay/recorded_space: Kernel Tuner costs", "[replay][recorded_space]") {
+  SECTION("compile_time + benchmark_time of every entry, failed ones included") {
+    auto parsed = parse_recorded_space(R"({"tune_params_keys": ["a"], "tune_params": {"a": [1, 2]},
+"objective": "time", "cache": {
+"1": {"a": 1, "time": 2.0, "compile_time": 1000, "benchmark_time": 250.5},
+"2": {"a": 2, "time": "RuntimeFailedConfig", "compile_time": 800, "benchmark_time": 0}}})", "k.json");
+    REQUIRE(parsed.ok());
+    CHECK(parsed->cost_ms == std::vector<double>{1250.5, 800});
+    CHECK(parsed->cost_missing.empty());
+  }
+  SECTION("an entry without benchmark_time: no costs, and which entry says why") {
+    auto parsed = parse_recorded_space(k_cache, "A100.json");
+    REQUIRE(parsed.ok());
+    CHECK(parsed->cost_ms.empty());
+    CHECK_THAT(parsed->cost_missing, Catch::StartsWith("cache entry '") && Catch::Contains("no number >= 0 in '"));
+  }
+  SECTION("an old results list records none") {
+    auto parsed = parse_recorded_space(k_results_list, "expdist.json");
+    REQUIRE(parsed.ok());
+    CHECK(parsed->cost_ms.empty());
+    CHECK(parsed->cost_missing == "results[0][0]: no number >= 0 in 'compile_time'");
+  }
 }
 
 TEST_CASE("replay/recorded_space: old results list", "[replay][recorded_space]") {

@@ -34,6 +34,20 @@ std::string cache_text() {
   return text + "\n}\n}\n";
 }
 
+// The same space with costs: every config compiles in 1000 ms and benchmarks in 500 ms, the
+// failed one (a=1, b=3) costs its compile only.
+std::string costed_cache_text() {
+  std::string text = cache_text();
+  std::size_t at = 0;
+  while ((at = text.find("\"time\": ", at)) != std::string::npos) {
+    const bool failed = text.compare(at + 8, 10, "\"RuntimeFa") == 0;
+    const std::string cost = std::string("\"compile_time\": 1000, \"benchmark_time\": ") + (failed ? "0" : "500") + ", ";
+    text.insert(at, cost);
+    at += cost.size() + 8;
+  }
+  return text;
+}
+
 struct Outcome {
   int code;
   std::string out;
@@ -131,6 +145,68 @@ TEST_CASE("replay/replay_command: table and JSON", "[replay][replay_command]") {
     o = run(options);
     CHECK(o.code == 2);
     CHECK_THAT(o.err, Catch::Contains("bad_prior") && Catch::Contains("another.json"));
+  }
+  SECTION("a time budget charges each evaluation its recorded compile + benchmark time") {
+    ReplayCommandOptions options;
+    options.file = dir.write("costed.json", costed_cache_text()).string();
+    options.strategy = "exhaustive"; // index order: (1,1) 1.5 s, (1,2) 1.5 s, (1,3) failed 1 s, (2,1) ...
+    options.budget = "4s";
+    options.repeats = 2;
+    options.json = true;
+    Outcome o = run(options);
+    REQUIRE(o.code == 0);
+    auto j = nlohmann::json::parse(o.out);
+    CHECK(j["budget_kind"] == "simulated_time");
+    CHECK(j["budget_s"] == 4.0);
+    CHECK(j["budget"].is_null());
+    CHECK(j["budget_basis"] == "compile_and_benchmark_time");
+    // 1.5 s and 3 s are below 4 s: the third evaluation starts and takes the run to 4 s.
+    CHECK(j["evaluations"] == 3.0);
+    CHECK(j["min_evaluations"] == 3);
+    CHECK(j["max_evaluations"] == 3);
+    CHECK(j["failed_evaluations"] == 1.0);
+    CHECK(j["random_failed_evaluations"].get<double>() == Approx(3.0 / 11.0));
+    CHECK(j["failures_avoided"].get<double>() == Approx(3.0 / 11.0 - 1.0));
+
+    options.budget = "4.001s"; // the fourth evaluation starts at 4 s, before the budget is used up
+    j = nlohmann::json::parse(run(options).out);
+    CHECK(j["evaluations"] == 4.0);
+    options.budget = "1000s"; // more than the whole space costs: every config once
+    j = nlohmann::json::parse(run(options).out);
+    CHECK(j["evaluations"] == 11.0);
+    CHECK(j["mean_fraction"] == 1.0);
+
+    options.json = false;
+    options.budget = "6s";
+    options.steps = 2;
+    o = run(options);
+    REQUIRE(o.code == 0);
+    CHECK_THAT(o.out, Catch::Contains("budget 6.0 s of recorded compile + benchmark time (5.0 evaluations"));
+    // At 3 s two evaluations have started... and the third one, at 3 s, has not.
+    CHECK_THAT(o.out, Catch::Contains("\n    3.0     2.0 ") && Catch::Contains("\n    6.0     5.0 "));
+
+    options.file = file; // records no costs
+    options.json = true;
+    o = run(options);
+    CHECK(o.code == 2);
+    CHECK_THAT(o.err, Catch::StartsWith("ktune: no_cost: k.json") && Catch::Contains("'compile_time'"));
+    options.budget = "0s";
+    o = run(options);
+    CHECK(o.code == 2);
+    CHECK_THAT(o.err, Catch::StartsWith("ktune: bad_budget: "));
+  }
+  SECTION("evaluation budgets say so, with the failures uniform sampling would make") {
+    ReplayCommandOptions options;
+    options.file = file;
+    options.strategy = "exhaustive"; // index order: the failed config is the third
+    options.budget = "3";
+    options.json = true;
+    const auto j = nlohmann::json::parse(run(options).out);
+    CHECK(j["budget_kind"] == "evaluations");
+    CHECK(j["budget_s"].is_null());
+    CHECK(j["evaluations"] == 3.0);
+    CHECK(j["failed_evaluations"] == 1.0);
+    CHECK(j["random_failed_evaluations"].get<double>() == Approx(3.0 / 11.0));
   }
   SECTION("errors and exit codes") {
     ReplayCommandOptions options;

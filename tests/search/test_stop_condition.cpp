@@ -27,6 +27,30 @@ TEST_CASE("search/stop_condition: parsing budgets", "[search][stop_condition]") 
   }
 }
 
+TEST_CASE("search/stop_condition: parsing time budgets", "[search][stop_condition]") {
+  using ktune::search::is_time_budget;
+  using ktune::search::parse_time_budget;
+  SECTION("seconds") {
+    CHECK(is_time_budget("60s"));
+    CHECK_FALSE(is_time_budget("60"));
+    CHECK_FALSE(is_time_budget("2%"));
+    CHECK_FALSE(is_time_budget(""));
+    CHECK(*parse_time_budget("60s") == 60000ms);
+    CHECK(*parse_time_budget("1.5s") == 1500ms);
+    CHECK(*parse_time_budget("0.0001s") == 1ms); // rounded up: never a budget of nothing
+  }
+  SECTION("errors") {
+    for (const char* bad : {"s", "60", "0s", "-5s", "ten s", "5ss", "nans", "1e400s", "1e9s", " 5s"}) {
+      INFO(bad);
+      auto parsed = parse_time_budget(bad);
+      REQUIRE_FALSE(parsed.ok());
+      CHECK(parsed.error().code == "bad_budget");
+    }
+    // A count budget names the time form in its message.
+    CHECK_THAT(parse_evaluation_budget("", 10).error().message, Catch::Contains("60s"));
+  }
+}
+
 TEST_CASE("search/stop_condition: limits", "[search][stop_condition]") {
   const auto t0 = StopCondition::Clock::time_point{};
   SECTION("max evaluations, and proposals never overshoot") {
