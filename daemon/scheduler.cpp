@@ -205,7 +205,8 @@ std::optional<std::int64_t> Scheduler::find_same(const JobRecord& record) const 
     return other.kernel == record.kernel && other.source_hash == record.source_hash &&
            other.shape == record.shape && other.dtype == record.dtype &&
            other.fingerprint == record.fingerprint && other.strategy == record.strategy &&
-           other.budget == record.budget && other.budget_s == record.budget_s && other.seed.value_or(0) == record.seed.value_or(0) &&
+           other.budget == record.budget && other.budget_s == record.budget_s &&
+           other.seed.value_or(0) == record.seed.value_or(0) &&
            other.options.retry_failed == record.options.retry_failed;
   };
   if (m_stopped) return std::nullopt;
