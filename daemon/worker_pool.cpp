@@ -103,11 +103,17 @@ WorkerPool::WorkerPool(asio::io_context& io, ChildWatch& children, std::string w
                    << "; compile workers on the other " << CPU_COUNT(&allowed);
 }
 
-WorkerPool::WorkerPool(asio::io_context& io, WorkerSpawner spawner, std::size_t compile_workers)
+WorkerPool::WorkerPool(asio::io_context& io, WorkerSpawner spawner, std::size_t compile_workers,
+                       std::optional<int> bench_cpu)
     : m_io(io), m_spawner(std::move(spawner)),
-      m_compile_limit(std::max<std::size_t>(1, compile_workers)) {
+      m_compile_limit(std::max<std::size_t>(1, compile_workers)), m_bench_cpu(bench_cpu) {
   m_queues[""].limit = m_compile_limit;
   add_lane("cpu");
+  if (m_bench_cpu) {
+    cpu_set_t others;
+    CPU_ZERO(&others);
+    m_compile_cpus = others;
+  }
 }
 
 void WorkerPool::add_lane(const std::string& device, std::vector<std::string> args,
@@ -161,8 +167,15 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
       m_io, *m_children, m_worker_path, slot.role, extra_args,
       [on_exit = std::move(on_exit)](WorkerProcess&) { on_exit(); }, m_worker_idle, env);
   if (!worker) return worker.error();
-  if (slot.role == WorkerRole::compile && m_compile_cpus &&
-      ::sched_setaffinity((*worker)->pid(), sizeof *m_compile_cpus, &*m_compile_cpus) != 0) {
+  cpu_set_t placement;
+  CPU_ZERO(&placement);
+  if (slot.borrowed && m_bench_cpu) {
+    CPU_SET(*m_bench_cpu, &placement);
+  } else if (m_compile_cpus) {
+    placement = *m_compile_cpus;
+  }
+  if (slot.role == WorkerRole::compile && CPU_COUNT(&placement) > 0 &&
+      ::sched_setaffinity((*worker)->pid(), sizeof placement, &placement) != 0) {
     // Only placement is lost: compiles may then share the bench worker's CPU.
     KTUNE_LOG(debug) << "cannot set the affinity of compile worker " << (*worker)->pid() << ": "
                      << std::strerror(errno);
@@ -232,19 +245,30 @@ void WorkerPool::pump(const std::string& lane) {
   auto it = m_queues.find(lane);
   if (it == m_queues.end()) return;
   Queue& queue = it->second;
+  // The cpu lane waits while a compile runs on its CPU.
+  if (lane == "cpu" && borrowed_busy()) return;
   while (!queue.waiting.empty()) {
     std::shared_ptr<Worker> free;
+    std::shared_ptr<Worker> borrowed;
     std::size_t alive = 0;
     for (const auto& worker : m_workers) {
       if (worker->lane != lane) continue;
+      if (worker->borrowed) {
+        borrowed = worker;
+        continue;
+      }
       ++alive;
       if (!free && !worker->busy && worker->endpoint->idle()) free = worker;
     }
+    const bool borrow = alive >= queue.limit && lane.empty() && may_borrow();
+    if (!free && borrow && borrowed && !borrowed->busy && borrowed->endpoint->idle()) free = borrowed;
     if (!free) {
-      if (alive >= queue.limit) return; // a reply or an exit pumps again
-      WorkerSlot slot{lane.empty() ? WorkerRole::compile : WorkerRole::bench, lane, queue.args};
+      if (alive >= queue.limit && (!borrow || borrowed)) return; // a reply or an exit pumps again
+      WorkerSlot slot{lane.empty() ? WorkerRole::compile : WorkerRole::bench, lane, queue.args,
+                      alive >= queue.limit};
       auto worker = std::make_shared<Worker>();
       worker->role = slot.role;
+      worker->borrowed = slot.borrowed;
       worker->lane = lane;
       worker->slot = free_slot(lane);
       std::weak_ptr<Worker> weak = worker;
@@ -284,6 +308,7 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
   const SlotKey key{lane, worker.slot};
   slot_event(key, sent, true, work.op, work.device);
   auto handler = std::move(work.on_reply);
+  const bool borrowed = worker.borrowed;
   std::weak_ptr<Worker> weak;
   for (const auto& w : m_workers) {
     if (w.get() == &worker) weak = w;
@@ -292,7 +317,7 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
   // its stderr tail is what the reply's failure needs.
   worker.endpoint->request(
       work.op, std::move(work.job),
-      [this, weak, endpoint = worker.endpoint, lane, sent, key,
+      [this, weak, endpoint = worker.endpoint, lane, sent, key, borrowed,
        handler = std::move(handler)](Result<nlohmann::json> reply) {
         Delivery delivery;
         const auto now = std::chrono::steady_clock::now();
@@ -303,9 +328,21 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
           slot_event(key, now, true, {}, {});
         }
         if (handler) handler(std::move(reply), delivery);
+        if (borrowed) pump("cpu");  // the bench CPU is free again
         pump(lane);
+        if (lane == "cpu") pump("");  // an idle cpu lane lends its CPU to waiting compiles
       },
       work.deadline);
+}
+
+bool WorkerPool::may_borrow() const {
+  if (!m_bench_cpu || !m_compile_cpus || m_shutting_down) return false;
+  return busy("cpu") == 0 && waiting("cpu") == 0;
+}
+
+bool WorkerPool::borrowed_busy() const {
+  return std::any_of(m_workers.begin(), m_workers.end(),
+                     [](const auto& w) { return w->borrowed && w->busy; });
 }
 
 std::size_t WorkerPool::alive(WorkerRole role) const {

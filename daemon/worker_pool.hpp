@@ -16,6 +16,12 @@
 // CPU placement: when the daemon may run on two or more CPUs, the cpu lane's bench worker is
 // pinned to the last of them (ktune-worker --cpu) and compile workers, with the compilers they
 // start, are kept off it (sched_setaffinity), so compiles never disturb a CPU measurement.
+// The bench CPU is lent to compiles while the cpu lane has nothing to do: when every compile
+// worker is busy, compile work still waits and the cpu lane has no request in flight and none
+// waiting, one more compile worker, pinned to the bench CPU (`borrowed`), takes it; the cpu
+// lane sends no request while that worker compiles (a bench waits at most one compile). So a
+// tune whose measurements outpace its compiles, or a CUDA tune, compiles on every core, and a
+// measurement never shares its CPU with a compiler.
 #include "core/result.hpp"
 #include "core/unique_fd.hpp"
 #include "daemon/worker_process.hpp"
@@ -58,6 +64,7 @@ struct WorkerSlot {
   WorkerRole role = WorkerRole::compile;
   std::string lane;                // "" for the compile pool, else the device name
   std::vector<std::string> args;   // extra ktune-worker arguments of the lane
+  bool borrowed = false;           // a compile worker on the cpu lane's bench CPU (see above)
 };
 
 // Starts a worker for `slot`; `on_exit` must run once, on the io thread, after it has exited.
@@ -125,8 +132,10 @@ public:
              std::size_t compile_workers,
              std::chrono::milliseconds worker_idle = std::chrono::milliseconds(0),
              std::int64_t memory_mb = 0, std::string lock_dir = {});
-  // A pool over endpoints of the caller's making (tests).
-  WorkerPool(asio::io_context& io, WorkerSpawner spawner, std::size_t compile_workers);
+  // A pool over endpoints of the caller's making (tests); with `bench_cpu`, compiles may borrow
+  // that CPU as above.
+  WorkerPool(asio::io_context& io, WorkerSpawner spawner, std::size_t compile_workers,
+             std::optional<int> bench_cpu = std::nullopt);
 
   // Declares the bench lane of `device` ("cpu" is always there); `args` are added to its
   // worker's command line. Declaring a lane again replaces its arguments for the next worker.
@@ -175,6 +184,7 @@ private:
     std::string lane;
     std::size_t slot = 0;
     bool busy = false;
+    bool borrowed = false;
   };
   using Clock = std::chrono::steady_clock;
   // The time of one slot: what it is doing since `since`, and the seconds closed so far.
@@ -223,6 +233,11 @@ private:
   WorkerSpawner m_spawner;
   ChildWatch* m_children = nullptr;
   std::string m_worker_path;
+  // Whether compile work may go to the borrowed worker now (the cpu lane idle), and whether it
+  // is compiling.
+  [[nodiscard]] bool may_borrow() const;
+  [[nodiscard]] bool borrowed_busy() const;
+
   std::size_t m_compile_limit;
   std::chrono::milliseconds m_worker_idle{0};
   std::int64_t m_memory_mb = 0;

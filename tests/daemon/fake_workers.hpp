@@ -66,6 +66,7 @@ public:
       if (m_fail_spawn) return make_error("spawn_error", "cannot start a fake worker");
       auto endpoint = std::make_shared<FakeEndpoint>(*this, slot.lane, std::move(on_exit));
       endpoints.push_back(endpoint);
+      borrowed.push_back(slot.borrowed);
       ++spawned;
       return std::shared_ptr<daemon::WorkerEndpoint>(endpoint);
     };
@@ -95,6 +96,7 @@ public:
   std::deque<FakeRequest> pending;           // sent, not answered yet, in sending order
   std::vector<FakeRequest> history;          // every request sent (without handlers)
   std::vector<std::shared_ptr<FakeEndpoint>> endpoints;
+  std::vector<bool> borrowed;                // per spawned endpoint: WorkerSlot::borrowed
   int spawned = 0;
   bool m_fail_spawn = false;
 

@@ -213,3 +213,57 @@ TEST_CASE("worker time is booked per slot and per lane, and a replacement counts
   CHECK(pool.restarts().at("") == 0);
   CHECK(pool.lane_states()[0].restarts == 1);
 }
+
+TEST_CASE("compiles borrow the bench CPU while the cpu lane is idle, and a bench waits for it",
+          "[daemon][pool]") {
+  boost::asio::io_context io;
+  FakeWorkers fakes(io);
+  WorkerPool pool(io, fakes.spawner(), 1, 1);  // one compile worker; the cpu lane on CPU 1
+  std::vector<std::string> log;
+  pool.submit("", tagged("c1", log));
+  pool.submit("", tagged("c2", log));
+  pool.submit("", tagged("c3", log));
+  ktune::test::poll(io);
+  // The cpu lane is idle: c2 goes to a second worker, placed on the bench CPU.
+  CHECK(fakes.count("") == 2);
+  REQUIRE(fakes.spawned == 2);
+  CHECK(fakes.borrowed == std::vector<bool>{false, true});
+
+  // A bench arrives while the borrowed worker compiles: it waits for that compile.
+  pool.submit("cpu", tagged("b1", log, 0, 0, "bench"));
+  ktune::test::poll(io);
+  CHECK(fakes.count("cpu") == 0);
+  CHECK(pool.waiting("cpu") == 1);
+  // The regular worker finishes c1 and takes c3; the borrowed one stays busy with c2.
+  REQUIRE(fakes.reply("", "compile", json::object()));
+  ktune::test::poll(io);
+  CHECK(fakes.count("cpu") == 0);
+  CHECK(sent(fakes) == std::vector<std::string>{"c1", "c2", "c3"});
+  // c2 ends: the bench goes out at once, and no compile borrows the CPU while it measures.
+  REQUIRE(fakes.reply("", "compile", json::object()));  // c2 (the oldest pending)
+  ktune::test::poll(io);
+  CHECK(fakes.count("cpu") == 1);
+  pool.submit("", tagged("c4", log));
+  pool.submit("", tagged("c5", log));
+  ktune::test::poll(io);
+  CHECK(fakes.count("") == 1);  // c3 only: the regular worker is busy, the bench CPU too
+  CHECK(pool.waiting("") == 2);
+  // The bench ends and its lane is idle again: the borrowed worker takes c4.
+  REQUIRE(fakes.reply("cpu", "bench", json::object()));
+  ktune::test::poll(io);
+  CHECK(fakes.count("") == 2);
+  CHECK(pool.waiting("") == 1);
+  CHECK(fakes.spawned == 3);  // the borrowed worker is reused
+}
+
+TEST_CASE("without a pinned bench CPU nothing is borrowed", "[daemon][pool]") {
+  boost::asio::io_context io;
+  FakeWorkers fakes(io);
+  WorkerPool pool(io, fakes.spawner(), 1);
+  std::vector<std::string> log;
+  pool.submit("", tagged("c1", log));
+  pool.submit("", tagged("c2", log));
+  ktune::test::poll(io);
+  CHECK(fakes.count("") == 1);
+  CHECK(pool.waiting("") == 1);
+}
