@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 
 namespace ktune::daemon {
 
@@ -174,6 +175,11 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
   } else if (m_compile_cpus) {
     placement = *m_compile_cpus;
   }
+  // A borrowed compile yields its CPU to a measurement that outwaited it (k_borrow_wait).
+  if (slot.borrowed && ::setpriority(PRIO_PROCESS, static_cast<id_t>((*worker)->pid()), 19) != 0) {
+    KTUNE_LOG(debug) << "cannot lower the priority of compile worker " << (*worker)->pid() << ": "
+                     << std::strerror(errno);
+  }
   if (slot.role == WorkerRole::compile && CPU_COUNT(&placement) > 0 &&
       ::sched_setaffinity((*worker)->pid(), sizeof placement, &placement) != 0) {
     // Only placement is lost: compiles may then share the bench worker's CPU.
@@ -245,8 +251,8 @@ void WorkerPool::pump(const std::string& lane) {
   auto it = m_queues.find(lane);
   if (it == m_queues.end()) return;
   Queue& queue = it->second;
-  // The cpu lane waits while a compile runs on its CPU.
-  if (lane == "cpu" && borrowed_busy()) return;
+  // The cpu lane waits while a compile runs on its CPU (at most k_borrow_wait).
+  if (lane == "cpu" && !it->second.waiting.empty() && wait_for_borrowed()) return;
   while (!queue.waiting.empty()) {
     std::shared_ptr<Worker> free;
     std::shared_ptr<Worker> borrowed;
@@ -328,7 +334,11 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
           slot_event(key, now, true, {}, {});
         }
         if (handler) handler(std::move(reply), delivery);
-        if (borrowed) pump("cpu");  // the bench CPU is free again
+        if (borrowed) {  // the bench CPU is free again
+          m_borrow_waited_out = false;
+          m_borrow_timer.reset();  // its wait, if any, ends as cancelled
+          pump("cpu");
+        }
         pump(lane);
         if (lane == "cpu") pump("");  // an idle cpu lane lends its CPU to waiting compiles
       },
@@ -338,6 +348,21 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
 bool WorkerPool::may_borrow() const {
   if (!m_bench_cpu || !m_compile_cpus || m_shutting_down) return false;
   return busy("cpu") == 0 && waiting("cpu") == 0;
+}
+
+bool WorkerPool::wait_for_borrowed() {
+  if (!borrowed_busy() || m_borrow_waited_out) return false;
+  if (!m_borrow_timer) {  // armed once per borrowed compile; dropped when it ends
+    m_borrow_timer = std::make_unique<asio::steady_timer>(m_io, k_borrow_wait);
+    m_borrow_timer->async_wait([this](const boost::system::error_code& error) {
+      if (error) return;  // cancelled: the borrowed compile ended
+      KTUNE_LOG(debug) << "a compile on the bench CPU is still running after "
+                       << k_borrow_wait.count() << " ms; the cpu lane measures beside it";
+      m_borrow_waited_out = true;
+      pump("cpu");
+    });
+  }
+  return true;
 }
 
 bool WorkerPool::borrowed_busy() const {

@@ -19,9 +19,11 @@
 // The bench CPU is lent to compiles while the cpu lane has nothing to do: when every compile
 // worker is busy, compile work still waits and the cpu lane has no request in flight and none
 // waiting, one more compile worker, pinned to the bench CPU (`borrowed`), takes it; the cpu
-// lane sends no request while that worker compiles (a bench waits at most one compile). So a
+// lane sends no request while that worker compiles (a bench waits for that compile, at most
+// k_borrow_wait: a compile that takes longer, a pathological kernel up to its deadline, then
+// shares the CPU at nice 19, the priority the borrowed worker and its compilers run at). So a
 // tune whose measurements outpace its compiles, or a CUDA tune, compiles on every core, and a
-// measurement never shares its CPU with a compiler.
+// measurement does not share its CPU with a compiler.
 #include "core/result.hpp"
 #include "core/unique_fd.hpp"
 #include "daemon/worker_process.hpp"
@@ -237,6 +239,15 @@ private:
   // is compiling.
   [[nodiscard]] bool may_borrow() const;
   [[nodiscard]] bool borrowed_busy() const;
+  // Whether the cpu lane must wait for the borrowed worker now; arms the k_borrow_wait timer.
+  [[nodiscard]] bool wait_for_borrowed();
+
+public:
+  static constexpr std::chrono::milliseconds k_borrow_wait{1000};
+
+private:
+  std::unique_ptr<asio::steady_timer> m_borrow_timer; // armed while the cpu lane waits
+  bool m_borrow_waited_out = false;                   // k_borrow_wait passed: stop waiting
 
   std::size_t m_compile_limit;
   std::chrono::milliseconds m_worker_idle{0};

@@ -15,6 +15,7 @@ using ktune::daemon::Work;
 using ktune::daemon::WorkerPool;
 using ktune::test::FakeWorkers;
 using nlohmann::json;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -266,4 +267,26 @@ TEST_CASE("without a pinned bench CPU nothing is borrowed", "[daemon][pool]") {
   ktune::test::poll(io);
   CHECK(fakes.count("") == 1);
   CHECK(pool.waiting("") == 1);
+}
+
+TEST_CASE("a bench waits for a compile on its CPU at most k_borrow_wait", "[daemon][pool]") {
+  boost::asio::io_context io;
+  FakeWorkers fakes(io);
+  WorkerPool pool(io, fakes.spawner(), 1, 1);
+  std::vector<std::string> log;
+  pool.submit("", tagged("c1", log));
+  pool.submit("", tagged("c2", log));  // borrowed: the cpu lane is idle
+  ktune::test::poll(io);
+  REQUIRE(fakes.borrowed == std::vector<bool>{false, true});
+  pool.submit("cpu", tagged("b1", log, 0, 0, "bench"));
+  ktune::test::poll(io);
+  CHECK(fakes.count("cpu") == 0);
+  // The borrowed compile never ends (a pathological kernel): the bench goes out after the wait.
+  const auto start = std::chrono::steady_clock::now();
+  while (fakes.count("cpu") == 0 && std::chrono::steady_clock::now() - start < 5s) {
+    io.run_for(20ms);
+    io.restart();
+  }
+  CHECK(fakes.count("cpu") == 1);
+  CHECK(std::chrono::steady_clock::now() - start >= WorkerPool::k_borrow_wait - 50ms);
 }
