@@ -107,6 +107,9 @@ class ForeignLock {
 public:
   explicit ForeignLock(const std::string& path) {
     REQUIRE(sqlite3_open_v2(path.c_str(), &m_db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+    // take() may meet one of ktuned's own short write transactions: wait for it to commit
+    // instead of failing with SQLITE_BUSY.
+    sqlite3_busy_timeout(m_db, 10'000);
   }
   ~ForeignLock() {
     release();
