@@ -94,7 +94,8 @@ public:
   // prune_after, and there is no warm-up. Otherwise (warmup_ms > 0) the first samples are the
   // warm-up: not counted until one takes the same time as the run before it, within
   // k_warm_agreement, with at least k_warm_min_ms spent since the checked run began, or until
-  // warmup_ms has been spent. A kernel of milliseconds is usually warm after its checked run,
+  // warmup_ms has been spent (the runs' own time, or the wall time when that is more: cache
+  // flushes count). A kernel of milliseconds is usually warm after its checked run,
   // and then no sample is lost; a fixed warm-up cost every candidate 25 ms. Without screen() the
   // runner warms up itself (the CUDA runner: warmup_ms of launches).
   void screen(double ms);
@@ -133,6 +134,7 @@ private:
   bool m_warming = false;
   double m_warm_previous_ms = 0;
   double m_warm_spent_ms = 0;
+  double m_warm_check_ms = 0;
   std::size_t m_warmup_samples = 0;
   int m_retakes_in_a_row = 0;
   std::vector<double> m_rsd_history; // rsd after each sample once min_samples/min_time are met

@@ -293,6 +293,18 @@ TEST_CASE("Sampler warms up until two runs agree, and screens on the checked run
     }
     CHECK(static_cast<double>(sampler.warmup_samples() + 1) * 0.01 >= Sampler::k_warm_min_ms - 0.011);
   }
+  SECTION("wall time counts: a microsecond kernel behind a 4 ms flush warms up for warmup_ms of it") {
+    Sampler sampler(s, 0, start);
+    sampler.screen(0.001);
+    std::size_t i = 0;
+    while (sampler.count() == 0 && i < 100000) {
+      ++i;
+      // Every run takes 1 us or 2 us, never agreeing; 4 ms of flushing passes before each.
+      (void)sampler.add(i % 2 == 0 ? 0.001 : 0.002, start + std::chrono::milliseconds(4 * i), std::nullopt);
+    }
+    CHECK(sampler.count() == 1);
+    CHECK(sampler.warmup_samples() <= 8);  // 25 ms of wall time, not 25 ms of 1 us runs
+  }
   SECTION("a checked run above the prune bound: pruned after one sample above it, no warm-up") {
     Sampler sampler(s, 4.0, start);
     sampler.screen(9.0);
