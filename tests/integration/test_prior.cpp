@@ -149,5 +149,12 @@ TEST_CASE("a bayes tune starts from the results of other shapes unless asked to 
     }
   }
   INFO("within 5% of the optimum: " << warm_hits << " of 5 with the prior, " << cold_hits << " of 5 cold");
+#if defined(__SANITIZE_THREAD__)
+  // Under ThreadSanitizer the bench worker's own loop runs several times slower and its timing
+  // of microsecond kernels is noise: the race checks above still run, the timing claim cannot.
+  WARN("ThreadSanitizer build: the prior's hits are not compared (" << warm_hits << " of 5 with "
+       "the prior, " << cold_hits << " of 5 cold)");
+#else
   CHECK(warm_hits > cold_hits);
+#endif
 }
