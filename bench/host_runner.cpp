@@ -130,7 +130,6 @@ struct ArgSet {
   // k_can_evict; elsewhere it does nothing.
   void evict_buffers() const {
 #if defined(__x86_64__) || defined(__aarch64__)
-    [[maybe_unused]] constexpr std::size_t k_line = 64;  // a multiple of it on the aarch64 cores we know
     for (const auto& slot : slots) {
       if (!slot.buffer) continue;
       const auto* begin = static_cast<const char*>(slot.buffer->data());
@@ -138,6 +137,7 @@ struct ArgSet {
 #if defined(__x86_64__)
       evict_lines(begin, end);
 #else
+      constexpr std::size_t k_line = 64;  // a multiple of it on the aarch64 cores we know
       for (const char* p = begin; p < end; p += k_line) asm volatile("dc civac, %0" : : "r"(p) : "memory");
 #endif
     }

@@ -51,15 +51,24 @@ double Sampler::median_lower_bound(std::vector<double>& times) {
   return times[k];
 }
 
-// Checked after every sample up to 64, then every 8th: the test is O(n log n).
-bool Sampler::median_precise() const {
+// The stops that read the median's 95% interval: finalist, raced on the finals' bound, and
+// converged on target_error. Checked after every sample up to 64, then every 8th: computing the
+// interval is O(n log n).
+SampleStop Sampler::interval_stop() const {
   const std::size_t n = m_samples.size();
-  if (m_settings.target_error <= 0 || n == 0 || (n > 64 && n % 8 != 0)) return false;
+  const bool wanted = m_finalist_below_ms > 0 || m_settings.target_error > 0;
+  if (!wanted || n == 0 || (n > 64 && n % 8 != 0)) return SampleStop::more;
   const MedianInterval ci = median_interval(m_samples);
+  if (m_finalist_below_ms > 0) {
+    if (ci.high_ms < m_finalist_below_ms) return SampleStop::finalist;
+    if (ci.low_ms > m_finalist_below_ms) return SampleStop::raced;
+  }
+  if (m_settings.target_error <= 0) return SampleStop::more;
   std::vector<double> sorted(m_samples);
   std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(n / 2), sorted.end());
   const double median = sorted[n / 2];
-  return median > 0 && ci.high_ms - ci.low_ms <= 2.0 * k_error_z * m_settings.target_error * median;
+  const bool precise = median > 0 && ci.high_ms - ci.low_ms <= 2.0 * k_error_z * m_settings.target_error * median;
+  return precise ? SampleStop::converged : SampleStop::more;
 }
 
 // Checked after every sample up to 64, then every 8th: the test is linear in the samples.
@@ -138,12 +147,8 @@ SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> 
   const bool enough = count >= s.min_samples && m_measured_s >= s.min_time_s;
   const double current_rsd = rsd();
   if (enough) {
-    if (m_finalist_below_ms > 0 && (count <= 64 || count % 8 == 0)) {  // O(n log n): as median_precise
-      const MedianInterval ci = median_interval(m_samples);
-      if (ci.high_ms < m_finalist_below_ms) return m_stop = SampleStop::finalist;
-      if (ci.low_ms > m_finalist_below_ms) return m_stop = SampleStop::raced;
-    }
-    if (current_rsd < s.target_rsd || median_precise()) return m_stop = SampleStop::converged;
+    if (const SampleStop stop = interval_stop(); stop != SampleStop::more) return m_stop = stop;
+    if (current_rsd < s.target_rsd) return m_stop = SampleStop::converged;
     m_rsd_history.push_back(current_rsd);
     if (settled()) return m_stop = SampleStop::settled;
   }

@@ -118,7 +118,7 @@ public:
 private:
   [[nodiscard]] bool settled() const;
   [[nodiscard]] bool raced_out();
-  [[nodiscard]] bool median_precise() const;
+  [[nodiscard]] SampleStop interval_stop() const;
 
   MeasureSettings m_settings;
   double m_prune_above_ms;

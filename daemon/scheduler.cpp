@@ -864,10 +864,10 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate) {
       job.artifacts.count(static_cast<std::size_t>(job.best->config_index)) != 0) {
     bench_job->finalist_below_ms = (1.0 + rules.final_margin) * job.best->stats.median_ms;
   }
-  if (!again && job.best && m_settings.measure.prune_factor > 0) {
-    bench_job->prune_above_ms = m_settings.measure.prune_factor * job.best->stats.median_ms;
-    if (m_settings.measure.race_margin > 0) {
-      bench_job->race_above_ms = (1.0 + m_settings.measure.race_margin) * job.best->stats.median_ms;
+  if (!again && job.best && rules.prune_factor > 0) {
+    bench_job->prune_above_ms = rules.prune_factor * job.best->stats.median_ms;
+    if (rules.race_margin > 0) {
+      bench_job->race_above_ms = (1.0 + rules.race_margin) * job.best->stats.median_ms;
     }
   }
   job.benchmarking = true;
@@ -955,13 +955,8 @@ void Scheduler::on_final_measured(ActiveJob& job, const Compiled& candidate,
 // every clear loser.
 void Scheduler::race_finals(ActiveJob& job) {
   if (job.rounds_started < k_race_finals_after || job.finalists.size() <= 2) return;
-  std::vector<std::vector<double>> round_ms;
-  for (const Compiled& f : job.finalists) {
-    round_ms.emplace_back();
-    for (const SampleStats& s : job.final_stats.at(f.index)) round_ms.back().push_back(s.median_ms);
-  }
   const double tie_margin = m_settings.measure.tie_margin;
-  const FinalsVerdict verdict = judge_finals(round_ms, tie_margin);
+  const FinalsVerdict verdict = judge_rounds(job);
   std::vector<std::pair<double, std::size_t>> losers; // (ratio_low, index in finalists)
   for (std::size_t i = 0; i < job.finalists.size(); ++i) {
     if (verdict.ratio_low[i] > 1.0 + tie_margin) losers.emplace_back(verdict.ratio_low[i], i);
@@ -982,6 +977,15 @@ void Scheduler::race_finals(ActiveJob& job) {
   job.finalists = std::move(kept);
 }
 
+FinalsVerdict Scheduler::judge_rounds(const ActiveJob& job) const {
+  std::vector<std::vector<double>> round_ms;
+  for (const Compiled& f : job.finalists) {
+    round_ms.emplace_back();
+    for (const SampleStats& s : job.final_stats.at(f.index)) round_ms.back().push_back(s.median_ms);
+  }
+  return judge_finals(round_ms, m_settings.measure.tie_margin);
+}
+
 // The winning group as config indices: the best and its ties. After finals: the best of the
 // finals and the finalists judge_finals ties with it (a row outside the finals never wins: its
 // time was taken at another moment). Without finals: the fastest row and those within
@@ -990,12 +994,7 @@ std::vector<std::size_t> Scheduler::tie_set(const ActiveJob& job,
                                             const std::vector<ResultRecord>& rows) const {
   std::vector<std::size_t> ties;
   if (job.finalists.size() >= 2) {
-    std::vector<std::vector<double>> round_ms;
-    for (const Compiled& f : job.finalists) {
-      round_ms.emplace_back();
-      for (const SampleStats& s : job.final_stats.at(f.index)) round_ms.back().push_back(s.median_ms);
-    }
-    const FinalsVerdict verdict = judge_finals(round_ms, m_settings.measure.tie_margin);
+    const FinalsVerdict verdict = judge_rounds(job);
     for (std::size_t i = 0; i < job.finalists.size(); ++i) {
       KTUNE_LOG(debug) << "job " << job.plan.record.id << " finals: "
                        << config_to_string(job.plan.configs[job.finalists[i].index]) << " x"

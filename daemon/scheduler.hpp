@@ -238,6 +238,8 @@ private:
   void queue_round(ActiveJob& job);
   static constexpr int k_race_finals_after = 3; // rounds
   void race_finals(ActiveJob& job);
+  // judge_finals on the current finalists' round medians.
+  [[nodiscard]] FinalsVerdict judge_rounds(const ActiveJob& job) const;
   void start_reference(ActiveJob& job);
   void start_compile(ActiveJob& job, std::size_t index);
   void start_bench(ActiveJob& job, Compiled candidate);

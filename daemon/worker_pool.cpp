@@ -110,11 +110,6 @@ WorkerPool::WorkerPool(asio::io_context& io, WorkerSpawner spawner, std::size_t 
       m_compile_limit(std::max<std::size_t>(1, compile_workers)), m_bench_cpu(bench_cpu) {
   m_queues[""].limit = m_compile_limit;
   add_lane("cpu");
-  if (m_bench_cpu) {
-    cpu_set_t others;
-    CPU_ZERO(&others);
-    m_compile_cpus = others;
-  }
 }
 
 void WorkerPool::add_lane(const std::string& device, std::vector<std::string> args,
@@ -346,7 +341,7 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
 }
 
 bool WorkerPool::may_borrow() const {
-  if (!m_bench_cpu || !m_compile_cpus || m_shutting_down) return false;
+  if (!m_bench_cpu || m_shutting_down) return false;
   return busy("cpu") == 0 && waiting("cpu") == 0;
 }
 
