@@ -54,16 +54,16 @@ double Sampler::median_lower_bound(std::vector<double>& times) {
 // The stops that read the median's 95% interval: finalist, raced on the finals' bound, and
 // converged on target_error. Checked after every sample up to 64, then every 8th: computing the
 // interval is O(n log n).
-SampleStop Sampler::interval_stop() const {
+SampleStop Sampler::interval_stop(bool precise_enough) const {
   const std::size_t n = m_samples.size();
-  const bool wanted = m_finalist_below_ms > 0 || m_settings.target_error > 0;
+  const bool wanted = m_finalist_below_ms > 0 || (precise_enough && m_settings.target_error > 0);
   if (!wanted || n == 0 || (n > 64 && n % 8 != 0)) return SampleStop::more;
   const MedianInterval ci = median_interval(m_samples);
   if (m_finalist_below_ms > 0) {
     if (ci.high_ms < m_finalist_below_ms) return SampleStop::finalist;
     if (ci.low_ms > m_finalist_below_ms) return SampleStop::raced;
   }
-  if (m_settings.target_error <= 0) return SampleStop::more;
+  if (!precise_enough || m_settings.target_error <= 0) return SampleStop::more;
   std::vector<double> sorted(m_samples);
   std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(n / 2), sorted.end());
   const double median = sorted[n / 2];
@@ -144,10 +144,16 @@ SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> 
     m_race_times.push_back(disturbed ? *cpu_ms : ms);
     if (raced_out()) return m_stop = SampleStop::raced;
   }
+  m_shortest_ms = count == 1 ? ms : std::min(m_shortest_ms, ms);
   const bool enough = count >= s.min_samples && m_measured_s >= s.min_time_s;
-  const double current_rsd = rsd();
+  // The finals' bound is a 30% margin: samples of a millisecond or more decide it at
+  // min_samples, whatever min_time_s asks for the median's precision.
+  const bool decisive = count >= s.min_samples && (enough || m_shortest_ms >= k_decisive_sample_ms);
+  if (decisive) {
+    if (const SampleStop stop = interval_stop(enough); stop != SampleStop::more) return m_stop = stop;
+  }
   if (enough) {
-    if (const SampleStop stop = interval_stop(); stop != SampleStop::more) return m_stop = stop;
+    const double current_rsd = rsd();
     if (current_rsd < s.target_rsd) return m_stop = SampleStop::converged;
     m_rsd_history.push_back(current_rsd);
     if (settled()) return m_stop = SampleStop::settled;

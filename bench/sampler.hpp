@@ -13,13 +13,18 @@
 //              than the bound with 99% confidence. The scheduler's bound is (1 + final_margin) x
 //              the best median so far, above which a candidate is never a finalist, so racing
 //              only stops measuring candidates whose precise time decides nothing;
-//   finalist   finalist_below_ms > 0, n >= min_samples, measured >= min_time_s, and the upper end
-//              of the median's 95% confidence interval (median_interval) is below it: the
-//              candidate is a finalist whatever more samples say, and the finals measure it again
-//              in rounds, so its precise time here decides nothing (the scheduler passes
+//   finalist   finalist_below_ms > 0, n >= min_samples, measured >= min_time_s or every sample
+//              >= k_decisive_sample_ms, and the upper end of the median's 95% confidence interval
+//              (median_interval; under 6 samples the samples' range) is below it: the candidate
+//              is a finalist whatever more samples say, and the finals measure it again in
+//              rounds, so its precise time here decides nothing (the scheduler passes
 //              (1 + final_margin) x the best median while the job will hold finals). With the
-//              same minimums and the interval's lower end above it, the candidate will never be
-//              a finalist and its precise time decides nothing either: raced, at 95%;
+//              same minimums and the interval's lower end above it (under 6 samples: even the
+//              fastest sample is above it), the candidate will never be a finalist and its
+//              precise time decides nothing either: raced. min_time_s is there for the median's
+//              precision (a microsecond kernel needs many launches); samples of a millisecond
+//              or more decide a 30% margin at min_samples. Disturbances only add time, so a
+//              fastest sample above the bound is not noise (docs/ARCHITECTURE.md § Measurement);
 //   converged  n >= min_samples, measured >= min_time_s, and rsd < target_rsd or the median is
 //              known to within target_error: its distribution-free 95% confidence interval
 //              (median_interval, order statistics) is at most 2 x 1.96 x target_error x the
@@ -66,6 +71,9 @@ public:
 
   static constexpr std::size_t k_race_min_samples = 8;
   static constexpr double k_race_z = 2.576;  // two-sided 99%
+  // Samples at least this long decide the finalist and raced stops at min_samples without
+  // min_time_s (see `finalist` above).
+  static constexpr double k_decisive_sample_ms = 1.0;
   static constexpr double k_error_z = 1.96;  // target_error is a standard error: 95% is 1.96 of it
 
   // `prune_above_ms` <= 0 never prunes, `race_above_ms` <= 0 never races. `start` is the time of
@@ -118,7 +126,7 @@ public:
 private:
   [[nodiscard]] bool settled() const;
   [[nodiscard]] bool raced_out();
-  [[nodiscard]] SampleStop interval_stop() const;
+  [[nodiscard]] SampleStop interval_stop(bool precise_enough) const;
 
   MeasureSettings m_settings;
   double m_prune_above_ms;
@@ -139,6 +147,7 @@ private:
   int m_retakes_in_a_row = 0;
   std::vector<double> m_rsd_history; // rsd after each sample once min_samples/min_time are met
   double m_measured_s = 0;
+  double m_shortest_ms = 0;          // the shortest counted sample
   double m_mean = 0, m_m2 = 0;       // Welford's running moments
   SampleStop m_stop = SampleStop::more;
 };

@@ -177,6 +177,8 @@ Result<void> apply_daemon_table(const toml::table& table, const FileReader& read
       KTUNE_CONFIG_SET(config.stop_grace_s, reader.number(node, name, 0.0));
     } else if (key == "compile_ahead") {
       KTUNE_CONFIG_SET(config.compile_ahead, reader.integer(node, name, 0, 1 << 20));
+    } else if (key == "serial") {
+      KTUNE_CONFIG_SET(config.serial, reader.boolean(node, name));
     } else if (key == "search_batch") {
       KTUNE_CONFIG_SET(config.search_batch, reader.integer(node, name, 1, 1 << 20));
     } else if (key == "lock_dir") {
@@ -200,7 +202,7 @@ Result<void> apply_daemon_table(const toml::table& table, const FileReader& read
     } else {
       return reader.error(name, "unknown key (expected socket, db, cache_dir, kernel_dirs, "
                                 "table_dirs, table_policy, compile_workers, compile_ahead, "
-                                "search_batch, max_message_bytes, idle_s, worker_idle_s, "
+                                "search_batch, serial, max_message_bytes, idle_s, worker_idle_s, "
                                 "stop_grace_s, log_max_mb, log_keep, lock_dir or metrics)");
     }
   }

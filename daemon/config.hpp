@@ -4,7 +4,7 @@
 //
 // File keys:
 //   [daemon]  socket, db, cache_dir, kernel_dirs, table_dirs, table_policy, compile_workers,
-//             compile_ahead, search_batch, max_message_bytes, idle_s, worker_idle_s, stop_grace_s,
+//             compile_ahead, search_batch, serial, max_message_bytes, idle_s, worker_idle_s, stop_grace_s,
 //             log_max_mb, log_keep, lock_dir, metrics
 //   [limits]  compile_timeout_s, bench_timeout_s, bench_timeout_min_s, bench_timeout_max_s,
 //             worker_memory_mb, max_connections, message_timeout_s, connection_idle_s,
@@ -54,6 +54,7 @@ struct DaemonConfig {
   int compile_workers = 0;                 // 0 = online cores - 1 (at least 1); resolved by resolve_config
   int compile_ahead = 0;                   // compiled candidates kept ready for the bench worker; 0 = 2 x compile_workers
   int search_batch = 4;                    // proposals per batch of a search strategy (not exhaustive)
+  bool serial = false;                     // compile and measure one candidate at a time, nothing overlapped
   std::size_t max_message_bytes = 1 << 20;
   std::string worker_path;                 // the ktune-worker executable
   int ready_fd = -1;                       // -1 = no readiness handshake

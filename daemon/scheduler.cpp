@@ -578,10 +578,13 @@ void Scheduler::propose(ActiveJob& job) {
     const std::size_t ahead =
         job.to_compile.size() + static_cast<std::size_t>(job.compiling) + job.compiled.size();
     if (job.batched ? !job.batch.empty() : ahead >= m_settings.compile_ahead) return;
+    if (m_settings.serial && (ahead > 0 || job.benchmarking)) return;
     if (job.stop->reached(std::chrono::steady_clock::now())) return;
     const std::size_t allowed = job.stop->proposals_left(job.strategy->pending_count());
     if (allowed == 0) return;
-    const std::size_t room = job.batched ? m_settings.search_batch : m_settings.compile_ahead - ahead;
+    const std::size_t room = m_settings.serial  ? 1
+                             : job.batched      ? m_settings.search_batch
+                                                : m_settings.compile_ahead - ahead;
     const auto batch = job.strategy->propose(std::min(allowed, room));
     if (batch.empty()) return;
     if (job.batched) job.batch = batch;

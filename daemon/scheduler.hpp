@@ -95,6 +95,10 @@ struct SchedulerSettings {
   double bench_timeout_s = 0;     // 0 = derived from `measure` (bench_deadline)
   double bench_timeout_min_s = 10;
   double bench_timeout_max_s = 600;
+  // Each job compiles and measures one candidate at a time, nothing overlapped: the loop of
+  // tuners that compile in the measuring process (benchmarks/peer's Kernel Tuner loop), and a
+  // way to keep compilers off a machine whose measurements they disturb.
+  bool serial = false;
 };
 
 // The bench deadline of one candidate: `override_s` when > 0, else settings.bench_timeout_s when

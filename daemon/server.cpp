@@ -145,7 +145,8 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
                         static_cast<std::size_t>(cfg.compile_workers),
                         static_cast<std::size_t>(cfg.compile_ahead),
                         static_cast<std::size_t>(cfg.search_batch), cfg.compile_timeout_s,
-                        cfg.bench_timeout_s, cfg.bench_timeout_min_s, cfg.bench_timeout_max_s});
+                        cfg.bench_timeout_s, cfg.bench_timeout_min_s, cfg.bench_timeout_max_s,
+                        cfg.serial});
   Server* self = server.get();
   server->m_handler = std::make_unique<RequestHandler>(HandlerContext{
       server->m_io, cfg, *server->m_store, *server->m_scheduler, *server->m_workers, *server->m_devices,

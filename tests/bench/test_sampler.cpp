@@ -364,3 +364,39 @@ TEST_CASE("While the job holds finals, a candidate clearly outside them is raced
   CHECK(stop == SampleStop::raced);
   CHECK(n == 3);
 }
+
+TEST_CASE("The finals' bound is decided at min_samples by millisecond samples, not by min_time_s",
+          "[bench][sampler]") {
+  auto s = settings();
+  s.target_rsd = 0;
+  s.target_error = 0;
+  s.min_samples = 3;
+  s.min_time_s = 0.05;  // 50 ms: 10 samples of 5 ms, 500 of 0.1 ms
+  SECTION("5 ms samples: raced and finalist at 3 samples (15 ms measured)") {
+    Sampler raced(s, 0, Sampler::Clock::now());
+    raced.finals_bound(4.0);
+    auto [raced_stop, raced_n] = run(raced, [](std::size_t i) { return 5.0 + 0.1 * static_cast<double>(i % 3); });
+    CHECK(raced_stop == SampleStop::raced);
+    CHECK(raced_n == 3);
+    Sampler finalist(s, 0, Sampler::Clock::now());
+    finalist.finals_bound(6.0);
+    auto [finalist_stop, finalist_n] = run(finalist, [](std::size_t i) { return 5.0 + 0.1 * static_cast<double>(i % 3); });
+    CHECK(finalist_stop == SampleStop::finalist);
+    CHECK(finalist_n == 3);
+  }
+  SECTION("0.1 ms samples: min_time_s still holds") {
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    sampler.finals_bound(0.08);
+    auto [stop, n] = run(sampler, [](std::size_t i) { return 0.1 + 0.001 * static_cast<double>(i % 3); });
+    CHECK(stop == SampleStop::raced);
+    CHECK(n > 400);  // about 50 ms of them
+  }
+  SECTION("the precision stop keeps min_time_s whatever the samples' length") {
+    s.target_error = 0.01;
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    auto [stop, n] = run(sampler, [](std::size_t) { return 5.0; });
+    CHECK(stop == SampleStop::converged);
+    CHECK(n >= 10);  // 50 ms, give or take the sum's rounding
+    CHECK(n <= 11);
+  }
+}

@@ -30,10 +30,10 @@ DeviceInfo device(const std::string& name) {
 
 // One scheduler over fake workers: `compile_workers` compile workers, lanes cpu and lane2.
 struct Rig {
-  explicit Rig(std::size_t compile_workers = 1)
+  explicit Rig(std::size_t compile_workers = 1, bool serial = false)
       : store(open_store(home)),
         fakes(io), pool(io, fakes.spawner(), compile_workers), planner(store),
-        scheduler(io, store, pool, settings(compile_workers)) {
+        scheduler(io, store, pool, settings(compile_workers, serial)) {
     pool.add_lane("lane2");
     registry.load({KTUNE_SOURCE_DIR "/kernels_src"});
     scheduler.set_job_end_hook([this](std::int64_t id, JobState state) { ended[id] = state; });
@@ -46,8 +46,9 @@ struct Rig {
     return store;
   }
 
-  static SchedulerSettings settings(std::size_t compile_workers) {
+  static SchedulerSettings settings(std::size_t compile_workers, bool serial) {
     SchedulerSettings s;
+    s.serial = serial;
     s.cache_dir = "/nonexistent-cache";
     s.compile_workers = compile_workers;
     s.compile_ahead = 2;
@@ -404,4 +405,28 @@ TEST_CASE("the winner is the incumbent when it ties, else the fastest tie; a re-
   REQUIRE(stored);
   REQUIRE(stored->has_value());
   CHECK((*stored)->config == texts[0]);
+}
+
+TEST_CASE("serial: one candidate at a time, never a compile beside a measurement",
+          "[daemon][scheduler]") {
+  Rig rig(2, true);
+  const auto id = rig.enqueue(rig.plan("gemm", "M=64,N=64,K=64", "cpu", 6));
+  std::size_t most_at_once = 0, benches = 0;
+  ktune::test::poll(rig.io);
+  for (int i = 0; i < 100 && rig.ended.count(id) == 0; ++i) {
+    const std::size_t compiles = rig.fakes.count(""), measuring = rig.fakes.count("cpu");
+    most_at_once = std::max(most_at_once, compiles + measuring);
+    if (measuring > 0) {
+      rig.answer("cpu");
+      ++benches;
+    } else if (compiles > 0) {
+      rig.answer("");
+    } else {
+      ktune::test::poll(rig.io);
+    }
+  }
+  REQUIRE(rig.ended.count(id) == 1);
+  CHECK(rig.state(id) == JobState::done);
+  CHECK(benches == 6);
+  CHECK(most_at_once == 1);  // two compile workers, and still one request at a time
 }
