@@ -842,11 +842,12 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate) {
   const bool again = job.phase == Phase::finals;
   MeasureSettings measure = m_settings.measure;
   if (again) {
-    // A round of the finals takes its share of one candidate's measuring time, and its share of
-    // the precision: the rounds are the replicates judge_finals compares, so the median of one
-    // round needs to be known to within target_error x sqrt(final_rounds) for their pooled
-    // median to be known to within target_error.
+    // A round of the finals takes its share of one candidate's measuring time (the least and the
+    // most), and its share of the precision: the rounds are the replicates judge_finals
+    // compares, so the median of one round needs to be known to within target_error x
+    // sqrt(final_rounds) for their pooled median to be known to within target_error.
     const int rounds = std::max(1, measure.final_rounds);
+    measure.min_time_s /= rounds;
     measure.max_time_s = std::max(measure.min_time_s, measure.max_time_s / rounds);
     measure.target_error *= std::sqrt(static_cast<double>(rounds));
   }
