@@ -32,7 +32,7 @@
 // Sound winners, the finals: when the search is over, the best and the candidates measured in
 // this job within measure.final_margin (30%) of its median -- at most measure.finalists (32),
 // nearest first -- are measured again in measure.final_rounds (5) rounds, each round measuring
-// every finalist once (max_time_s / final_rounds each), one finalist later each round. A
+// every finalist once (min_time_s and max_time_s / final_rounds each), one finalist later each round. A
 // finalist's row then holds the rounds pooled (pool_rounds: median = median of the round
 // medians; remeasured). Comparing finalists round by round cancels what the machine did between
 // rounds; judge_finals (core/stats.hpp) declares ties: within tie_margin (3%) of the best at 95%
