@@ -60,8 +60,14 @@ SampleStop Sampler::interval_stop(bool precise_enough) const {
   if (!wanted || n == 0 || (n > 64 && n % 8 != 0)) return SampleStop::more;
   const MedianInterval ci = median_interval(m_samples);
   if (m_finalist_below_ms > 0) {
-    if (ci.high_ms < m_finalist_below_ms) return SampleStop::finalist;
-    if (ci.low_ms > m_finalist_below_ms) return SampleStop::raced;
+    // Under 6 samples the interval is their range; the checked run is one more run in it.
+    double low = ci.low_ms, high = ci.high_ms;
+    if (m_checked_ms > 0 && n < 6) {
+      low = std::min(low, m_checked_ms);
+      high = std::max(high, m_checked_ms);
+    }
+    if (high < m_finalist_below_ms) return SampleStop::finalist;
+    if (low > m_finalist_below_ms) return SampleStop::raced;
   }
   if (!precise_enough || m_settings.target_error <= 0) return SampleStop::more;
   std::vector<double> sorted(m_samples);
@@ -81,6 +87,7 @@ bool Sampler::raced_out() {
 
 void Sampler::screen(double ms) {
   if (!m_samples.empty()) return;
+  m_checked_ms = ms;
   if (m_prune_above_ms > 0 && ms > m_prune_above_ms) {
     m_prune_after = 1;
     return;
@@ -146,10 +153,11 @@ SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> 
   }
   m_shortest_ms = count == 1 ? ms : std::min(m_shortest_ms, ms);
   const bool enough = count >= s.min_samples && m_measured_s >= s.min_time_s;
-  // The finals' bound is a 30% margin: samples of a millisecond or more decide it at
-  // min_samples, whatever min_time_s asks for the median's precision.
-  const bool decisive = count >= s.min_samples && (enough || m_shortest_ms >= k_decisive_sample_ms);
-  if (decisive) {
+  // The finals' bound is a 30% margin: runs of a millisecond or more decide it at min_samples
+  // runs, the checked run one of them when there is one (screen()), whatever min_time_s asks
+  // for the median's precision.
+  const std::int64_t runs = count + (m_checked_ms > 0 ? 1 : 0);
+  if (enough || (runs >= s.min_samples && m_shortest_ms >= k_decisive_sample_ms)) {
     if (const SampleStop stop = interval_stop(enough); stop != SampleStop::more) return m_stop = stop;
   }
   if (enough) {

@@ -24,7 +24,9 @@
 //              precise time decides nothing either: raced. min_time_s is there for the median's
 //              precision (a microsecond kernel needs many launches); samples of a millisecond
 //              or more decide a 30% margin at min_samples. Disturbances only add time, so a
-//              fastest sample above the bound is not noise (docs/ARCHITECTURE.md § Measurement);
+//              fastest sample above the bound is not noise (docs/ARCHITECTURE.md § Measurement).
+//              The checked run (screen()) counts as one of the min_samples runs here and joins
+//              the range under 6 samples;
 //   converged  n >= min_samples, measured >= min_time_s, and rsd < target_rsd or the median is
 //              known to within target_error: its distribution-free 95% confidence interval
 //              (median_interval, order statistics) is at most 2 x 1.96 x target_error x the
@@ -148,6 +150,7 @@ private:
   std::vector<double> m_rsd_history; // rsd after each sample once min_samples/min_time are met
   double m_measured_s = 0;
   double m_shortest_ms = 0;          // the shortest counted sample
+  double m_checked_ms = 0;           // the checked run's CPU time (screen()); 0 = none
   double m_mean = 0, m_m2 = 0;       // Welford's running moments
   SampleStop m_stop = SampleStop::more;
 };

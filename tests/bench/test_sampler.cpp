@@ -384,6 +384,27 @@ TEST_CASE("The finals' bound is decided at min_samples by millisecond samples, n
     CHECK(finalist_stop == SampleStop::finalist);
     CHECK(finalist_n == 3);
   }
+  SECTION("the checked run is one of the min_samples runs, on the same side of the bound") {
+    Sampler raced(s, 0, Sampler::Clock::now());
+    raced.screen(5.2);
+    raced.finals_bound(4.0);
+    auto [raced_stop, raced_n] = run(raced, [](std::size_t i) { return 5.0 + 0.1 * static_cast<double>(i % 3); });
+    CHECK(raced_stop == SampleStop::raced);
+    CHECK(raced_n == 2);
+    Sampler finalist(s, 0, Sampler::Clock::now());
+    finalist.screen(5.2);
+    finalist.finals_bound(6.0);
+    auto [finalist_stop, finalist_n] = run(finalist, [](std::size_t i) { return 5.0 + 0.1 * static_cast<double>(i % 3); });
+    CHECK(finalist_stop == SampleStop::finalist);
+    CHECK(finalist_n == 2);
+    // A checked run on the other side keeps the candidate in doubt until three samples agree.
+    Sampler doubt(s, 0, Sampler::Clock::now());
+    doubt.screen(3.9);
+    doubt.finals_bound(4.0);
+    auto [doubt_stop, doubt_n] = run(doubt, [](std::size_t i) { return 5.0 + 0.1 * static_cast<double>(i % 3); });
+    CHECK(doubt_stop == SampleStop::raced);
+    CHECK(doubt_n == 6);  // the range of 3 to 5 samples includes the checked run
+  }
   SECTION("0.1 ms samples: min_time_s still holds") {
     Sampler sampler(s, 0, Sampler::Clock::now());
     sampler.finals_bound(0.08);
