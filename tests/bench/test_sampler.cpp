@@ -372,38 +372,25 @@ TEST_CASE("The finals' bound is decided at min_samples by millisecond samples, n
   s.target_error = 0;
   s.min_samples = 3;
   s.min_time_s = 0.05;  // 50 ms: 10 samples of 5 ms, 500 of 0.1 ms
+  // Samples of 5.0, 5.1, 5.2 ms against the finals' bound, after a checked run of `checked_ms`
+  // (0: none).
+  const auto decide = [&](double checked_ms, double bound_ms) {
+    Sampler sampler(s, 0, Sampler::Clock::now());
+    if (checked_ms > 0) sampler.screen(checked_ms);
+    sampler.finals_bound(bound_ms);
+    return run(sampler, [](std::size_t i) { return 5.0 + 0.1 * static_cast<double>(i % 3); });
+  };
+  using Decision = std::pair<SampleStop, std::size_t>;
   SECTION("5 ms samples: raced and finalist at 3 samples (15 ms measured)") {
-    Sampler raced(s, 0, Sampler::Clock::now());
-    raced.finals_bound(4.0);
-    auto [raced_stop, raced_n] = run(raced, [](std::size_t i) { return 5.0 + 0.1 * static_cast<double>(i % 3); });
-    CHECK(raced_stop == SampleStop::raced);
-    CHECK(raced_n == 3);
-    Sampler finalist(s, 0, Sampler::Clock::now());
-    finalist.finals_bound(6.0);
-    auto [finalist_stop, finalist_n] = run(finalist, [](std::size_t i) { return 5.0 + 0.1 * static_cast<double>(i % 3); });
-    CHECK(finalist_stop == SampleStop::finalist);
-    CHECK(finalist_n == 3);
+    CHECK(decide(0, 4.0) == Decision{SampleStop::raced, 3});
+    CHECK(decide(0, 6.0) == Decision{SampleStop::finalist, 3});
   }
   SECTION("the checked run is one of the min_samples runs, on the same side of the bound") {
-    Sampler raced(s, 0, Sampler::Clock::now());
-    raced.screen(5.2);
-    raced.finals_bound(4.0);
-    auto [raced_stop, raced_n] = run(raced, [](std::size_t i) { return 5.0 + 0.1 * static_cast<double>(i % 3); });
-    CHECK(raced_stop == SampleStop::raced);
-    CHECK(raced_n == 2);
-    Sampler finalist(s, 0, Sampler::Clock::now());
-    finalist.screen(5.2);
-    finalist.finals_bound(6.0);
-    auto [finalist_stop, finalist_n] = run(finalist, [](std::size_t i) { return 5.0 + 0.1 * static_cast<double>(i % 3); });
-    CHECK(finalist_stop == SampleStop::finalist);
-    CHECK(finalist_n == 2);
-    // A checked run on the other side keeps the candidate in doubt until three samples agree.
-    Sampler doubt(s, 0, Sampler::Clock::now());
-    doubt.screen(3.9);
-    doubt.finals_bound(4.0);
-    auto [doubt_stop, doubt_n] = run(doubt, [](std::size_t i) { return 5.0 + 0.1 * static_cast<double>(i % 3); });
-    CHECK(doubt_stop == SampleStop::raced);
-    CHECK(doubt_n == 6);  // the range of 3 to 5 samples includes the checked run
+    CHECK(decide(5.2, 4.0) == Decision{SampleStop::raced, 2});
+    CHECK(decide(5.2, 6.0) == Decision{SampleStop::finalist, 2});
+    // A checked run on the other side keeps the candidate in doubt until the samples alone
+    // decide: the range of 3 to 5 samples includes the checked run, the interval of 6 does not.
+    CHECK(decide(3.9, 4.0) == Decision{SampleStop::raced, 6});
   }
   SECTION("0.1 ms samples: min_time_s still holds") {
     Sampler sampler(s, 0, Sampler::Clock::now());
