@@ -882,6 +882,10 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate) {
            j.benchmarking = false;
            if (!reply && reply.error().code == k_withdrawn) return; // cancelled
            j.timing.bench_sum_ms += delivery.request_ms;
+           // Until the request was sent, the lane's worker waited for a compile on its CPU
+           // (WorkerPool: borrowed): booked as compile, not bench.
+           j.timing.bench_ms -= delivery.queued_ms;
+           j.timing.compile_ms += delivery.queued_ms;
            if (again) {
              on_final_measured(j, candidate, std::move(reply));
            } else {

@@ -200,7 +200,7 @@ void WorkerPool::submit(const std::string& lane, Work work) {
                       make_error(protocol::code::no_device, "no bench lane for device '" + lane +
                                                                 "' on this ktuned"));
   }
-  queue->second.waiting.push_back(Waiting{std::move(work), ++m_seq});
+  queue->second.waiting.push_back(Waiting{std::move(work), ++m_seq, std::chrono::steady_clock::now()});
   pump(lane);
 }
 
@@ -297,15 +297,18 @@ void WorkerPool::pump(const std::string& lane) {
     }
     const auto index = *pick(queue);
     Work work = std::move(queue.waiting[index].work);
+    const auto submitted = queue.waiting[index].since;
     queue.waiting.erase(queue.waiting.begin() + static_cast<std::ptrdiff_t>(index));
-    send(lane, *free, std::move(work));
+    send(lane, *free, std::move(work), submitted);
   }
 }
 
-void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
+void WorkerPool::send(const std::string& lane, Worker& worker, Work work,
+                      std::chrono::steady_clock::time_point submitted) {
   m_last_served[work.owner] = ++m_served;
   worker.busy = true;
   const auto sent = std::chrono::steady_clock::now();
+  const double queued_ms = std::chrono::duration<double, std::milli>(sent - submitted).count();
   const SlotKey key{lane, worker.slot};
   slot_event(key, sent, true, work.op, work.device);
   auto handler = std::move(work.on_reply);
@@ -318,11 +321,12 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
   // its stderr tail is what the reply's failure needs.
   worker.endpoint->request(
       work.op, std::move(work.job),
-      [this, weak, endpoint = worker.endpoint, lane, sent, key, borrowed,
+      [this, weak, endpoint = worker.endpoint, lane, sent, queued_ms, key, borrowed,
        handler = std::move(handler)](Result<nlohmann::json> reply) {
         Delivery delivery;
         const auto now = std::chrono::steady_clock::now();
         delivery.request_ms = std::chrono::duration<double, std::milli>(now - sent).count();
+        delivery.queued_ms = queued_ms;
         delivery.stderr_tail = endpoint->stderr_tail();
         if (auto w = weak.lock()) {
           w->busy = false;

@@ -77,6 +77,7 @@ using WorkerSpawner = std::function<Result<std::shared_ptr<WorkerEndpoint>>(
 struct Delivery {
   std::string stderr_tail;         // the worker's stderr since the request was sent
   double request_ms = 0;           // from sending the request to its reply
+  double queued_ms = 0;            // from submit() to sending it: waiting for a worker
 };
 
 // One piece of work for a worker.
@@ -212,6 +213,7 @@ private:
   struct Waiting {
     Work work;
     std::uint64_t seq = 0;
+    std::chrono::steady_clock::time_point since;  // submitted
   };
   struct Queue {
     std::vector<Waiting> waiting;
@@ -224,7 +226,8 @@ private:
   // What a CUDA lane's measurement lock is named by: its board's UUID, else "cuda<visible ordinal>".
   [[nodiscard]] std::string measured_board(const std::string& lane) const;
   [[nodiscard]] std::optional<std::size_t> pick(const Queue& queue) const;
-  void send(const std::string& lane, Worker& worker, Work work);
+  void send(const std::string& lane, Worker& worker, Work work,
+            std::chrono::steady_clock::time_point submitted);
   void on_worker_exit(WorkerEndpoint* endpoint);
   void finish_shutdown();
   [[nodiscard]] Result<std::shared_ptr<WorkerEndpoint>> spawn_process(

@@ -278,7 +278,12 @@ TEST_CASE("a bench waits for a compile on its CPU at most k_borrow_wait", "[daem
   pool.submit("", tagged("c2", log));  // borrowed: the cpu lane is idle
   ktune::test::poll(io);
   REQUIRE(fakes.borrowed == std::vector<bool>{false, true});
-  pool.submit("cpu", tagged("b1", log, 0, 0, "bench"));
+  Work bench = tagged("b1", log, 0, 0, "bench");
+  double queued_ms = -1;
+  bench.on_reply = [&queued_ms](ktune::Result<json>, const Delivery& delivery) {
+    queued_ms = delivery.queued_ms;
+  };
+  pool.submit("cpu", std::move(bench));
   ktune::test::poll(io);
   CHECK(fakes.count("cpu") == 0);
   // The borrowed compile never ends (a pathological kernel): the bench goes out after the wait.
@@ -289,4 +294,8 @@ TEST_CASE("a bench waits for a compile on its CPU at most k_borrow_wait", "[daem
   }
   CHECK(fakes.count("cpu") == 1);
   CHECK(std::chrono::steady_clock::now() - start >= WorkerPool::k_borrow_wait - 50ms);
+  // Its reply says how long it waited to be sent (the scheduler books that as compile time).
+  REQUIRE(fakes.reply("cpu", "bench", json::object()));
+  ktune::test::poll(io);
+  CHECK(queued_ms >= static_cast<double>((WorkerPool::k_borrow_wait - 50ms).count()));
 }
