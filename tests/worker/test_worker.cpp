@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <poll.h>
 #include <sched.h>
+#include <set>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -230,6 +231,57 @@ TEST_CASE("A compile worker announces itself and compiles", "[worker]") {
     const int status = worker.wait_exit();
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
+  }
+}
+
+TEST_CASE("A compile worker compiles a batch of configs in one request", "[worker][batch]") {
+  ktune::test::TempDir dir;
+  auto worker = WorkerProcess::with_role("compile");
+  (void)worker.read_json();
+  auto job = tiny_job(dir, "*static_cast<KTUNE_DTYPE*>(args[0]) = VALUE;");
+  job.entry = "tiny";
+  json jobs = json::array();
+  for (const std::int64_t value : {3, 4, 5}) {
+    job.defines = {{"VALUE", value}};
+    jobs.push_back(job.to_json());
+  }
+  const json reply = worker.request({{"id", 1}, {"op", "compile_batch"}, {"jobs", jobs}});
+  INFO(reply.dump());
+  CHECK(reply["id"] == 1);
+  REQUIRE(reply["ok"] == true);
+  const json& outcomes = reply["outcome"]["outcomes"];
+  REQUIRE(outcomes.size() == 3);
+  std::set<std::string> symbols;
+  for (const auto& item : outcomes) {
+    auto outcome = ktune::CompileOutcome::from_json(item);
+    REQUIRE(outcome.ok());
+    CHECK(outcome->status == ktune::CandidateStatus::ok);
+    CHECK(outcome->batch_size == 3);
+    CHECK(fs::is_regular_file(outcome->artifact_path));
+    symbols.insert(outcome->entry_symbol);
+  }
+  CHECK(symbols.size() == 3);
+
+  SECTION("bad input gets compile's error codes") {
+    json bad = worker.request({{"id", 2}, {"op", "compile_batch"}});
+    CHECK(bad["error"]["code"] == "bad_request");
+    CHECK_THAT(bad["error"]["message"].get<std::string>(), Catch::Contains("'jobs'"));
+    bad = worker.request({{"id", 3}, {"op", "compile_batch"}, {"jobs", json::array()}});
+    CHECK(bad["error"]["code"] == "bad_request");
+    json broken = jobs;
+    broken[1].erase("source_path");
+    bad = worker.request({{"id", 4}, {"op", "compile_batch"}, {"jobs", broken}});
+    CHECK(bad["error"]["code"] == "bad_request");
+    CHECK_THAT(bad["error"]["message"].get<std::string>(),
+               Catch::Contains("jobs[1]") && Catch::Contains("'source_path'"));
+  }
+
+  SECTION("a bench worker refuses it") {
+    auto bench = WorkerProcess::with_role("bench");
+    (void)bench.read_json();
+    const json refused = bench.request({{"id", 5}, {"op", "compile_batch"}, {"jobs", jobs}});
+    CHECK(refused["error"]["code"] == "bad_request");
+    CHECK_THAT(refused["error"]["message"].get<std::string>(), Catch::Contains("compile worker"));
   }
 }
 
