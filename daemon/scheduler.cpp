@@ -117,6 +117,7 @@ struct Scheduler::ActiveJob {
   std::map<std::string, const ResultRecord*> reusable; // config text -> another job's row
   ReferenceState reference = ReferenceState::pending;
   std::string reference_path;
+  std::string reference_entry;          // the reference compile's entry_symbol
   Phase phase = Phase::search;
   // Batch mode (every strategy but exhaustive): proposals come in batches of search_batch, and a
   // batch's results are told to the strategy together, in proposal order, once all are in; so
@@ -765,6 +766,7 @@ void Scheduler::on_reference_compiled(ActiveJob& job, Result<nlohmann::json> rep
   ++(outcome->cached ? m_counters.compile_cache_hits : m_counters.compile_cache_misses);
   if (!outcome->cached) ++job.timing.compiles;
   job.reference_path = outcome->artifact_path;
+  job.reference_entry = outcome->entry_symbol;
   job.reference = ReferenceState::ready;
 }
 
@@ -830,8 +832,9 @@ void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::
                          outcome->compile_ms));
     return;
   }
-  job.compiled.push_back(Compiled{index, outcome->artifact_path, outcome->compile_ms,
-                                  outcome->registers, outcome->spills, outcome->shared_bytes});
+  job.compiled.push_back(Compiled{index, outcome->artifact_path, outcome->entry_symbol,
+                                  outcome->compile_ms, outcome->registers, outcome->spills,
+                                  outcome->shared_bytes});
 }
 
 void Scheduler::start_bench(ActiveJob& job, Compiled candidate) {
@@ -850,7 +853,10 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate) {
   auto bench_job = make_bench_job(plan.kernel.spec, plan.shape, plan.configs[candidate.index],
                                   plan.record.dtype, candidate.artifact_path, job.reference_path,
                                   measure);
-  if (bench_job) target_cuda_device(plan.record, *bench_job);
+  if (bench_job) {
+    use_compiled_entries(*bench_job, candidate.entry_symbol, job.reference_entry);
+    target_cuda_device(plan.record, *bench_job);
+  }
   if (!bench_job) {
     record(job, candidate.index,
            failed_result(CandidateStatus::invalid_config, bench_job.error().message, {},

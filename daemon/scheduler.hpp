@@ -211,6 +211,7 @@ private:
   struct Compiled {
     std::size_t index = 0;
     std::string artifact_path;
+    std::string entry_symbol;     // CompileOutcome::entry_symbol: what the bench job calls
     double compile_ms = 0;
     int registers = -1, spills = -1, shared_bytes = -1;
   };

@@ -376,6 +376,7 @@ TEST_CASE("A bench worker measures a compiled candidate", "[worker]") {
   auto bench_job = ktune::make_bench_job(kernel->spec, *shape, kernel->spec.default_config, "f32",
                                          compiled.artifact_path, compiled.artifact_path, settings);
   REQUIRE(bench_job.ok());
+  ktune::use_compiled_entries(*bench_job, compiled.entry_symbol, compiled.entry_symbol);
 
   auto worker = WorkerProcess::with_role("bench");
   const json ready = worker.read_json();
@@ -467,11 +468,11 @@ TEST_CASE("A bench worker checks a gemm candidate against the default config", "
     auto outcome = compiler.compile(*job);
     INFO(outcome.log);
     REQUIRE(outcome.status == ktune::CandidateStatus::ok);
-    return outcome.artifact_path;
+    return outcome;
   };
   const ktune::Config small_tiles{{"BM", 32}, {"BN", 64}, {"BK", 64}, {"UNROLL", 2}, {"VEC", 1}};
-  const std::string reference = build(kernel->spec.default_config);
-  const std::string candidate = build(small_tiles);
+  const auto reference = build(kernel->spec.default_config);
+  const auto candidate = build(small_tiles);
 
   ktune::MeasureSettings settings;
   settings.min_samples = 3;
@@ -482,9 +483,12 @@ TEST_CASE("A bench worker checks a gemm candidate against the default config", "
   settings.flush_cache = false;
   auto shape = ktune::Shape::parse("M=97,N=75,K=130");   // partial blocks in every dimension
   REQUIRE(shape.ok());
-  auto bench_job = ktune::make_bench_job(kernel->spec, *shape, small_tiles, "f32", candidate,
-                                         reference, settings);
+  auto bench_job = ktune::make_bench_job(kernel->spec, *shape, small_tiles, "f32",
+                                         candidate.artifact_path, reference.artifact_path, settings);
   REQUIRE(bench_job.ok());
+  // Each artifact is called by its own renamed entry: the reference never by the candidate's.
+  ktune::use_compiled_entries(*bench_job, candidate.entry_symbol, reference.entry_symbol);
+  CHECK(bench_job->entry != bench_job->reference_entry);
 
   auto worker = WorkerProcess::with_role("bench");
   (void)worker.read_json();
