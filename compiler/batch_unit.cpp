@@ -60,6 +60,7 @@ void scan_directive(std::string_view line, SourceScan& scan) {
       return;
     }
     add_once(scan.system_includes, rest.substr(1, close - 1));
+    scan.defined_before_include = scan.defined_macros;
   } else if (name == "pragma") {
     if (std::string problem = pragma_problem(rest); !problem.empty() && scan.not_batchable.empty()) {
       scan.not_batchable = std::move(problem);

@@ -33,6 +33,10 @@ struct SourceScan {
   std::string not_batchable;
   std::vector<std::string> system_includes; // header names of its #include <...>, in order, once
   std::vector<std::string> defined_macros;  // every name it #defines, in order, once
+  // The names it #defines before its last #include <...>: hoisted above the configs, that
+  // header would no longer see them (harmless for a tunable's default, not for a macro that
+  // configures a library).
+  std::vector<std::string> defined_before_include;
 };
 
 [[nodiscard]] SourceScan scan_source(std::string_view text);

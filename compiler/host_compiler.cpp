@@ -1,6 +1,6 @@
 #include "compiler/host_compiler.hpp"
 
-#include "compiler/elf_symbols.hpp"
+#include "compiler/shared_object.hpp"
 #include "compiler/subprocess.hpp"
 #include "core/hash.hpp"
 #include "jobs/typed_entry.hpp"
@@ -123,15 +123,29 @@ bool mentions(std::string_view text, std::string_view word) {
   return false;
 }
 
+bool is_define_of(const CompileJob& job, const std::string& name) {
+  return std::any_of(job.defines.begin(), job.defines.end(),
+                     [&](const auto& define) { return define.first == name; });
+}
+
 // Why configs of `job` cannot share a translation unit, "" when they can (and then its entry is
-// renamed): a cpp job whose source is batchable (SourceScan), names the entry, and includes no
-// <header> from the job's include directories (hoisted above the configs, such a header would
-// not see their defines).
+// renamed): a cpp job whose source is batchable (SourceScan) and names the entry, nothing the
+// hoisted <headers> read depends on the config (a macro the source defines before one that is
+// not a tunable's default, a define the system headers may read), and no <header> comes from
+// the job's include directories (hoisted above the configs, it would not see their defines).
 std::string batch_obstacle(const CompileJob& job, const Source& source) {
   if (job.language != "cpp") return "language " + job.language;
   if (job.entry.empty()) return "the job names no entry to rename";
   if (!source.scan.not_batchable.empty()) return source.scan.not_batchable;
   if (!mentions(source.text, job.entry)) return "the source never names its entry " + job.entry;
+  for (const auto& macro : source.scan.defined_before_include) {
+    if (!is_define_of(job, macro)) return "it defines " + macro + " before an #include <...>";
+  }
+  for (const auto& [name, value] : job.defines) {
+    if (name == "NDEBUG" || name.rfind('_', 0) == 0) {
+      return "its config defines " + name + ", which system headers may read";
+    }
+  }
   for (const auto& header : source.scan.system_includes) {
     for (const auto& dir : job.include_dirs) {
       std::error_code ec;
@@ -240,11 +254,18 @@ private:
   std::string m_path;
 };
 
+// Functions a shared object runs when loaded that are not its code: the C runtime's frame_dummy
+// (crtbeginS.o of GCC's runtime, which clang on Linux links too).
+constexpr std::size_t k_runtime_init_functions = 1;
+
 // One run of the compiler over a unit of configs.
 struct Run {
   TempFile artifact;               // the shared object it built; empty path when it failed
   std::string log;
   std::string infra;               // a failure of the host: every config's
+  // Why a batch that compiled cannot serve its configs together (it runs code when loaded:
+  // every config's static initializers would run for any one of them).
+  std::string unfit;
   double wall_ms = 0;
   [[nodiscard]] bool built() const { return !artifact.path().empty(); }
 };
@@ -260,6 +281,13 @@ public:
   void build(std::span<Planned* const> unit) {
     Run run = compile_unit(unit);
     if (run.built()) return publish(unit, run);
+    if (!run.unfit.empty()) {
+      for (Planned* planned : unit) {
+        build(std::span<Planned* const>(&planned, 1));
+        planned->outcome.batch_error = "the configs do not batch: " + run.unfit;
+      }
+      return;
+    }
     if (unit.size() == 1 || !run.infra.empty()) {
       for (Planned* planned : unit) fail(*planned, run, unit.size());
       return;
@@ -342,7 +370,7 @@ private:
       return run;
     }
     run.log = std::move(result->output);
-    if (judge(*result, tmp_path, dir, run) && (unit.size() == 1 || exports_entries(unit, tmp_path, run))) {
+    if (judge(*result, tmp_path, dir, run) && (unit.size() == 1 || serves_batch(unit, tmp_path, run))) {
       run.artifact = std::move(artifact);
     }
     return run;
@@ -375,23 +403,30 @@ private:
     return false;
   }
 
-  // Whether a batch's shared object defines every config's entry symbol; when not, says which
-  // are missing in run.log.
-  static bool exports_entries(std::span<Planned* const> unit, const std::string& path, Run& run) {
-    const auto symbols = defined_dynamic_symbols(read_file(path));
-    if (!symbols) {
-      run.log += "\n" + path + ": " + symbols.error().message;
+  // Whether a batch's shared object can serve each of its configs: it exports every config's
+  // entry symbol (else run.log says which are missing: the batch failed) and runs no code of
+  // its own when loaded (else run.unfit says so).
+  static bool serves_batch(std::span<Planned* const> unit, const std::string& path, Run& run) {
+    const auto object = read_shared_object(read_file(path));
+    if (!object) {
+      run.log += "\n" + path + ": " + object.error().message;
       return false;
     }
     std::string missing;
     for (const Planned* planned : unit) {
-      if (symbols->count(planned->outcome.entry_symbol) == 0) {
+      if (object->exports.count(planned->outcome.entry_symbol) == 0) {
         missing += " " + planned->outcome.entry_symbol;
       }
     }
-    if (missing.empty()) return true;
-    run.log += "\nthe batch's shared object does not export the entry symbol(s)" + missing;
-    return false;
+    if (!missing.empty()) {
+      run.log += "\nthe batch's shared object does not export the entry symbol(s)" + missing;
+      return false;
+    }
+    if (object->init_functions > k_runtime_init_functions) {
+      run.unfit = "the source runs code when loaded (static initializers or constructors)";
+      return false;
+    }
+    return true;
   }
 
   // Links the built artifact to every config's path and fills in their outcomes.

@@ -20,6 +20,13 @@ TEST_CASE("scan_source finds system includes, defined macros and what keeps a so
     CHECK(scan.not_batchable.empty());
     CHECK(scan.system_includes == std::vector<std::string>{"cstdint", "vector"});
     CHECK(scan.defined_macros == std::vector<std::string>{"BM", "WIDE", "BM_TOO"});
+    CHECK(scan.defined_before_include.empty());
+  }
+  SECTION("macros defined before an include") {
+    const auto scan = scan_source("#ifndef BM\n#define BM 32\n#endif\n#define EIGEN_NO_DEBUG\n"
+                                  "#include <cmath>\n#define AFTER 1\n");
+    CHECK(scan.not_batchable.empty());
+    CHECK(scan.defined_before_include == std::vector<std::string>{"BM", "EIGEN_NO_DEBUG"});
   }
   SECTION("#pragma once") {
     CHECK_THAT(scan_source("#pragma once\nint f();\n").not_batchable, Catch::Contains("pragma once"));

@@ -473,6 +473,36 @@ TEST_CASE("compile_batch compiles alone what cannot share a unit, and says why",
     }
   }
 
+  SECTION("what the hoisted headers read may not depend on the config") {
+    const auto defined_first = compiler.compile_batch(
+        scale_jobs(dir, {1, 3}, "#define _GNU_SOURCE\n" + std::string(k_scale_source)));
+    for (const auto& outcome : defined_first) {
+      INFO(outcome.log);
+      CHECK(outcome.status == CandidateStatus::ok);
+      CHECK(outcome.batch_size == 1);
+      CHECK_THAT(outcome.batch_error, Catch::Contains("defines _GNU_SOURCE before an #include"));
+    }
+    // A tunable's default before the includes is no obstacle.
+    const auto with_default = compiler.compile_batch(
+        scale_jobs(dir, {1, 3}, "#ifndef SCALE\n#define SCALE 1\n#endif\n" + std::string(k_scale_source)));
+    CHECK(with_default[0].batch_size == 2);
+    CHECK(run_scale(with_default[1]) == 130);
+  }
+
+  SECTION("a batch whose shared object runs code when loaded: every config alone") {
+    const auto jobs = scale_jobs(dir, {1, 3}, "#include <vector>\n" + std::string(k_scale_source) +
+                                                  "static std::vector<int> table(SCALE);\n");
+    const auto outcomes = compiler.compile_batch(jobs);
+    for (const auto& outcome : outcomes) {
+      INFO(outcome.log);
+      REQUIRE(outcome.status == CandidateStatus::ok);
+      CHECK(outcome.batch_size == 1);
+      CHECK_THAT(outcome.batch_error, Catch::Contains("runs code when loaded"));
+    }
+    CHECK(run_scale(outcomes[1]) == 130);
+    CHECK(files_under(jobs[0].cache_dir).size() == 2);
+  }
+
   SECTION("a batch that fails though each config compiles alone: a second extern \"C\" function") {
     const auto jobs =
         scale_jobs(dir, {1, 2, 3}, std::string(k_scale_source) + "extern \"C\" int helper() { return SCALE; }\n");

@@ -1,4 +1,4 @@
-#include "compiler/elf_symbols.hpp"
+#include "compiler/shared_object.hpp"
 
 #include "core/protocol.hpp"
 
@@ -31,7 +31,7 @@ std::optional<std::string_view> contents(std::string_view elf, const Elf64_Shdr&
 
 } // namespace
 
-Result<std::set<std::string>> defined_dynamic_symbols(std::string_view elf) {
+Result<SharedObject> read_shared_object(std::string_view elf) {
   const auto header = read_at<Elf64_Ehdr>(elf, 0);
   if (!header || std::memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) {
     return elf_error("expected an ELF file, found " + std::to_string(elf.size()) +
@@ -47,23 +47,26 @@ Result<std::set<std::string>> defined_dynamic_symbols(std::string_view elf) {
     if (!section) return elf_error("section header " + std::to_string(i) + " lies outside the file");
     sections.push_back(*section);
   }
+  SharedObject object;
+  bool dynsym = false;
   for (const Elf64_Shdr& s : sections) {
+    if (s.sh_type == SHT_INIT_ARRAY) object.init_functions += s.sh_size / sizeof(Elf64_Addr);
     if (s.sh_type != SHT_DYNSYM) continue;
+    dynsym = true;
     const auto symbols = contents(elf, s);
     const auto names = s.sh_link < sections.size() ? contents(elf, sections[s.sh_link]) : std::nullopt;
     if (!symbols || !names) return elf_error(".dynsym or its names lie outside the file");
-    std::set<std::string> defined;
     for (std::size_t at = 0; at + sizeof(Elf64_Sym) <= symbols->size(); at += sizeof(Elf64_Sym)) {
       const auto symbol = read_at<Elf64_Sym>(*symbols, at);
       const unsigned char binding = ELF64_ST_BIND(symbol->st_info);
       if (symbol->st_shndx == SHN_UNDEF || (binding != STB_GLOBAL && binding != STB_WEAK)) continue;
       if (symbol->st_name >= names->size()) continue;
       const std::string_view rest = names->substr(symbol->st_name);
-      defined.emplace(rest.substr(0, rest.find('\0')));
+      object.exports.emplace(rest.substr(0, rest.find('\0')));
     }
-    return defined;
   }
-  return elf_error("no dynamic symbol table (.dynsym)");
+  if (!dynsym) return elf_error("no dynamic symbol table (.dynsym)");
+  return object;
 }
 
 } // namespace ktune
