@@ -1,7 +1,7 @@
 #pragma once
 // HostCompiler: the system C++ compiler (c++, or $KTUNE_CXX) building a shared object:
 //   <cxx> -std=c++17 -O3 -march=native -shared -fPIC -I<include_dirs> -DKTUNE_DTYPE=<c type>
-//         -DKTUNE_DTYPE_<DTYPE>=1 -DNAME=value... -D<entry>=<entry_symbol> <extra_flags>
+//         -DKTUNE_DTYPE_<DTYPE>=1 -DNAME=value... -D<entry>=<entry>_k<key> <extra_flags>
 //         -o <tmp> <source>
 // less the fixed flags named in removed_flags (-std=c++17, -O3, -march=native; others are a
 // compile_error), without the KTUNE_DTYPE defines when the job's dtype is empty, and with
@@ -10,23 +10,28 @@
 // is part of the key, and so is the host CPU (model and ISA flags from /proc/cpuinfo), since
 // -march=native artifacts do not run on every CPU that may share a cache directory.
 //
-// Entry renaming: a job with an entry whose source is batchable (scan_source,
-// compiler/batch_unit.hpp) gets the entry renamed to <entry>_k<the key's first 16 hex digits>,
-// and with a shim the shim's symbol too (ktune_shim_<entry>_k<...>), so that configs of one
-// source can share a shared object. The outcome's entry_symbol names what the artifact exports
-// for a runner to call. The name is a function of the key alone: an artifact serves the same
-// whether a batch or a single compile built it.
+// Entry renaming: a job whose configs may share a translation unit -- a cpp job with an entry,
+// a batchable source (scan_source, compiler/batch_unit.hpp) that names it, nothing the hoisted
+// <headers> read depending on the config -- gets the entry renamed to <entry>_k<the key's first
+// 16 hex digits>, and with a shim the shim's symbol too (ktune_shim_<entry>_k<...>). The
+// outcome's entry_symbol names what the artifact exports for a runner to call. The name is a
+// function of the key alone: an artifact serves the same whether a batch or a single compile
+// built it. Whether the entry is renamed is part of the key.
 //
 // Batches: compile_batch answers cached jobs from the cache and compiles the others, those that
 // agree on everything but their defines (and rename their entry) in one translation unit
-// (batch_unit_text), the rest alone. A batch that fails is split in halves, each compiled again,
-// down to single compiles: a config that does not compile fails alone, with its own log, and
-// costs the others nothing. A host failure (the outcome's `infra`) is every config's of the
-// unit. A batch that compiled must export every config's entry_symbol in its dynamic symbol
-// table (read from the file, never loaded), else it counts as failed. Its shared object is
-// hard-linked (copied where that fails) to every config's <key[0:2]>/<key>.so, so the cache
-// stays one artifact per key and a later job finds each config as if compiled alone. Each
-// config's compile_ms is the batch's wall time divided by its configs (batch_size).
+// (batch_unit_text), the rest alone (with batch_error saying why when they were asked
+// together). A batch that fails is split in halves, each compiled again, down to single
+// compiles: a config that does not compile fails alone, with its own log, and costs the others
+// nothing; when every config then compiles, the batch's first error line is each one's
+// batch_error. A host failure (the outcome's `infra`) is every config's of the unit. A batch
+// that compiled must export every config's entry_symbol (read from the file, never loaded),
+// else it counts as failed, and must run no code when loaded (static initializers,
+// constructors: loading one config would run every config's), else each config is compiled
+// alone. Its shared object is hard-linked (copied where that fails) to every config's
+// <key[0:2]>/<key>.so, so the cache stays one artifact per key and a later job finds each
+// config as if compiled alone. Each config's compile_ms is the batch's wall time divided by its
+// configs (batch_size).
 //
 // The compiler runs through posix_spawnp (no shell); its stdout and stderr become the outcome's
 // log (a batch's, shared by its configs). The artifact is written to a unique temp file in the
