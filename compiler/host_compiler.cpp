@@ -307,73 +307,71 @@ public:
   }
 
 private:
-  // Writes the unit's source (none for a config alone without a shim) and runs the compiler.
+  // Runs the compiler over `unit` into a temp file next to the first config's artifact.
   Run compile_unit(std::span<Planned* const> unit) const {
     Run run;
-    const CompileJob& job = *unit.front()->job;
     const fs::path dir = fs::path(unit.front()->final_path).parent_path();
     std::error_code ec;
     fs::create_directories(dir, ec);
-    if (ec) {
-      run.infra = "cannot create cache directory " + dir.string() + ": " + ec.message();
-      run.log = run.infra;
-      return run;
-    }
+    if (ec) return host_trouble("cannot create cache directory " + dir.string() + ": " + ec.message());
     std::string tmp_path = unit.front()->final_path + ".tmp.XXXXXX";
     const int tmp_fd = ::mkstemp(tmp_path.data());
     if (tmp_fd < 0) {
-      run.infra = "cannot create a temp file in the compile cache " + dir.string() + ": " +
-                  std::strerror(errno);
-      run.log = run.infra;
-      return run;
+      return host_trouble("cannot create a temp file in the compile cache " + dir.string() + ": " +
+                          std::strerror(errno));
     }
     ::close(tmp_fd);
     TempFile artifact(tmp_path);
-
-    const std::string source = fs::absolute(job.source_path).lexically_normal().string();
-    std::string text;
-    if (unit.size() > 1) {
-      std::vector<UnitConfig> configs;
-      for (const Planned* planned : unit) configs.push_back({planned->job->defines, planned->renames});
-      text = batch_unit_text(source, *unit.front()->scan, job.shim, configs);
-    } else if (!job.shim.empty()) {
-      text = "#include \"" + source + "\"\n" + job.shim;
-    }
-    TempFile unit_file;
+    const std::string text = unit_text(unit);
+    TempFile unit_file(text.empty() ? std::string() : tmp_path + ".cpp");
     if (!text.empty()) {
-      unit_file = TempFile(tmp_path + ".cpp");
       std::ofstream out(unit_file.path(), std::ios::binary | std::ios::trunc);
       out << text;
       out.close();
-      if (!out) {
-        run.infra = "cannot write " + unit_file.path();
-        run.log = run.infra;
-        return run;
-      }
+      if (!out) return host_trouble("cannot write " + unit_file.path());
     }
-    const std::string& input = text.empty() ? job.source_path : unit_file.path();
-    std::vector<std::string> argv;
-    if (unit.size() > 1) {
-      CompileJob common = job;  // the configs' defines are in the unit
-      common.defines.clear();
-      argv = host_compile_argv(common, m_cxx, tmp_path, input);
-    } else {
-      argv = host_compile_argv(job, m_cxx, tmp_path, input, unit.front()->renames);
-    }
+    const std::string& input = text.empty() ? unit.front()->job->source_path : unit_file.path();
     const auto start = std::chrono::steady_clock::now();
-    auto result = run_captured(argv, k_max_log_bytes);
+    auto result = run_captured(command(unit, tmp_path, input), k_max_log_bytes);
     run.wall_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (!result) {
-      run.infra = "cannot run " + m_cxx + ": " + result.error().message;
-      run.log = run.infra;
-      return run;
-    }
+    if (!result) return host_trouble("cannot run " + m_cxx + ": " + result.error().message);
     run.log = std::move(result->output);
     if (judge(*result, tmp_path, dir, run) && (unit.size() == 1 || serves_batch(unit, tmp_path, run))) {
       run.artifact = std::move(artifact);
     }
     return run;
+  }
+
+  static Run host_trouble(const std::string& why) {
+    Run run;
+    run.infra = why;
+    run.log = why;
+    return run;
+  }
+
+  // The source the compiler reads: the batch unit; for a config alone with a shim the source
+  // then the shim; none (the source itself) for a config alone without one.
+  static std::string unit_text(std::span<Planned* const> unit) {
+    const CompileJob& job = *unit.front()->job;
+    const std::string source = fs::absolute(job.source_path).lexically_normal().string();
+    if (unit.size() > 1) {
+      std::vector<UnitConfig> configs;
+      for (const Planned* planned : unit) configs.push_back({planned->job->defines, planned->renames});
+      return batch_unit_text(source, *unit.front()->scan, job.shim, configs);
+    }
+    return job.shim.empty() ? std::string() : "#include \"" + source + "\"\n" + job.shim;
+  }
+
+  // A config alone: its defines and renames on the command line; a batch: in the unit.
+  std::vector<std::string> command(std::span<Planned* const> unit, const std::string& output,
+                                   const std::string& input) const {
+    if (unit.size() == 1) {
+      return host_compile_argv(*unit.front()->job, m_cxx, output, input, unit.front()->renames);
+    }
+    CompileJob common = *unit.front()->job;
+    common.defines.clear();
+    return host_compile_argv(common, m_cxx, output, input);
   }
 
   // Whether the compiler built the artifact; when not, says why in run.log or run.infra.
@@ -477,6 +475,31 @@ private:
 
   const std::string& m_cxx;
 };
+
+// Compiles the pending configs of `planned`: those that may share a unit, by what they share,
+// the others alone; a key asked for twice is compiled once.
+void build_pending(std::vector<Planned>& planned, const std::string& cxx) {
+  std::map<std::string, std::vector<Planned*>> batches, alone;  // by batch_signature
+  std::map<std::string, Planned*> by_key;
+  std::vector<std::pair<Planned*, const Planned*>> repeats;
+  for (Planned& p : planned) {
+    if (!p.pending) continue;
+    if (auto [first, added] = by_key.try_emplace(p.outcome.cache_key, &p); !added) {
+      repeats.emplace_back(&p, first->second);
+      continue;
+    }
+    (p.obstacle.empty() ? batches : alone)[batch_signature(*p.job)].push_back(&p);
+  }
+  UnitBuilder builder(cxx);
+  for (const auto& [signature, unit] : batches) builder.build(unit);
+  for (const auto& [signature, unit] : alone) {
+    for (Planned* p : unit) {
+      builder.build(std::span<Planned* const>(&p, 1));
+      if (unit.size() > 1) p->outcome.batch_error = "the configs do not batch: " + p->obstacle;
+    }
+  }
+  for (const auto& [repeat, first] : repeats) repeat->outcome = first->outcome;
+}
 
 } // namespace
 
@@ -603,32 +626,7 @@ std::vector<CompileOutcome> HostCompiler::compile_batch(const std::vector<Compil
     }
   }
 
-  // The configs to compile, by what they share; a key asked for twice is compiled once.
-  std::map<std::string, std::vector<Planned*>> units;
-  std::map<std::string, Planned*> by_key;
-  std::vector<std::pair<Planned*, const Planned*>> repeats;
-  for (Planned& p : planned) {
-    if (!p.pending) continue;
-    if (auto [first, added] = by_key.try_emplace(p.outcome.cache_key, &p); !added) {
-      repeats.emplace_back(&p, first->second);
-      continue;
-    }
-    units[batch_signature(*p.job)].push_back(&p);
-  }
-  UnitBuilder builder(m_cxx);
-  for (const auto& [signature, unit] : units) {
-    const std::string& obstacle = unit.front()->obstacle;
-    if (obstacle.empty()) {
-      builder.build(unit);
-      continue;
-    }
-    for (Planned* p : unit) {
-      builder.build(std::span<Planned* const>(&p, 1));
-      if (unit.size() > 1) p->outcome.batch_error = "the configs do not batch: " + obstacle;
-    }
-  }
-  for (const auto& [repeat, first] : repeats) repeat->outcome = first->outcome;
-
+  build_pending(planned, m_cxx);
   std::vector<CompileOutcome> outcomes;
   outcomes.reserve(planned.size());
   for (Planned& p : planned) outcomes.push_back(std::move(p.outcome));

@@ -67,9 +67,9 @@ struct CompileOutcome {
   // wall time divided by batch_size.
   int batch_size = 0;
   // Set on the outcomes of a compile_batch whose configs had to be compiled alone because of
-  // their source: it is not batchable, or a batch of them failed though each compiled alone
-  // (then: the batch's first error line). Empty otherwise, also when a config's own compile
-  // error explains why a batch failed.
+  // their source: it cannot share a translation unit (why), or a batch of them failed though
+  // each compiled without the others (the batch's first error line). Empty otherwise, also when
+  // a config's own compile error explains why a batch failed.
   std::string batch_error;
 
   // {"status":"ok","artifact_path":..,"cache_key":..,"cached":false,"compile_ms":..,"log":..,
