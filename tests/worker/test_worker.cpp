@@ -505,6 +505,7 @@ TEST_CASE("A bench worker checks a gemm candidate against the default config", "
 #include "bench/cuda_device.hpp"
 #include "compiler/nvrtc_compiler.hpp"
 #include "tests/cuda/gpu.hpp"
+#include "tests/cuda/skip.hpp"
 
 // [loses-context]: scripts/gpu-selftest.sh runs it last, in its own process.
 TEST_CASE("A bench worker that loses its CUDA context says so, then exits 3", "[worker][gpu][loses-context]") {
@@ -552,4 +553,41 @@ TEST_CASE("A bench worker that loses its CUDA context says so, then exits 3", "[
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 3);
 }
+TEST_CASE("compile_batch compiles its CUDA jobs one by one, in job order with the host jobs",
+          "[worker][batch]") {
+  if (auto nvrtc = ktune::NvrtcCompiler::create(); !nvrtc) {
+    ktune::test::skip_test("nvrtc cannot be loaded: " + nvrtc.error().message);
+  }
+  ktune::test::TempDir dir;
+  auto host = tiny_job(dir, "*static_cast<KTUNE_DTYPE*>(args[0]) = VALUE;");
+  host.entry = "tiny";
+  ktune::CompileJob cuda;
+  cuda.kernel = "scale";
+  cuda.language = "cuda";
+  cuda.source_path = dir.write("scale.cu", "extern \"C\" __global__ void scale(float* x) { x[0] *= FACTOR; }\n")
+                         .string();
+  cuda.defines = {{"FACTOR", 3}};
+  cuda.dtype = "f32";
+  cuda.source_hash = "scale";
+  cuda.cache_dir = (dir.path() / "cache").string();
+  cuda.arch = "sm_80";
+  json jobs = json::array({host.to_json(), cuda.to_json()});
+  host.defines = {{"VALUE", 4}};
+  jobs.push_back(host.to_json());
+
+  auto worker = WorkerProcess::with_role("compile");
+  (void)worker.read_json();
+  const json reply = worker.request({{"id", 1}, {"op", "compile_batch"}, {"jobs", jobs}});
+  INFO(reply.dump());
+  REQUIRE(reply["ok"] == true);
+  const json& outcomes = reply["outcome"]["outcomes"];
+  REQUIRE(outcomes.size() == 3);
+  for (const auto& item : outcomes) CHECK(item["status"] == "ok");
+  CHECK(outcomes[1]["batch_size"] == 1);  // nvrtc: alone
+  CHECK(outcomes[1]["entry_symbol"] == "");
+  CHECK_THAT(outcomes[1]["artifact_path"].get<std::string>(), Catch::EndsWith(".cubin"));
+  CHECK(outcomes[0]["batch_size"] == 2);  // the two host configs, together
+  CHECK(outcomes[2]["batch_size"] == 2);
+}
+
 #endif
