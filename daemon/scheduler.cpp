@@ -1,5 +1,6 @@
 #include "daemon/scheduler.hpp"
 
+#include "daemon/batch_sizer.hpp"
 #include "daemon/devices.hpp"
 
 #include "jobs/compile_job.hpp"

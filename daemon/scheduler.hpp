@@ -66,7 +66,6 @@
 // source and device are dropped from the candidates (drop_quarantined) by whoever builds a plan.
 #include "jobs/bench_job.hpp"
 #include "jobs/compile_job.hpp"
-#include "daemon/batch_sizer.hpp"
 #include "daemon/planner.hpp"
 #include "daemon/store_writer.hpp"
 #include "daemon/worker_pool.hpp"

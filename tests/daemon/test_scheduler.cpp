@@ -3,6 +3,7 @@
 // compile hand-out, cancel in every state, joining, a tune next to a compile check.
 #include "jobs/compile_job.hpp"
 #include "jobs/kernel_registry.hpp"
+#include "daemon/batch_sizer.hpp"
 #include "daemon/planner.hpp"
 #include "daemon/replies.hpp"
 #include "daemon/scheduler.hpp"
