@@ -234,7 +234,7 @@ int write_bundle(const GlobalOptions& global, const ReproOptions& o, Output& io)
 
   std::string command;
   const auto unit = compile->shim.empty() ? compile->source_path : "unit.cpp";
-  for (const auto& word : host_compile_argv(*compile, cxx, "candidate.so", unit)) {
+  for (const auto& word : HostCompiler(cxx).command(*compile, "candidate.so", unit)) {
     command += (command.empty() ? "" : " ") + sh_quote(word);
   }
   if (!compile->shim.empty()) {

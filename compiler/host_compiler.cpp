@@ -1,7 +1,9 @@
 #include "compiler/host_compiler.hpp"
 
+#include "compiler/shared_object.hpp"
 #include "compiler/subprocess.hpp"
 #include "core/hash.hpp"
+#include "jobs/typed_entry.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -13,6 +15,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
+#include <span>
+#include <utility>
 #include <sstream>
 #include <unistd.h>
 
@@ -91,6 +97,410 @@ std::string file_system_trouble(const std::string& log) {
   return {};
 }
 
+// Hex digits of the cache key in a renamed entry: 64 bits, unique among the keys of a cache.
+constexpr std::size_t k_entry_key_digits = 16;
+
+// A source as batches see it: its text and what scan_source found in it.
+struct Source {
+  std::string text;
+  SourceScan scan;
+};
+
+Source read_source(const std::string& path) {
+  Source source{read_file(path), {}};
+  source.scan = scan_source(source.text);
+  return source;
+}
+
+// Whether `word` occurs in `text` as an identifier of its own.
+bool mentions(std::string_view text, std::string_view word) {
+  const auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (auto at = text.find(word); at != std::string_view::npos; at = text.find(word, at + 1)) {
+    const bool starts = at == 0 || !is_word(text[at - 1]);
+    const bool ends = at + word.size() == text.size() || !is_word(text[at + word.size()]);
+    if (starts && ends) return true;
+  }
+  return false;
+}
+
+bool is_define_of(const CompileJob& job, const std::string& name) {
+  return std::any_of(job.defines.begin(), job.defines.end(),
+                     [&](const auto& define) { return define.first == name; });
+}
+
+// Why configs of `job` cannot share a translation unit, "" when they can (and then its entry is
+// renamed): a cpp job whose source is batchable (SourceScan) and names the entry, nothing the
+// hoisted <headers> read depends on the config (a macro the source defines before one that is
+// not a tunable's default, a define the system headers may read), and no <header> comes from
+// the job's include directories (hoisted above the configs, it would not see their defines).
+std::string batch_obstacle(const CompileJob& job, const Source& source) {
+  if (job.language != "cpp") return "language " + job.language;
+  if (job.entry.empty()) return "the job names no entry to rename";
+  if (!source.scan.not_batchable.empty()) return source.scan.not_batchable;
+  if (!mentions(source.text, job.entry)) return "the source never names its entry " + job.entry;
+  for (const auto& macro : source.scan.defined_before_include) {
+    if (!is_define_of(job, macro)) return "it defines " + macro + " before an #include <...>";
+  }
+  for (const auto& [name, value] : job.defines) {
+    if (name == "NDEBUG" || name.rfind('_', 0) == 0) {
+      return "its config defines " + name + ", which system headers may read";
+    }
+  }
+  for (const auto& header : source.scan.system_includes) {
+    for (const auto& dir : job.include_dirs) {
+      std::error_code ec;
+      if (fs::exists(fs::path(dir) / header, ec)) {
+        return "it includes <" + header + "> from its include directory " + dir;
+      }
+    }
+  }
+  return {};
+}
+
+// The macros that rename `job`'s entry in the artifact of `key`: the entry, then with a shim the
+// shim's symbol. The last one's replacement is the symbol a runner calls.
+Renames entry_renames(const CompileJob& job, const std::string& key) {
+  const std::string entry = job.entry + "_k" + key.substr(0, k_entry_key_digits);
+  Renames renames{{job.entry, entry}};
+  if (!job.shim.empty()) renames.emplace_back(host_shim_symbol(job.entry), host_shim_symbol(entry));
+  return renames;
+}
+
+// Everything of a job but its defines: the jobs that agree on it may share a translation unit.
+std::string batch_signature(const CompileJob& job) {
+  nlohmann::json j = job.to_json();
+  j.erase("defines");
+  return j.dump();
+}
+
+// The first line of a compiler log that reports an error (the compiler's "error", the
+// assembler's "Error"), else its first non-empty line.
+std::string first_error_line(const std::string& log) {
+  std::istringstream lines(log);
+  std::string line, first;
+  while (std::getline(lines, line)) {
+    if (line.find("error") != std::string::npos || line.find("Error") != std::string::npos) {
+      return line;
+    }
+    if (first.empty() && line.find_first_not_of(" \t\r") != std::string::npos) first = line;
+  }
+  return first;
+}
+
+// One job on its way through compile_batch.
+struct Planned {
+  const CompileJob* job = nullptr;
+  const SourceScan* scan = nullptr;
+  std::string obstacle;            // batch_obstacle: nothing is renamed when set
+  CompileOutcome outcome;          // final unless `pending`; cache_key and entry_symbol set
+  bool pending = false;            // to be compiled
+  std::string final_path;          // <cache_dir>/<key[0:2]>/<key>.so
+  Renames renames;                 // of its entry; empty when nothing is renamed
+};
+
+// The outcome of a job the compiler must not run for (a wrong language, dtype, flag, define or
+// no cache directory); nullopt when it may run.
+std::optional<CompileOutcome> refusal(const CompileJob& job, const CompileOutcome& outcome) {
+  if (job.language != "cpp") {
+    return failure(outcome, "the host compiler builds language 'cpp'; kernel '" + job.kernel +
+                                "' is '" + job.language + "'");
+  }
+  Result<std::string> c_type = std::string();
+  if (!job.dtype.empty()) c_type = dtype_c_type(job.dtype);
+  if (!c_type) return failure(outcome, c_type.error().code + ": " + c_type.error().message);
+  for (const auto& flag : job.removed_flags) {
+    if (flag == "-shared" || flag == "-fPIC" ||
+        std::find(std::begin(k_fixed_flags), std::end(k_fixed_flags), flag) == std::end(k_fixed_flags)) {
+      return failure(outcome, "flags_remove of kernel '" + job.kernel + "': '" + flag +
+                                  "' is not one of the fixed flags (-std=c++17, -O3, "
+                                  "-march=native; -shared and -fPIC stay)");
+    }
+  }
+  for (const auto& [name, value] : job.defines) {
+    if (!is_identifier(name)) {
+      return failure(outcome, "define '" + name + "' of kernel '" + job.kernel +
+                                  "' is not a C identifier");
+    }
+  }
+  if (job.cache_dir.empty()) {
+    return failure(outcome, "compile job for kernel '" + job.kernel + "' names no cache_dir");
+  }
+  return std::nullopt;
+}
+
+// A temp file of the cache, removed when its owner goes away unless released.
+class TempFile {
+public:
+  TempFile() = default;
+  explicit TempFile(std::string path) : m_path(std::move(path)) {}
+  TempFile(TempFile&& other) noexcept : m_path(std::exchange(other.m_path, {})) {}
+  TempFile& operator=(TempFile&& other) noexcept {
+    if (this != &other) {
+      remove();
+      m_path = std::exchange(other.m_path, {});
+    }
+    return *this;
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile() { remove(); }
+  [[nodiscard]] const std::string& path() const { return m_path; }
+  void release() { m_path.clear(); }
+
+private:
+  void remove() {
+    if (!m_path.empty()) ::unlink(m_path.c_str());
+  }
+  std::string m_path;
+};
+
+// Functions a shared object runs when loaded that are not its code: the C runtime's frame_dummy
+// (crtbeginS.o of GCC's runtime, which clang on Linux links too).
+constexpr std::size_t k_runtime_init_functions = 1;
+
+// One run of the compiler over a unit of configs.
+struct Run {
+  TempFile artifact;               // the shared object it built; empty path when it failed
+  std::string log;
+  std::string infra;               // a failure of the host: every config's
+  // Why a batch that compiled cannot serve its configs together (it runs code when loaded:
+  // every config's static initializers would run for any one of them).
+  std::string unfit;
+  double wall_ms = 0;
+  [[nodiscard]] bool built() const { return !artifact.path().empty(); }
+};
+
+// Runs the compiler for units of planned configs: one config alone, or a batch of configs that
+// agree on everything but their defines and rename their entries. A batch that fails is split
+// in halves, down to single compiles.
+class UnitBuilder {
+public:
+  explicit UnitBuilder(const std::string& cxx) : m_cxx(cxx) {}
+
+  // Compiles `unit` and sets each config's outcome.
+  void build(std::span<Planned* const> unit) {
+    Run run = compile_unit(unit);
+    if (run.built()) return publish(unit, run);
+    if (!run.unfit.empty()) {
+      for (Planned* planned : unit) {
+        build(std::span<Planned* const>(&planned, 1));
+        planned->outcome.batch_error = "the configs do not batch: " + run.unfit;
+      }
+      return;
+    }
+    if (unit.size() == 1 || !run.infra.empty()) {
+      for (Planned* planned : unit) fail(*planned, run, unit.size());
+      return;
+    }
+    const std::size_t half = unit.size() / 2;
+    build(unit.first(half));
+    build(unit.subspan(half));
+    const bool all_ok = std::all_of(unit.begin(), unit.end(), [](const Planned* p) {
+      return p->outcome.status == CandidateStatus::ok;
+    });
+    if (!all_ok) return;  // a config's own failure explains the batch's
+    for (Planned* planned : unit) {
+      planned->outcome.batch_error = "a batch of " + std::to_string(unit.size()) +
+                                     " configs failed though each compiles without the others: " +
+                                     first_error_line(run.log);
+    }
+  }
+
+private:
+  // Runs the compiler over `unit` into a temp file next to the first config's artifact.
+  Run compile_unit(std::span<Planned* const> unit) const {
+    Run run;
+    const fs::path dir = fs::path(unit.front()->final_path).parent_path();
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return host_trouble("cannot create cache directory " + dir.string() + ": " + ec.message());
+    std::string tmp_path = unit.front()->final_path + ".tmp.XXXXXX";
+    const int tmp_fd = ::mkstemp(tmp_path.data());
+    if (tmp_fd < 0) {
+      return host_trouble("cannot create a temp file in the compile cache " + dir.string() + ": " +
+                          std::strerror(errno));
+    }
+    ::close(tmp_fd);
+    TempFile artifact(tmp_path);
+    const std::string text = unit_text(unit);
+    TempFile unit_file(text.empty() ? std::string() : tmp_path + ".cpp");
+    if (!text.empty()) {
+      std::ofstream out(unit_file.path(), std::ios::binary | std::ios::trunc);
+      out << text;
+      out.close();
+      if (!out) return host_trouble("cannot write " + unit_file.path());
+    }
+    const std::string& input = text.empty() ? unit.front()->job->source_path : unit_file.path();
+    const auto start = std::chrono::steady_clock::now();
+    auto result = run_captured(command(unit, tmp_path, input), k_max_log_bytes);
+    run.wall_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!result) return host_trouble("cannot run " + m_cxx + ": " + result.error().message);
+    run.log = std::move(result->output);
+    if (judge(*result, tmp_path, dir, run) && (unit.size() == 1 || serves_batch(unit, tmp_path, run))) {
+      run.artifact = std::move(artifact);
+    }
+    return run;
+  }
+
+  static Run host_trouble(const std::string& why) {
+    Run run;
+    run.infra = why;
+    run.log = why;
+    return run;
+  }
+
+  // The source the compiler reads: the batch unit; for a config alone with a shim the source
+  // then the shim; none (the source itself) for a config alone without one.
+  static std::string unit_text(std::span<Planned* const> unit) {
+    const CompileJob& job = *unit.front()->job;
+    const std::string source = fs::absolute(job.source_path).lexically_normal().string();
+    if (unit.size() > 1) {
+      std::vector<UnitConfig> configs;
+      for (const Planned* planned : unit) configs.push_back({planned->job->defines, planned->renames});
+      return batch_unit_text(source, *unit.front()->scan, job.shim, configs);
+    }
+    return job.shim.empty() ? std::string() : "#include \"" + source + "\"\n" + job.shim;
+  }
+
+  // A config alone: its defines and renames on the command line; a batch: in the unit.
+  std::vector<std::string> command(std::span<Planned* const> unit, const std::string& output,
+                                   const std::string& input) const {
+    if (unit.size() == 1) {
+      return host_compile_argv(*unit.front()->job, m_cxx, output, input, unit.front()->renames);
+    }
+    CompileJob common = *unit.front()->job;
+    common.defines.clear();
+    return host_compile_argv(common, m_cxx, output, input);
+  }
+
+  // Whether the compiler built the artifact; when not, says why in run.log or run.infra.
+  bool judge(const ProcessResult& result, const std::string& tmp_path, const fs::path& dir,
+             Run& run) const {
+    std::error_code ec;
+    const bool produced = fs::file_size(tmp_path, ec) > 0 && !ec;
+    // A status reaped elsewhere (ProcessEnd::unknown) counts as success when the output exists.
+    const bool ok = result.end == ProcessEnd::exited ? result.code == 0
+                    : result.end == ProcessEnd::unknown ? produced
+                                                        : false;
+    if (ok && produced) return true;
+    if (result.end == ProcessEnd::signaled) {
+      run.log += "\n" + m_cxx + " was killed by signal " + std::to_string(result.code);
+      if (result.code == SIGKILL) {
+        // Not by us (the worker has no deadline of its own): the OOM killer or an administrator.
+        run.infra = m_cxx + " was killed by SIGKILL from outside (the OOM killer or an administrator)";
+        return false;
+      }
+    } else if (result.end == ProcessEnd::exited && result.code == 0) {
+      run.log += "\n" + m_cxx + " exited 0 but wrote no output to " + tmp_path;
+    }
+    if (const std::string trouble = file_system_trouble(run.log); !trouble.empty()) {
+      run.infra = m_cxx + " could not write its files (" + trouble + ") in the compile cache " +
+                  dir.string() + " or its temporary directory";
+    }
+    return false;
+  }
+
+  // Whether a batch's shared object can serve each of its configs: it exports every config's
+  // entry symbol (else run.log says which are missing: the batch failed) and runs no code of
+  // its own when loaded (else run.unfit says so).
+  static bool serves_batch(std::span<Planned* const> unit, const std::string& path, Run& run) {
+    const auto object = read_shared_object(read_file(path));
+    if (!object) {
+      run.log += "\n" + path + ": " + object.error().message;
+      return false;
+    }
+    std::string missing;
+    for (const Planned* planned : unit) {
+      if (object->exports.count(planned->outcome.entry_symbol) == 0) {
+        missing += " " + planned->outcome.entry_symbol;
+      }
+    }
+    if (!missing.empty()) {
+      run.log += "\nthe batch's shared object does not export the entry symbol(s)" + missing;
+      return false;
+    }
+    if (object->init_functions > k_runtime_init_functions) {
+      run.unfit = "the source runs code when loaded (static initializers or constructors)";
+      return false;
+    }
+    return true;
+  }
+
+  // Links the built artifact to every config's path and fills in their outcomes.
+  static void publish(std::span<Planned* const> unit, const Run& run) {
+    for (Planned* planned : unit) {
+      CompileOutcome& outcome = planned->outcome;
+      outcome.compile_ms = run.wall_ms / static_cast<double>(unit.size());
+      outcome.batch_size = static_cast<int>(unit.size());
+      if (const std::string why = place(run.artifact.path(), planned->final_path); !why.empty()) {
+        outcome = host_failure(std::move(outcome), why);
+        continue;
+      }
+      outcome.status = CandidateStatus::ok;
+      outcome.artifact_path = planned->final_path;
+      outcome.log = run.log.size() > k_max_log_bytes ? run.log.substr(0, k_max_log_bytes) : run.log;
+    }
+  }
+
+  // Puts the artifact `built` at `final_path`: a hard link (a file already there is this key's
+  // artifact from a concurrent compile), else a copy renamed into place. "" or why it failed.
+  static std::string place(const std::string& built, const std::string& final_path) {
+    std::error_code ec;
+    fs::create_directories(fs::path(final_path).parent_path(), ec);
+    if (ec) return "cannot create the cache directory of " + final_path + ": " + ec.message();
+    if (::link(built.c_str(), final_path.c_str()) == 0 || errno == EEXIST) return {};
+    std::string copy_path = final_path + ".tmp.XXXXXX";
+    const int fd = ::mkstemp(copy_path.data());
+    if (fd < 0) return "cannot create a temp file for " + final_path + ": " + std::strerror(errno);
+    ::close(fd);
+    TempFile copy(copy_path);
+    fs::copy_file(built, copy_path, fs::copy_options::overwrite_existing, ec);
+    if (ec) return "cannot copy " + built + " to " + copy_path + ": " + ec.message();
+    if (::rename(copy_path.c_str(), final_path.c_str()) != 0) {
+      return "cannot rename " + copy_path + " to " + final_path + ": " + std::strerror(errno);
+    }
+    copy.release();  // renamed into place
+    return {};
+  }
+
+  // Sets the outcome of a config whose unit failed.
+  static void fail(Planned& planned, const Run& run, std::size_t unit_size) {
+    CompileOutcome& outcome = planned.outcome;
+    outcome.compile_ms = run.wall_ms / static_cast<double>(unit_size);
+    outcome.batch_size = static_cast<int>(unit_size);
+    outcome = failure(std::move(outcome), run.log);
+    outcome.infra = run.infra;
+  }
+
+  const std::string& m_cxx;
+};
+
+// Compiles the pending configs of `planned`: those that may share a unit, by what they share,
+// the others alone; a key asked for twice is compiled once.
+void build_pending(std::vector<Planned>& planned, const std::string& cxx) {
+  std::map<std::string, std::vector<Planned*>> batches, alone;  // by batch_signature
+  std::map<std::string, Planned*> by_key;
+  std::vector<std::pair<Planned*, const Planned*>> repeats;
+  for (Planned& p : planned) {
+    if (!p.pending) continue;
+    if (auto [first, added] = by_key.try_emplace(p.outcome.cache_key, &p); !added) {
+      repeats.emplace_back(&p, first->second);
+      continue;
+    }
+    (p.obstacle.empty() ? batches : alone)[batch_signature(*p.job)].push_back(&p);
+  }
+  UnitBuilder builder(cxx);
+  for (const auto& [signature, unit] : batches) builder.build(unit);
+  for (const auto& [signature, unit] : alone) {
+    for (Planned* p : unit) {
+      builder.build(std::span<Planned* const>(&p, 1));
+      if (unit.size() > 1) p->outcome.batch_error = "the configs do not batch: " + p->obstacle;
+    }
+  }
+  for (const auto& [repeat, first] : repeats) repeat->outcome = first->outcome;
+}
+
 } // namespace
 
 std::string host_artifact_path(const std::string& cache_dir, const std::string& key) {
@@ -106,7 +516,8 @@ std::string host_compiler_version(const std::string& cxx) {
 }
 
 std::vector<std::string> host_compile_argv(const CompileJob& job, const std::string& cxx,
-                                           const std::string& output, const std::string& input) {
+                                           const std::string& output, const std::string& input,
+                                           const Renames& renames) {
   std::vector<std::string> argv{cxx};
   for (const char* flag : k_fixed_flags) {
     if (std::find(job.removed_flags.begin(), job.removed_flags.end(), flag) == job.removed_flags.end()) {
@@ -123,6 +534,7 @@ std::vector<std::string> host_compile_argv(const CompileJob& job, const std::str
   for (const auto& [name, value] : job.defines) {
     argv.push_back("-D" + name + "=" + std::to_string(value));
   }
+  for (const auto& [from, to] : renames) argv.push_back("-D" + from + "=" + to);
   argv.insert(argv.end(), job.extra_flags.begin(), job.extra_flags.end());
   argv.push_back("-o");
   argv.push_back(output);
@@ -142,6 +554,10 @@ HostCompiler::HostCompiler(std::string cxx) : m_cxx(std::move(cxx)) {
 }
 
 std::string HostCompiler::cache_key(const CompileJob& job) const {
+  return key_of(job, batch_obstacle(job, read_source(job.source_path)).empty());
+}
+
+std::string HostCompiler::key_of(const CompileJob& job, bool renamed) const {
   Hasher hasher;
   hasher.update("ktune-host-compile").update(std::to_string(k_cache_version));
   if (!job.source_hash.empty()) {
@@ -159,6 +575,7 @@ std::string HostCompiler::cache_key(const CompileJob& job) const {
   hasher.update(std::to_string(job.removed_flags.size()));
   for (const auto& flag : job.removed_flags) hasher.update(flag);
   hasher.update("shim").update(job.shim);
+  hasher.update("renamed entry").update(renamed ? job.entry : std::string());
   hasher.update(m_cxx).update(m_version).update(m_host_cpu);
   hasher.update(std::to_string(std::size(k_fixed_flags)));
   for (const char* flag : k_fixed_flags) hasher.update(flag);
@@ -166,131 +583,54 @@ std::string HostCompiler::cache_key(const CompileJob& job) const {
   return hasher.hex_digest();
 }
 
+std::vector<std::string> HostCompiler::command(const CompileJob& job, const std::string& output,
+                                               const std::string& input) const {
+  const bool renamed = batch_obstacle(job, read_source(job.source_path)).empty();
+  return host_compile_argv(job, m_cxx, output, input,
+                           renamed ? entry_renames(job, key_of(job, true)) : Renames{});
+}
+
 CompileOutcome HostCompiler::compile(const CompileJob& job) {
-  CompileOutcome outcome;
-  outcome.cache_key = cache_key(job);
+  return compile_batch({job}).front();
+}
 
-  if (job.language != "cpp") {
-    return failure(std::move(outcome), "the host compiler builds language 'cpp'; kernel '" +
-                                           job.kernel + "' is '" + job.language + "'");
-  }
-  Result<std::string> c_type = std::string();
-  if (!job.dtype.empty()) c_type = dtype_c_type(job.dtype);
-  if (!c_type)
-    return failure(std::move(outcome), c_type.error().code + ": " + c_type.error().message);
-  for (const auto& flag : job.removed_flags) {
-    if (flag == "-shared" || flag == "-fPIC" ||
-        std::find(std::begin(k_fixed_flags), std::end(k_fixed_flags), flag) == std::end(k_fixed_flags)) {
-      return failure(std::move(outcome), "flags_remove of kernel '" + job.kernel + "': '" + flag +
-                                             "' is not one of the fixed flags (-std=c++17, -O3, "
-                                             "-march=native; -shared and -fPIC stay)");
+std::vector<CompileOutcome> HostCompiler::compile_batch(const std::vector<CompileJob>& jobs) {
+  std::map<std::string, Source> sources;  // by path: each is read once
+  std::vector<Planned> planned(jobs.size());
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const CompileJob& job = jobs[i];
+    Planned& p = planned[i];
+    p.job = &job;
+    auto [source, added] = sources.try_emplace(job.source_path);
+    if (added) source->second = read_source(job.source_path);
+    p.scan = &source->second.scan;
+    p.obstacle = batch_obstacle(job, source->second);
+    const bool renamed = p.obstacle.empty();
+    p.outcome.cache_key = key_of(job, renamed);
+    if (renamed) {
+      p.renames = entry_renames(job, p.outcome.cache_key);
+      p.outcome.entry_symbol = p.renames.back().second;
+    }
+    if (auto refused = refusal(job, p.outcome)) {
+      p.outcome = std::move(*refused);
+      continue;
+    }
+    p.final_path = host_artifact_path(fs::absolute(job.cache_dir).lexically_normal().string(),
+                                      p.outcome.cache_key);
+    std::error_code ec;
+    p.outcome.cached = fs::is_regular_file(p.final_path, ec);
+    if (p.outcome.cached) {
+      p.outcome.artifact_path = p.final_path;
+    } else {
+      p.pending = true;
     }
   }
-  for (const auto& [name, value] : job.defines) {
-    if (!is_identifier(name)) {
-      return failure(std::move(outcome), "define '" + name + "' of kernel '" + job.kernel +
-                                             "' is not a C identifier");
-    }
-  }
 
-  if (job.cache_dir.empty()) {
-    return failure(std::move(outcome),
-                   "compile job for kernel '" + job.kernel + "' names no cache_dir");
-  }
-  const std::string final_path = host_artifact_path(
-      fs::absolute(job.cache_dir).lexically_normal().string(), outcome.cache_key);
-  std::error_code ec;
-  if (fs::is_regular_file(final_path, ec)) {
-    outcome.artifact_path = final_path;
-    outcome.cached = true;
-    return outcome;
-  }
-  const fs::path dir = fs::path(final_path).parent_path();
-  fs::create_directories(dir, ec);
-  if (ec) {
-    return host_failure(std::move(outcome),
-                        "cannot create cache directory " + dir.string() + ": " + ec.message());
-  }
-
-  std::string tmp_path = final_path + ".tmp.XXXXXX";
-  const int tmp_fd = ::mkstemp(tmp_path.data());
-  if (tmp_fd < 0) {
-    return host_failure(std::move(outcome), "cannot create a temp file in the compile cache " +
-                                                dir.string() + ": " + std::strerror(errno));
-  }
-  ::close(tmp_fd);
-
-  // With a shim: one translation unit that includes the source, then the shim.
-  std::string unit_path;
-  if (!job.shim.empty()) {
-    unit_path = tmp_path + ".cpp";
-    std::ofstream unit(unit_path, std::ios::binary | std::ios::trunc);
-    unit << "#include \"" << fs::absolute(job.source_path).lexically_normal().string() << "\"\n"
-         << job.shim;
-    unit.close();
-    if (!unit) {
-      ::unlink(tmp_path.c_str());
-      ::unlink(unit_path.c_str());
-      return host_failure(std::move(outcome), "cannot write " + unit_path);
-    }
-  }
-  struct UnitRemover {
-    const std::string& path;
-    ~UnitRemover() {
-      if (!path.empty()) ::unlink(path.c_str());
-    }
-  } remove_unit{unit_path};
-
-  const std::vector<std::string> argv =
-      host_compile_argv(job, m_cxx, tmp_path, unit_path.empty() ? job.source_path : unit_path);
-
-  const auto start = std::chrono::steady_clock::now();
-  auto result = run_captured(argv, k_max_log_bytes);
-  outcome.compile_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-
-  if (!result) {
-    ::unlink(tmp_path.c_str());
-    return host_failure(std::move(outcome), "cannot run " + m_cxx + ": " + result.error().message);
-  }
-  std::string log = std::move(result->output);
-  const bool produced = fs::file_size(tmp_path, ec) > 0 && !ec;
-  // A status reaped elsewhere (ProcessEnd::unknown) counts as success when the output exists.
-  const bool ok = result->end == ProcessEnd::exited ? result->code == 0
-                  : result->end == ProcessEnd::unknown ? produced
-                                                       : false;
-  if (!ok || !produced) {
-    ::unlink(tmp_path.c_str());
-    if (result->end == ProcessEnd::signaled) {
-      log += "\n" + m_cxx + " was killed by signal " + std::to_string(result->code);
-      if (result->code == SIGKILL) {
-        // Not by us (the worker has no deadline of its own): the OOM killer or an administrator.
-        outcome = failure(std::move(outcome), std::move(log));
-        outcome.infra = m_cxx + " was killed by SIGKILL from outside (the OOM killer or an administrator)";
-        return outcome;
-      }
-    } else if (result->end == ProcessEnd::exited && result->code == 0) {
-      log += "\n" + m_cxx + " exited 0 but wrote no output to " + tmp_path;
-    }
-    if (const std::string trouble = file_system_trouble(log); !trouble.empty()) {
-      outcome = failure(std::move(outcome), std::move(log));
-      outcome.infra = m_cxx + " could not write its files (" + trouble + ") in the compile cache " +
-                      dir.string() + " or its temporary directory";
-      return outcome;
-    }
-    return failure(std::move(outcome), std::move(log));
-  }
-  if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp_path.c_str());
-    return host_failure(std::move(outcome), "cannot rename " + tmp_path + " to " + final_path +
-                                                ": " + std::strerror(err));
-  }
-  outcome.status = CandidateStatus::ok;
-  outcome.artifact_path = final_path;
-  if (log.size() > k_max_log_bytes) log.resize(k_max_log_bytes);
-  outcome.log = std::move(log);
-  return outcome;
+  build_pending(planned, m_cxx);
+  std::vector<CompileOutcome> outcomes;
+  outcomes.reserve(planned.size());
+  for (Planned& p : planned) outcomes.push_back(std::move(p.outcome));
+  return outcomes;
 }
 
 } // namespace ktune

@@ -291,6 +291,7 @@ NvrtcCompileResult NvrtcCompiler::compile_with_resources(const CompileJob& job) 
   for (const auto& option : *opts) argv.push_back(option.c_str());
 
   const auto start = std::chrono::steady_clock::now();
+  outcome.batch_size = 1;  // nvrtc compiles one config per program
   std::string cubin;
   std::string log;
   try {

@@ -96,6 +96,9 @@ std::string render_metrics(const DaemonView& view) {
              "Compiles of tune jobs that ran the compiler.");
   out.sample("ktune_compile_cache_misses_total", {},
              static_cast<double>(counters.compile_cache_misses));
+  out.family("ktune_compile_batches_total", "counter",
+             "Compile requests of tune jobs that built several configs in one compiler run.");
+  out.sample("ktune_compile_batches_total", {}, static_cast<double>(counters.compile_batches));
 
   const auto slots = view.workers.slots();
   out.family("ktune_worker_seconds_total", "counter",
@@ -229,6 +232,7 @@ nlohmann::json top_view(const DaemonView& view) {
           {"candidates", counters.candidates},
           {"compile_cache", {{"hits", counters.compile_cache_hits},
                              {"misses", counters.compile_cache_misses}}},
+          {"compile_batches", counters.compile_batches},
           {"store", {{"stalled", scheduler.writer().stall().has_value()}}},
           {"failures", std::move(failures)}};
 }

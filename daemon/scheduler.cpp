@@ -1,5 +1,6 @@
 #include "daemon/scheduler.hpp"
 
+#include "daemon/batch_sizer.hpp"
 #include "daemon/devices.hpp"
 
 #include "jobs/compile_job.hpp"
@@ -58,6 +59,8 @@ constexpr std::chrono::milliseconds k_device_busy_retry{200};
 constexpr const char* k_device_busy = "device_busy";
 // Compiles of one config that may fail by the host's fault (CompileOutcome::infra).
 constexpr int k_infra_attempts = 2;
+// The longest a batch of compiles may take (BatchSizer): the bench worker waits for no longer.
+constexpr double k_max_batch_ms = 1000;
 
 std::chrono::milliseconds seconds_to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
@@ -117,6 +120,7 @@ struct Scheduler::ActiveJob {
   std::map<std::string, const ResultRecord*> reusable; // config text -> another job's row
   ReferenceState reference = ReferenceState::pending;
   std::string reference_path;
+  std::string reference_entry;          // the reference compile's entry_symbol
   Phase phase = Phase::search;
   // Batch mode (every strategy but exhaustive): proposals come in batches of search_batch, and a
   // batch's results are told to the strategy together, in proposal order, once all are in; so
@@ -126,7 +130,9 @@ struct Scheduler::ActiveJob {
   std::vector<std::size_t> batch;       // the open batch, in proposal order
   std::map<std::size_t, std::optional<double>> batch_results;
   std::deque<std::size_t> to_compile;   // proposed, waiting for a compile worker
-  int compiling = 0;                    // candidate compiles in flight
+  std::size_t compiling = 0;            // candidates whose compile is in flight
+  BatchSizer sizer;                     // configs per compile request
+  std::size_t logged_batch_size = 1;    // the size the log last named
   int in_flight = 0;                    // worker requests sent for this job
   std::deque<Compiled> compiled;        // waiting for the bench worker
   bool benchmarking = false;
@@ -167,11 +173,7 @@ struct Scheduler::ActiveCheck {
 Scheduler::Scheduler(asio::io_context& io, Store& store, WorkerPool& workers,
                      SchedulerSettings settings)
     : m_io(io), m_store(store), m_writer(io, store), m_workers(workers),
-      m_settings(std::move(settings)) {
-  if (m_settings.compile_ahead == 0) {
-    m_settings.compile_ahead = 2 * std::max<std::size_t>(1, m_settings.compile_workers);
-  }
-}
+      m_settings(std::move(settings)) {}
 
 Scheduler::~Scheduler() = default;
 
@@ -434,6 +436,8 @@ void Scheduler::start_tune(JobPlan plan, std::chrono::steady_clock::time_point q
   job.started = job.mark = std::chrono::steady_clock::now();
   job.timing.queue_ms = ms_since(queued_at);
   const JobRecord& rec = job.plan.record;
+  // A batch stays well within its deadline: a batch past it is compiled again config by config.
+  job.sizer = BatchSizer(std::min(k_max_batch_ms, compile_deadline(rec).count() / 4.0));
 
   auto space = search::SearchSpace::from_configs(job.plan.kernel.spec.params, job.plan.configs);
   auto strategy = space ? Result<int>(0) : Result<int>(space.error());
@@ -575,16 +579,18 @@ void Scheduler::account(ActiveJob& job) {
 // at once.
 void Scheduler::propose(ActiveJob& job) {
   while (job.error.empty() && job.phase == Phase::search) {
-    const std::size_t ahead =
-        job.to_compile.size() + static_cast<std::size_t>(job.compiling) + job.compiled.size();
-    if (job.batched ? !job.batch.empty() : ahead >= m_settings.compile_ahead) return;
+    const std::size_t ahead = job.to_compile.size() + job.compiling + job.compiled.size();
     if (m_settings.serial && (ahead > 0 || job.benchmarking)) return;
+    // Exhaustive search proposes whole compile batches, as many as compile_ahead has room for.
+    const std::size_t per_request = batch_size(job);
+    const std::size_t limit = compile_ahead(job);
+    if (job.batched ? !job.batch.empty() : ahead + per_request > limit) return;
     if (job.stop->reached(std::chrono::steady_clock::now())) return;
     const std::size_t allowed = job.stop->proposals_left(job.strategy->pending_count());
     if (allowed == 0) return;
-    const std::size_t room = m_settings.serial  ? 1
-                             : job.batched      ? m_settings.search_batch
-                                                : m_settings.compile_ahead - ahead;
+    const std::size_t room = m_settings.serial ? 1
+                             : job.batched     ? m_settings.search_batch
+                                               : (limit - ahead) / per_request * per_request;
     const auto batch = job.strategy->propose(std::min(allowed, room));
     if (batch.empty()) return;
     if (job.batched) job.batch = batch;
@@ -635,10 +641,17 @@ void Scheduler::advance(std::int64_t job_id) {
   if (job.error.empty() && job.reference == ReferenceState::pending) start_reference(job);
   if (job.error.empty() && job.reference == ReferenceState::ready) {
     propose(job);
+    // A strategy's batch is spread over the compile workers first (nothing more comes until its
+    // results are in); exhaustive search keeps compile_ahead filled in whole batches.
+    const std::size_t workers = std::max<std::size_t>(1, m_settings.compile_workers);
+    const std::size_t spread = (job.to_compile.size() + workers - 1) / workers;
+    const std::size_t per_request = job.batched ? std::min(batch_size(job), spread) : batch_size(job);
     while (job.error.empty() && !job.to_compile.empty()) {
-      const std::size_t index = job.to_compile.front();
-      job.to_compile.pop_front();
-      start_compile(job, index);
+      const auto end = job.to_compile.begin() +
+                       static_cast<std::ptrdiff_t>(std::min(per_request, job.to_compile.size()));
+      const std::vector<std::size_t> indices(job.to_compile.begin(), end);
+      job.to_compile.erase(job.to_compile.begin(), end);
+      start_compile(job, indices);
     }
     std::deque<Compiled>& waiting = job.phase == Phase::search ? job.compiled : job.final_queue;
     while (job.error.empty() && !job.benchmarking && !waiting.empty()) {
@@ -767,26 +780,58 @@ void Scheduler::on_reference_compiled(ActiveJob& job, Result<nlohmann::json> rep
                   << outcome->compile_ms << " ms" << (outcome->cached ? " (cached)" : "");
   ++(outcome->cached ? m_counters.compile_cache_hits : m_counters.compile_cache_misses);
   if (!outcome->cached) ++job.timing.compiles;
+  learn_batching(job, {*outcome});
   job.reference_path = outcome->artifact_path;
+  job.reference_entry = outcome->entry_symbol;
   job.reference = ReferenceState::ready;
 }
 
-void Scheduler::start_compile(ActiveJob& job, std::size_t index) {
+std::size_t Scheduler::batch_size(const ActiveJob& job) const {
+  if (job.plan.kernel.spec.language != Language::cpp) return 1;  // nvrtc compiles one by one
+  if (m_settings.serial) return 1;  // one compiler process per config
+  const std::size_t size = job.sizer.size();
+  return m_settings.compile_ahead > 0 ? std::min(size, m_settings.compile_ahead) : size;
+}
+
+std::size_t Scheduler::compile_ahead(const ActiveJob& job) const {
+  if (m_settings.compile_ahead > 0) return m_settings.compile_ahead;
+  return 2 * std::max<std::size_t>(1, m_settings.compile_workers) * batch_size(job);
+}
+
+void Scheduler::start_compile(ActiveJob& job, const std::vector<std::size_t>& indices) {
   const auto& plan = job.plan;
-  auto compile_job = make_compile_job(plan.kernel, plan.configs[index], plan.record.dtype,
-                                      m_settings.cache_dir);
-  if (compile_job) {
-    if (auto r = target_cuda_device(m_store, plan.record, *compile_job); !r) compile_job = r.error();
+  std::vector<std::size_t> sent;
+  nlohmann::json jobs = nlohmann::json::array();
+  for (const std::size_t index : indices) {
+    auto compile_job = make_compile_job(plan.kernel, plan.configs[index], plan.record.dtype,
+                                        m_settings.cache_dir);
+    if (compile_job) {
+      if (auto r = target_cuda_device(m_store, plan.record, *compile_job); !r) compile_job = r.error();
+    }
+    if (!compile_job) {
+      record(job, index, failed_result(CandidateStatus::compile_error, compile_job.error().message));
+      continue;
+    }
+    jobs.push_back(compile_job->to_json());
+    sent.push_back(index);
   }
-  if (!compile_job) {
-    record(job, index, failed_result(CandidateStatus::compile_error, compile_job.error().message));
+  if (sent.empty()) return;
+  job.compiling += sent.size();
+  if (sent.size() == 1) {
+    submit(job, "", "compile", std::move(jobs.front()), compile_deadline(plan.record),
+           [this, index = sent.front()](ActiveJob& j, Result<nlohmann::json> reply,
+                                        const Delivery& delivery) {
+             --j.compiling;
+             on_compiled(j, index, std::move(reply), delivery);
+           });
     return;
   }
-  ++job.compiling;
-  submit(job, "", "compile", compile_job->to_json(), compile_deadline(plan.record),
-         [this, index](ActiveJob& j, Result<nlohmann::json> reply, const Delivery& delivery) {
-           --j.compiling;
-           on_compiled(j, index, std::move(reply), delivery);
+  // One deadline for the batch, as for one config: a batch that passes it (a config that
+  // compiles forever) is compiled again config by config, each with the whole deadline.
+  submit(job, "", k_compile_batch, std::move(jobs), compile_deadline(plan.record),
+         [this, sent](ActiveJob& j, Result<nlohmann::json> reply, const Delivery& delivery) {
+           j.compiling -= sent.size();
+           on_batch_compiled(j, sent, std::move(reply), delivery);
          });
 }
 
@@ -808,33 +853,106 @@ void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::
                          "unreadable compile outcome: " + outcome.error().message));
     return;
   }
-  if (!outcome->cached) ++job.timing.compiles;
-  ++(outcome->cached ? m_counters.compile_cache_hits : m_counters.compile_cache_misses);
-  if (!outcome->infra.empty()) {
+  on_outcome(job, index, *outcome);
+  learn_batching(job, {*outcome});
+}
+
+namespace {
+
+// The outcomes of a compile_batch reply, one per config asked for.
+Result<std::vector<CompileOutcome>> batch_outcomes(const nlohmann::json& reply, std::size_t configs) {
+  const auto list = reply.find("outcomes");
+  if (list == reply.end() || !list->is_array() || list->size() != configs) {
+    return make_error("bad_reply", "expected {\"outcomes\": [..]} with " + std::to_string(configs) +
+                                       " outcomes, found " + reply.dump().substr(0, 200));
+  }
+  std::vector<CompileOutcome> outcomes;
+  for (const auto& item : *list) {
+    auto outcome = CompileOutcome::from_json(item);
+    if (!outcome) return outcome.error();
+    outcomes.push_back(std::move(*outcome));
+  }
+  return outcomes;
+}
+
+} // namespace
+
+// A batch that failed as a whole (its deadline, a dead worker, an unreadable reply) says nothing
+// about any one config: each is compiled again alone, and only those results count.
+void Scheduler::on_batch_compiled(ActiveJob& job, const std::vector<std::size_t>& indices,
+                                  Result<nlohmann::json> reply, const Delivery& delivery) {
+  if (!reply && reply.error().code == k_withdrawn) return; // the job was cancelled
+  job.timing.compile_sum_ms += delivery.request_ms;
+  auto outcomes = reply ? batch_outcomes(*reply, indices.size())
+                        : Result<std::vector<CompileOutcome>>(reply.error());
+  if (!outcomes) {
+    if (!job.error.empty()) return;
+    KTUNE_LOG(warn) << "job " << job.plan.record.id << ": a batch of " << indices.size()
+                    << " compiles failed as a whole (" << outcomes.error().message
+                    << "); compiling each of its configs alone";
+    for (const std::size_t index : indices) start_compile(job, {index});
+    return;
+  }
+  for (std::size_t i = 0; i < indices.size(); ++i) on_outcome(job, indices[i], (*outcomes)[i]);
+  learn_batching(job, *outcomes);
+}
+
+void Scheduler::on_outcome(ActiveJob& job, std::size_t index, const CompileOutcome& outcome) {
+  if (!outcome.cached) ++job.timing.compiles;
+  ++(outcome.cached ? m_counters.compile_cache_hits : m_counters.compile_cache_misses);
+  if (!outcome.infra.empty()) {
     // The host's failure, not the candidate's: never recorded (a later job compiles it again).
-    // Tried once more at once; a kill that happens again is the candidate's (it is what needs
-    // the memory); any other host failure that persists ends the job with its cause.
+    // Tried once more at once, alone; a kill that happens again is the candidate's (it is what
+    // needs the memory); any other host failure that persists ends the job with its cause.
     const std::string name = config_to_string(job.plan.configs[index]);
     if (++job.infra_attempts[index] < k_infra_attempts) {
-      KTUNE_LOG(warn) << "job " << job.plan.record.id << ": " << name << ": " << outcome->infra
+      KTUNE_LOG(warn) << "job " << job.plan.record.id << ": " << name << ": " << outcome.infra
                       << "; compiling it again";
-      start_compile(job, index);
+      start_compile(job, {index});
       return;
     }
-    if (outcome->infra.find("SIGKILL") == std::string::npos) {
-      fail(job, "the host failed, not the candidates: " + outcome->infra + " (compiling " + name +
+    if (outcome.infra.find("SIGKILL") == std::string::npos) {
+      fail(job, "the host failed, not the candidates: " + outcome.infra + " (compiling " + name +
                     ", twice); the configs not measured are not recorded and run in a later job");
       return;
     }
   }
-  if (outcome->status != CandidateStatus::ok) {
+  if (outcome.status != CandidateStatus::ok) {
     record(job, index,
-           failed_result(outcome->status, first_error_line(outcome->log), outcome->log,
-                         outcome->compile_ms));
+           failed_result(outcome.status, first_error_line(outcome.log), outcome.log,
+                         outcome.compile_ms));
     return;
   }
-  job.compiled.push_back(Compiled{index, outcome->artifact_path, outcome->compile_ms,
-                                  outcome->registers, outcome->spills, outcome->shared_bytes});
+  job.compiled.push_back(Compiled{index, outcome.artifact_path, outcome.entry_symbol,
+                                  outcome.compile_ms, outcome.registers, outcome.spills,
+                                  outcome.shared_bytes});
+}
+
+void Scheduler::learn_batching(ActiveJob& job, const std::vector<CompileOutcome>& outcomes) {
+  const std::int64_t id = job.plan.record.id;
+  bool batched = false;
+  for (const CompileOutcome& outcome : outcomes) {
+    batched = batched || outcome.batch_size > 1;
+    if (outcome.status == CandidateStatus::ok && !outcome.cached) {
+      job.sizer.observe(static_cast<std::size_t>(outcome.batch_size), outcome.compile_ms);
+    }
+    if (!outcome.batch_error.empty() && !job.sizer.stopped()) {
+      job.sizer.stop();
+      KTUNE_LOG(info) << "job " << id << ": " << job.plan.record.kernel
+                      << " compiles one config at a time from now on: " << outcome.batch_error;
+    }
+  }
+  if (batched) ++m_counters.compile_batches;
+  const std::size_t size = batch_size(job);
+  if (size == job.logged_batch_size || job.sizer.stopped()) return;
+  job.logged_batch_size = size;
+  std::ostringstream measured;
+  for (const auto& [configs, ms] : job.sizer.measured_ms()) {
+    measured << (measured.tellp() > 0 ? ", " : "") << std::lround(ms) << " ms "
+             << (configs == 1 ? std::string("alone") : "in batches of " + std::to_string(configs));
+  }
+  KTUNE_LOG(info) << "job " << id << ": compiles up to " << size
+                  << " configs per request; measured per config: " << measured.str();
 }
 
 void Scheduler::start_bench(ActiveJob& job, Compiled candidate) {
@@ -854,7 +972,10 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate) {
   auto bench_job = make_bench_job(plan.kernel.spec, plan.shape, plan.configs[candidate.index],
                                   plan.record.dtype, candidate.artifact_path, job.reference_path,
                                   measure);
-  if (bench_job) target_cuda_device(plan.record, *bench_job);
+  if (bench_job) {
+    use_compiled_entries(*bench_job, candidate.entry_symbol, job.reference_entry);
+    target_cuda_device(plan.record, *bench_job);
+  }
   if (!bench_job) {
     record(job, candidate.index,
            failed_result(CandidateStatus::invalid_config, bench_job.error().message, {},

@@ -19,9 +19,19 @@
 // batches of `search_batch` and learns a batch's results together, in proposal order, once all
 // are in: its proposals are a function of the seed, search_batch and the measured times only
 // (not of which compile finished first), so the same seed with the same times proposes the same
-// configs. Up to `compile_workers` compile at
-// once; compiled candidates wait for the bench worker, which measures one at a time. Every
-// result is reported back to the strategy, which decides what to propose next.
+// configs. Up to `compile_workers` compile requests run at once; compiled candidates wait for
+// the bench worker, which measures one at a time. Every result is reported back to the
+// strategy, which decides what to propose next.
+//
+// Batched compiles (CPU jobs): a compile request carries up to the job's batch size of configs
+// (op compile_batch; BatchSizer picks the size from the compile times measured: 1 until a single
+// compile is timed, then a probe of 2, then the fitted rule). The reference compiles alone.
+// Exhaustive search proposes whole batches; a strategy's batch is spread over the compile
+// workers first. Each config's outcome is then handled as a single compile's (cache counters,
+// a host failure retried alone, failures recorded). A batch that fails as a whole (its deadline,
+// a dead worker) is compiled again config by config; a source whose batches fail though each
+// config compiles (the outcome's batch_error) is compiled one config at a time for the rest of
+// the job, said once in the log.
 //
 // No wasted work: a proposed config that already has a row in this job (resume) is answered from
 // it; one measured for the same winner key by an earlier job (`reusable`, unless the request
@@ -55,6 +65,7 @@
 // Quarantine: configs that crashed, hung or lost their worker in earlier jobs of the same kernel
 // source and device are dropped from the candidates (drop_quarantined) by whoever builds a plan.
 #include "jobs/bench_job.hpp"
+#include "jobs/compile_job.hpp"
 #include "daemon/planner.hpp"
 #include "daemon/store_writer.hpp"
 #include "daemon/worker_pool.hpp"
@@ -89,7 +100,9 @@ struct SchedulerSettings {
   std::string cache_dir;          // compile cache shared by every job
   MeasureSettings measure;        // prune_factor too
   std::size_t compile_workers = 1;
-  std::size_t compile_ahead = 0;  // candidates compiling or compiled ahead of a lane; 0 = 2 x compile_workers
+  // Candidates compiling or compiled ahead of a lane; 0 = 2 x compile_workers x the job's batch
+  // size (BatchSizer), so that batches fit.
+  std::size_t compile_ahead = 0;
   std::size_t search_batch = 4;   // proposals per batch of a strategy other than exhaustive
   double compile_timeout_s = 120;
   double bench_timeout_s = 0;     // 0 = derived from `measure` (bench_deadline)
@@ -133,6 +146,7 @@ struct SchedulerCounters {
   std::map<std::string, std::uint64_t> jobs_ended; // tune jobs and compile checks, by final state
   std::uint64_t compile_cache_hits = 0;            // candidate and reference compiles of tune jobs
   std::uint64_t compile_cache_misses = 0;
+  std::uint64_t compile_batches = 0;               // compile requests that built several configs in one run
 };
 
 // A failed candidate, as `ktune top` lists the latest ones.
@@ -215,6 +229,7 @@ private:
   struct Compiled {
     std::size_t index = 0;
     std::string artifact_path;
+    std::string entry_symbol;     // CompileOutcome::entry_symbol: what the bench job calls
     double compile_ms = 0;
     int registers = -1, spills = -1, shared_bytes = -1;
   };
@@ -245,11 +260,21 @@ private:
   // judge_finals on the current finalists' round medians.
   [[nodiscard]] FinalsVerdict judge_rounds(const ActiveJob& job) const;
   void start_reference(ActiveJob& job);
-  void start_compile(ActiveJob& job, std::size_t index);
+  // Configs a job compiles per request (its BatchSizer's, within compile_ahead; 1 for CUDA).
+  [[nodiscard]] std::size_t batch_size(const ActiveJob& job) const;
+  [[nodiscard]] std::size_t compile_ahead(const ActiveJob& job) const;
+  // Compiles the configs `indices` in one request: "compile" for one, "compile_batch" for more.
+  void start_compile(ActiveJob& job, const std::vector<std::size_t>& indices);
   void start_bench(ActiveJob& job, Compiled candidate);
   void on_reference_compiled(ActiveJob& job, Result<nlohmann::json> reply);
   void on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::json> reply,
                    const Delivery& delivery);
+  void on_batch_compiled(ActiveJob& job, const std::vector<std::size_t>& indices,
+                         Result<nlohmann::json> reply, const Delivery& delivery);
+  // One config's compile outcome: its result when it failed, else it waits for the bench worker.
+  void on_outcome(ActiveJob& job, std::size_t index, const CompileOutcome& outcome);
+  // What a batch's outcomes teach the job's BatchSizer; logs a change of size.
+  void learn_batching(ActiveJob& job, const std::vector<CompileOutcome>& outcomes);
   void on_benched(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply,
                   const std::string& stderr_tail);
   void on_final_measured(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply);

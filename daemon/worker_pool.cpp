@@ -411,7 +411,7 @@ std::size_t WorkerPool::free_slot(const std::string& lane) const {
 }
 
 void WorkerPool::add_seconds(WorkerSeconds& seconds, std::string_view op, double s) {
-  if (op == "compile") {
+  if (op == "compile" || op == k_compile_batch) {
     seconds.compile_s += s;
   } else if (op == "bench") {
     seconds.bench_s += s;

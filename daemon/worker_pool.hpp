@@ -82,7 +82,7 @@ struct Delivery {
 
 // One piece of work for a worker.
 struct Work {
-  std::string op;                  // "compile", "bench", "devices"
+  std::string op;                  // "compile", "compile_batch", "bench", "devices"
   nlohmann::json job = nlohmann::json::object();
   std::chrono::milliseconds deadline{0}; // > 0: the worker is killed when it passes it
   int priority = 0;                // higher first

@@ -273,7 +273,8 @@ void WorkerProcess::request(std::string_view op, nlohmann::json job, ReplyHandle
       self->kill_group();
     });
   }
-  nlohmann::json message = {{"id", m_pending_id}, {"op", op}, {"job", std::move(job)}};
+  nlohmann::json message = {{"id", m_pending_id}, {"op", op}};
+  message[op == k_compile_batch ? "jobs" : "job"] = std::move(job);
   m_out = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   m_out += '\n';
   asio::async_write(m_socket, asio::buffer(m_out),

@@ -41,6 +41,10 @@ inline constexpr const char* k_worker_timeout = "timeout";    // killed at the r
 // until it happens again (the scheduler retries the request once in a fresh worker).
 inline constexpr const char* k_worker_killed = "worker_killed";
 
+// The worker op that compiles several configs in one request (worker/worker.hpp): its jobs travel
+// as "jobs", and its time is compile time.
+inline constexpr const char* k_compile_batch = "compile_batch";
+
 // Routes child exits to whoever started the child. The owner of the SIGCHLD signal_set calls
 // reap() on every SIGCHLD; reap() collects the watched children that have exited
 // (waitpid(pid, WNOHANG), so children started elsewhere are never stolen) and calls their
@@ -84,7 +88,8 @@ public:
       std::chrono::milliseconds idle_timeout = std::chrono::milliseconds(0),
       const std::vector<std::string>& extra_env = {});
 
-  // Sends {"id":N,"op":op,"job":job}. `on_reply` runs exactly once, on the io thread and never
+  // Sends {"id":N,"op":op,"job":job}, for op compile_batch {"id":N,"op":op,"jobs":job} (job the
+  // array of compile jobs). `on_reply` runs exactly once, on the io thread and never
   // inside this call, unless terminate() abandons the request first. Precondition: idle().
   // A `deadline` > 0 bounds the request: when no reply came in time, the worker's whole process
   // group gets SIGKILL and `on_reply` receives k_worker_timeout once the worker has exited.

@@ -524,4 +524,14 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
   return job;
 }
 
+void use_compiled_entries(BenchJob& job, const std::string& entry_symbol,
+                          const std::string& reference_symbol) {
+  if (!reference_symbol.empty()) {
+    job.reference_entry = reference_symbol;
+  } else if (job.reference_entry.empty() && !job.reference_path.empty()) {
+    job.reference_entry = job.entry;  // a default-config reference, under the plain name
+  }
+  if (!entry_symbol.empty()) job.entry = entry_symbol;
+}
+
 } // namespace ktune

@@ -161,4 +161,11 @@ struct BenchOutcome {
                                               const std::string& reference_path,
                                               const MeasureSettings& settings);
 
+// Points a job from make_bench_job at the symbols its artifacts export (the compile outcomes'
+// entry_symbol; "" = exported under the plain name): `entry_symbol` the candidate's,
+// `reference_symbol` the reference's. The reference is called by its own symbol, never by the
+// candidate's: a default-config reference whose compile renamed nothing keeps the plain entry.
+void use_compiled_entries(BenchJob& job, const std::string& entry_symbol,
+                          const std::string& reference_symbol);
+
 } // namespace ktune

@@ -82,7 +82,8 @@ json CompileJob::to_json() const {
               {"source_path", source_path}, {"include_dirs", include_dirs},
               {"defines", defines_json},    {"dtype", dtype},
               {"extra_flags", extra_flags}, {"removed_flags", removed_flags},
-              {"shim", shim},               {"source_hash", source_hash},
+              {"shim", shim},               {"entry", entry},
+              {"source_hash", source_hash},
               {"cache_dir", cache_dir},     {"arch", arch}};
 }
 
@@ -125,6 +126,9 @@ Result<CompileJob> CompileJob::from_json(const json& j) {
   auto shim = get_optional_string(k_job, j, "shim");
   if (!shim) return shim.error();
   job.shim = std::move(*shim);
+  auto entry = get_optional_string(k_job, j, "entry");
+  if (!entry) return entry.error();
+  job.entry = std::move(*entry);
 
   if (auto it = j.find("defines"); it != j.end()) {
     if (!it->is_object()) {
@@ -152,7 +156,10 @@ json CompileOutcome::to_json() const {
               {"registers", registers},
               {"spills", spills},
               {"shared_bytes", shared_bytes},
-              {"infra", infra}};
+              {"infra", infra},
+              {"entry_symbol", entry_symbol},
+              {"batch_size", batch_size},
+              {"batch_error", batch_error}};
 }
 
 Result<CompileOutcome> CompileOutcome::from_json(const json& j) {
@@ -188,9 +195,17 @@ Result<CompileOutcome> CompileOutcome::from_json(const json& j) {
   auto infra = get_optional_string(k_outcome, j, "infra");
   if (!infra) return infra.error();
   outcome.infra = std::move(*infra);
+  auto entry_symbol = get_optional_string(k_outcome, j, "entry_symbol");
+  if (!entry_symbol) return entry_symbol.error();
+  outcome.entry_symbol = std::move(*entry_symbol);
+  auto batch_error = get_optional_string(k_outcome, j, "batch_error");
+  if (!batch_error) return batch_error.error();
+  outcome.batch_error = std::move(*batch_error);
+  outcome.batch_size = 1;
   for (auto [key, field] : {std::pair{"registers", &outcome.registers},
                             std::pair{"spills", &outcome.spills},
-                            std::pair{"shared_bytes", &outcome.shared_bytes}}) {
+                            std::pair{"shared_bytes", &outcome.shared_bytes},
+                            std::pair{"batch_size", &outcome.batch_size}}) {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null()) continue;
     if (!it->is_number_integer()) {

@@ -104,15 +104,15 @@ private:
 
 // The compile job for one config of a family: defines = the config, dtype (none for a family
 // without a dtype axis), the spec's flags, include dir = the family's directory, and for a cpp
-// family with a signature the typed entry's shim. Errors: bad_dtype when the family does not
-// declare it.
+// family its entry and, with a signature, the typed entry's shim. Errors: bad_dtype when the
+// family does not declare it.
 [[nodiscard]] Result<CompileJob> make_compile_job(const LoadedKernel& kernel, const Config& config,
                                                   const std::string& dtype,
                                                   const std::string& cache_dir);
 
 // The compile job of a family's reference function ([check] reference = "function"): its source
-// with no config defines, the same dtype and flags, and its shim. Errors: bad_dtype as above,
-// spec_error when the family has no reference function.
+// with no config defines, the same dtype and flags, its shim, and the function as the entry.
+// Errors: bad_dtype as above, spec_error when the family has no reference function.
 [[nodiscard]] Result<CompileJob> make_reference_compile_job(const LoadedKernel& kernel,
                                                             const std::string& dtype,
                                                             const std::string& cache_dir);

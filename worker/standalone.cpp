@@ -207,6 +207,7 @@ int run_repro_file(const std::string& path) {
   for (auto& arg : bench->args) arg.expected = absolute(arg.expected);
   int exit_code = 0;
 
+  std::string reference_entry;  // the reference compile's entry_symbol
   if (repro.contains("reference_compile") && repro.at("reference_compile").is_object()) {
     auto reference = CompileJob::from_json(repro.at("reference_compile"));
     if (!reference) {
@@ -220,12 +221,14 @@ int run_repro_file(const std::string& path) {
       return exit_code;
     }
     bench->reference_path = ref->artifact_path;
+    reference_entry = ref->entry_symbol;
   } else {
     bench->reference_path.clear();
   }
   auto candidate = compile_step(*compile, compile_timeout_s, memory_mb, exit_code, "compile");
   if (!candidate) return exit_code;
   bench->artifact_path = candidate->artifact_path;
+  use_compiled_entries(*bench, candidate->entry_symbol, reference_entry);
 
   const StepResult step = run_step(
       [&] { return HostRunner().run(*bench).to_json(); }, bench_timeout_s, memory_mb,

@@ -158,25 +158,27 @@ public:
                            std::string("op 'devices' failed in the worker: ") + e.what());
       }
     }
-    if (op != "compile" && op != "bench") {
+    if (op != "compile" && op != "compile_batch" && op != "bench") {
       return error_reply(id, protocol::code::unknown_op,
-                         "unknown op '" + op + "' (expected compile, bench, devices or exit)");
+                         "unknown op '" + op +
+                             "' (expected compile, compile_batch, bench, devices or exit)");
     }
-    const std::string role(to_string(m_role));
-    if (op != role) {
+    const Role needs = op == "bench" ? Role::bench : Role::compile;
+    if (needs != m_role) {
       return error_reply(id, protocol::code::bad_request,
-                         "this is a " + role + " worker; op '" + op + "' goes to a " + op +
-                             " worker");
-    }
-    auto job_it = request.find("job");
-    if (job_it == request.end() || !job_it->is_object()) {
-      return error_reply(id, protocol::code::bad_request,
-                         job_it == request.end()
-                             ? std::string("field 'job' is missing (expected an object)")
-                             : std::string("field 'job' must be an object, found ") +
-                                   job_it->type_name());
+                         "this is a " + std::string(to_string(m_role)) + " worker; op '" + op +
+                             "' goes to a " + std::string(to_string(needs)) + " worker");
     }
     try {
+      if (op == "compile_batch") return compile_batch(id, request);
+      auto job_it = request.find("job");
+      if (job_it == request.end() || !job_it->is_object()) {
+        return error_reply(id, protocol::code::bad_request,
+                           job_it == request.end()
+                               ? std::string("field 'job' is missing (expected an object)")
+                               : std::string("field 'job' must be an object, found ") +
+                                     job_it->type_name());
+      }
       return m_role == Role::compile ? compile(id, *job_it) : bench(id, *job_it);
     } catch (const std::exception& e) {
       return error_reply(id, protocol::code::internal,
@@ -188,19 +190,74 @@ private:
   std::string compile(const json& id, const json& job_json) {
     auto job = CompileJob::from_json(job_json);
     if (!job) return error_reply(id, job.error().code, job.error().message);
-    if (job->language != "cuda") return ok_reply(id, m_compiler->compile(*job).to_json());
+    auto outcome = compile_one(*job);
+    if (!outcome) return error_reply(id, outcome.error().code, outcome.error().message);
+    return ok_reply(id, outcome->to_json());
+  }
+
+  // {"jobs":[CompileJob..]} -> {"outcomes":[CompileOutcome..]} in job order: the host jobs
+  // through HostCompiler::compile_batch, the CUDA jobs one by one.
+  std::string compile_batch(const json& id, const json& request) {
+    auto jobs = batch_jobs(request);
+    if (!jobs) return error_reply(id, jobs.error().code, jobs.error().message);
+    std::vector<json> outcomes(jobs->size());
+    std::vector<CompileJob> host_jobs;
+    std::vector<std::size_t> host_index;
+    for (std::size_t i = 0; i < jobs->size(); ++i) {
+      CompileJob& job = (*jobs)[i];
+      if (job.language != "cuda") {
+        host_index.push_back(i);
+        host_jobs.push_back(std::move(job));
+        continue;
+      }
+      auto outcome = compile_one(job);
+      if (!outcome) return error_reply(id, outcome.error().code, outcome.error().message);
+      outcomes[i] = outcome->to_json();
+    }
+    const auto built = m_compiler->compile_batch(host_jobs);
+    for (std::size_t k = 0; k < built.size(); ++k) outcomes[host_index[k]] = built[k].to_json();
+    return ok_reply(id, json{{"outcomes", std::move(outcomes)}});
+  }
+
+  // The "jobs" of a compile_batch request. Errors: bad_request naming the field ("jobs[2]: ...").
+  static Result<std::vector<CompileJob>> batch_jobs(const json& request) {
+    const auto it = request.find("jobs");
+    if (it == request.end()) {
+      return make_error(protocol::code::bad_request,
+                        "field 'jobs' is missing (expected an array of compile jobs)");
+    }
+    if (!it->is_array() || it->empty()) {
+      return make_error(protocol::code::bad_request,
+                        std::string("field 'jobs' must be a non-empty array of compile jobs, found ") +
+                            (it->is_array() ? "an empty array" : it->type_name()));
+    }
+    std::vector<CompileJob> jobs;
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      auto job = CompileJob::from_json((*it)[i]);
+      if (!job) {
+        return make_error(job.error().code, "jobs[" + std::to_string(i) + "]: " + job.error().message);
+      }
+      jobs.push_back(std::move(*job));
+    }
+    return jobs;
+  }
+
+  // A CUDA job goes to nvrtc (created on first use), any other to the host compiler. Errors:
+  // no_device when nvrtc cannot be loaded or this worker has no CUDA backend.
+  Result<CompileOutcome> compile_one(const CompileJob& job) {
+    if (job.language != "cuda") return m_compiler->compile(job);
 #ifdef KTUNE_HAVE_CUDA
     if (!m_nvrtc) {
       auto created = NvrtcCompiler::create();
-      if (!created) return error_reply(id, created.error().code, created.error().message);
+      if (!created) return created.error();
       m_nvrtc = std::move(created).value();
     }
-    return ok_reply(id, m_nvrtc->compile(*job).to_json());
+    return m_nvrtc->compile(job);
 #else
-    return error_reply(id, protocol::code::no_device,
-                       "kernel '" + job->kernel +
-                           "' is CUDA, and this ktune-worker was built without the CUDA backend "
-                           "(no CUDA toolkit at configure time)");
+    return make_error(protocol::code::no_device,
+                      "kernel '" + job.kernel +
+                          "' is CUDA, and this ktune-worker was built without the CUDA backend "
+                          "(no CUDA toolkit at configure time)");
 #endif
   }
 

@@ -1,5 +1,6 @@
 #pragma once
-// ktune-worker: the child process that compiles or benchmarks one candidate at a time.
+// ktune-worker: the child process that compiles or benchmarks (a candidate, or a batch of configs
+// to compile) one request at a time.
 //
 // Started by the daemon with posix_spawn as
 //   ktune-worker --fd <N> --role compile|bench [--cpu <core>] [--memory-mb <MiB>]
@@ -18,16 +19,22 @@
 //     {"ready":true,"pid":<pid>,"role":"compile"|"bench"}
 //   daemon -> worker:
 //     {"id":<N>,"op":"compile","job":{CompileJob}}   (compile workers only)
+//     {"id":<N>,"op":"compile_batch","jobs":[{CompileJob}..]}   (compile workers only)
 //     {"id":<N>,"op":"bench","job":{BenchJob}}       (bench workers only)
 //     {"id":<N>,"op":"devices"}                       either role: the CUDA devices it sees
 //     {"op":"exit"}                                   no reply; the worker exits 0
 //   worker -> daemon, one reply per request, "id" echoed (null when it could not be read):
 //     {"id":<N>,"ok":true,"outcome":{CompileOutcome}}
+//     {"id":<N>,"ok":true,"outcome":{"outcomes":[{CompileOutcome}..]}}   one per job, in order
 //     {"id":<N>,"ok":true,"outcome":{BenchOutcome}}
 //     {"id":<N>,"ok":true,"outcome":{"devices":[{"name":"cuda:0","fingerprint":..,"details":{..}}]}}
 //     {"id":<N>,"ok":false,"error":{"code":"<code>","message":"..."}}
 //   a reply after which the worker exits carries "exiting":true next to "ok" (today: a CUDA
 //   bench reply whose outcome has "context_lost":true); the daemon must send nothing more.
+//
+// compile_batch: the host (cpp) jobs go to HostCompiler::compile_batch, which compiles configs of
+// one source together where it can (compiler/host_compiler.hpp); CUDA jobs are compiled one by
+// one. Its errors are compile's; a malformed job is named by its index ("jobs[2]: ...").
 //
 // CUDA: a compile job with language "cuda" goes to NvrtcCompiler, a bench job carrying "launch"
 // to CudaRunner on device job.cuda_device; both are created on first use. Their setup failures
@@ -41,9 +48,10 @@
 // jobs/bench_job.hpp. A failed candidate (compile error, mismatch, ...) is an ok reply whose
 // outcome carries the status; error replies are for requests the worker cannot act on:
 //   bad_request       a line that is not JSON, not an object, an id that is not a number,
-//                     string or null, a missing or malformed "job", or an op this worker's
+//                     string or null, a missing or malformed "job" (or "jobs": not a
+//                     non-empty array, a malformed element), or an op this worker's
 //                     role does not run (a compile worker asked to bench, or the reverse)
-//   unknown_op        an "op" that is not compile, bench or exit
+//   unknown_op        an "op" that is not compile, compile_batch, bench, devices or exit
 //   message_too_large a line over k_max_line_bytes (its bytes are discarded up to the newline)
 //
 // A candidate that throws (std::bad_alloc from a huge allocation) is an ok reply with status

@@ -186,6 +186,33 @@ TEST_CASE("make_bench_job evaluates counts, scalars and metrics", "[bench][bench
   }
 }
 
+TEST_CASE("use_compiled_entries calls each artifact by the symbol its compile exported",
+          "[bench][bench_job]") {
+  BenchJob job = sample_job();  // a default-config reference: reference_entry empty
+
+  SECTION("both renamed") {
+    use_compiled_entries(job, "vadd_entry_k1", "vadd_entry_k2");
+    CHECK(job.entry == "vadd_entry_k1");
+    CHECK(job.reference_entry == "vadd_entry_k2");
+  }
+  SECTION("only the candidate renamed: the reference keeps the plain entry") {
+    use_compiled_entries(job, "vadd_entry_k1", "");
+    CHECK(job.entry == "vadd_entry_k1");
+    CHECK(job.reference_entry == "vadd_entry");
+  }
+  SECTION("a reference function keeps its own symbol when its compile renamed nothing") {
+    job.reference_entry = "ktune_shim_vadd_reference";
+    use_compiled_entries(job, "vadd_entry_k1", "");
+    CHECK(job.reference_entry == "ktune_shim_vadd_reference");
+  }
+  SECTION("nothing renamed, no reference: unchanged") {
+    job.reference_path.clear();
+    use_compiled_entries(job, "", "");
+    CHECK(job.entry == "vadd_entry");
+    CHECK(job.reference_entry.empty());
+  }
+}
+
 TEST_CASE("make_bench_job rejects bad counts, values and dtypes", "[bench][bench_job]") {
   const Config config{{"UNROLL", 2}};
   const MeasureSettings settings;

@@ -18,6 +18,7 @@ CompileJob sample_job() {
   job.defines = {{"BK", 16}, {"BM", 64}};
   job.dtype = "f32";
   job.extra_flags = {"-ffast-math"};
+  job.entry = "gemm";
   job.source_hash = "0123456789abcdef0123456789abcdef";
   job.cache_dir = "/cache";
   job.arch = "";
@@ -39,6 +40,7 @@ TEST_CASE("CompileJob JSON round trip and validation", "[compiler]") {
     CHECK(back->defines == job.defines);
     CHECK(back->dtype == job.dtype);
     CHECK(back->extra_flags == job.extra_flags);
+    CHECK(back->entry == job.entry);
     CHECK(back->source_hash == job.source_hash);
     CHECK(back->cache_dir == job.cache_dir);
   }
@@ -50,10 +52,12 @@ TEST_CASE("CompileJob JSON round trip and validation", "[compiler]") {
     j.erase("extra_flags");
     j.erase("arch");
     j.erase("source_hash");
+    j.erase("entry");
     auto back = CompileJob::from_json(j);
     REQUIRE(back.ok());
     CHECK(back->defines.empty());
     CHECK(back->include_dirs.empty());
+    CHECK(back->entry.empty());
   }
 
   SECTION("a missing required field is named") {
@@ -103,6 +107,9 @@ TEST_CASE("CompileOutcome JSON round trip and validation", "[compiler]") {
   outcome.cached = true;
   outcome.compile_ms = 12.5;
   outcome.log = "warning: unused";
+  outcome.entry_symbol = "gemm_k0123456789abcdef";
+  outcome.batch_size = 8;
+  outcome.batch_error = "the configs do not batch: it has #pragma once";
 
   SECTION("round trip") {
     auto back = CompileOutcome::from_json(outcome.to_json());
@@ -113,7 +120,20 @@ TEST_CASE("CompileOutcome JSON round trip and validation", "[compiler]") {
     CHECK(back->cached);
     CHECK(back->compile_ms == 12.5);
     CHECK(back->log == outcome.log);
+    CHECK(back->entry_symbol == outcome.entry_symbol);
+    CHECK(back->batch_size == 8);
+    CHECK(back->batch_error == outcome.batch_error);
     CHECK(outcome.to_json()["status"] == "ok");
+  }
+
+  SECTION("without the batch fields: the plain entry, compiled alone") {
+    json j = outcome.to_json();
+    for (const char* field : {"entry_symbol", "batch_size", "batch_error"}) j.erase(field);
+    auto back = CompileOutcome::from_json(j);
+    REQUIRE(back.ok());
+    CHECK(back->entry_symbol.empty());
+    CHECK(back->batch_size == 1);
+    CHECK(back->batch_error.empty());
   }
 
   SECTION("a compile error needs no artifact") {
@@ -147,6 +167,11 @@ TEST_CASE("CompileOutcome JSON round trip and validation", "[compiler]") {
     auto back = CompileOutcome::from_json(j);
     REQUIRE_FALSE(back.ok());
     CHECK_THAT(back.error().message, Catch::Contains("'cached'"));
+    j = outcome.to_json();
+    j["batch_size"] = "8";
+    back = CompileOutcome::from_json(j);
+    REQUIRE_FALSE(back.ok());
+    CHECK_THAT(back.error().message, Catch::Contains("'batch_size'"));
   }
 }
 

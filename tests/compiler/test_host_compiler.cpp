@@ -1,13 +1,17 @@
 #include <catch2/catch.hpp>
 
 #include "compiler/host_compiler.hpp"
+#include "core/hash.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <latch>
+#include <set>
 #include <thread>
 
 namespace fs = std::filesystem;
@@ -299,4 +303,219 @@ TEST_CASE("host_compiler_version reads the first line of --version", "[compiler]
   CHECK(version.find('\n') == std::string::npos);
   CHECK(ktune::host_compiler_version("/nonexistent/ktune-cxx").empty());
   CHECK(ktune::host_compiler_version("false").empty());
+}
+
+namespace {
+
+// A batchable kernel: *out = 10 * SCALE, plus 100 where SCALE > 2 defines BONUS (a macro that
+// must not reach the next config of a batch). SCALE 4 does not compile.
+constexpr const char* k_scale_source = R"(#include <cstdint>
+#if SCALE == 4
+#error "SCALE 4 is broken on purpose"
+#endif
+#if SCALE > 2
+#define BONUS 100
+#endif
+#ifdef BONUS
+constexpr std::int64_t k_bonus = BONUS;
+#else
+constexpr std::int64_t k_bonus = 0;
+#endif
+extern "C" void scale(void** args) { *static_cast<std::int64_t*>(args[0]) = 10 * SCALE + k_bonus; }
+)";
+
+CompileJob scale_job(const ktune::test::TempDir& dir, std::int64_t scale,
+                     const std::string& source = k_scale_source) {
+  dir.write("scale/kernel.cpp", source);
+  CompileJob job;
+  job.kernel = "scale";
+  job.language = "cpp";
+  job.source_path = (dir.path() / "scale/kernel.cpp").string();
+  job.include_dirs = {(dir.path() / "scale").string()};
+  job.defines = {{"SCALE", scale}};
+  job.entry = "scale";
+  job.source_hash = ktune::hash_hex(source);
+  job.cache_dir = (dir.path() / "cache").string();
+  return job;
+}
+
+std::vector<CompileJob> scale_jobs(const ktune::test::TempDir& dir,
+                                   const std::vector<std::int64_t>& scales,
+                                   const std::string& source = k_scale_source) {
+  std::vector<CompileJob> jobs;
+  for (const auto scale : scales) jobs.push_back(scale_job(dir, scale, source));
+  return jobs;
+}
+
+// What the artifact's entry symbol computes.
+std::int64_t run_scale(const ktune::CompileOutcome& outcome) {
+  Library library(outcome.artifact_path);
+  REQUIRE(library.ok());
+  const std::string symbol = outcome.entry_symbol.empty() ? "scale" : outcome.entry_symbol;
+  auto* entry = library.symbol<void(void**)>(symbol.c_str());
+  REQUIRE(entry != nullptr);
+  std::int64_t out = -1;
+  void* args[] = {&out};
+  entry(args);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("compile_batch builds configs of one source in one compiler run, one artifact per key",
+          "[compiler][batch]") {
+  ktune::test::TempDir dir;
+  HostCompiler compiler;
+  // SCALE 3 defines BONUS; the configs after it must not see it.
+  const auto jobs = scale_jobs(dir, {3, 1, 2});
+  const auto outcomes = compiler.compile_batch(jobs);
+  REQUIRE(outcomes.size() == 3);
+  const std::int64_t expected[] = {130, 10, 20};
+  std::set<std::string> symbols;
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    const auto& outcome = outcomes[i];
+    INFO("SCALE " << jobs[i].defines.front().second << ": " << outcome.log);
+    REQUIRE(outcome.status == CandidateStatus::ok);
+    CHECK_FALSE(outcome.cached);
+    CHECK(outcome.batch_size == 3);
+    CHECK(outcome.batch_error.empty());
+    CHECK(outcome.cache_key == compiler.cache_key(jobs[i]));
+    CHECK(outcome.artifact_path == ktune::host_artifact_path(jobs[i].cache_dir, outcome.cache_key));
+    CHECK(outcome.entry_symbol == "scale_k" + outcome.cache_key.substr(0, 16));
+    CHECK(outcome.compile_ms == Approx(outcomes[0].compile_ms));
+    symbols.insert(outcome.entry_symbol);
+    // One shared object, linked under each key; every symbol is in it.
+    CHECK(fs::equivalent(outcome.artifact_path, outcomes[0].artifact_path));
+    CHECK(fs::hard_link_count(outcome.artifact_path) == 3);
+    CHECK(run_scale(outcome) == expected[i]);
+  }
+  CHECK(symbols.size() == 3);
+  CHECK(files_under(jobs[0].cache_dir).size() == 3);  // no temp file or unit left
+
+  SECTION("a second call finds each config in the cache, under the same symbol") {
+    const auto again = HostCompiler().compile_batch(jobs);
+    for (std::size_t i = 0; i < again.size(); ++i) {
+      CHECK(again[i].cached);
+      CHECK(again[i].batch_size == 0);
+      CHECK(again[i].artifact_path == outcomes[i].artifact_path);
+      CHECK(again[i].entry_symbol == outcomes[i].entry_symbol);
+    }
+  }
+
+  SECTION("a config compiled alone exports the symbol a batch would have given it") {
+    const CompileJob alone = scale_job(dir, 5);
+    const auto single = compiler.compile(alone);
+    REQUIRE(single.status == CandidateStatus::ok);
+    CHECK(single.batch_size == 1);
+    CHECK(single.entry_symbol == "scale_k" + single.cache_key.substr(0, 16));
+    CHECK(run_scale(single) == 150);
+    const auto command = compiler.command(alone, "out.so", alone.source_path);
+    CHECK(std::find(command.begin(), command.end(), "-Dscale=" + single.entry_symbol) != command.end());
+  }
+
+  SECTION("only the misses are compiled; a key asked for twice is compiled once") {
+    const auto mixed = compiler.compile_batch(scale_jobs(dir, {1, 6, 7, 6}));
+    CHECK(mixed[0].cached);
+    for (std::size_t i = 1; i < mixed.size(); ++i) {
+      CHECK_FALSE(mixed[i].cached);
+      CHECK(mixed[i].batch_size == 2);
+    }
+    CHECK(mixed[3].artifact_path == mixed[1].artifact_path);
+    CHECK(run_scale(mixed[2]) == 170);
+  }
+}
+
+TEST_CASE("compile_batch isolates a config that does not compile", "[compiler][batch]") {
+  ktune::test::TempDir dir;
+  HostCompiler compiler;
+  const auto jobs = scale_jobs(dir, {1, 2, 4, 3, 5});
+  const auto outcomes = compiler.compile_batch(jobs);
+  REQUIRE(outcomes.size() == 5);
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    const auto& outcome = outcomes[i];
+    INFO("SCALE " << jobs[i].defines.front().second << ": " << outcome.log);
+    CHECK(outcome.batch_error.empty());  // SCALE 4's own error explains the failed batch
+    if (i == 2) {
+      CHECK(outcome.status == CandidateStatus::compile_error);
+      CHECK(outcome.infra.empty());
+      CHECK(outcome.batch_size == 1);  // its own compile, its own log
+      CHECK_THAT(outcome.log, Catch::Contains("broken on purpose"));
+      CHECK_FALSE(fs::exists(ktune::host_artifact_path(jobs[i].cache_dir, outcome.cache_key)));
+      continue;
+    }
+    REQUIRE(outcome.status == CandidateStatus::ok);
+    CHECK(outcome.log.find("broken on purpose") == std::string::npos);
+    CHECK(run_scale(outcome) == (i == 3 ? 130 : i == 4 ? 150 : 10 * (static_cast<int>(i) + 1)));
+  }
+  CHECK(files_under(jobs[0].cache_dir).size() == 4);
+}
+
+TEST_CASE("compile_batch compiles alone what cannot share a unit, and says why",
+          "[compiler][batch]") {
+  ktune::test::TempDir dir;
+  HostCompiler compiler;
+
+  SECTION("#pragma once, a local header: compiled alone under the plain entry name") {
+    dir.write("scale/local.hpp", "#define LOCAL 0\n");
+    for (const std::string head : {"#pragma once\n", "#include \"local.hpp\"\n"}) {
+      INFO(head);
+      const auto jobs = scale_jobs(dir, {1, 3}, head + k_scale_source);
+      const auto outcomes = compiler.compile_batch(jobs);
+      for (const auto& outcome : outcomes) {
+        INFO(outcome.log);
+        REQUIRE(outcome.status == CandidateStatus::ok);
+        CHECK(outcome.batch_size == 1);
+        CHECK(outcome.entry_symbol.empty());
+        CHECK_THAT(outcome.batch_error, Catch::StartsWith("the configs do not batch: "));
+      }
+      CHECK(run_scale(outcomes[0]) == 10);
+      CHECK(run_scale(outcomes[1]) == 130);
+    }
+  }
+
+  SECTION("what the hoisted headers read may not depend on the config") {
+    const auto defined_first = compiler.compile_batch(
+        scale_jobs(dir, {1, 3}, "#define _GNU_SOURCE\n" + std::string(k_scale_source)));
+    for (const auto& outcome : defined_first) {
+      INFO(outcome.log);
+      CHECK(outcome.status == CandidateStatus::ok);
+      CHECK(outcome.batch_size == 1);
+      CHECK_THAT(outcome.batch_error, Catch::Contains("defines _GNU_SOURCE before an #include"));
+    }
+    // A tunable's default before the includes is no obstacle.
+    const auto with_default = compiler.compile_batch(
+        scale_jobs(dir, {1, 3}, "#ifndef SCALE\n#define SCALE 1\n#endif\n" + std::string(k_scale_source)));
+    CHECK(with_default[0].batch_size == 2);
+    CHECK(run_scale(with_default[1]) == 130);
+  }
+
+  SECTION("a batch whose shared object runs code when loaded: every config alone") {
+    const auto jobs = scale_jobs(dir, {1, 3}, "#include <vector>\n" + std::string(k_scale_source) +
+                                                  "static std::vector<int> table(SCALE);\n");
+    const auto outcomes = compiler.compile_batch(jobs);
+    for (const auto& outcome : outcomes) {
+      INFO(outcome.log);
+      REQUIRE(outcome.status == CandidateStatus::ok);
+      CHECK(outcome.batch_size == 1);
+      CHECK_THAT(outcome.batch_error, Catch::Contains("runs code when loaded"));
+    }
+    CHECK(run_scale(outcomes[1]) == 130);
+    CHECK(files_under(jobs[0].cache_dir).size() == 2);
+  }
+
+  SECTION("a batch that fails though each config compiles alone: a second extern \"C\" function") {
+    const auto jobs =
+        scale_jobs(dir, {1, 2, 3}, std::string(k_scale_source) + "extern \"C\" int helper() { return SCALE; }\n");
+    const auto outcomes = compiler.compile_batch(jobs);
+    for (const auto& outcome : outcomes) {
+      INFO(outcome.log);
+      REQUIRE(outcome.status == CandidateStatus::ok);
+      CHECK(outcome.batch_size == 1);
+      CHECK_THAT(outcome.batch_error, Catch::Contains("a batch of 3 configs failed though each "
+                                                      "compiles without the others"));
+      CHECK_THAT(outcome.batch_error, Catch::Contains("helper"));
+      CHECK(outcome.entry_symbol == "scale_k" + outcome.cache_key.substr(0, 16));
+    }
+    CHECK(run_scale(outcomes[2]) == 130);
+  }
 }

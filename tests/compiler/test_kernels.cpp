@@ -63,7 +63,8 @@ public:
     CHECK(outcome.log.empty());
     m_handle = ::dlopen(outcome.artifact_path.c_str(), RTLD_NOW | RTLD_LOCAL);
     REQUIRE(m_handle != nullptr);
-    m_entry = reinterpret_cast<void (*)(void**)>(::dlsym(m_handle, kernel.spec.entry.c_str()));
+    CHECK(outcome.entry_symbol == kernel.spec.entry + "_k" + outcome.cache_key.substr(0, 16));
+    m_entry = reinterpret_cast<void (*)(void**)>(::dlsym(m_handle, outcome.entry_symbol.c_str()));
     REQUIRE(m_entry != nullptr);
   }
   ~Compiled() {

@@ -30,22 +30,25 @@ ktune::MeasureSettings tiny_settings() {
   return settings;
 }
 
-std::string compiled(ktune::HostCompiler& compiler, const ktune::CompileJob& job) {
+ktune::CompileOutcome compiled(ktune::HostCompiler& compiler, const ktune::CompileJob& job) {
   auto outcome = compiler.compile(job);
   INFO(outcome.log);
   REQUIRE(outcome.status == CandidateStatus::ok);
-  return outcome.artifact_path;
+  return outcome;
 }
 
+// Runs the candidate compiled as `artifact` against the reference compiled as `reference` (none
+// when its artifact_path is empty), each called by the symbol its compile exported.
 ktune::BenchOutcome run(const ktune::LoadedKernel& kernel, const std::string& shape_text,
-                        const ktune::Config& config, const std::string& artifact,
-                        const std::string& reference) {
+                        const ktune::Config& config, const ktune::CompileOutcome& artifact,
+                        const ktune::CompileOutcome& reference) {
   auto shape = ktune::Shape::parse(shape_text);
   REQUIRE(shape.ok());
   auto job = ktune::make_bench_job(kernel.spec, *shape, config, kernel.spec.dtypes.front(),
-                                   artifact, reference, tiny_settings());
+                                   artifact.artifact_path, reference.artifact_path, tiny_settings());
   INFO((job ? std::string() : job.error().message));
   REQUIRE(job.ok());
+  ktune::use_compiled_entries(*job, artifact.entry_symbol, reference.entry_symbol);
   ktune::HostRunner runner;
   return runner.run(*job);
 }
@@ -79,8 +82,10 @@ TEST_CASE("a typed SGEMM loads, compiles and runs against its float64 reference,
   CHECK(reference_job->defines.empty());
   CHECK(compiler.cache_key(*reference_job) != compiler.cache_key(*job));
 
-  const std::string artifact = compiled(compiler, *job);
-  const std::string reference = compiled(compiler, *reference_job);
+  const auto artifact = compiled(compiler, *job);
+  const auto reference = compiled(compiler, *reference_job);
+  CHECK(artifact.entry_symbol == "ktune_shim_gemm_blocked_k" + artifact.cache_key.substr(0, 16));
+  CHECK(reference.entry_symbol == "ktune_shim_gemm_reference_k" + reference.cache_key.substr(0, 16));
   const auto outcome = run(*kernel, "M=40,N=24,K=33", kernel->spec.default_config, artifact, reference);
   INFO(outcome.reason);
   CHECK(outcome.status == CandidateStatus::ok);
@@ -90,10 +95,12 @@ TEST_CASE("a typed SGEMM loads, compiles and runs against its float64 reference,
     auto shape = ktune::Shape::parse("M=40,N=24,K=33");
     REQUIRE(shape.ok());
     auto bench = ktune::make_bench_job(kernel->spec, *shape, kernel->spec.default_config, "f32",
-                                       artifact, reference, tiny_settings());
+                                       artifact.artifact_path, reference.artifact_path,
+                                       tiny_settings());
     REQUIRE(bench.ok());
     CHECK(bench->entry == "ktune_shim_gemm_blocked");
     CHECK(bench->reference_entry == "ktune_shim_gemm_reference");
+    ktune::use_compiled_entries(*bench, artifact.entry_symbol, reference.entry_symbol);
     CHECK(bench->args[2].rtol == Approx(1e-4));
     // f32 blocked sums against float64 sums: never bit-identical over 960 elements of K = 33.
     bench->args[2].rtol = 0;
@@ -102,6 +109,41 @@ TEST_CASE("a typed SGEMM loads, compiles and runs against its float64 reference,
     const auto strict = runner.run(*bench);
     CHECK(strict.status == CandidateStatus::mismatch);
     CHECK_THAT(strict.reason, Catch::Contains("(rtol 0, atol 1e-30)"));
+  }
+}
+
+TEST_CASE("typed configs compiled in one batch each call their own renamed shim",
+          "[compiler][typed_entry][batch]") {
+  auto kernel = ktune::load_kernel(k_gemm_blocked);
+  REQUIRE(kernel.ok());
+  ktune::test::TempDir cache;
+  ktune::HostCompiler compiler;
+  // gemm_blocked is extern "C" and defines its tunables' defaults: neither may clash or leak.
+  const std::vector<ktune::Config> configs = {
+      {{"BM", 16}, {"BN", 32}, {"BK", 16}, {"UNROLL", 4}},
+      {{"BM", 32}, {"BN", 64}, {"BK", 32}, {"UNROLL", 1}},
+      {{"BM", 16}, {"BN", 64}, {"BK", 32}, {"UNROLL", 4}}};
+  std::vector<ktune::CompileJob> jobs;
+  for (const auto& config : configs) {
+    auto job = ktune::make_compile_job(*kernel, config, "f32", cache.str());
+    REQUIRE(job.ok());
+    CHECK(job->entry == "gemm_blocked");
+    jobs.push_back(*job);
+  }
+  const auto outcomes = compiler.compile_batch(jobs);
+  auto reference_job = ktune::make_reference_compile_job(*kernel, "f32", cache.str());
+  REQUIRE(reference_job.ok());
+  CHECK(reference_job->entry == "gemm_reference");
+  const auto reference = compiled(compiler, *reference_job);
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    INFO(outcomes[i].log);
+    REQUIRE(outcomes[i].status == CandidateStatus::ok);
+    CHECK(outcomes[i].batch_size == 3);
+    CHECK(outcomes[i].entry_symbol ==
+          "ktune_shim_gemm_blocked_k" + outcomes[i].cache_key.substr(0, 16));
+    const auto outcome = run(*kernel, "M=40,N=24,K=33", configs[i], outcomes[i], reference);
+    INFO(outcome.reason);
+    CHECK(outcome.status == CandidateStatus::ok);
   }
 }
 
@@ -260,23 +302,23 @@ TEST_CASE("reference = \"files\": outputs are checked against a file of expected
   ktune::HostCompiler compiler;
   auto job = ktune::make_compile_job(*kernel, {}, "f64", cache.str());
   REQUIRE(job.ok());
-  const std::string artifact = compiled(compiler, *job);
-  auto ok = run(*kernel, "N=100", {}, artifact, "");
+  const auto artifact = compiled(compiler, *job);
+  auto ok = run(*kernel, "N=100", {}, artifact, {});
   INFO(ok.reason);
   CHECK(ok.status == CandidateStatus::ok);
 
   SECTION("a value that differs is a mismatch; a missing or short file a runtime_error") {
     values[7] += 1;
     dir.write("k/expected/x_N=100.npy", npy_f64(values));
-    const auto wrong = run(*kernel, "N=100", {}, artifact, "");
+    const auto wrong = run(*kernel, "N=100", {}, artifact, {});
     CHECK(wrong.status == CandidateStatus::mismatch);
     CHECK_THAT(wrong.reason, Catch::Contains("x[7]"));
-    const auto missing = run(*kernel, "N=50", {}, artifact, "");
+    const auto missing = run(*kernel, "N=50", {}, artifact, {});
     CHECK(missing.status == CandidateStatus::runtime_error);
     CHECK_THAT(missing.reason, Catch::Contains("x_N=50.npy"));
     values.pop_back();
     dir.write("k/expected/x_N=100.npy", npy_f64(values));
-    const auto shorter = run(*kernel, "N=100", {}, artifact, "");
+    const auto shorter = run(*kernel, "N=100", {}, artifact, {});
     CHECK(shorter.status == CandidateStatus::runtime_error);
     CHECK_THAT(shorter.reason, Catch::Contains("expected 100 elements of f64"));
   }

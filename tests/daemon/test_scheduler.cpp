@@ -3,6 +3,7 @@
 // compile hand-out, cancel in every state, joining, a tune next to a compile check.
 #include "jobs/compile_job.hpp"
 #include "jobs/kernel_registry.hpp"
+#include "daemon/batch_sizer.hpp"
 #include "daemon/planner.hpp"
 #include "daemon/replies.hpp"
 #include "daemon/scheduler.hpp"
@@ -12,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,10 +32,10 @@ DeviceInfo device(const std::string& name) {
 
 // One scheduler over fake workers: `compile_workers` compile workers, lanes cpu and lane2.
 struct Rig {
-  explicit Rig(std::size_t compile_workers = 1, bool serial = false)
+  explicit Rig(std::size_t compile_workers = 1, std::size_t compile_ahead = 2, bool serial = false)
       : store(open_store(home)),
         fakes(io), pool(io, fakes.spawner(), compile_workers), planner(store),
-        scheduler(io, store, pool, settings(compile_workers, serial)) {
+        scheduler(io, store, pool, settings(compile_workers, compile_ahead, serial)) {
     pool.add_lane("lane2");
     registry.load({KTUNE_SOURCE_DIR "/kernels_src"});
     scheduler.set_job_end_hook([this](std::int64_t id, JobState state) { ended[id] = state; });
@@ -46,12 +48,13 @@ struct Rig {
     return store;
   }
 
-  static SchedulerSettings settings(std::size_t compile_workers, bool serial) {
+  static SchedulerSettings settings(std::size_t compile_workers, std::size_t compile_ahead,
+                                    bool serial) {
     SchedulerSettings s;
     s.serial = serial;
     s.cache_dir = "/nonexistent-cache";
     s.compile_workers = compile_workers;
-    s.compile_ahead = 2;
+    s.compile_ahead = compile_ahead;
     s.measure.finalists = 0;   // no finals: the tests count requests
     s.measure.prune_factor = 0;
     return s;
@@ -59,7 +62,8 @@ struct Rig {
 
   // A committed plan: `kernel` (cpu family) at `shape` on `lane`, exhaustive within `budget`.
   JobPlan plan(const std::string& kernel, const std::string& shape, const std::string& lane,
-               std::int64_t budget, int priority = 0, bool remeasure = false) {
+               std::int64_t budget, int priority = 0, bool remeasure = false,
+               const std::string& strategy = "exhaustive") {
     auto loaded = registry.find(kernel, Language::cpp);
     REQUIRE(loaded);
     PlanRequest request;
@@ -74,6 +78,7 @@ struct Rig {
     request.budget = budget;
     request.options.priority = priority;
     request.options.remeasure = remeasure;
+    request.strategy = strategy;
     auto planned = planner.plan(std::move(request));
     REQUIRE(planned);
     REQUIRE(planner.commit(*planned));
@@ -86,20 +91,35 @@ struct Rig {
     return id;
   }
 
+  // A compile's outcome: an artifact of its own, compiled in a run of `batch` configs.
+  CompileOutcome compiled(const json& compile_job, std::size_t batch) {
+    CompileOutcome outcome;
+    outcome.artifact_path = "/fake/" + std::to_string(++artifacts) + ".so";
+    outcome.entry_symbol = "entry_" + std::to_string(artifacts);
+    outcome.compile_ms = 1;
+    defines_of[outcome.artifact_path] = compile_job.value("defines", json::object());
+    if (shape_compile) shape_compile(outcome, batch);
+    return outcome;
+  }
+
   // Answers the oldest pending request of `lane` ("" = compile pool) with success. The kernel
   // of a compile request is returned (compile jobs name it); "" when nothing was pending.
   std::string answer(const std::string& lane) {
     if (fakes.count(lane) == 0) return {};
     const auto& request = *std::find_if(fakes.pending.begin(), fakes.pending.end(),
                                         [&](const auto& r) { return r.lane == lane; });
-    std::string what = request.op == "compile" ? request.job.value("kernel", "?") : request.op;
+    const bool batch = request.op == k_compile_batch;
+    std::string what = request.op == "compile" ? request.job.value("kernel", "?")
+                       : batch                  ? request.job.at(0).value("kernel", "?")
+                                                : request.op;
     json reply;
     if (request.op == "compile") {
-      CompileOutcome outcome;
-      outcome.artifact_path = "/fake/" + std::to_string(++artifacts) + ".so";
-      outcome.compile_ms = 1;
-      defines_of[outcome.artifact_path] = request.job.value("defines", json::object());
-      reply = outcome.to_json();
+      reply = compiled(request.job, 1).to_json();
+    } else if (batch) {
+      reply = {{"outcomes", json::array()}};
+      for (const auto& job : request.job) {
+        reply["outcomes"].push_back(compiled(job, request.job.size()).to_json());
+      }
     } else {
       BenchOutcome outcome;
       outcome.stats.n = 10;
@@ -149,6 +169,9 @@ struct Rig {
   int artifacts = 0;
   std::map<std::string, json> defines_of;          // fake artifact -> its compile's defines
   std::function<double(const json& defines)> bench_ms; // a candidate's median; unset: 1 + artifacts
+  // Sets what a fake compile reports of its run (batch_size, compile_ms); unset: 1 ms, and no
+  // batch size, so that the scheduler never batches.
+  std::function<void(CompileOutcome& outcome, std::size_t batch)> shape_compile;
 };
 
 } // namespace
@@ -407,9 +430,126 @@ TEST_CASE("the winner is the incumbent when it ties, else the fastest tie; a re-
   CHECK((*stored)->config == texts[0]);
 }
 
+namespace {
+
+// The SGEMM's compile times on the 2-core machine: 82 ms alone, 45 / B + 37 ms per config in a
+// batch of B.
+void sgemm_like_compiles(Rig& rig) {
+  rig.shape_compile = [](CompileOutcome& outcome, std::size_t batch) {
+    outcome.batch_size = static_cast<int>(batch);
+    outcome.compile_ms = 45.0 / static_cast<double>(batch) + 37;
+  };
+}
+
+// The configs of each compile request sent so far, in order.
+std::vector<std::size_t> compile_sizes(const Rig& rig) {
+  std::vector<std::size_t> sizes;
+  for (const auto& request : rig.fakes.history) {
+    if (request.op == "compile") sizes.push_back(1);
+    if (request.op == k_compile_batch) sizes.push_back(request.job.size());
+  }
+  return sizes;
+}
+
+} // namespace
+
+TEST_CASE("a job's compiles grow into batches as their times are measured; each artifact is "
+          "called by its own symbol", "[daemon][scheduler][batch]") {
+  Rig rig(1, 0);  // compile_ahead follows the batch size
+  sgemm_like_compiles(rig);
+  const auto id = rig.enqueue(rig.plan("gemm", "M=256,N=256,K=256", "cpu", 40));
+  REQUIRE(rig.drive([&] { return rig.ended.count(id) > 0; }));
+  CHECK(rig.state(id) == JobState::done);
+
+  const auto sizes = compile_sizes(rig);
+  REQUIRE(sizes.size() >= 3);
+  CHECK(sizes[0] == 1);  // the reference, alone: the time of a single compile
+  CHECK(sizes[1] == 2);  // the probe that measures a batch
+  CHECK(*std::max_element(sizes.begin(), sizes.end()) == BatchSizer::k_max_size);
+  CHECK(std::accumulate(sizes.begin(), sizes.end(), std::size_t{0}) == 1 + 40);
+  const auto batches = std::count_if(sizes.begin(), sizes.end(), [](auto n) { return n > 1; });
+  CHECK(rig.scheduler.counters().compile_batches == static_cast<std::uint64_t>(batches));
+
+  // The reference was the first artifact (entry_1); every candidate is called by its own.
+  int benches = 0;
+  for (const auto& request : rig.fakes.history) {
+    if (request.op != "bench") continue;
+    ++benches;
+    const std::string artifact = request.job.at("artifact_path");
+    const std::string number = artifact.substr(6, artifact.size() - 9);  // "/fake/N.so"
+    CHECK(request.job.at("entry") == "entry_" + number);
+    CHECK(request.job.at("reference_entry") == "entry_1");
+  }
+  CHECK(benches == 40);
+}
+
+TEST_CASE("a batch that fails as a whole is compiled again config by config",
+          "[daemon][scheduler][batch]") {
+  Rig rig(1, 0);
+  sgemm_like_compiles(rig);
+  const auto id = rig.enqueue(rig.plan("gemm", "M=256,N=256,K=256", "cpu", 6));
+  ktune::test::poll(rig.io);
+  rig.answer("");  // the reference
+  REQUIRE(rig.fakes.count("", k_compile_batch) == 1);
+  const json failed = rig.fakes.pending.front().job;
+  REQUIRE(rig.fakes.reply("", k_compile_batch,
+                          make_error(k_worker_timeout, "killed after its 120000 ms deadline")));
+  ktune::test::poll(rig.io);
+  REQUIRE(rig.drive([&] { return rig.ended.count(id) > 0; }));
+  CHECK(rig.state(id) == JobState::done);
+  // Its configs were compiled again, each alone; none was filed as a compile_timeout.
+  for (const auto& job : failed) {
+    const auto alone = std::count_if(rig.fakes.history.begin(), rig.fakes.history.end(), [&](const auto& r) {
+      return r.op == "compile" && r.job.at("defines") == job.at("defines");
+    });
+    CHECK(alone == 1);
+  }
+  auto rows = rig.store.job_results(id);
+  REQUIRE(rows);
+  CHECK(rows->size() == 6);
+  for (const auto& row : *rows) CHECK(row.status == CandidateStatus::ok);
+}
+
+TEST_CASE("a source whose batches fail though each config compiles goes back to single compiles",
+          "[daemon][scheduler][batch]") {
+  Rig rig(1, 0);
+  rig.shape_compile = [](CompileOutcome& outcome, std::size_t batch) {
+    outcome.batch_size = 1;
+    outcome.compile_ms = 82;
+    if (batch > 1) {
+      outcome.batch_error = "a batch of " + std::to_string(batch) +
+                            " configs failed though each compiles without the others: "
+                            "error: redefinition of 'int helper()'";
+    }
+  };
+  const auto id = rig.enqueue(rig.plan("gemm", "M=256,N=256,K=256", "cpu", 20));
+  REQUIRE(rig.drive([&] { return rig.ended.count(id) > 0; }));
+  CHECK(rig.state(id) == JobState::done);
+  const auto sizes = compile_sizes(rig);
+  // The probes sent before the first answer came back, then never a batch again.
+  CHECK(std::count_if(sizes.begin(), sizes.end(), [](auto n) { return n > 1; }) <= 2);
+  CHECK(std::all_of(sizes.end() - 10, sizes.end(), [](auto n) { return n == 1; }));
+}
+
+TEST_CASE("a strategy's batch of proposals is spread over the compile workers, then batched",
+          "[daemon][scheduler][batch]") {
+  for (const std::size_t workers : {std::size_t{1}, std::size_t{4}}) {
+    INFO(workers << " compile worker(s)");
+    Rig rig(workers, 0);
+    sgemm_like_compiles(rig);
+    const auto id = rig.enqueue(rig.plan("gemm", "M=256,N=256,K=256", "cpu", 24, 0, false, "random"));
+    REQUIRE(rig.drive([&] { return rig.ended.count(id) > 0; }));
+    CHECK(rig.state(id) == JobState::done);
+    const auto sizes = compile_sizes(rig);
+    // search_batch = 4 proposals at a time: one request of 4 on one worker, 4 singles on four.
+    CHECK(*std::max_element(sizes.begin(), sizes.end()) == (workers == 1 ? 4u : 1u));
+    CHECK(std::accumulate(sizes.begin(), sizes.end(), std::size_t{0}) == 1 + 24);
+  }
+}
+
 TEST_CASE("serial: one candidate at a time, never a compile beside a measurement",
           "[daemon][scheduler]") {
-  Rig rig(2, true);
+  Rig rig(2, 2, true);
   const auto id = rig.enqueue(rig.plan("gemm", "M=64,N=64,K=64", "cpu", 6));
   std::size_t most_at_once = 0, benches = 0;
   ktune::test::poll(rig.io);

@@ -173,3 +173,29 @@ TEST_CASE("a GPU lane's measurement lock is named by its board's UUID, else its 
                                     "/ktune-measure-GPU-6f1c2e0a-9b3d-4102-a7ff-00102030405e.lock"));
   CHECK_THAT(args_of("1"), Contains("--measure-lock " + locks.str() + "/ktune-measure-cuda1.lock"));
 }
+
+TEST_CASE("a compile_batch request carries its jobs as \"jobs\"", "[daemon]") {
+  test::TempDir dir;
+  // Answers one request with the request itself as the outcome, then exits.
+  const auto path = dir.write("echo-worker.sh",
+                              "#!/bin/sh\n"
+                              "echo '{\"ready\":true,\"pid\":'$$',\"role\":\"compile\"}' >&3\n"
+                              "read -r line <&3\n"
+                              "id=$(echo \"$line\" | sed -n 's/^{\"id\":\\([0-9]*\\),.*/\\1/p')\n"
+                              "echo '{\"id\":'\"$id\"',\"ok\":true,\"outcome\":'\"$line\"'}' >&3\n");
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  Harness h;
+  auto spawned = WorkerProcess::spawn(h.io, h.children, path.string(), WorkerRole::compile, {},
+                                      [&](WorkerProcess&) { h.done = true; });
+  REQUIRE(spawned.ok());
+  std::optional<Result<nlohmann::json>> reply;
+  const nlohmann::json jobs = nlohmann::json::array({{{"kernel", "a"}}, {{"kernel", "b"}}});
+  spawned.value()->request(k_compile_batch, jobs,
+                           [&](Result<nlohmann::json> r) { reply = std::move(r); });
+  for (int i = 0; i < 200 && !h.done; ++i) h.io.run_for(std::chrono::milliseconds(50));
+  REQUIRE(reply.has_value());
+  REQUIRE(reply->ok());
+  CHECK(reply->value().at("op") == "compile_batch");
+  CHECK(reply->value().at("jobs") == jobs);
+  CHECK_FALSE(reply->value().contains("job"));
+}

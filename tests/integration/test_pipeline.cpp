@@ -400,3 +400,29 @@ TEST_CASE("finalists that can no longer tie the best are raced out of the finals
   CHECK(raced >= 1);
   CHECK(raced <= finalists - 2);
 }
+
+TEST_CASE("a CPU tune compiles its candidates in batches, each once, and every one measures",
+          "[integration][pipeline][batch]") {
+  TempDir home;
+  home.write("ktuned.toml", config());
+  DaemonProcess daemon(home.str(), daemon_args(home));
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto c = connect(daemon);
+  // 12 configs at 64^3; the reference ([default]) is not one of them.
+  const json done = tune_and_wait(c, "M=64,N=64,K=64");
+  const auto total = done.at("job").at("total").get<std::int64_t>();
+  REQUIRE(total == 12);
+  CHECK(done.at("job").at("timing").at("compiles") == total + 1);
+  for (const auto& r : done.at("results")) {
+    INFO(r.dump());
+    CHECK(r.at("status") == "ok");
+    CHECK(r.at("compile_ms").get<double>() > 0);
+  }
+  // The reference compiled alone, then a probe of 2, then batches as the times suggest.
+  const json view = ok_result(c, {{"op", "top"}});
+  CHECK(view.at("compile_batches").get<std::int64_t>() >= 1);
+  // A second job finds every config in the compile cache, whatever batch built it.
+  const json warm = tune_and_wait(c, "M=64,N=64,K=64", {{"remeasure", true}});
+  CHECK(warm.at("job").at("timing").at("compiles") == 0);
+  for (const auto& r : warm.at("results")) CHECK(r.at("status") == "ok");
+}

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <poll.h>
 #include <sched.h>
+#include <set>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -233,6 +234,57 @@ TEST_CASE("A compile worker announces itself and compiles", "[worker]") {
   }
 }
 
+TEST_CASE("A compile worker compiles a batch of configs in one request", "[worker][batch]") {
+  ktune::test::TempDir dir;
+  auto worker = WorkerProcess::with_role("compile");
+  (void)worker.read_json();
+  auto job = tiny_job(dir, "*static_cast<KTUNE_DTYPE*>(args[0]) = VALUE;");
+  job.entry = "tiny";
+  json jobs = json::array();
+  for (const std::int64_t value : {3, 4, 5}) {
+    job.defines = {{"VALUE", value}};
+    jobs.push_back(job.to_json());
+  }
+  const json reply = worker.request({{"id", 1}, {"op", "compile_batch"}, {"jobs", jobs}});
+  INFO(reply.dump());
+  CHECK(reply["id"] == 1);
+  REQUIRE(reply["ok"] == true);
+  const json& outcomes = reply["outcome"]["outcomes"];
+  REQUIRE(outcomes.size() == 3);
+  std::set<std::string> symbols;
+  for (const auto& item : outcomes) {
+    auto outcome = ktune::CompileOutcome::from_json(item);
+    REQUIRE(outcome.ok());
+    CHECK(outcome->status == ktune::CandidateStatus::ok);
+    CHECK(outcome->batch_size == 3);
+    CHECK(fs::is_regular_file(outcome->artifact_path));
+    symbols.insert(outcome->entry_symbol);
+  }
+  CHECK(symbols.size() == 3);
+
+  SECTION("bad input gets compile's error codes") {
+    json bad = worker.request({{"id", 2}, {"op", "compile_batch"}});
+    CHECK(bad["error"]["code"] == "bad_request");
+    CHECK_THAT(bad["error"]["message"].get<std::string>(), Catch::Contains("'jobs'"));
+    bad = worker.request({{"id", 3}, {"op", "compile_batch"}, {"jobs", json::array()}});
+    CHECK(bad["error"]["code"] == "bad_request");
+    json broken = jobs;
+    broken[1].erase("source_path");
+    bad = worker.request({{"id", 4}, {"op", "compile_batch"}, {"jobs", broken}});
+    CHECK(bad["error"]["code"] == "bad_request");
+    CHECK_THAT(bad["error"]["message"].get<std::string>(),
+               Catch::Contains("jobs[1]") && Catch::Contains("'source_path'"));
+  }
+
+  SECTION("a bench worker refuses it") {
+    auto bench = WorkerProcess::with_role("bench");
+    (void)bench.read_json();
+    const json refused = bench.request({{"id", 5}, {"op", "compile_batch"}, {"jobs", jobs}});
+    CHECK(refused["error"]["code"] == "bad_request");
+    CHECK_THAT(refused["error"]["message"].get<std::string>(), Catch::Contains("compile worker"));
+  }
+}
+
 TEST_CASE("A worker answers bad requests with errors and keeps serving", "[worker]") {
   ktune::test::TempDir dir;
   auto worker = WorkerProcess::with_role("compile");
@@ -324,6 +376,7 @@ TEST_CASE("A bench worker measures a compiled candidate", "[worker]") {
   auto bench_job = ktune::make_bench_job(kernel->spec, *shape, kernel->spec.default_config, "f32",
                                          compiled.artifact_path, compiled.artifact_path, settings);
   REQUIRE(bench_job.ok());
+  ktune::use_compiled_entries(*bench_job, compiled.entry_symbol, compiled.entry_symbol);
 
   auto worker = WorkerProcess::with_role("bench");
   const json ready = worker.read_json();
@@ -415,11 +468,11 @@ TEST_CASE("A bench worker checks a gemm candidate against the default config", "
     auto outcome = compiler.compile(*job);
     INFO(outcome.log);
     REQUIRE(outcome.status == ktune::CandidateStatus::ok);
-    return outcome.artifact_path;
+    return outcome;
   };
   const ktune::Config small_tiles{{"BM", 32}, {"BN", 64}, {"BK", 64}, {"UNROLL", 2}, {"VEC", 1}};
-  const std::string reference = build(kernel->spec.default_config);
-  const std::string candidate = build(small_tiles);
+  const auto reference = build(kernel->spec.default_config);
+  const auto candidate = build(small_tiles);
 
   ktune::MeasureSettings settings;
   settings.min_samples = 3;
@@ -430,9 +483,12 @@ TEST_CASE("A bench worker checks a gemm candidate against the default config", "
   settings.flush_cache = false;
   auto shape = ktune::Shape::parse("M=97,N=75,K=130");   // partial blocks in every dimension
   REQUIRE(shape.ok());
-  auto bench_job = ktune::make_bench_job(kernel->spec, *shape, small_tiles, "f32", candidate,
-                                         reference, settings);
+  auto bench_job = ktune::make_bench_job(kernel->spec, *shape, small_tiles, "f32",
+                                         candidate.artifact_path, reference.artifact_path, settings);
   REQUIRE(bench_job.ok());
+  // Each artifact is called by its own renamed entry: the reference never by the candidate's.
+  ktune::use_compiled_entries(*bench_job, candidate.entry_symbol, reference.entry_symbol);
+  CHECK(bench_job->entry != bench_job->reference_entry);
 
   auto worker = WorkerProcess::with_role("bench");
   (void)worker.read_json();
@@ -449,6 +505,7 @@ TEST_CASE("A bench worker checks a gemm candidate against the default config", "
 #include "bench/cuda_device.hpp"
 #include "compiler/nvrtc_compiler.hpp"
 #include "tests/cuda/gpu.hpp"
+#include "tests/cuda/skip.hpp"
 
 // [loses-context]: scripts/gpu-selftest.sh runs it last, in its own process.
 TEST_CASE("A bench worker that loses its CUDA context says so, then exits 3", "[worker][gpu][loses-context]") {
@@ -496,4 +553,41 @@ TEST_CASE("A bench worker that loses its CUDA context says so, then exits 3", "[
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 3);
 }
+TEST_CASE("compile_batch compiles its CUDA jobs one by one, in job order with the host jobs",
+          "[worker][batch]") {
+  if (auto nvrtc = ktune::NvrtcCompiler::create(); !nvrtc) {
+    ktune::test::skip_test("nvrtc cannot be loaded: " + nvrtc.error().message);
+  }
+  ktune::test::TempDir dir;
+  auto host = tiny_job(dir, "*static_cast<KTUNE_DTYPE*>(args[0]) = VALUE;");
+  host.entry = "tiny";
+  ktune::CompileJob cuda;
+  cuda.kernel = "scale";
+  cuda.language = "cuda";
+  cuda.source_path = dir.write("scale.cu", "extern \"C\" __global__ void scale(float* x) { x[0] *= FACTOR; }\n")
+                         .string();
+  cuda.defines = {{"FACTOR", 3}};
+  cuda.dtype = "f32";
+  cuda.source_hash = "scale";
+  cuda.cache_dir = (dir.path() / "cache").string();
+  cuda.arch = "sm_80";
+  json jobs = json::array({host.to_json(), cuda.to_json()});
+  host.defines = {{"VALUE", 4}};
+  jobs.push_back(host.to_json());
+
+  auto worker = WorkerProcess::with_role("compile");
+  (void)worker.read_json();
+  const json reply = worker.request({{"id", 1}, {"op", "compile_batch"}, {"jobs", jobs}});
+  INFO(reply.dump());
+  REQUIRE(reply["ok"] == true);
+  const json& outcomes = reply["outcome"]["outcomes"];
+  REQUIRE(outcomes.size() == 3);
+  for (const auto& item : outcomes) CHECK(item["status"] == "ok");
+  CHECK(outcomes[1]["batch_size"] == 1);  // nvrtc: alone
+  CHECK(outcomes[1]["entry_symbol"] == "");
+  CHECK_THAT(outcomes[1]["artifact_path"].get<std::string>(), Catch::EndsWith(".cubin"));
+  CHECK(outcomes[0]["batch_size"] == 2);  // the two host configs, together
+  CHECK(outcomes[2]["batch_size"] == 2);
+}
+
 #endif
