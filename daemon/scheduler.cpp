@@ -835,28 +835,6 @@ void Scheduler::start_compile(ActiveJob& job, const std::vector<std::size_t>& in
          });
 }
 
-void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::json> reply,
-                            const Delivery& delivery) {
-  if (!reply && reply.error().code == k_withdrawn) return; // the job was cancelled
-  job.timing.compile_sum_ms += delivery.request_ms;
-  const std::string& stderr_tail = delivery.stderr_tail;
-  if (!reply) {
-    record(job, index,
-           worker_failure(reply.error(), CandidateStatus::compile_error,
-                          CandidateStatus::compile_timeout, stderr_tail));
-    return;
-  }
-  auto outcome = CompileOutcome::from_json(*reply);
-  if (!outcome) {
-    record(job, index,
-           failed_result(CandidateStatus::compile_error,
-                         "unreadable compile outcome: " + outcome.error().message));
-    return;
-  }
-  on_outcome(job, index, *outcome);
-  learn_batching(job, {*outcome});
-}
-
 namespace {
 
 // The outcomes of a compile_batch reply, one per config asked for.
@@ -875,14 +853,49 @@ Result<std::vector<CompileOutcome>> batch_outcomes(const nlohmann::json& reply, 
   return outcomes;
 }
 
+// Takes the time a compile request was stopped on the bench CPU (WorkerPool: borrowed) out of
+// its outcomes' compile times, in proportion to them: the worker measured wall time.
+void unpause(std::vector<CompileOutcome>& outcomes, double paused_ms) {
+  double total_ms = 0;
+  for (const CompileOutcome& outcome : outcomes) total_ms += outcome.compile_ms;
+  if (paused_ms <= 0 || total_ms <= 0) return;
+  const double kept = std::max(0.0, total_ms - paused_ms) / total_ms;
+  for (CompileOutcome& outcome : outcomes) outcome.compile_ms *= kept;
+}
+
 } // namespace
+
+void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::json> reply,
+                            const Delivery& delivery) {
+  if (!reply && reply.error().code == k_withdrawn) return; // the job was cancelled
+  job.timing.compile_sum_ms += delivery.request_ms - delivery.paused_ms;
+  const std::string& stderr_tail = delivery.stderr_tail;
+  if (!reply) {
+    record(job, index,
+           worker_failure(reply.error(), CandidateStatus::compile_error,
+                          CandidateStatus::compile_timeout, stderr_tail));
+    return;
+  }
+  auto outcome = CompileOutcome::from_json(*reply);
+  if (!outcome) {
+    record(job, index,
+           failed_result(CandidateStatus::compile_error,
+                         "unreadable compile outcome: " + outcome.error().message));
+    return;
+  }
+  std::vector<CompileOutcome> outcomes{std::move(*outcome)};
+  unpause(outcomes, delivery.paused_ms);
+  on_outcome(job, index, outcomes.front());
+  learn_batching(job, outcomes);
+}
+
 
 // A batch that failed as a whole (its deadline, a dead worker, an unreadable reply) says nothing
 // about any one config: each is compiled again alone, and only those results count.
 void Scheduler::on_batch_compiled(ActiveJob& job, const std::vector<std::size_t>& indices,
                                   Result<nlohmann::json> reply, const Delivery& delivery) {
   if (!reply && reply.error().code == k_withdrawn) return; // the job was cancelled
-  job.timing.compile_sum_ms += delivery.request_ms;
+  job.timing.compile_sum_ms += delivery.request_ms - delivery.paused_ms;
   auto outcomes = reply ? batch_outcomes(*reply, indices.size())
                         : Result<std::vector<CompileOutcome>>(reply.error());
   if (!outcomes) {
@@ -893,6 +906,7 @@ void Scheduler::on_batch_compiled(ActiveJob& job, const std::vector<std::size_t>
     for (const std::size_t index : indices) start_compile(job, {index});
     return;
   }
+  unpause(*outcomes, delivery.paused_ms);
   for (std::size_t i = 0; i < indices.size(); ++i) on_outcome(job, indices[i], (*outcomes)[i]);
   learn_batching(job, *outcomes);
 }
@@ -1003,10 +1017,6 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate) {
            j.benchmarking = false;
            if (!reply && reply.error().code == k_withdrawn) return; // cancelled
            j.timing.bench_sum_ms += delivery.request_ms;
-           // Until the request was sent, the lane's worker waited for a compile on its CPU
-           // (WorkerPool: borrowed): booked as compile, not bench.
-           j.timing.bench_ms -= delivery.queued_ms;
-           j.timing.compile_ms += delivery.queued_ms;
            if (again) {
              on_final_measured(j, candidate, std::move(reply));
            } else {

@@ -34,6 +34,11 @@ public:
   }
   void terminate() override { m_process->terminate(); }
   void kill_group() override { m_process->kill_group(); }
+  void pause() override { m_process->pause(); }
+  void resume() override { m_process->resume(); }
+  [[nodiscard]] std::chrono::milliseconds paused_time() const override {
+    return m_process->paused_time();
+  }
   [[nodiscard]] pid_t pid() const { return m_process->pid(); }
 
 private:
@@ -170,7 +175,7 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
   } else if (m_compile_cpus) {
     placement = *m_compile_cpus;
   }
-  // A borrowed compile yields its CPU to a measurement that outwaited it (k_borrow_wait).
+  // A borrowed compile yields its CPU to measurements even if it could not be stopped.
   if (slot.borrowed && ::setpriority(PRIO_PROCESS, static_cast<id_t>((*worker)->pid()), 19) != 0) {
     KTUNE_LOG(debug) << "cannot lower the priority of compile worker " << (*worker)->pid() << ": "
                      << std::strerror(errno);
@@ -200,7 +205,7 @@ void WorkerPool::submit(const std::string& lane, Work work) {
                       make_error(protocol::code::no_device, "no bench lane for device '" + lane +
                                                                 "' on this ktuned"));
   }
-  queue->second.waiting.push_back(Waiting{std::move(work), ++m_seq, std::chrono::steady_clock::now()});
+  queue->second.waiting.push_back(Waiting{std::move(work), ++m_seq});
   pump(lane);
 }
 
@@ -246,8 +251,8 @@ void WorkerPool::pump(const std::string& lane) {
   auto it = m_queues.find(lane);
   if (it == m_queues.end()) return;
   Queue& queue = it->second;
-  // The cpu lane waits while a compile runs on its CPU (at most k_borrow_wait).
-  if (lane == "cpu" && !it->second.waiting.empty() && wait_for_borrowed()) return;
+  // A compile on the cpu lane's CPU stops while the lane has a request.
+  if (lane == "cpu" && !it->second.waiting.empty()) pause_borrowed(true);
   while (!queue.waiting.empty()) {
     std::shared_ptr<Worker> free;
     std::shared_ptr<Worker> borrowed;
@@ -297,22 +302,18 @@ void WorkerPool::pump(const std::string& lane) {
     }
     const auto index = *pick(queue);
     Work work = std::move(queue.waiting[index].work);
-    const auto submitted = queue.waiting[index].since;
     queue.waiting.erase(queue.waiting.begin() + static_cast<std::ptrdiff_t>(index));
-    send(lane, *free, std::move(work), submitted);
+    send(lane, *free, std::move(work));
   }
 }
 
-void WorkerPool::send(const std::string& lane, Worker& worker, Work work,
-                      std::chrono::steady_clock::time_point submitted) {
+void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
   m_last_served[work.owner] = ++m_served;
   worker.busy = true;
   const auto sent = std::chrono::steady_clock::now();
-  const double queued_ms = std::chrono::duration<double, std::milli>(sent - submitted).count();
   const SlotKey key{lane, worker.slot};
   slot_event(key, sent, true, work.op, work.device);
   auto handler = std::move(work.on_reply);
-  const bool borrowed = worker.borrowed;
   std::weak_ptr<Worker> weak;
   for (const auto& w : m_workers) {
     if (w.get() == &worker) weak = w;
@@ -321,25 +322,23 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work,
   // its stderr tail is what the reply's failure needs.
   worker.endpoint->request(
       work.op, std::move(work.job),
-      [this, weak, endpoint = worker.endpoint, lane, sent, queued_ms, key, borrowed,
+      [this, weak, endpoint = worker.endpoint, lane, sent, key,
        handler = std::move(handler)](Result<nlohmann::json> reply) {
         Delivery delivery;
         const auto now = std::chrono::steady_clock::now();
         delivery.request_ms = std::chrono::duration<double, std::milli>(now - sent).count();
-        delivery.queued_ms = queued_ms;
+        delivery.paused_ms = static_cast<double>(endpoint->paused_time().count());
         delivery.stderr_tail = endpoint->stderr_tail();
         if (auto w = weak.lock()) {
           w->busy = false;
           slot_event(key, now, true, {}, {});
         }
         if (handler) handler(std::move(reply), delivery);
-        if (borrowed) {  // the bench CPU is free again
-          m_borrow_waited_out = false;
-          m_borrow_timer.reset();  // its wait, if any, ends as cancelled
-          pump("cpu");
-        }
         pump(lane);
-        if (lane == "cpu") pump("");  // an idle cpu lane lends its CPU to waiting compiles
+        if (lane == "cpu" && may_borrow()) {  // an idle cpu lane lends its CPU to compiles
+          pause_borrowed(false);
+          pump("");
+        }
       },
       work.deadline);
 }
@@ -349,24 +348,15 @@ bool WorkerPool::may_borrow() const {
   return busy("cpu") == 0 && waiting("cpu") == 0;
 }
 
-bool WorkerPool::wait_for_borrowed() {
-  if (!borrowed_busy() || m_borrow_waited_out) return false;
-  if (!m_borrow_timer) {  // armed once per borrowed compile; dropped when it ends
-    m_borrow_timer = std::make_unique<asio::steady_timer>(m_io, k_borrow_wait);
-    m_borrow_timer->async_wait([this](const boost::system::error_code& error) {
-      if (error) return;  // cancelled: the borrowed compile ended
-      KTUNE_LOG(debug) << "a compile on the bench CPU is still running after "
-                       << k_borrow_wait.count() << " ms; the cpu lane measures beside it";
-      m_borrow_waited_out = true;
-      pump("cpu");
-    });
+void WorkerPool::pause_borrowed(bool pause) {
+  for (const auto& worker : m_workers) {
+    if (!worker->borrowed || !worker->busy) continue;
+    if (pause) {
+      worker->endpoint->pause();
+    } else {
+      worker->endpoint->resume();
+    }
   }
-  return true;
-}
-
-bool WorkerPool::borrowed_busy() const {
-  return std::any_of(m_workers.begin(), m_workers.end(),
-                     [](const auto& w) { return w->borrowed && w->busy; });
 }
 
 std::size_t WorkerPool::alive(WorkerRole role) const {

@@ -18,12 +18,13 @@
 // start, are kept off it (sched_setaffinity), so compiles never disturb a CPU measurement.
 // The bench CPU is lent to compiles while the cpu lane has nothing to do: when every compile
 // worker is busy, compile work still waits and the cpu lane has no request in flight and none
-// waiting, one more compile worker, pinned to the bench CPU (`borrowed`), takes it; the cpu
-// lane sends no request while that worker compiles (a bench waits for that compile, at most
-// k_borrow_wait: a compile that takes longer, a pathological kernel up to its deadline, then
-// shares the CPU at nice 19, the priority the borrowed worker and its compilers run at). So a
-// tune whose measurements outpace its compiles, or a CUDA tune, compiles on every core, and a
-// measurement does not share its CPU with a compiler.
+// waiting, one more compile worker, pinned to the bench CPU (`borrowed`), takes it. When the cpu
+// lane has a request to send while that worker compiles, the borrowed worker and its compilers
+// are stopped (SIGSTOP to its process group; its deadline stops too) and the request goes out at
+// once; they continue (SIGCONT) as soon as the cpu lane is idle again. The borrowed worker runs
+// at nice 19 besides. So a tune whose measurements outpace its compiles, or a CUDA tune,
+// compiles on every core, a measurement never waits for a compile, and it does not share its
+// CPU with one.
 #include "core/result.hpp"
 #include "core/unique_fd.hpp"
 #include "daemon/worker_process.hpp"
@@ -59,6 +60,12 @@ public:
   [[nodiscard]] virtual const std::string& stderr_tail() const = 0;
   virtual void terminate() = 0;
   virtual void kill_group() = 0;
+  // Stops and continues the request in flight (WorkerProcess::pause): the bench CPU's borrowed
+  // compile while a measurement runs there.
+  virtual void pause() = 0;
+  virtual void resume() = 0;
+  // How long the request in flight, or the last one, has been paused.
+  [[nodiscard]] virtual std::chrono::milliseconds paused_time() const = 0;
 };
 
 // Where a worker serves: the compile pool (lane "") or a device's bench lane.
@@ -77,7 +84,7 @@ using WorkerSpawner = std::function<Result<std::shared_ptr<WorkerEndpoint>>(
 struct Delivery {
   std::string stderr_tail;         // the worker's stderr since the request was sent
   double request_ms = 0;           // from sending the request to its reply
-  double queued_ms = 0;            // from submit() to sending it: waiting for a worker
+  double paused_ms = 0;            // of request_ms, the time the worker was stopped (pause())
 };
 
 // One piece of work for a worker.
@@ -213,7 +220,6 @@ private:
   struct Waiting {
     Work work;
     std::uint64_t seq = 0;
-    std::chrono::steady_clock::time_point since;  // submitted
   };
   struct Queue {
     std::vector<Waiting> waiting;
@@ -226,8 +232,7 @@ private:
   // What a CUDA lane's measurement lock is named by: its board's UUID, else "cuda<visible ordinal>".
   [[nodiscard]] std::string measured_board(const std::string& lane) const;
   [[nodiscard]] std::optional<std::size_t> pick(const Queue& queue) const;
-  void send(const std::string& lane, Worker& worker, Work work,
-            std::chrono::steady_clock::time_point submitted);
+  void send(const std::string& lane, Worker& worker, Work work);
   void on_worker_exit(WorkerEndpoint* endpoint);
   void finish_shutdown();
   [[nodiscard]] Result<std::shared_ptr<WorkerEndpoint>> spawn_process(
@@ -238,19 +243,10 @@ private:
   WorkerSpawner m_spawner;
   ChildWatch* m_children = nullptr;
   std::string m_worker_path;
-  // Whether compile work may go to the borrowed worker now (the cpu lane idle), and whether it
-  // is compiling.
+  // Whether compile work may go to the borrowed worker now: the cpu lane is idle.
   [[nodiscard]] bool may_borrow() const;
-  [[nodiscard]] bool borrowed_busy() const;
-  // Whether the cpu lane must wait for the borrowed worker now; arms the k_borrow_wait timer.
-  [[nodiscard]] bool wait_for_borrowed();
-
-public:
-  static constexpr std::chrono::milliseconds k_borrow_wait{1000};
-
-private:
-  std::unique_ptr<asio::steady_timer> m_borrow_timer; // armed while the cpu lane waits
-  bool m_borrow_waited_out = false;                   // k_borrow_wait passed: stop waiting
+  // Stops the borrowed worker's compile (the cpu lane has a request) or lets it go on.
+  void pause_borrowed(bool pause);
 
   std::size_t m_compile_limit;
   std::chrono::milliseconds m_worker_idle{0};

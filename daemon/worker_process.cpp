@@ -261,18 +261,8 @@ void WorkerProcess::request(std::string_view op, nlohmann::json job, ReplyHandle
   note_dropped_stderr();
   m_stderr_tail.clear();
   m_request_deadline = deadline;
-  if (deadline.count() > 0) {
-    m_deadline.expires_after(deadline);
-    m_deadline.async_wait([self = shared_from_this(), id = m_pending_id](
-                              const boost::system::error_code& ec) {
-      if (ec || !self->m_pending || self->m_pending_id != id || self->m_finished) return;
-      KTUNE_LOG(warn) << to_string(self->m_role) << " worker " << self->m_pid
-                      << " passed its " << self->m_request_deadline.count()
-                      << " ms deadline; killing its process group";
-      self->m_timed_out = true;
-      self->kill_group();
-    });
-  }
+  m_paused_for = {};
+  if (deadline.count() > 0) arm_deadline(deadline);
   nlohmann::json message = {{"id", m_pending_id}, {"op", op}};
   message[op == k_compile_batch ? "jobs" : "job"] = std::move(job);
   m_out = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -287,6 +277,45 @@ void WorkerProcess::request(std::string_view op, nlohmann::json job, ReplyHandle
                     });
 }
 
+void WorkerProcess::arm_deadline(std::chrono::steady_clock::duration after) {
+  m_deadline.expires_after(after);
+  m_deadline.async_wait([self = shared_from_this(), id = m_pending_id](
+                            const boost::system::error_code& ec) {
+    if (ec || !self->m_pending || self->m_pending_id != id || self->m_finished) return;
+    KTUNE_LOG(warn) << to_string(self->m_role) << " worker " << self->m_pid << " passed its "
+                    << self->m_request_deadline.count() << " ms deadline; killing its process group";
+    self->m_timed_out = true;
+    self->kill_group();
+  });
+}
+
+void WorkerProcess::pause() {
+  if (m_paused || !m_pending || m_finished || m_closing) return;
+  if (::kill(-m_pid, SIGSTOP) != 0) return;
+  m_paused = true;
+  m_paused_since = std::chrono::steady_clock::now();
+  if (m_request_deadline.count() > 0) {
+    m_deadline_left = m_deadline.expiry() - m_paused_since;
+    m_deadline.cancel();
+  }
+}
+
+void WorkerProcess::resume() {
+  if (!m_paused) return;
+  m_paused = false;
+  m_paused_for += std::chrono::steady_clock::now() - m_paused_since;
+  ::kill(-m_pid, SIGCONT);
+  if (m_request_deadline.count() > 0 && m_pending && !m_finished) {
+    arm_deadline(std::max(m_deadline_left, std::chrono::steady_clock::duration::zero()));
+  }
+}
+
+std::chrono::milliseconds WorkerProcess::paused_time() const {
+  auto total = m_paused_for;
+  if (m_paused) total += std::chrono::steady_clock::now() - m_paused_since;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(total);
+}
+
 void WorkerProcess::terminate() {
   if (m_finished) return;
   m_closing = true;
@@ -295,6 +324,10 @@ void WorkerProcess::terminate() {
   m_pending = nullptr;
   close_socket();
   if (!m_wait_status) ::kill(-m_pid, SIGTERM);
+  if (m_paused) {  // a stopped group holds SIGTERM pending until it runs again
+    m_paused = false;
+    if (!m_wait_status) ::kill(-m_pid, SIGCONT);
+  }
 }
 
 void WorkerProcess::kill_group() {

@@ -109,6 +109,14 @@ public:
   void terminate();
   // SIGKILL to the process group (the worker and anything it started).
   void kill_group();
+  // SIGSTOP to the process group while a request is in flight: the worker and its compilers
+  // take no CPU time until resume() (SIGCONT). The request's deadline stops too: a paused
+  // request is never killed for the time it was stopped. No-op when idle or already paused.
+  void pause();
+  void resume();
+  [[nodiscard]] bool paused() const { return m_paused; }
+  // How long the request in flight (or the last one) has been stopped by pause().
+  [[nodiscard]] std::chrono::milliseconds paused_time() const;
 
   [[nodiscard]] bool idle() const { return !m_finished && !m_closing && !m_pending; }
   // Still running but on its way out (terminate(), a protocol error, an "exiting" reply): it
@@ -136,6 +144,7 @@ private:
   // Logs how much of the last request's stderr was not copied, then starts counting afresh.
   void note_dropped_stderr();
   void arm_idle_timer();
+  void arm_deadline(std::chrono::steady_clock::duration after);
 
   asio::local::stream_protocol::socket m_socket;
   asio::streambuf m_in;
@@ -153,6 +162,10 @@ private:
   asio::steady_timer m_idle_timer;
   std::chrono::milliseconds m_idle_timeout{0};
   std::chrono::milliseconds m_request_deadline{0};
+  bool m_paused = false;
+  std::chrono::steady_clock::time_point m_paused_since;
+  std::chrono::steady_clock::duration m_paused_for{};        // this request, stops that ended
+  std::chrono::steady_clock::duration m_deadline_left{};     // while paused
   bool m_timed_out = false;            // killed by us at the request's deadline
   bool m_killed_by_us = false;         // kill_group() was called (deadline, stuck, shutdown)
 

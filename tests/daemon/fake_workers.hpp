@@ -40,6 +40,12 @@ public:
   [[nodiscard]] const std::string& stderr_tail() const override { return m_tail; }
   void terminate() override { exit_now(); }
   void kill_group() override { exit_now(); }
+  void pause() override {
+    if (m_busy) m_paused = true;
+  }
+  void resume() override { m_paused = false; }
+  [[nodiscard]] std::chrono::milliseconds paused_time() const override { return {}; }
+  [[nodiscard]] bool paused() const { return m_paused; }
   // The worker announces it exits after this reply (a lost CUDA context): from now on it
   // takes no request, and it exits once the io loop runs again.
   void close_after_reply() { m_closing = true; }
@@ -54,6 +60,7 @@ private:
   std::string m_tail;
   bool m_closing = false;
   bool m_exited = false;
+  bool m_paused = false;
 };
 
 class FakeWorkers {

@@ -215,7 +215,7 @@ TEST_CASE("worker time is booked per slot and per lane, and a replacement counts
   CHECK(pool.lane_states()[0].restarts == 1);
 }
 
-TEST_CASE("compiles borrow the bench CPU while the cpu lane is idle, and a bench waits for it",
+TEST_CASE("compiles borrow the bench CPU while the cpu lane is idle, and a bench pauses them",
           "[daemon][pool]") {
   boost::asio::io_context io;
   FakeWorkers fakes(io);
@@ -229,32 +229,38 @@ TEST_CASE("compiles borrow the bench CPU while the cpu lane is idle, and a bench
   CHECK(fakes.count("") == 2);
   REQUIRE(fakes.spawned == 2);
   CHECK(fakes.borrowed == std::vector<bool>{false, true});
+  const auto& lender = *fakes.endpoints[1];
 
-  // A bench arrives while the borrowed worker compiles: it waits for that compile.
+  // A bench arrives while the borrowed worker compiles: the compile stops, the bench goes out.
   pool.submit("cpu", tagged("b1", log, 0, 0, "bench"));
   ktune::test::poll(io);
-  CHECK(fakes.count("cpu") == 0);
-  CHECK(pool.waiting("cpu") == 1);
-  // The regular worker finishes c1 and takes c3; the borrowed one stays busy with c2.
+  CHECK(fakes.count("cpu") == 1);
+  CHECK(lender.paused());
+  // The regular worker finishes c1 and takes c3; the borrowed one stays paused with c2, and no
+  // compile borrows the CPU while it measures.
   REQUIRE(fakes.reply("", "compile", json::object()));
   ktune::test::poll(io);
-  CHECK(fakes.count("cpu") == 0);
-  CHECK(sent(fakes) == std::vector<std::string>{"c1", "c2", "c3"});
-  // c2 ends: the bench goes out at once, and no compile borrows the CPU while it measures.
-  REQUIRE(fakes.reply("", "compile", json::object()));  // c2 (the oldest pending)
-  ktune::test::poll(io);
-  CHECK(fakes.count("cpu") == 1);
+  CHECK(sent(fakes) == std::vector<std::string>{"c1", "c2", "b1", "c3"});
   pool.submit("", tagged("c4", log));
-  pool.submit("", tagged("c5", log));
   ktune::test::poll(io);
-  CHECK(fakes.count("") == 1);  // c3 only: the regular worker is busy, the bench CPU too
-  CHECK(pool.waiting("") == 2);
-  // The bench ends and its lane is idle again: the borrowed worker takes c4.
+  CHECK(pool.waiting("") == 1);
+  CHECK(lender.paused());
+  // The next bench goes out while the first is answered: the compile stays stopped.
+  pool.submit("cpu", tagged("b2", log, 0, 0, "bench"));
   REQUIRE(fakes.reply("cpu", "bench", json::object()));
   ktune::test::poll(io);
-  CHECK(fakes.count("") == 2);
+  CHECK(fakes.count("cpu") == 1);
+  CHECK(lender.paused());
+  // The lane is idle again: c2 goes on; once it is done the borrowed worker takes c4.
+  REQUIRE(fakes.reply("cpu", "bench", json::object()));
+  ktune::test::poll(io);
+  CHECK_FALSE(lender.paused());
   CHECK(pool.waiting("") == 1);
+  REQUIRE(fakes.reply("", "compile", json::object()));  // c2, the oldest pending
+  ktune::test::poll(io);
+  CHECK(pool.waiting("") == 0);
   CHECK(fakes.spawned == 3);  // the borrowed worker is reused
+  CHECK(sent(fakes).back() == "c4");
 }
 
 TEST_CASE("without a pinned bench CPU nothing is borrowed", "[daemon][pool]") {
@@ -267,35 +273,4 @@ TEST_CASE("without a pinned bench CPU nothing is borrowed", "[daemon][pool]") {
   ktune::test::poll(io);
   CHECK(fakes.count("") == 1);
   CHECK(pool.waiting("") == 1);
-}
-
-TEST_CASE("a bench waits for a compile on its CPU at most k_borrow_wait", "[daemon][pool]") {
-  boost::asio::io_context io;
-  FakeWorkers fakes(io);
-  WorkerPool pool(io, fakes.spawner(), 1, 1);
-  std::vector<std::string> log;
-  pool.submit("", tagged("c1", log));
-  pool.submit("", tagged("c2", log));  // borrowed: the cpu lane is idle
-  ktune::test::poll(io);
-  REQUIRE(fakes.borrowed == std::vector<bool>{false, true});
-  Work bench = tagged("b1", log, 0, 0, "bench");
-  double queued_ms = -1;
-  bench.on_reply = [&queued_ms](ktune::Result<json>, const Delivery& delivery) {
-    queued_ms = delivery.queued_ms;
-  };
-  pool.submit("cpu", std::move(bench));
-  ktune::test::poll(io);
-  CHECK(fakes.count("cpu") == 0);
-  // The borrowed compile never ends (a pathological kernel): the bench goes out after the wait.
-  const auto start = std::chrono::steady_clock::now();
-  while (fakes.count("cpu") == 0 && std::chrono::steady_clock::now() - start < 5s) {
-    io.run_for(20ms);
-    io.restart();
-  }
-  CHECK(fakes.count("cpu") == 1);
-  CHECK(std::chrono::steady_clock::now() - start >= WorkerPool::k_borrow_wait - 50ms);
-  // Its reply says how long it waited to be sent (the scheduler books that as compile time).
-  REQUIRE(fakes.reply("cpu", "bench", json::object()));
-  ktune::test::poll(io);
-  CHECK(queued_ms >= static_cast<double>((WorkerPool::k_borrow_wait - 50ms).count()));
 }

@@ -199,3 +199,92 @@ TEST_CASE("a compile_batch request carries its jobs as \"jobs\"", "[daemon]") {
   CHECK(reply->value().at("jobs") == jobs);
   CHECK_FALSE(reply->value().contains("job"));
 }
+
+namespace {
+
+// The state letter of process `pid` in /proc/<pid>/stat ('T' when stopped); '?' if unreadable.
+char process_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+}
+
+} // namespace
+
+TEST_CASE("a paused request takes no CPU and is not killed for the time it was stopped",
+          "[daemon]") {
+  test::TempDir dir;
+  Harness h;
+  // Answers its request after 0.5 s of its own time, then waits for EOF.
+  const auto path = dir.write("slow-worker.sh",
+                              "#!/bin/sh\n"
+                              "echo '{\"ready\":true,\"pid\":'$$',\"role\":\"compile\"}' >&3\n"
+                              "read -r line <&3\n"
+                              "sleep 0.5\n"
+                              "echo '{\"id\":1,\"ok\":true,\"outcome\":{}}' >&3\n"
+                              "read -r line <&3\n");
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  bool exited = false;
+  auto spawned = WorkerProcess::spawn(h.io, h.children, path.string(), WorkerRole::compile, {},
+                                      [&](WorkerProcess&) {
+                                        exited = true;
+                                        h.done = true;
+                                      });
+  REQUIRE(spawned.ok());
+  std::shared_ptr<WorkerProcess> worker = spawned.value();
+  std::optional<Result<nlohmann::json>> reply;
+  worker->request("compile", nlohmann::json::object(),
+                  [&](Result<nlohmann::json> r) { reply = std::move(r); },
+                  std::chrono::milliseconds(1000));
+  worker->pause();
+  CHECK(worker->paused());
+  // Stopped for 1.5 s, past the request's 1 s deadline.
+  asio::steady_timer stopped(h.io, std::chrono::milliseconds(1500));
+  char state_while_paused = '?';
+  stopped.async_wait([&](const boost::system::error_code&) {
+    state_while_paused = process_state(worker->pid());
+    worker->resume();
+  });
+  while (!reply && h.io.run_one_for(std::chrono::seconds(10)) > 0) {
+  }
+  CHECK(state_while_paused == 'T');
+  CHECK_FALSE(worker->paused());
+  REQUIRE(reply.has_value());
+  CHECK(reply->ok());  // the deadline stopped with it
+  CHECK(worker->paused_time() >= std::chrono::milliseconds(1400));
+  worker->terminate();
+  while (!exited && h.io.run_one_for(std::chrono::seconds(10)) > 0) {
+  }
+  CHECK(exited);
+}
+
+TEST_CASE("a paused worker that is terminated exits", "[daemon]") {
+  test::TempDir dir;
+  Harness h;
+  const auto path = dir.write("stuck-worker.sh",
+                              "#!/bin/sh\n"
+                              "echo '{\"ready\":true,\"pid\":'$$',\"role\":\"compile\"}' >&3\n"
+                              "read -r line <&3\n"
+                              "sleep 60\n");
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  bool exited = false;
+  auto spawned = WorkerProcess::spawn(h.io, h.children, path.string(), WorkerRole::compile, {},
+                                      [&](WorkerProcess&) {
+                                        exited = true;
+                                        h.done = true;
+                                      });
+  REQUIRE(spawned.ok());
+  std::shared_ptr<WorkerProcess> worker = spawned.value();
+  worker->request("compile", nlohmann::json::object(), [](Result<nlohmann::json>) {});
+  h.io.run_for(std::chrono::milliseconds(100));
+  worker->pause();
+  REQUIRE(worker->paused());
+  worker->terminate();  // SIGTERM stays pending in a stopped group unless it is continued
+  const auto start = std::chrono::steady_clock::now();
+  while (!exited && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    h.io.run_for(std::chrono::milliseconds(50));
+    h.io.restart();
+  }
+  CHECK(exited);
+}
