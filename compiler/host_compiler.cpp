@@ -6,6 +6,7 @@
 #include "jobs/typed_entry.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <utility>
@@ -28,6 +30,13 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* k_fixed_flags[] = {"-std=c++17", "-O3", "-march=native", "-shared", "-fPIC"};
+#if defined(__x86_64__)
+// Code placement that does not depend on what else shares the object (host_layout_flags).
+constexpr const char* k_layout_flags[] = {"-Wa,-mbranches-within-32B-boundaries",
+                                          "-falign-functions=64", "-falign-loops=32"};
+#else
+constexpr std::array<const char*, 0> k_layout_flags{};
+#endif
 constexpr std::size_t k_max_log_bytes = 8 * 1024;
 
 // Model name and ISA flags of the first processor in /proc/cpuinfo ("" when unreadable).
@@ -209,11 +218,16 @@ std::optional<CompileOutcome> refusal(const CompileJob& job, const CompileOutcom
   if (!job.dtype.empty()) c_type = dtype_c_type(job.dtype);
   if (!c_type) return failure(outcome, c_type.error().code + ": " + c_type.error().message);
   for (const auto& flag : job.removed_flags) {
-    if (flag == "-shared" || flag == "-fPIC" ||
-        std::find(std::begin(k_fixed_flags), std::end(k_fixed_flags), flag) == std::end(k_fixed_flags)) {
+    const bool fixed = std::find(std::begin(k_fixed_flags), std::end(k_fixed_flags), flag) !=
+                       std::end(k_fixed_flags);
+    const bool layout = std::find(std::begin(k_layout_flags), std::end(k_layout_flags), flag) !=
+                        std::end(k_layout_flags);
+    if (flag == "-shared" || flag == "-fPIC" || !(fixed || layout)) {
       return failure(outcome, "flags_remove of kernel '" + job.kernel + "': '" + flag +
                                   "' is not one of the fixed flags (-std=c++17, -O3, "
-                                  "-march=native; -shared and -fPIC stay)");
+                                  "-march=native, and on x86-64 the layout flags "
+                                  "-Wa,-mbranches-within-32B-boundaries, -falign-functions=64, "
+                                  "-falign-loops=32; -shared and -fPIC stay)");
     }
   }
   for (const auto& [name, value] : job.defines) {
@@ -515,14 +529,34 @@ std::string host_compiler_version(const std::string& cxx) {
   return output.substr(0, output.find('\n'));
 }
 
+const std::vector<std::string>& host_layout_flags(const std::string& cxx) {
+  static std::mutex mutex;
+  static std::map<std::string, std::vector<std::string>> accepted;
+  const std::lock_guard lock(mutex);
+  if (const auto it = accepted.find(cxx); it != accepted.end()) return it->second;
+  std::vector<std::string> flags(std::begin(k_layout_flags), std::end(k_layout_flags));
+  if (!flags.empty()) {
+    std::vector<std::string> probe{cxx, "-x", "c++", "-c", "-o", "/dev/null"};
+    probe.insert(probe.end(), flags.begin(), flags.end());
+    probe.push_back("/dev/null");
+    const auto result = run_captured(probe, 4096);
+    if (!result || (result->end != ProcessEnd::unknown && !result->succeeded())) flags.clear();
+  }
+  return accepted.emplace(cxx, std::move(flags)).first->second;
+}
+
 std::vector<std::string> host_compile_argv(const CompileJob& job, const std::string& cxx,
                                            const std::string& output, const std::string& input,
                                            const Renames& renames) {
   std::vector<std::string> argv{cxx};
+  const auto kept = [&](const std::string& flag) {
+    return std::find(job.removed_flags.begin(), job.removed_flags.end(), flag) == job.removed_flags.end();
+  };
   for (const char* flag : k_fixed_flags) {
-    if (std::find(job.removed_flags.begin(), job.removed_flags.end(), flag) == job.removed_flags.end()) {
-      argv.push_back(flag);
-    }
+    if (kept(flag)) argv.push_back(flag);
+  }
+  for (const std::string& flag : host_layout_flags(cxx)) {
+    if (kept(flag)) argv.push_back(flag);
   }
   for (const auto& include_dir : job.include_dirs) argv.push_back("-I" + include_dir);
   if (!job.dtype.empty()) {
@@ -579,6 +613,9 @@ std::string HostCompiler::key_of(const CompileJob& job, bool renamed) const {
   hasher.update(m_cxx).update(m_version).update(m_host_cpu);
   hasher.update(std::to_string(std::size(k_fixed_flags)));
   for (const char* flag : k_fixed_flags) hasher.update(flag);
+  const std::vector<std::string>& layout = host_layout_flags(m_cxx);
+  hasher.update(std::to_string(layout.size()));
+  for (const std::string& flag : layout) hasher.update(flag);
   hasher.update(job.arch);
   return hasher.hex_digest();
 }

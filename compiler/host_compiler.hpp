@@ -1,6 +1,7 @@
 #pragma once
 // HostCompiler: the system C++ compiler (c++, or $KTUNE_CXX) building a shared object:
-//   <cxx> -std=c++17 -O3 -march=native -shared -fPIC -I<include_dirs> -DKTUNE_DTYPE=<c type>
+//   <cxx> -std=c++17 -O3 -march=native -shared -fPIC <layout flags, x86-64: host_layout_flags>
+//         -I<include_dirs> -DKTUNE_DTYPE=<c type>
 //         -DKTUNE_DTYPE_<DTYPE>=1 -DNAME=value... -D<entry>=<entry>_k<key> <extra_flags>
 //         -o <tmp> <source>
 // less the fixed flags named in removed_flags (-std=c++17, -O3, -march=native; others are a
@@ -92,5 +93,13 @@ private:
 // cannot be run or fails. Spawns a child and waits for it; when a process-wide SIGCHLD handler
 // reaped the child first, the line read from its output still counts.
 [[nodiscard]] std::string host_compiler_version(const std::string& cxx);
+
+// The code layout flags every host compile gets on x86-64, where `cxx` accepts them (asked once
+// per compiler, with an empty unit): -Wa,-mbranches-within-32B-boundaries -falign-functions=64
+// -falign-loops=32. Without them a kernel's time depends on where its code lands: the 512^3
+// SGEMM config BM=64,BN=128,BK=16,UNROLL=1 ran 7.66 ms built alone and 10.12 ms as the third
+// function of a batch; with them 7.50 / 7.52 (docs/ARCHITECTURE.md § Batched compiles).
+// Removable per family ([kernel].flags_remove); empty elsewhere.
+[[nodiscard]] const std::vector<std::string>& host_layout_flags(const std::string& cxx);
 
 } // namespace ktune

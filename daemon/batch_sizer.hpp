@@ -5,7 +5,7 @@
 // The rule: a config's compile time in a batch of B is modelled as t(B) = a / B + b (a: what a
 // compiler run costs whatever it compiles -- start-up, the headers; b: each config's own code),
 // fitted by least squares to the mean time per config measured at each batch size. The size is
-// the largest B of 2, 4, 8 whose t(B) is at least 10% below t(B / 2) -- every doubling up to it
+// the largest B of 2, 4, 8 whose t(B) is at least 5% below t(B / 2) -- every doubling up to it
 // pays -- while one batch, a + b B, stays within `max_batch_ms` (about 1 s: the bench worker
 // never waits long for a batch); else 1. Nothing measured: 1. One size measured: the other end
 // (2 after single compiles, the probe that measures a batch; 1 after batches). Once stopped (a
@@ -19,7 +19,7 @@ namespace ktune::daemon {
 class BatchSizer {
 public:
   static constexpr std::size_t k_max_size = 8;
-  static constexpr double k_min_gain = 0.10;  // per doubling of the batch
+  static constexpr double k_min_gain = 0.05;  // per doubling of the batch
 
   explicit BatchSizer(double max_batch_ms = 1000) : m_max_batch_ms(max_batch_ms) {}
 

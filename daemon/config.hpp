@@ -52,7 +52,7 @@ struct DaemonConfig {
   // absolute Unix socket path; "" = not served (the default).
   std::string metrics;
   int compile_workers = 0;                 // 0 = online cores - 1 (at least 1); resolved by resolve_config
-  int compile_ahead = 0;                   // compiled candidates kept ready for the bench worker; 0 = 2 x compile_workers x batch size
+  int compile_ahead = 0;                   // compiled candidates kept ready for the bench worker; 0 = 2 x (compile_workers + 1) x batch size
   int search_batch = 4;                    // proposals per batch of a search strategy (not exhaustive)
   bool serial = false;                     // compile and measure one candidate at a time, nothing overlapped
   std::size_t max_message_bytes = 1 << 20;

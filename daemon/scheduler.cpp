@@ -795,7 +795,9 @@ std::size_t Scheduler::batch_size(const ActiveJob& job) const {
 
 std::size_t Scheduler::compile_ahead(const ActiveJob& job) const {
   if (m_settings.compile_ahead > 0) return m_settings.compile_ahead;
-  return 2 * std::max<std::size_t>(1, m_settings.compile_workers) * batch_size(job);
+  // The bench CPU's borrowed worker (WorkerPool) is one more compile worker at times: a batch
+  // it holds, stopped while the lane measures, must not keep the others idle.
+  return 2 * (std::max<std::size_t>(1, m_settings.compile_workers) + 1) * batch_size(job);
 }
 
 void Scheduler::start_compile(ActiveJob& job, const std::vector<std::size_t>& indices) {

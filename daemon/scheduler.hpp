@@ -100,8 +100,8 @@ struct SchedulerSettings {
   std::string cache_dir;          // compile cache shared by every job
   MeasureSettings measure;        // prune_factor too
   std::size_t compile_workers = 1;
-  // Candidates compiling or compiled ahead of a lane; 0 = 2 x compile_workers x the job's batch
-  // size (BatchSizer), so that batches fit.
+  // Candidates compiling or compiled ahead of a lane; 0 = 2 x (compile_workers + 1, the bench
+  // CPU's borrowed worker) x the job's batch size (BatchSizer), so that batches fit.
   std::size_t compile_ahead = 0;
   std::size_t search_batch = 4;   // proposals per batch of a strategy other than exhaustive
   double compile_timeout_s = 120;

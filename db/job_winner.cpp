@@ -23,13 +23,24 @@ const ResultRecord* fastest_result(const std::vector<ResultRecord>& results) {
 
 const ResultRecord* pick_winner(const std::vector<ResultRecord>& results,
                                 const std::string& incumbent_config) {
-  const ResultRecord* tie = nullptr;
+  const ResultRecord* fastest = nullptr;
   for (const auto& r : results) {
     if (r.status != CandidateStatus::ok || !r.tied) continue;
     if (!incumbent_config.empty() && r.config == incumbent_config) return &r;
-    if (tie == nullptr || better_result(r, *tie)) tie = &r;
+    if (fastest == nullptr || better_result(r, *fastest)) fastest = &r;
   }
-  return tie != nullptr ? tie : fastest_result(results);
+  if (fastest == nullptr) return fastest_result(results);
+  // Medians this close are one time at the finals' precision: the lower config index decides,
+  // so that two runs do not name different configs by a coin toss.
+  const ResultRecord* tie = fastest;
+  for (const auto& r : results) {
+    if (r.status != CandidateStatus::ok || !r.tied) continue;
+    if (r.stats.median_ms <= fastest->stats.median_ms * (1.0 + k_same_median) &&
+        r.config_index < tie->config_index) {
+      tie = &r;
+    }
+  }
+  return tie;
 }
 
 } // namespace ktune

@@ -13,11 +13,16 @@ namespace ktune {
 // The `ok` result with the lowest median (ties: lower config index), pruned ones only when every
 // ok result was pruned; nullptr when there is none.
 [[nodiscard]] const ResultRecord* fastest_result(const std::vector<ResultRecord>& results);
+// Medians within this fraction of each other are the same time to pick_winner: the precision
+// the finals measure to (target_error's default, 1%).
+inline constexpr double k_same_median = 0.01;
 // A job's winner. With declared ties (results.tied): the incumbent -- the tied row whose config
 // text is `incumbent_config`, the key's winner before this job -- when it is in the group, else
-// the tie with the lowest median (then the lower config index). Without ties: the best `ok`
-// result. nullptr when there is none. Keeping the incumbent makes a re-run that learns nothing
-// new (its ties reused, or a group that still holds the old winner) name the same config.
+// the tie with the lowest median, the lowest config index among ties within k_same_median of
+// it. Without ties: the best `ok` result. nullptr when there is none. Keeping the incumbent
+// makes a re-run that learns nothing new (its ties reused, or a group that still holds the old
+// winner) name the same config; the index among equal medians makes two fresh runs name the
+// same one (two SGEMM configs measured 6.973 and 6.983 ms: whichever came first won).
 [[nodiscard]] const ResultRecord* pick_winner(const std::vector<ResultRecord>& results,
                                               const std::string& incumbent_config = {});
 

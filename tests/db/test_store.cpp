@@ -1,3 +1,4 @@
+#include "db/job_winner.hpp"
 #include "db/store.hpp"
 
 #include "tests/support/temp_dir.hpp"
@@ -859,4 +860,32 @@ TEST_CASE("writes in one transaction are committed together or not at all", "[db
   // Read back by another connection: only committed rows exist.
   Store reader = must(Store::open(path, OpenMode::read_only));
   CHECK(must(reader.job_results(job_id)).size() == 3);
+}
+
+TEST_CASE("pick_winner: the incumbent among ties, else the fastest, the lower index among equals",
+          "[db]") {
+  const auto row = [](std::int64_t index, double median_ms, bool tied) {
+    ResultRecord r;
+    r.config_index = index;
+    r.config = "{\"X\":" + std::to_string(index) + "}";
+    r.status = CandidateStatus::ok;
+    r.stats.median_ms = median_ms;
+    r.tied = tied;
+    return r;
+  };
+  // Within 1% of the fastest: the same time, the lower index wins whichever measured faster.
+  std::vector<ResultRecord> rows{row(0, 7.02, false), row(3, 6.983, true), row(5, 6.973, true)};
+  CHECK(pick_winner(rows)->config_index == 3);
+  rows[1].stats.median_ms = 6.963;
+  CHECK(pick_winner(rows)->config_index == 3);
+  // Further apart: the fastest.
+  rows[1].stats.median_ms = 7.05;
+  CHECK(pick_winner(rows)->config_index == 5);
+  // The incumbent in the group, whatever its time.
+  CHECK(pick_winner(rows, rows[1].config)->config_index == 3);
+  // Not tied: never the winner while there are ties.
+  CHECK(pick_winner(rows, rows[0].config)->config_index == 5);
+  // No ties: the fastest ok result.
+  for (auto& r : rows) r.tied = false;
+  CHECK(pick_winner(rows)->config_index == 5);
 }
