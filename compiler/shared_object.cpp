@@ -1,6 +1,7 @@
 #include "compiler/shared_object.hpp"
 
 #include "core/protocol.hpp"
+#include "core/read_at.hpp"
 
 #include <elf.h>
 
@@ -10,14 +11,6 @@
 
 namespace ktune {
 namespace {
-
-template <class T>
-std::optional<T> read_at(std::string_view bytes, std::uint64_t offset) {
-  if (offset > bytes.size() || bytes.size() - offset < sizeof(T)) return std::nullopt;
-  T value;
-  std::memcpy(&value, bytes.data() + offset, sizeof(T));
-  return value;
-}
 
 Error elf_error(const std::string& what) {
   return make_error(protocol::code::internal, "shared object: " + what);

@@ -1,6 +1,7 @@
 #include "cuda/cubin.hpp"
 
 #include "core/protocol.hpp"
+#include "core/read_at.hpp"
 
 #include <elf.h>
 
@@ -20,14 +21,6 @@ namespace {
 constexpr std::uint8_t k_eifmt_sval = 0x04;
 constexpr std::uint8_t k_eiattr_frame_size = 0x11;
 constexpr std::uint8_t k_eiattr_regcount = 0x2f;
-
-template <class T>
-std::optional<T> read_at(std::string_view bytes, std::uint64_t offset) {
-  if (offset > bytes.size() || bytes.size() - offset < sizeof(T)) return std::nullopt;
-  T value;
-  std::memcpy(&value, bytes.data() + offset, sizeof(T));
-  return value;
-}
 
 Error elf_error(const std::string& what) { return make_error(protocol::code::internal, "CUBIN: " + what); }
 

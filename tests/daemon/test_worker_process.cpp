@@ -202,6 +202,24 @@ TEST_CASE("a compile_batch request carries its jobs as \"jobs\"", "[daemon]") {
 
 namespace {
 
+// A compile worker running the shell script `body` after its ready line; `exited` is set (and
+// the harness done) when it exits.
+std::shared_ptr<WorkerProcess> script_worker(Harness& h, const test::TempDir& dir,
+                                             const std::string& body, bool& exited) {
+  const auto path = dir.write("script-worker.sh",
+                              "#!/bin/sh\n"
+                              "echo '{\"ready\":true,\"pid\":'$$',\"role\":\"compile\"}' >&3\n" +
+                                  body);
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  auto spawned = WorkerProcess::spawn(h.io, h.children, path.string(), WorkerRole::compile, {},
+                                      [&](WorkerProcess&) {
+                                        exited = true;
+                                        h.done = true;
+                                      });
+  REQUIRE(spawned.ok());
+  return spawned.value();
+}
+
 // The state letter of process `pid` in /proc/<pid>/stat ('T' when stopped); '?' if unreadable.
 char process_state(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
@@ -217,22 +235,13 @@ TEST_CASE("a paused request takes no CPU and is not killed for the time it was s
   test::TempDir dir;
   Harness h;
   // Answers its request after 0.5 s of its own time, then waits for EOF.
-  const auto path = dir.write("slow-worker.sh",
-                              "#!/bin/sh\n"
-                              "echo '{\"ready\":true,\"pid\":'$$',\"role\":\"compile\"}' >&3\n"
-                              "read -r line <&3\n"
-                              "sleep 0.5\n"
-                              "echo '{\"id\":1,\"ok\":true,\"outcome\":{}}' >&3\n"
-                              "read -r line <&3\n");
-  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
   bool exited = false;
-  auto spawned = WorkerProcess::spawn(h.io, h.children, path.string(), WorkerRole::compile, {},
-                                      [&](WorkerProcess&) {
-                                        exited = true;
-                                        h.done = true;
-                                      });
-  REQUIRE(spawned.ok());
-  std::shared_ptr<WorkerProcess> worker = spawned.value();
+  const auto worker = script_worker(h, dir,
+                                    "read -r line <&3\n"
+                                    "sleep 0.5\n"
+                                    "echo '{\"id\":1,\"ok\":true,\"outcome\":{}}' >&3\n"
+                                    "read -r line <&3\n",
+                                    exited);
   std::optional<Result<nlohmann::json>> reply;
   worker->request("compile", nlohmann::json::object(),
                   [&](Result<nlohmann::json> r) { reply = std::move(r); },
@@ -262,20 +271,8 @@ TEST_CASE("a paused request takes no CPU and is not killed for the time it was s
 TEST_CASE("a paused worker that is terminated exits", "[daemon]") {
   test::TempDir dir;
   Harness h;
-  const auto path = dir.write("stuck-worker.sh",
-                              "#!/bin/sh\n"
-                              "echo '{\"ready\":true,\"pid\":'$$',\"role\":\"compile\"}' >&3\n"
-                              "read -r line <&3\n"
-                              "sleep 60\n");
-  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
   bool exited = false;
-  auto spawned = WorkerProcess::spawn(h.io, h.children, path.string(), WorkerRole::compile, {},
-                                      [&](WorkerProcess&) {
-                                        exited = true;
-                                        h.done = true;
-                                      });
-  REQUIRE(spawned.ok());
-  std::shared_ptr<WorkerProcess> worker = spawned.value();
+  const auto worker = script_worker(h, dir, "read -r line <&3\nsleep 60\n", exited);
   worker->request("compile", nlohmann::json::object(), [](Result<nlohmann::json>) {});
   h.io.run_for(std::chrono::milliseconds(100));
   worker->pause();
