@@ -374,31 +374,35 @@ TEST_CASE("finalists that can no longer tie the best are raced out of the finals
   DaemonProcess daemon(home.str(), daemon_args(home));
   REQUIRE(daemon.wait_ready(k_start_timeout));
   auto c = connect(daemon);
-  const json job = tune_and_wait(c, "M=32,N=32,K=32");
-  const auto& winner = job.at("winner");
-  std::size_t finalists = 0;
-  std::size_t raced = 0;
-  for (const auto& r : job.at("results")) {
-    INFO(r.dump());
-    REQUIRE(r.at("status") == "ok");
-    REQUIRE(r.at("remeasured") == true);
-    ++finalists;
-    const int n = r.at("n").get<int>();
-    CHECK(n % 5 == 0);
-    CHECK(n >= 15);  // never before the third round
-    CHECK(n <= 40);
-    if (n < 40) {
-      ++raced;
-      CHECK(r.at("tied") == false);
-      CHECK(r.at("config") != winner.at("config"));
-    }
-    if (r.at("config") == winner.at("config")) CHECK(n == 40);
-  }
-  REQUIRE(finalists >= 3);
   // gemm's configs at 32^3 differ by up to 2x: the slowest leave before the last rounds, and at
-  // least two finalists always stay.
+  // least two finalists always stay. Microsecond kernels on a loaded machine (a parallel suite
+  // under ThreadSanitizer) can look alike for a whole run: the claim gets three remeasured runs.
+  std::size_t raced = 0;
+  for (int attempt = 0; attempt < 3 && raced == 0; ++attempt) {
+    const json job = tune_and_wait(c, "M=32,N=32,K=32", {{"remeasure", attempt > 0}});
+    const auto& winner = job.at("winner");
+    std::size_t finalists = 0;
+    raced = 0;
+    for (const auto& r : job.at("results")) {
+      INFO(r.dump());
+      REQUIRE(r.at("status") == "ok");
+      REQUIRE(r.at("remeasured") == true);
+      ++finalists;
+      const int n = r.at("n").get<int>();
+      CHECK(n % 5 == 0);
+      CHECK(n >= 15);  // never before the third round
+      CHECK(n <= 40);
+      if (n < 40) {
+        ++raced;
+        CHECK(r.at("tied") == false);
+        CHECK(r.at("config") != winner.at("config"));
+      }
+      if (r.at("config") == winner.at("config")) CHECK(n == 40);
+    }
+    REQUIRE(finalists >= 3);
+    CHECK(raced <= finalists - 2);
+  }
   CHECK(raced >= 1);
-  CHECK(raced <= finalists - 2);
 }
 
 TEST_CASE("a CPU tune compiles its candidates in batches, each once, and every one measures",
