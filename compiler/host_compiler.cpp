@@ -268,6 +268,16 @@ private:
   std::string m_path;
 };
 
+// A new empty file next to `path` (`path`.tmp.XXXXXX); an empty path, errno saying why, when it
+// cannot be made.
+TempFile temp_file_next_to(const std::string& path) {
+  std::string tmp_path = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp_path.data());
+  if (fd < 0) return TempFile();
+  ::close(fd);
+  return TempFile(std::move(tmp_path));
+}
+
 // Functions a shared object runs when loaded that are not its code: the C runtime's frame_dummy
 // (crtbeginS.o of GCC's runtime, which clang on Linux links too).
 constexpr std::size_t k_runtime_init_functions = 1;
@@ -328,14 +338,12 @@ private:
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) return host_trouble("cannot create cache directory " + dir.string() + ": " + ec.message());
-    std::string tmp_path = unit.front()->final_path + ".tmp.XXXXXX";
-    const int tmp_fd = ::mkstemp(tmp_path.data());
-    if (tmp_fd < 0) {
+    TempFile artifact = temp_file_next_to(unit.front()->final_path);
+    if (artifact.path().empty()) {
       return host_trouble("cannot create a temp file in the compile cache " + dir.string() + ": " +
                           std::strerror(errno));
     }
-    ::close(tmp_fd);
-    TempFile artifact(tmp_path);
+    const std::string tmp_path = artifact.path();
     const std::string text = unit_text(unit);
     TempFile unit_file(text.empty() ? std::string() : tmp_path + ".cpp");
     if (!text.empty()) {
@@ -464,11 +472,11 @@ private:
     fs::create_directories(fs::path(final_path).parent_path(), ec);
     if (ec) return "cannot create the cache directory of " + final_path + ": " + ec.message();
     if (::link(built.c_str(), final_path.c_str()) == 0 || errno == EEXIST) return {};
-    std::string copy_path = final_path + ".tmp.XXXXXX";
-    const int fd = ::mkstemp(copy_path.data());
-    if (fd < 0) return "cannot create a temp file for " + final_path + ": " + std::strerror(errno);
-    ::close(fd);
-    TempFile copy(copy_path);
+    TempFile copy = temp_file_next_to(final_path);
+    if (copy.path().empty()) {
+      return "cannot create a temp file for " + final_path + ": " + std::strerror(errno);
+    }
+    const std::string copy_path = copy.path();
     fs::copy_file(built, copy_path, fs::copy_options::overwrite_existing, ec);
     if (ec) return "cannot copy " + built + " to " + copy_path + ": " + ec.message();
     if (::rename(copy_path.c_str(), final_path.c_str()) != 0) {
