@@ -376,6 +376,9 @@ void WorkerProcess::on_line(std::string_view line) {
     fail_protocol("reply with unexpected id: '" + std::string(line.substr(0, 200)) + "'");
     return;
   }
+  // A reply written just before pause() stopped the worker: it is idle now, and must not stay
+  // stopped for the next request.
+  resume();
   ReplyHandler handler = std::move(m_pending);
   m_pending = nullptr;
   m_deadline.cancel();

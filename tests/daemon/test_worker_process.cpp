@@ -14,6 +14,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 
 using namespace ktune;
 using namespace ktune::daemon;
@@ -284,4 +285,43 @@ TEST_CASE("a paused worker that is terminated exits", "[daemon]") {
     h.io.restart();
   }
   CHECK(exited);
+}
+
+TEST_CASE("a worker stopped right after writing its reply is continued when the reply is read",
+          "[daemon]") {
+  test::TempDir dir;
+  Harness h;
+  bool exited = false;
+  const auto worker = script_worker(h, dir,
+                                    "read -r line <&3\n"
+                                    "sleep 0.1\n"
+                                    "echo '{\"id\":1,\"ok\":true,\"outcome\":{}}' >&3\n"
+                                    "read -r line <&3\n"
+                                    "echo '{\"id\":2,\"ok\":true,\"outcome\":{}}' >&3\n"
+                                    "read -r line <&3\n",
+                                    exited);
+  std::optional<Result<nlohmann::json>> first, second;
+  worker->request("compile", nlohmann::json::object(),
+                  [&](Result<nlohmann::json> r) { first = std::move(r); });
+  h.io.run_for(std::chrono::milliseconds(20));  // the request goes out
+  h.io.restart();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the reply is written, unread
+  REQUIRE_FALSE(first.has_value());
+  worker->pause();
+  REQUIRE(worker->paused());
+  while (!first && h.io.run_one_for(std::chrono::seconds(10)) > 0) {
+  }
+  REQUIRE(first.has_value());
+  CHECK_FALSE(worker->paused());
+  CHECK(process_state(worker->pid()) != 'T');
+  worker->request("compile", nlohmann::json::object(),
+                  [&](Result<nlohmann::json> r) { second = std::move(r); },
+                  std::chrono::milliseconds(5000));
+  while (!second && h.io.run_one_for(std::chrono::seconds(10)) > 0) {
+  }
+  REQUIRE(second.has_value());
+  CHECK(second->ok());
+  worker->terminate();
+  while (!exited && h.io.run_one_for(std::chrono::seconds(10)) > 0) {
+  }
 }
