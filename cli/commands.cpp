@@ -424,6 +424,24 @@ void print_job_header(Output& io, const json& job, const json& winner) {
            << ", bench " << seconds("bench_ms") << ", overhead " << seconds("overhead_ms")
            << " (" << as_int(field(timing, "compiles")) << " compiled, the rest cached or reused)\n";
   }
+  // The search's record: when it found its best, and what its prior was and did.
+  const json& prior = field(job, "prior");
+  if (const auto best_at = as_int(field(job, "best_at")); best_at > 0 || prior.is_object()) {
+    std::string search = best_at > 0 ? "best at candidate " + std::to_string(best_at) : "no full measurement";
+    if (prior.is_object()) {
+      const json& sources = field(prior, "sources");
+      const std::size_t count = sources.is_array() ? sources.size() : 0;
+      search += "; prior of " + std::to_string(count) + " earlier tune" + (count == 1 ? "" : "s") + " (" +
+                std::to_string(as_int(field(prior, "results"))) + " results)";
+      const json& trusted = field(prior, "trusted");
+      if (trusted.is_boolean()) search += trusted.get<bool>() ? ", trusted to the end" : ", distrusted (it disagreed with the results here)";
+      if (const auto rank = as_int(field(prior, "favourite_rank")); rank > 0)
+        search += ", its favourite ranked " + std::to_string(rank);
+    } else if (as_text(field(job, "strategy")) == "bayes") {
+      search += "; no prior";
+    }
+    io.out << "  search    " << search << '\n';
+  }
   const json& error = field(job, "error");
   if (error.is_string() && !error.get<std::string>().empty())
     io.out << "  error     " << first_line(error.get<std::string>()) << '\n';

@@ -229,21 +229,6 @@ Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel
 
 // What a tune reply says of the job's prior: null when the job has none (cold, a strategy that
 // uses none, nothing stored), else the earlier keys it learns from.
-nlohmann::json RequestHandler::prior_summary(const JobPlan& plan) {
-  if (plan.prior_sources.empty()) return nullptr;
-  nlohmann::json sources = nlohmann::json::array();
-  std::size_t results = 0;
-  for (const auto& source : plan.prior_sources) {
-    sources.push_back({{"shape", source.shape},
-                       {"dtype", source.dtype},
-                       {"fingerprint", source.fingerprint},
-                       {"device", source.device.empty() ? nlohmann::json(nullptr) : nlohmann::json(source.device)},
-                       {"results", source.results}});
-    results += source.results;
-  }
-  return {{"sources", std::move(sources)}, {"results", results}};
-}
-
 Result<nlohmann::json> RequestHandler::submit_tune(PlanRequest request,
                                                    Result<std::vector<Config>> configs,
                                                    uid_t client) {
@@ -251,7 +236,7 @@ Result<nlohmann::json> RequestHandler::submit_tune(PlanRequest request,
   if (!plan) return plan.error();
   const std::int64_t total = plan->record.total;
   const std::size_t quarantined = plan->quarantined;
-  const nlohmann::json prior = prior_summary(*plan);
+  const nlohmann::json prior = prior_summary(plan->prior_sources);
   // Identical requests share one job; asking to remeasure, or for a cold search, always starts
   // a new one.
   if (auto same = plan->record.options.remeasure || plan->cold ? std::nullopt

@@ -80,8 +80,6 @@ private:
   };
   [[nodiscard]] Result<Target> resolve(const std::string& kernel, const std::string& shape,
                                        const std::string& dtype, const std::string& device);
-  // The reply's "prior": null, or {"sources":[{shape,dtype,fingerprint,device,results}],"results"}.
-  [[nodiscard]] static nlohmann::json prior_summary(const JobPlan& plan);
   // Plans (over `configs`, PlanRequest's space as Planner::enumerate gives it), joins or creates
   // and queues one tune job; the reply fields of that job.
   [[nodiscard]] Result<nlohmann::json> submit_tune(PlanRequest request,

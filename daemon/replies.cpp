@@ -43,6 +43,21 @@ nlohmann::json param_order(const std::string& config_text) {
   return names;
 }
 
+nlohmann::json prior_summary(const std::vector<PriorSourceInfo>& sources) {
+  if (sources.empty()) return nullptr;
+  nlohmann::json list = nlohmann::json::array();
+  std::size_t results = 0;
+  for (const auto& source : sources) {
+    list.push_back({{"shape", source.shape},
+                    {"dtype", source.dtype},
+                    {"fingerprint", source.fingerprint},
+                    {"device", source.device.empty() ? nlohmann::json(nullptr) : nlohmann::json(source.device)},
+                    {"results", source.results}});
+    results += source.results;
+  }
+  return {{"sources", std::move(list)}, {"results", results}};
+}
+
 nlohmann::json job_to_json(const JobRecord& job) {
   return {
       {"id", job.id},
@@ -76,6 +91,9 @@ nlohmann::json job_to_json(const JobRecord& job) {
         {"priority", job.options.priority},
         {"compile_timeout_s", optional_number(job.options.compile_timeout_s)},
         {"bench_timeout_s", optional_number(job.options.bench_timeout_s)}}},
+      {"best_at", optional_int(job.search.best_at)},
+      {"prior", job.search.prior.empty() ? nlohmann::json(nullptr)
+                                         : nlohmann::json::parse(job.search.prior, nullptr, false)},
   };
 }
 

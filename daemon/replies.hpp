@@ -3,6 +3,7 @@
 // (docs/protocol.md describes every field).
 #include "core/param_space.hpp"
 #include "core/result.hpp"
+#include "daemon/planner.hpp"
 #include "db/job_winner.hpp"
 #include "db/store.hpp"
 
@@ -25,6 +26,9 @@ namespace ktune::daemon {
 [[nodiscard]] nlohmann::json param_order(const std::string& config_text);
 
 [[nodiscard]] nlohmann::json job_to_json(const JobRecord& job);
+// The `tune` reply's "prior": null, or {"sources":[{shape,dtype,fingerprint,device,results}],
+// "results"}.
+[[nodiscard]] nlohmann::json prior_summary(const std::vector<PriorSourceInfo>& sources);
 [[nodiscard]] nlohmann::json result_to_json(const ResultRecord& result);
 
 // {"config","config_index","median_ms","gflops","tie_group"} or null; tie_group lists the

@@ -1281,9 +1281,41 @@ nlohmann::json Scheduler::progress(const ActiveJob& job, const ResultRecord& las
   return event;
 }
 
+// What the job's search learnt from and how it went (JobSearch): the prior it was given, whether
+// the strategy still trusted it at the end, and the rank among the job's successes of the config
+// the prior ranked first (1: the prior's favourite won; null: it failed or was not evaluated).
+JobSearch Scheduler::search_record(const ActiveJob& job) {
+  JobSearch out;
+  out.best_at = job.best_at;
+  nlohmann::json prior = prior_summary(job.plan.prior_sources);
+  if (prior.is_null()) return out;
+  const auto use = job.strategy ? job.strategy->prior_use() : std::nullopt;
+  prior["trusted"] = use ? nlohmann::json(use->trusted) : nlohmann::json(nullptr);
+  prior["favourite_rank"] = nullptr;
+  if (use && use->favourite) {
+    const auto favourite = job.ok_rows.find(*use->favourite);
+    if (favourite != job.ok_rows.end()) {
+      std::int64_t rank = 1;
+      for (const auto& [index, row] : job.ok_rows) {
+        if (row.stats.median_ms < favourite->second.stats.median_ms) ++rank;
+      }
+      prior["favourite_rank"] = rank;
+    }
+  }
+  out.prior = prior.dump();
+  return out;
+}
+
 void Scheduler::finish(ActiveJob& job) {
   const JobRecord& rec = job.plan.record;
   account(job);
+  m_writer.submit("job " + std::to_string(rec.id) + "'s search record",
+                  [id = rec.id, search = search_record(job)](Store& store) {
+                    return store.set_job_search(id, search);
+                  },
+                  [id = rec.id](const Result<void>& r) {
+                    if (!r) KTUNE_LOG(warn) << "job " << id << ": cannot store its search record: " << r.error().message;
+                  });
   if (job.ok_rows.empty()) {
     m_writer.submit("job " + std::to_string(rec.id) + "'s timing",
                     [id = rec.id, timing = job.timing](Store& store) {

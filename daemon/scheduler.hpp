@@ -294,6 +294,7 @@ private:
   void record(ActiveJob& job, std::size_t index, ResultRecord result);
   void learn(ActiveJob& job, std::size_t index, const ResultRecord& result);
   void finish(ActiveJob& job);
+  [[nodiscard]] static JobSearch search_record(const ActiveJob& job);
   static void fail(ActiveJob& job, const std::string& error);
   // Stores the job's final state, then announce_end().
   void end_job(std::int64_t job_id, JobState state, const std::string& error);

@@ -173,6 +173,15 @@ Result<void> add_job_time_budget_v7(DbRef db) {
   return db.exec("migration to schema v7", k_schema_v7);
 }
 
+// Schema v8: what a job's search learnt from and when it found its best (`job` op: `best_at`,
+// `prior`).
+constexpr const char* k_schema_v8 = R"sql(
+ALTER TABLE jobs ADD COLUMN best_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN prior   TEXT;
+)sql";
+
+Result<void> add_job_search_v8(DbRef db) { return db.exec("migration to schema v8", k_schema_v8); }
+
 constexpr std::array k_migrations{
     Migration{"create kernels, devices, jobs, results and winners", &create_schema_v1},
     Migration{"add results.registers and results.spill_bytes", &add_result_resources_v2},
@@ -181,6 +190,7 @@ constexpr std::array k_migrations{
     Migration{"index jobs by kernel", &add_jobs_by_kernel_v5},
     Migration{"keep each result's raw samples", &add_result_samples_v6},
     Migration{"add the job's time budget", &add_job_time_budget_v7},
+    Migration{"add the job's search record (best_at, prior)", &add_job_search_v8},
 };
 static_assert(k_migrations.size() == static_cast<std::size_t>(k_schema_version),
               "k_schema_version must equal the number of migrations");

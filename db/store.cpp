@@ -56,7 +56,7 @@ constexpr const char* k_job_columns =
     "id, kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, state, total, "
     "done, failed, error, created_at, started_at, finished_at, seed, queue_ms, compile_ms, "
     "bench_ms, overhead_ms, compile_sum_ms, bench_sum_ms, compiles, remeasure, retry_failed, "
-    "priority, compile_timeout_s, bench_timeout_s, budget_s";
+    "priority, compile_timeout_s, bench_timeout_s, budget_s, best_at, prior";
 
 Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) {
   JobRecord job;
@@ -97,6 +97,8 @@ Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) 
   if (!row.column_is_null(28)) job.options.compile_timeout_s = row.column_double(28);
   if (!row.column_is_null(29)) job.options.bench_timeout_s = row.column_double(29);
   if (!row.column_is_null(30)) job.budget_s = row.column_double(30);
+  job.search.best_at = row.column_int(31);
+  if (!row.column_is_null(32)) job.search.prior = row.column_text(32);
   return job;
 }
 
@@ -697,6 +699,25 @@ Result<void> Store::set_job_timing(std::int64_t job_id, const JobTiming& timing)
   statement->bind_double(6, timing.compile_sum_ms);
   statement->bind_double(7, timing.bench_sum_ms);
   statement->bind_int(8, timing.compiles);
+  auto changed = write_one(db, op, *statement);
+  if (!changed) return changed.error();
+  if (*changed == 0) return unknown_job(db, op, job_id);
+  return {};
+}
+
+Result<void> Store::set_job_search(std::int64_t job_id, const JobSearch& search) {
+  constexpr std::string_view op = "set_job_search";
+  if (auto writable = require_writable(op); !writable) return writable;
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op, "UPDATE jobs SET best_at = ?2, prior = ?3 WHERE id = ?1");
+  if (!statement) return statement.error();
+  statement->bind_int(1, job_id);
+  statement->bind_int(2, search.best_at);
+  if (search.prior.empty()) {
+    statement->bind_null(3);
+  } else {
+    statement->bind_text(3, search.prior);
+  }
   auto changed = write_one(db, op, *statement);
   if (!changed) return changed.error();
   if (*changed == 0) return unknown_job(db, op, job_id);

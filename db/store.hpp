@@ -33,7 +33,7 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 7;
+inline constexpr int k_schema_version = 8;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
 
 // Where a job's wall time went (ms). While it ran, every moment counts once: bench (the bench
@@ -58,6 +58,14 @@ struct JobOptions {
   std::optional<double> bench_timeout_s;
 };
 
+// What the job's search learnt from and how it went: `best_at` is the `done` count at which its
+// best result came (0: none yet); `prior` is the JSON object of the prior it was given (the
+// `tune` reply's, plus `trusted` and `favourite_rank`), empty without one. Set when the job ends.
+struct JobSearch {
+  std::int64_t best_at = 0;
+  std::string prior;
+};
+
 struct JobRecord {
   std::int64_t id = 0;             // assigned by create_job
   std::string kernel, source_hash, shape, dtype, device, fingerprint;
@@ -71,6 +79,7 @@ struct JobRecord {
   std::optional<std::int64_t> seed;// the strategy's seed
   JobTiming timing;                // set by set_job_timing
   JobOptions options;              // set by create_job
+  JobSearch search;                // set by set_job_search
 };
 
 struct ResultRecord {
@@ -157,6 +166,7 @@ public:
   // Sets tied on exactly the given results of the job (clearing it on the others).
   [[nodiscard]] Result<void> mark_ties(std::int64_t job_id, const std::vector<std::int64_t>& result_ids);
   [[nodiscard]] Result<void> set_job_timing(std::int64_t job_id, const JobTiming& timing);
+  [[nodiscard]] Result<void> set_job_search(std::int64_t job_id, const JobSearch& search);
 
   // Reads. A miss is an empty optional, not an error.
   [[nodiscard]] Result<std::optional<JobRecord>> get_job(std::int64_t job_id) const;

@@ -72,6 +72,10 @@ public:
       : Strategy(space, seed), m_encoder(space), m_prior(estimate_prior(space, prior)),
         m_features(m_encoder.size() + (m_prior.empty() ? 0 : 1)), m_prior_picked(space.size(), false) {}
   [[nodiscard]] std::string_view name() const override { return "bayes"; }
+  [[nodiscard]] std::optional<PriorUse> prior_use() const override {
+    if (m_prior.empty()) return std::nullopt;
+    return PriorUse{m_prior_trusted, m_prior.ranked.front()};
+  }
 
 private:
   void next(std::size_t max_batch, std::vector<std::size_t>& out) override {

@@ -35,6 +35,12 @@ struct Observation {
   double time_ms = 0;
 };
 
+// How a strategy that was given a prior used it, for the job's record.
+struct PriorUse {
+  bool trusted = false;                 // the search still trusted the prior at its last model fit
+  std::optional<std::size_t> favourite; // the config the prior ranked first (its first pick)
+};
+
 class Strategy {
 public:
   Strategy(const Strategy&) = delete;
@@ -62,6 +68,8 @@ public:
   // The fastest observed config; nullopt while no evaluation succeeded.
   [[nodiscard]] const std::optional<Observation>& best() const { return m_best; }
   [[nodiscard]] const SearchSpace& space() const { return m_space; }
+  // nullopt for a strategy without a prior (a cold search, or one that uses none).
+  [[nodiscard]] virtual std::optional<PriorUse> prior_use() const { return std::nullopt; }
 
 protected:
   Strategy(const SearchSpace& space, std::uint64_t seed);

@@ -219,6 +219,35 @@ TEST_CASE("commands against a fake daemon", "[cli]") {
     CHECK_THAT(r.err, Catch::Contains("job 7 failed: reference config failed to compile"));
   }
 
+  SECTION("job shows the search's record: when it found its best, its prior and what it did") {
+    json job = k_job;
+    job["strategy"] = "bayes";
+    job["best_at"] = 2;
+    job["prior"] = {{"sources", json::array({{{"shape", "M=32"}}, {{"shape", "M=128"}}})},
+                    {"results", 144},
+                    {"trusted", true},
+                    {"favourite_rank", 1}};
+    daemon.results["job"] = {{"job", job}, {"winner", k_winner}, {"results", json::array()}};
+    auto r = run_cli(daemon, {"job", "7"});
+    CHECK(r.code == 0);
+    CHECK_THAT(r.out, Catch::Contains("search    best at candidate 2; prior of 2 earlier tunes (144 results), "
+                                      "trusted to the end, its favourite ranked 1\n"));
+    job["prior"]["trusted"] = false;
+    job["prior"]["favourite_rank"] = nullptr;
+    daemon.results["job"]["job"] = job;
+    r = run_cli(daemon, {"job", "7"});
+    CHECK_THAT(r.out, Catch::Contains("(144 results), distrusted (it disagreed with the results here)\n"));
+    job["prior"] = nullptr;
+    daemon.results["job"]["job"] = job;
+    r = run_cli(daemon, {"job", "7"});
+    CHECK_THAT(r.out, Catch::Contains("search    best at candidate 2; no prior\n"));
+    job["strategy"] = "exhaustive";
+    job["best_at"] = nullptr;
+    daemon.results["job"]["job"] = job;
+    r = run_cli(daemon, {"job", "7"});
+    CHECK_THAT(r.out, !Catch::Contains("search "));
+  }
+
   SECTION("job prints the header and candidates in config order, the winner starred") {
     daemon.results["job"] = {
         {"job", k_job},

@@ -102,7 +102,7 @@ TEST_CASE("migrating a fresh database creates the current schema once", "[db]") 
                                  "seed", "queue_ms", "compile_ms", "bench_ms", "overhead_ms",
                                  "compile_sum_ms", "bench_sum_ms", "compiles", "remeasure",
                                  "retry_failed", "priority", "compile_timeout_s",
-                                 "bench_timeout_s", "budget_s"});
+                                 "bench_timeout_s", "budget_s", "best_at", "prior"});
   CHECK(connection.columns("results") ==
         std::vector<std::string>{"id", "job_id", "kernel", "source_hash", "shape", "dtype",
                                  "fingerprint", "config", "config_index", "status", "reason",
@@ -307,4 +307,20 @@ TEST_CASE("schema v7 keeps a job's time budget; jobs of a v6 database have none"
   CHECK(run(connection, all.subspan(0, 7)) == 1);
   CHECK(connection.integer("PRAGMA user_version") == 7);
   CHECK(connection.integer("SELECT budget_s IS NULL FROM jobs") == 1);
+}
+
+TEST_CASE("schema v8 keeps a job's search record; jobs of a v7 database have none", "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  REQUIRE(all.size() >= 8);
+  CHECK(run(connection, all.subspan(0, 7)) == 7);
+  connection.exec(
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, total, done, failed, error, created_at, started_at, finished_at) VALUES "
+      "('gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'bayes', 'done', 1, 1, 0, '', 1, 1, 2)");
+  CHECK(run(connection, all.subspan(0, 8)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 8);
+  CHECK(connection.integer("SELECT best_at FROM jobs") == 0);
+  CHECK(connection.integer("SELECT prior IS NULL FROM jobs") == 1);
 }

@@ -319,6 +319,25 @@ TEST_CASE("records round-trip with every field", "[db]") {
     CHECK_FALSE(must(store.get_job(unbounded.id + 100)).has_value());
   }
 
+  SECTION("a job's search record: none until set, then kept; an unknown job is an error") {
+    const auto id = must(store.create_job(sample_job()));
+    auto stored = must(store.get_job(id));
+    REQUIRE(stored.has_value());
+    CHECK(stored->search.best_at == 0);
+    CHECK(stored->search.prior.empty());
+    const std::string prior = R"({"sources":[],"results":3,"trusted":true,"favourite_rank":2})";
+    must(store.set_job_search(id, JobSearch{7, prior}));
+    stored = must(store.get_job(id));
+    REQUIRE(stored.has_value());
+    CHECK(stored->search.best_at == 7);
+    CHECK(stored->search.prior == prior);
+    must(store.set_job_search(id, JobSearch{4, ""}));  // a cold search: no prior
+    CHECK(must(store.get_job(id))->search.prior.empty());
+    auto unknown = store.set_job_search(id + 100, JobSearch{1, ""});
+    REQUIRE_FALSE(unknown);
+    CHECK(unknown.error().code == "unknown_job");
+  }
+
   SECTION("every job state is accepted by the schema") {
     for (JobState state : {JobState::queued, JobState::running, JobState::done, JobState::failed,
                            JobState::cancelled, JobState::interrupted}) {

@@ -66,7 +66,7 @@ json job_results(Connection& c, std::int64_t job) {
   return reply->at("result").at("results");
 }
 
-// Polls the job until it ends; its results.
+// Polls the job until it ends; the `job` op's reply (job, winner, results).
 json wait_done(Connection& c, std::int64_t job) {
   const auto deadline = std::chrono::steady_clock::now() + k_tune_timeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -76,7 +76,7 @@ json wait_done(Connection& c, std::int64_t job) {
     const std::string state = reply->at("result").at("job").at("state").get<std::string>();
     if (state != "queued" && state != "running") {
       REQUIRE(state == "done");
-      return reply->at("result").at("results");
+      return reply->at("result");
     }
     std::this_thread::sleep_for(20ms);
   }
@@ -144,8 +144,33 @@ static std::pair<int, int> demonstrate() {
         CHECK(reply.at("prior").at("results") == 144);
       }
       const std::int64_t job = reply.at("job").get<std::int64_t>();
-      const json results = wait_done(c, job);
+      const json ended = wait_done(c, job);
+      const json& results = ended.at("results");
       CHECK(static_cast<std::int64_t>(results.size()) == total);
+      // The job's record of its search: when it found its best, and the prior it was given,
+      // whether it trusted it to the end, and where the prior's favourite (its first pick)
+      // placed among the job's results.
+      // best_at is null only when no result was measured in full (every reused row pruned).
+      const json& record = ended.at("job");
+      if (best_median(results) < std::numeric_limits<double>::infinity()) {
+        REQUIRE(record.at("best_at").is_number_integer());
+        CHECK(record.at("best_at").get<std::int64_t>() >= 1);
+        CHECK(record.at("best_at").get<std::int64_t>() <= total);
+      } else {
+        CHECK(record.at("best_at").is_null());
+      }
+      if (cold) {
+        CHECK(record.at("prior").is_null());
+      } else {
+        const json& prior = record.at("prior");
+        REQUIRE(prior.is_object());
+        CHECK(prior.at("sources").size() == 2);
+        CHECK(prior.at("results") == 144);
+        CHECK(prior.at("trusted").is_boolean());
+        REQUIRE(prior.at("favourite_rank").is_number_integer());
+        CHECK(prior.at("favourite_rank").get<std::int64_t>() >= 1);
+        CHECK(prior.at("favourite_rank").get<std::int64_t>() <= total);
+      }
       for (const auto& r : results) CHECK(r.at("reason").get<std::string>().find("reused from job") == 0);
       const bool hit = best_median(results) <= 1.05 * optimum;
       (cold ? cold_hits : warm_hits) += hit ? 1 : 0;
