@@ -21,12 +21,18 @@
 // name without .json[.gz] and a _T4 suffix) are the multi-device files, a recording kept in two
 // formats (t4/) counted once. Each is replayed, up to 2%, with the
 // prior strategy (bayes unless --prior-strategy) given, as its prior, one file of every other
-// device of its kernel; and once more given the same files with their times inverted (the
-// fastest config said to be the slowest: the worst prior there can be). The JSON line gains
+// device of its kernel; once more given the same files with their times inverted (the
+// fastest config said to be the slowest: the worst prior there can be); and, where there are
+// several, given them with only the first one inverted (mixed: good sources next to one that
+// points the wrong way, as a store may hold for a device of another kind); and given them plus
+// 4 sources of shuffled times (unrelated: devices or kernel versions that say nothing of this
+// one, and that a search weighing its sources could trust by chance). The JSON line gains
 //   "frac_at_1pct_prior","frac_at_2pct_prior","frac_at_1pct_cold","frac_at_2pct_cold"
 //   (means over the multi-device files, cold = the same strategy without a prior),
 //   "worst_prior_minus_cold_1pct" (the file where the prior did worst against cold),
-//   "frac_at_1pct_inverted_prior","worst_inverted_minus_cold_1pct", "prior_files".
+//   "frac_at_1pct_inverted_prior","worst_inverted_minus_cold_1pct",
+//   "frac_at_1pct_mixed_prior","worst_mixed_minus_cold_1pct" (over the files with several
+//   sources), "frac_at_1pct_unrelated_prior","worst_unrelated_minus_cold_1pct", "prior_files".
 // Failures: each per-file table shows the failed evaluations per run at the largest budget run
 // (failed@), with the exact expectation of uniform random sampling of as many configs (failure
 // share x evaluations); the files with failures are listed again by failure share, and the JSON
@@ -42,6 +48,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <random>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -86,12 +93,32 @@ void name_file(DataFile& f) {
   f.device = stem;
 }
 
-// The prior with every source's times inverted: its fastest config said to be its slowest.
-ktune::search::Prior inverted(ktune::search::Prior prior) {
-  for (auto& source : prior) {
-    for (auto& r : source.results) {
+// The prior with the first `count` sources' times inverted: their fastest config said to be
+// their slowest.
+ktune::search::Prior inverted(ktune::search::Prior prior, std::size_t count) {
+  for (std::size_t s = 0; s < std::min(count, prior.size()); ++s) {
+    for (auto& r : prior[s].results) {
       if (r.time_ms) r.time_ms = 1.0 / *r.time_ms;
     }
+  }
+  return prior;
+}
+
+// Sources of no relation to the space, as a store holding other devices or kernel versions may
+// give: the first source's results with their times (and failures) shuffled among its configs.
+constexpr std::size_t k_unrelated_sources = 4;
+// The prior plus `count` unrelated sources (fixed shuffles: every run sees the same ones).
+ktune::search::Prior with_unrelated(ktune::search::Prior prior, std::size_t count) {
+  if (prior.empty()) return prior;
+  std::mt19937_64 rng(20240601);
+  for (std::size_t k = 0; k < count; ++k) {
+    ktune::search::PriorSource source = prior.front();
+    source.label += " (shuffled " + std::to_string(k + 1) + ")";
+    std::vector<std::optional<double>> times;
+    for (const auto& r : source.results) times.push_back(r.time_ms);
+    std::shuffle(times.begin(), times.end(), rng);
+    for (std::size_t i = 0; i < times.size(); ++i) source.results[i].time_ms = times[i];
+    prior.push_back(std::move(source));
   }
   return prior;
 }
@@ -324,7 +351,7 @@ int main(int argc, char** argv) {
   struct PriorCase {
     std::size_t f = 0; // position in `used`
     std::vector<std::string> sources;
-    ktune::search::Prior prior[2]; // as recorded, inverted
+    ktune::search::Prior prior[4]; // as recorded, inverted, mixed, with unrelated sources
   };
   std::vector<PriorCase> cases;
   std::vector<std::string> cased; // "kernel/device" of the cases so far: a recording twice (t4/) counts once
@@ -349,21 +376,25 @@ int main(int argc, char** argv) {
     }
     if (c.prior[0].empty()) continue;
     cased.push_back(key);
-    c.prior[1] = inverted(c.prior[0]);
+    c.prior[1] = inverted(c.prior[0], c.prior[0].size());
+    if (c.prior[0].size() >= 2) c.prior[2] = inverted(c.prior[0], 1);
+    c.prior[3] = with_unrelated(c.prior[0], k_unrelated_sources);
     cases.push_back(std::move(c));
   }
   const std::size_t prior_budget = std::min<std::size_t>(last_budget, 2); // the 2% the summary needs
   const std::size_t prior_strategy_index = static_cast<std::size_t>(
       std::find(strategies.begin(), strategies.end(), prior_strategy) - strategies.begin());
   // prior_fraction[case][variant][budget][repeat]
-  std::vector<double> prior_fraction(cases.size() * 2 * k_budgets * repeats, 0.0);
+  constexpr std::size_t k_variants = 4;
+  std::vector<double> prior_fraction(cases.size() * k_variants * k_budgets * repeats, 0.0);
   auto prior_slot = [&](std::size_t c, std::size_t v, std::size_t b, std::size_t r) -> double& {
-    return prior_fraction[((c * 2 + v) * k_budgets + b) * repeats + r];
+    return prior_fraction[((c * k_variants + v) * k_budgets + b) * repeats + r];
   };
-  parallel_for(cases.size() * 2 * repeats, threads, [&](std::size_t j) {
-    const std::size_t c = j / (2 * repeats);
-    const std::size_t v = (j / repeats) % 2;
+  parallel_for(cases.size() * k_variants * repeats, threads, [&](std::size_t j) {
+    const std::size_t c = j / (k_variants * repeats);
+    const std::size_t v = (j / repeats) % k_variants;
     const std::size_t r = j % repeats;
+    if (cases[c].prior[v].empty()) return; // mixed needs several sources
     const DataFile& file = files[used[cases[c].f]];
     const RecordedSpace& space = *file.space;
     auto run = ktune::replay::replay_run(space, prior_strategy, file.evaluations[prior_budget],
@@ -493,15 +524,17 @@ int main(int argc, char** argv) {
   std::cout << "elapsed " << fixed(seconds, 1) << " s on " << threads << " threads\n";
 
   // Leave-one-device-out summary.
-  double prior_1 = 0, prior_2 = 0, cold_1 = 0, cold_2 = 0, inverted_1 = 0;
-  double worst_prior = 0, worst_inverted = 0;
-  std::string worst_prior_file, worst_inverted_file;
+  double prior_1 = 0, prior_2 = 0, cold_1 = 0, cold_2 = 0, inverted_1 = 0, mixed_1 = 0, unrelated_1 = 0;
+  double worst_prior = 0, worst_inverted = 0, worst_mixed = 0, worst_unrelated = 0;
+  std::size_t mixed_cases = 0;
+  std::string worst_prior_file, worst_inverted_file, worst_mixed_file, worst_unrelated_file;
   if (!cases.empty()) {
     std::cout << "\nleave-one-device-out, " << prior_strategy
-              << " with the other devices' files as prior (inverted: their times inverted)\n  "
+              << " with the other devices' files as prior (inverted: their times inverted; mixed: the first"
+                 " one's only;\n  unrel: with " << k_unrelated_sources << " more sources of shuffled times)\n  "
               << pad("file", 52, true) << pad("cold 1%", 9) << pad("cold 2%", 9) << pad("prior 1%", 9)
-              << pad("prior 2%", 9) << pad("inv 1%", 9) << '\n';
-    worst_prior = worst_inverted = std::numeric_limits<double>::infinity();
+              << pad("prior 2%", 9) << pad("inv 1%", 9) << pad("mix 1%", 9) << pad("unrel 1%", 9) << '\n';
+    worst_prior = worst_inverted = worst_mixed = worst_unrelated = std::numeric_limits<double>::infinity();
     for (std::size_t c = 0; c < cases.size(); ++c) {
       const std::size_t f = cases[c].f;
       const double c1 = mean_of(f, prior_strategy_index, 1);
@@ -522,8 +555,26 @@ int main(int argc, char** argv) {
         worst_inverted = i1 - c1;
         worst_inverted_file = files[used[f]].relative;
       }
+      const double u1 = prior_mean(c, 3, 1);
+      unrelated_1 += u1;
+      if (u1 - c1 < worst_unrelated) {
+        worst_unrelated = u1 - c1;
+        worst_unrelated_file = files[used[f]].relative;
+      }
+      std::string mixed = "-";
+      if (!cases[c].prior[2].empty()) {
+        const double m1 = prior_mean(c, 2, 1);
+        mixed = fixed(m1, 3);
+        mixed_1 += m1;
+        ++mixed_cases;
+        if (m1 - c1 < worst_mixed) {
+          worst_mixed = m1 - c1;
+          worst_mixed_file = files[used[f]].relative;
+        }
+      }
       std::cout << "  " << pad(files[used[f]].relative, 52, true) << pad(fixed(c1, 3), 9) << pad(fixed(c2, 3), 9)
-                << pad(fixed(p1, 3), 9) << pad(fixed(p2, 3), 9) << pad(fixed(i1, 3), 9) << '\n';
+                << pad(fixed(p1, 3), 9) << pad(fixed(p2, 3), 9) << pad(fixed(i1, 3), 9) << pad(mixed, 9)
+                << pad(fixed(u1, 3), 9) << '\n';
     }
     const auto n = static_cast<double>(cases.size());
     cold_1 /= n;
@@ -531,11 +582,18 @@ int main(int argc, char** argv) {
     prior_1 /= n;
     prior_2 /= n;
     inverted_1 /= n;
+    unrelated_1 /= n;
+    if (mixed_cases > 0) mixed_1 /= static_cast<double>(mixed_cases);
     std::cout << "  " << pad("mean over " + std::to_string(cases.size()) + " files", 52, true)
               << pad(fixed(cold_1, 3), 9) << pad(fixed(cold_2, 3), 9) << pad(fixed(prior_1, 3), 9)
-              << pad(fixed(prior_2, 3), 9) << pad(fixed(inverted_1, 3), 9) << '\n';
+              << pad(fixed(prior_2, 3), 9) << pad(fixed(inverted_1, 3), 9)
+              << pad(mixed_cases > 0 ? fixed(mixed_1, 3) : "-", 9) << pad(fixed(unrelated_1, 3), 9)
+              << " (mixed: over " << mixed_cases << ")\n";
     std::cout << "  worst prior - cold at 1%: " << fixed(worst_prior, 4) << " (" << worst_prior_file
-              << "); inverted prior: " << fixed(worst_inverted, 4) << " (" << worst_inverted_file << ")\n";
+              << "); inverted prior: " << fixed(worst_inverted, 4) << " (" << worst_inverted_file << ")";
+    if (mixed_cases > 0)
+      std::cout << "; mixed: " << fixed(worst_mixed, 4) << " (" << worst_mixed_file << ")";
+    std::cout << "; unrelated: " << fixed(worst_unrelated, 4) << " (" << worst_unrelated_file << ")\n";
   }
   auto rounded = [](double v) { return std::round(v * 1e4) / 1e4; };
   nlohmann::json prior_files_json = nlohmann::json::object();
@@ -572,6 +630,10 @@ int main(int argc, char** argv) {
       {"worst_prior_file", worst_prior_file},
       {"frac_at_1pct_inverted_prior", rounded(inverted_1)},
       {"worst_inverted_minus_cold_1pct", rounded(worst_inverted)},
+      {"frac_at_1pct_mixed_prior", mixed_cases > 0 ? nlohmann::json(rounded(mixed_1)) : nlohmann::json(nullptr)},
+      {"worst_mixed_minus_cold_1pct", mixed_cases > 0 ? nlohmann::json(rounded(worst_mixed)) : nlohmann::json(nullptr)},
+      {"frac_at_1pct_unrelated_prior", rounded(unrelated_1)},
+      {"worst_unrelated_minus_cold_1pct", rounded(worst_unrelated)},
       {"prior_files", prior_files_json},
       {"failed_evaluations", failures_json},
   };

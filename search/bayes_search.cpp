@@ -20,14 +20,20 @@
 //
 // With a prior (search/prior.hpp: earlier results of the kernel on other shapes or devices) the
 // first k_prior_picks picks are the prior's best configs, then come the k_initial random ones
-// (so that the prior is checked against configs it did not choose). The prior is trusted while
-// its scores agree with the results measured here: a Spearman correlation over the configs it
-// scored of at least k_min_agreement and significant (k_agreement_z standard errors), or fewer
-// than k_agreement_after such configs. Trusted, its score of a config is one more model input
-// (its length scale, fitted like the others, decides how much it counts), the share of its
-// sources in which a config failed is one more input of the failure forest, and the global pool
-// always holds its k_prior_pool best unproposed configs. A prior that disagrees gives those
-// inputs one constant value, which the models ignore: the search goes on as without it.
+// (so that the prior is checked against configs it did not choose). A prior of several sources
+// (other shapes, other devices) weighs them by how each ranks the configs measured here (its
+// Spearman correlation with their times, squared; 0 when not positive), so that a source of
+// another kind of device stops counting and the most alike one counts most. The prior is trusted
+// while its scores agree with the results measured here: a Spearman correlation over the configs
+// it scored of at least k_min_agreement and significant at k_agreement_p (divided by the number
+// of weighed sources), or fewer than k_agreement_after such configs; a prior of one source must
+// also have had its favourite beat the k_initial random picks (with several, the favourite of
+// their unweighted mean says little of the best-weighed one). Trusted, its score of a config is
+// one more model input (its length scale, fitted like the others, decides how much it counts),
+// the share of its sources in which a config failed is one more input of the failure forest,
+// and the global pool always holds its k_prior_pool best unproposed configs. A prior that
+// disagrees gives those inputs one constant value, which the models ignore: the search goes on
+// as without it.
 //
 // Cost: the training set is capped at k_max_train results (the fastest half and the most recent
 // half), so a proposal costs O(k_max_train^2) per candidate at worst, and the hyper-parameters
@@ -62,15 +68,48 @@ constexpr std::size_t k_prior_picks = 1;   // the prior's best configs, evaluate
 constexpr std::size_t k_prior_pool = 64;
 constexpr std::size_t k_agreement_after = 4;
 constexpr double k_min_agreement = 0.3;
-constexpr double k_agreement_z = 1.65;
+// The prior's agreement must be significant at this level; a prior whose source weights were
+// chosen from the results here (several sources) divides it by their number (Bonferroni): the
+// best of several chance correlations is not evidence.
+constexpr double k_agreement_p = 0.05;
 // The prior's score of a config no source measured: the middle.
 constexpr double k_unknown_score = 0.5;
+
+// Spearman's rank correlation of the pairs (ties share their mean rank); nullopt when either
+// side is constant.
+std::optional<double> spearman(const std::vector<std::pair<double, double>>& pairs) {
+  auto ranks = [&](auto key) {
+    std::vector<std::size_t> order(pairs.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return key(pairs[a]) < key(pairs[b]); });
+    std::vector<double> rank(pairs.size());
+    for (std::size_t i = 0; i < order.size();) {
+      std::size_t j = i;
+      while (j + 1 < order.size() && key(pairs[order[j + 1]]) == key(pairs[order[i]])) ++j;
+      for (std::size_t k = i; k <= j; ++k) rank[order[k]] = 0.5 * static_cast<double>(i + j);
+      i = j + 1;
+    }
+    return rank;
+  };
+  const auto a = ranks([](const auto& p) { return p.first; });
+  const auto b = ranks([](const auto& p) { return p.second; });
+  const double mean = 0.5 * static_cast<double>(pairs.size() - 1);
+  double ab = 0, aa = 0, bb = 0;
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    ab += (a[i] - mean) * (b[i] - mean);
+    aa += (a[i] - mean) * (a[i] - mean);
+    bb += (b[i] - mean) * (b[i] - mean);
+  }
+  if (aa <= 0 || bb <= 0) return std::nullopt;
+  return ab / std::sqrt(aa * bb);
+}
 
 class BayesSearch final : public Strategy {
 public:
   BayesSearch(const SearchSpace& space, std::uint64_t seed, const Prior& prior)
       : Strategy(space, seed), m_encoder(space), m_prior(estimate_prior(space, prior)),
-        m_features(m_encoder.size() + (m_prior.empty() ? 0 : 1)), m_prior_picked(space.size(), false) {}
+        m_features(m_encoder.size() + (m_prior.empty() ? 0 : 1)), m_score(m_prior.score),
+        m_ranked(m_prior.ranked), m_prior_picked(space.size(), false) {}
   [[nodiscard]] std::string_view name() const override { return "bayes"; }
   [[nodiscard]] std::optional<PriorUse> prior_use() const override {
     if (m_prior.empty()) return std::nullopt;
@@ -112,7 +151,7 @@ private:
   void append_features(std::size_t id, std::vector<double>& out) const {
     m_encoder.append(id, out);
     if (m_prior.empty()) return;
-    const double score = m_prior.score[id];
+    const double score = m_score[id];
     out.push_back(!m_prior_trusted || std::isnan(score) ? k_unknown_score : score);
   }
 
@@ -179,7 +218,7 @@ private:
           pool.push_back(all[k]);
         }
         std::size_t added = 0;
-        for (std::size_t id : m_prior.ranked) {
+        for (std::size_t id : m_ranked) {
           if (added == k_prior_pool || !m_prior_trusted) break;
           if (!is_proposed(id)) {
             pool.push_back(id);
@@ -208,7 +247,10 @@ private:
     std::sort(ok.begin(), ok.end());
     m_ranked_ok.clear();
     for (const auto& entry : ok) m_ranked_ok.push_back(entry.second);
-    if (!m_prior.empty()) m_prior_trusted = prior_agrees();
+    if (!m_prior.empty()) {
+      reweigh();
+      m_prior_trusted = prior_agrees();
+    }
 
     // Training set: every success, or the fastest half and the most recent half of the cap.
     std::vector<std::size_t> train;
@@ -282,37 +324,70 @@ private:
   // Whether the prior's scores rank the configs measured here as their times do: Spearman
   // correlation at least k_min_agreement, or too few scored configs to tell.
   [[nodiscard]] bool prior_agrees() const {
-    if (!prior_picks_won()) return false;
-    std::vector<std::pair<double, double>> pairs; // (score, time)
-    for (std::size_t id : m_ranked_ok) {
-      if (!std::isnan(m_prior.score[id])) pairs.emplace_back(m_prior.score[id], time(id));
-    }
+    if (m_prior.by_source.size() < 2 && !prior_picks_won()) return false;
+    const auto pairs = scored_results(m_score);
     if (pairs.size() < k_agreement_after) return true;
-    auto ranks = [&](auto key) {
-      std::vector<std::size_t> order(pairs.size());
-      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-      std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return key(pairs[a]) < key(pairs[b]); });
-      std::vector<double> rank(pairs.size());
-      for (std::size_t i = 0; i < order.size();) {
-        std::size_t j = i;
-        while (j + 1 < order.size() && key(pairs[order[j + 1]]) == key(pairs[order[i]])) ++j;
-        for (std::size_t k = i; k <= j; ++k) rank[order[k]] = 0.5 * static_cast<double>(i + j);
-        i = j + 1;
-      }
-      return rank;
-    };
-    const auto a = ranks([](const auto& p) { return p.first; });
-    const auto b = ranks([](const auto& p) { return p.second; });
-    const double mean = 0.5 * static_cast<double>(pairs.size() - 1);
-    double ab = 0, aa = 0, bb = 0;
-    for (std::size_t i = 0; i < pairs.size(); ++i) {
-      ab += (a[i] - mean) * (b[i] - mean);
-      aa += (a[i] - mean) * (a[i] - mean);
-      bb += (b[i] - mean) * (b[i] - mean);
+    const auto rho = spearman(pairs);
+    if (!rho) return true;
+    const double z = upper_quantile(k_agreement_p / static_cast<double>(std::max<std::size_t>(m_weighed_sources, 1)));
+    const double needed = std::max(k_min_agreement, z / std::sqrt(static_cast<double>(pairs.size() - 1)));
+    return *rho >= needed;
+  }
+
+  // z with P(Z > z) = p for a standard normal Z (bisection; p in (0, 0.5]).
+  static double upper_quantile(double p) {
+    double lo = 0, hi = 10;
+    for (int i = 0; i < 60; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      (0.5 * std::erfc(mid / std::sqrt(2.0)) > p ? lo : hi) = mid;
     }
-    if (aa <= 0 || bb <= 0) return true;
-    const double needed = std::max(k_min_agreement, k_agreement_z / std::sqrt(static_cast<double>(pairs.size() - 1)));
-    return ab / std::sqrt(aa * bb) >= needed;
+    return 0.5 * (lo + hi);
+  }
+
+  // (score, time) of every success measured here that `score` has.
+  [[nodiscard]] std::vector<std::pair<double, double>> scored_results(const std::vector<double>& score) const {
+    std::vector<std::pair<double, double>> pairs;
+    for (std::size_t id : m_ranked_ok) {
+      if (!std::isnan(score[id])) pairs.emplace_back(score[id], time(id));
+    }
+    return pairs;
+  }
+
+  // Weighs the prior's sources by how they rank the configs measured here: each by its Spearman
+  // correlation with their times, squared (0 when not positive), equal while it has fewer than
+  // k_agreement_after of them. m_score becomes the weighted mean of the sources' quantiles,
+  // m_ranked its order. A source that points the wrong way then stops counting, and the one of
+  // the most alike device counts most.
+  void reweigh() {
+    const auto& sources = m_prior.by_source;
+    if (sources.size() < 2) return;
+    std::vector<double> weight(sources.size(), 1.0);
+    bool any = false;
+    m_weighed_sources = 0;
+    for (std::size_t s = 0; s < sources.size(); ++s) {
+      const auto pairs = scored_results(sources[s]);
+      if (pairs.size() >= k_agreement_after) {
+        ++m_weighed_sources;
+        const double rho = spearman(pairs).value_or(0.0);
+        weight[s] = rho > 0 ? rho * rho : 0.0;
+      }
+      any = any || weight[s] > 0;
+    }
+    if (!any) weight.assign(sources.size(), 1.0);
+    std::vector<std::pair<double, std::size_t>> ranked;
+    for (std::size_t id = 0; id < m_score.size(); ++id) {
+      double sum = 0, total = 0;
+      for (std::size_t s = 0; s < sources.size(); ++s) {
+        if (weight[s] <= 0 || std::isnan(sources[s][id])) continue;
+        sum += weight[s] * sources[s][id];
+        total += weight[s];
+      }
+      m_score[id] = total > 0 ? sum / total : std::numeric_limits<double>::quiet_NaN();
+      if (total > 0 && m_prior.failure[id] == 0) ranked.emplace_back(m_score[id], id);
+    }
+    std::sort(ranked.begin(), ranked.end());
+    m_ranked.clear();
+    for (const auto& entry : ranked) m_ranked.push_back(entry.second);
   }
 
   // The failure forest's inputs: the model's, then (with a prior) the share of the prior's
@@ -336,6 +411,9 @@ private:
   FeatureEncoder m_encoder;
   PriorEstimate m_prior;
   std::size_t m_features = 0;         // model inputs: the encoder's, plus one with a prior
+  std::vector<double> m_score;        // the prior's score of each config, its sources weighed (reweigh())
+  std::vector<std::size_t> m_ranked;  // m_prior.ranked by m_score
+  std::size_t m_weighed_sources = 0;  // sources whose weight was chosen from the results here
   std::size_t m_prior_next = 0;       // position in m_prior.ranked of the next prior pick
   bool m_prior_trusted = true;        // as of the last fit (prior_agrees())
   std::vector<bool> m_prior_picked;   // per config: proposed as one of the prior's picks

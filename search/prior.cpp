@@ -29,16 +29,19 @@ PriorEstimate estimate_prior(const SearchSpace& space, const Prior& prior) {
     ++out.sources;
     std::sort(ok.begin(), ok.end());
     const double last = static_cast<double>(std::max<std::size_t>(ok.size() - 1, 1));
+    std::vector<double>& quantile = out.by_source.emplace_back(n, std::numeric_limits<double>::quiet_NaN());
     // Equal times share the quantile of the first of them.
     std::size_t rank = 0;
     for (std::size_t i = 0; i < ok.size(); ++i) {
       if (i > 0 && ok[i].first > ok[i - 1].first) rank = i;
       const std::size_t id = ok[i].second;
-      score_sum[id] += ok.size() == 1 ? 0.0 : static_cast<double>(rank) / last;
+      quantile[id] = ok.size() == 1 ? 0.0 : static_cast<double>(rank) / last;
+      score_sum[id] += quantile[id];
       ++seen[id];
     }
     for (const auto& [config, time] : results) {
       if (time) continue;
+      quantile[config] = 1.0;
       score_sum[config] += 1.0;
       failure_sum[config] += 1.0;
       ++seen[config];

@@ -41,6 +41,9 @@ struct PriorEstimate {
   std::vector<double> failure;
   // The configs with a score whose sources never saw them fail, best score first (ties by id).
   std::vector<std::size_t> ranked;
+  // by_source[s][id]: config id's quantile in the s-th source with a successful result (1 where
+  // it failed there, NaN where that source does not have it); score is their mean.
+  std::vector<std::vector<double>> by_source;
   std::size_t sources = 0;       // sources with at least one successful result
   std::size_t results = 0;       // results read
 
