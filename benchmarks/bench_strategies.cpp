@@ -526,87 +526,75 @@ int main(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::cout << "elapsed " << fixed(seconds, 1) << " s on " << threads << " threads\n";
 
-  // Leave-one-device-out summary.
-  double prior_1 = 0, prior_2 = 0, cold_1 = 0, cold_2 = 0, inverted_1 = 0, mixed_1 = 0, unrelated_1 = 0;
-  double worst_prior = 0, worst_inverted = 0, worst_mixed = 0, worst_unrelated = 0;
-  std::size_t mixed_cases = 0;
-  double several_prior_1 = 0, several_cold_2 = 0; // over the files whose prior has several sources
-  std::string worst_prior_file, worst_inverted_file, worst_mixed_file, worst_unrelated_file;
+  // Leave-one-device-out summary: per column, the mean over the files it has and, against cold
+  // at 1%, the file where it did worst (0 and "" with no file).
+  struct Tally {
+    double sum = 0;
+    std::size_t n = 0;
+    double worst = std::numeric_limits<double>::infinity();
+    std::string worst_file;
+    void add(double value) {
+      sum += value;
+      ++n;
+    }
+    void add(double value, double cold, const std::string& file) {
+      add(value);
+      if (value - cold < worst) {
+        worst = value - cold;
+        worst_file = file;
+      }
+    }
+    [[nodiscard]] double mean() const { return n > 0 ? sum / static_cast<double>(n) : 0.0; }
+    [[nodiscard]] double worst_or_zero() const { return n > 0 ? worst : 0.0; }
+  };
+  Tally cold_1, cold_2, prior_1, prior_2, inverted_1, mixed_1, unrelated_1;
+  Tally several_prior_1, several_cold_2; // over the files whose prior has several sources
   if (!cases.empty()) {
     std::cout << "\nleave-one-device-out, " << prior_strategy
               << " with the other devices' files as prior (inverted: their times inverted; mixed: the first"
                  " one's only;\n  unrel: with " << k_unrelated_sources << " more sources of shuffled times)\n  "
               << pad("file", 52, true) << pad("cold 1%", 9) << pad("cold 2%", 9) << pad("prior 1%", 9)
               << pad("prior 2%", 9) << pad("inv 1%", 9) << pad("mix 1%", 9) << pad("unrel 1%", 9) << '\n';
-    worst_prior = worst_inverted = worst_mixed = worst_unrelated = std::numeric_limits<double>::infinity();
     for (std::size_t c = 0; c < cases.size(); ++c) {
       const std::size_t f = cases[c].f;
+      const std::string& file = files[used[f]].relative;
       const double c1 = mean_of(f, prior_strategy_index, 1);
       const double c2 = mean_of(f, prior_strategy_index, 2);
       const double p1 = prior_mean(c, 0, 1);
       const double p2 = prior_mean(c, 0, 2);
       const double i1 = prior_mean(c, 1, 1);
-      cold_1 += c1;
-      cold_2 += c2;
-      prior_1 += p1;
-      prior_2 += p2;
-      inverted_1 += i1;
-      if (p1 - c1 < worst_prior) {
-        worst_prior = p1 - c1;
-        worst_prior_file = files[used[f]].relative;
-      }
-      if (i1 - c1 < worst_inverted) {
-        worst_inverted = i1 - c1;
-        worst_inverted_file = files[used[f]].relative;
-      }
       const double u1 = prior_mean(c, 3, 1);
-      unrelated_1 += u1;
-      if (u1 - c1 < worst_unrelated) {
-        worst_unrelated = u1 - c1;
-        worst_unrelated_file = files[used[f]].relative;
-      }
+      cold_1.add(c1);
+      cold_2.add(c2);
+      prior_1.add(p1, c1, file);
+      prior_2.add(p2);
+      inverted_1.add(i1, c1, file);
+      unrelated_1.add(u1, c1, file);
       std::string mixed = "-";
       if (!cases[c].prior[2].empty()) {
         const double m1 = prior_mean(c, 2, 1);
         mixed = fixed(m1, 3);
-        mixed_1 += m1;
-        ++mixed_cases;
-        several_prior_1 += p1;
-        several_cold_2 += c2;
-        if (m1 - c1 < worst_mixed) {
-          worst_mixed = m1 - c1;
-          worst_mixed_file = files[used[f]].relative;
-        }
+        mixed_1.add(m1, c1, file);
+        several_prior_1.add(p1);
+        several_cold_2.add(c2);
       }
-      std::cout << "  " << pad(files[used[f]].relative, 52, true) << pad(fixed(c1, 3), 9) << pad(fixed(c2, 3), 9)
+      std::cout << "  " << pad(file, 52, true) << pad(fixed(c1, 3), 9) << pad(fixed(c2, 3), 9)
                 << pad(fixed(p1, 3), 9) << pad(fixed(p2, 3), 9) << pad(fixed(i1, 3), 9) << pad(mixed, 9)
                 << pad(fixed(u1, 3), 9) << '\n';
     }
-    const auto n = static_cast<double>(cases.size());
-    cold_1 /= n;
-    cold_2 /= n;
-    prior_1 /= n;
-    prior_2 /= n;
-    inverted_1 /= n;
-    unrelated_1 /= n;
-    if (mixed_cases > 0) {
-      mixed_1 /= static_cast<double>(mixed_cases);
-      several_prior_1 /= static_cast<double>(mixed_cases);
-      several_cold_2 /= static_cast<double>(mixed_cases);
-    }
     std::cout << "  " << pad("mean over " + std::to_string(cases.size()) + " files", 52, true)
-              << pad(fixed(cold_1, 3), 9) << pad(fixed(cold_2, 3), 9) << pad(fixed(prior_1, 3), 9)
-              << pad(fixed(prior_2, 3), 9) << pad(fixed(inverted_1, 3), 9)
-              << pad(mixed_cases > 0 ? fixed(mixed_1, 3) : "-", 9) << pad(fixed(unrelated_1, 3), 9)
-              << " (mixed: over " << mixed_cases << ")\n";
-    std::cout << "  worst prior - cold at 1%: " << fixed(worst_prior, 4) << " (" << worst_prior_file
-              << "); inverted prior: " << fixed(worst_inverted, 4) << " (" << worst_inverted_file << ")";
-    if (mixed_cases > 0)
-      std::cout << "; mixed: " << fixed(worst_mixed, 4) << " (" << worst_mixed_file << ")";
-    std::cout << "; unrelated: " << fixed(worst_unrelated, 4) << " (" << worst_unrelated_file << ")\n";
-    if (mixed_cases > 0)
-      std::cout << "  over the " << mixed_cases << " files whose prior has several sources: prior 1% "
-                << fixed(several_prior_1, 4) << ", cold 2% " << fixed(several_cold_2, 4) << '\n';
+              << pad(fixed(cold_1.mean(), 3), 9) << pad(fixed(cold_2.mean(), 3), 9)
+              << pad(fixed(prior_1.mean(), 3), 9) << pad(fixed(prior_2.mean(), 3), 9)
+              << pad(fixed(inverted_1.mean(), 3), 9) << pad(mixed_1.n > 0 ? fixed(mixed_1.mean(), 3) : "-", 9)
+              << pad(fixed(unrelated_1.mean(), 3), 9) << " (mixed: over " << mixed_1.n << ")\n";
+    std::cout << "  worst prior - cold at 1%: " << fixed(prior_1.worst, 4) << " (" << prior_1.worst_file
+              << "); inverted prior: " << fixed(inverted_1.worst, 4) << " (" << inverted_1.worst_file << ")";
+    if (mixed_1.n > 0)
+      std::cout << "; mixed: " << fixed(mixed_1.worst, 4) << " (" << mixed_1.worst_file << ")";
+    std::cout << "; unrelated: " << fixed(unrelated_1.worst, 4) << " (" << unrelated_1.worst_file << ")\n";
+    if (mixed_1.n > 0)
+      std::cout << "  over the " << mixed_1.n << " files whose prior has several sources: prior 1% "
+                << fixed(several_prior_1.mean(), 4) << ", cold 2% " << fixed(several_cold_2.mean(), 4) << '\n';
   }
   auto rounded = [](double v) { return std::round(v * 1e4) / 1e4; };
   nlohmann::json prior_files_json = nlohmann::json::object();
@@ -635,20 +623,20 @@ int main(int argc, char** argv) {
       {"seed", seed},
       {"budget_basis", "valid_configs"},
       {"prior_strategy", prior_strategy},
-      {"frac_at_1pct_prior", rounded(prior_1)},
-      {"frac_at_2pct_prior", rounded(prior_2)},
-      {"frac_at_1pct_cold", rounded(cold_1)},
-      {"frac_at_2pct_cold", rounded(cold_2)},
-      {"worst_prior_minus_cold_1pct", rounded(worst_prior)},
-      {"worst_prior_file", worst_prior_file},
-      {"frac_at_1pct_inverted_prior", rounded(inverted_1)},
-      {"worst_inverted_minus_cold_1pct", rounded(worst_inverted)},
-      {"frac_at_1pct_mixed_prior", mixed_cases > 0 ? nlohmann::json(rounded(mixed_1)) : nlohmann::json(nullptr)},
-      {"worst_mixed_minus_cold_1pct", mixed_cases > 0 ? nlohmann::json(rounded(worst_mixed)) : nlohmann::json(nullptr)},
-      {"frac_at_1pct_unrelated_prior", rounded(unrelated_1)},
-      {"frac_at_1pct_prior_several_sources", mixed_cases > 0 ? nlohmann::json(rounded(several_prior_1)) : nlohmann::json(nullptr)},
-      {"frac_at_2pct_cold_several_sources", mixed_cases > 0 ? nlohmann::json(rounded(several_cold_2)) : nlohmann::json(nullptr)},
-      {"worst_unrelated_minus_cold_1pct", rounded(worst_unrelated)},
+      {"frac_at_1pct_prior", rounded(prior_1.mean())},
+      {"frac_at_2pct_prior", rounded(prior_2.mean())},
+      {"frac_at_1pct_cold", rounded(cold_1.mean())},
+      {"frac_at_2pct_cold", rounded(cold_2.mean())},
+      {"worst_prior_minus_cold_1pct", rounded(prior_1.worst_or_zero())},
+      {"worst_prior_file", prior_1.worst_file},
+      {"frac_at_1pct_inverted_prior", rounded(inverted_1.mean())},
+      {"worst_inverted_minus_cold_1pct", rounded(inverted_1.worst_or_zero())},
+      {"frac_at_1pct_mixed_prior", mixed_1.n > 0 ? nlohmann::json(rounded(mixed_1.mean())) : nlohmann::json(nullptr)},
+      {"worst_mixed_minus_cold_1pct", mixed_1.n > 0 ? nlohmann::json(rounded(mixed_1.worst)) : nlohmann::json(nullptr)},
+      {"frac_at_1pct_unrelated_prior", rounded(unrelated_1.mean())},
+      {"frac_at_1pct_prior_several_sources", mixed_1.n > 0 ? nlohmann::json(rounded(several_prior_1.mean())) : nlohmann::json(nullptr)},
+      {"frac_at_2pct_cold_several_sources", mixed_1.n > 0 ? nlohmann::json(rounded(several_cold_2.mean())) : nlohmann::json(nullptr)},
+      {"worst_unrelated_minus_cold_1pct", rounded(unrelated_1.worst_or_zero())},
       {"prior_files", prior_files_json},
       {"failed_evaluations", failures_json},
   };

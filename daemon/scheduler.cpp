@@ -891,7 +891,6 @@ void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::
   learn_batching(job, outcomes);
 }
 
-
 // A batch that failed as a whole (its deadline, a dead worker, an unreadable reply) says nothing
 // about any one config: each is compiled again alone, and only those results count.
 void Scheduler::on_batch_compiled(ActiveJob& job, const std::vector<std::size_t>& indices,
@@ -1309,17 +1308,11 @@ JobSearch Scheduler::search_record(const ActiveJob& job) {
 void Scheduler::finish(ActiveJob& job) {
   const JobRecord& rec = job.plan.record;
   account(job);
-  m_writer.submit("job " + std::to_string(rec.id) + "'s search record",
-                  [id = rec.id, search = search_record(job)](Store& store) {
-                    return store.set_job_search(id, search);
-                  },
-                  [id = rec.id](const Result<void>& r) {
-                    if (!r) KTUNE_LOG(warn) << "job " << id << ": cannot store its search record: " << r.error().message;
-                  });
   if (job.ok_rows.empty()) {
     m_writer.submit("job " + std::to_string(rec.id) + "'s timing",
-                    [id = rec.id, timing = job.timing](Store& store) {
-                      return store.set_job_timing(id, timing);
+                    [id = rec.id, timing = job.timing, search = search_record(job)](Store& store) -> Result<void> {
+                      if (auto r = store.set_job_timing(id, timing); !r) return r;
+                      return store.set_job_search(id, search);
                     },
                     [id = rec.id](const Result<void>& r) {
                       if (!r) KTUNE_LOG(warn) << "job " << id << ": cannot store its timing: " << r.error().message;
@@ -1409,7 +1402,7 @@ void Scheduler::finish(ActiveJob& job) {
   auto step = std::make_shared<std::string>();
   m_writer.submit(
       "job " + std::to_string(job_id) + "'s end",
-      [job_id, timing = job.timing, remeasured = std::move(remeasured),
+      [job_id, timing = job.timing, search = search_record(job), remeasured = std::move(remeasured),
        tie_indices = std::move(tie_indices), winner, winner_index, step](Store& store) mutable
       -> Result<void> {
         *step = "its rows";
@@ -1428,6 +1421,8 @@ void Scheduler::finish(ActiveJob& job) {
         };
         *step = "timing";
         if (auto r = store.set_job_timing(job_id, timing); !r) return r.error();
+        *step = "the search record";
+        if (auto r = store.set_job_search(job_id, search); !r) return r.error();
         *step = "a measurement of the finals";
         for (const auto& m : remeasured) {
           auto id = id_of(m.index);
