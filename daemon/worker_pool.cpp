@@ -20,10 +20,12 @@ namespace {
 
 constexpr auto k_term_grace = std::chrono::seconds(1);
 
-// A ktune-worker process as a pool endpoint.
+// A ktune-worker process as a pool endpoint. It is stopped only while a living stop guard holds
+// its group (`guard` is null unless the guard took it).
 class ProcessEndpoint final : public WorkerEndpoint {
 public:
-  explicit ProcessEndpoint(std::shared_ptr<WorkerProcess> process) : m_process(std::move(process)) {}
+  ProcessEndpoint(std::shared_ptr<WorkerProcess> process, std::shared_ptr<StopGuard> guard)
+      : m_process(std::move(process)), m_guard(std::move(guard)) {}
   void request(std::string_view op, nlohmann::json job, WorkerProcess::ReplyHandler on_reply,
                std::chrono::milliseconds deadline) override {
     m_process->request(op, std::move(job), std::move(on_reply), deadline);
@@ -34,7 +36,9 @@ public:
   }
   void terminate() override { m_process->terminate(); }
   void kill_group() override { m_process->kill_group(); }
-  void pause() override { m_process->pause(); }
+  void pause() override {
+    if (m_guard && m_guard->alive()) m_process->pause();
+  }
   void resume() override { m_process->resume(); }
   [[nodiscard]] std::chrono::milliseconds paused_time() const override {
     return m_process->paused_time();
@@ -43,6 +47,7 @@ public:
 
 private:
   std::shared_ptr<WorkerProcess> m_process;
+  std::shared_ptr<StopGuard> m_guard;
 };
 
 bool is_cuda_lane(const std::string& lane) { return lane.rfind("cuda", 0) == 0; }
@@ -164,10 +169,27 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
   }
   std::vector<std::string> env;
   if (is_cuda_lane(slot.lane)) env.push_back("CUDA_VISIBLE_DEVICES=" + visible_device(slot.lane));
+  if (slot.borrowed && !m_stop_guard && !m_stop_guard_failed) {
+    auto started = StopGuard::start(m_worker_path, *m_children);
+    if (started) {
+      m_stop_guard = std::move(*started);
+    } else {
+      m_stop_guard_failed = true;
+      KTUNE_LOG(warn) << started.error().message
+                      << "; the compile lent the bench CPU is not stopped while it measures";
+    }
+  }
   auto worker = WorkerProcess::spawn(
       m_io, *m_children, m_worker_path, slot.role, extra_args,
-      [on_exit = std::move(on_exit)](WorkerProcess&) { on_exit(); }, m_worker_idle, env);
+      [this, borrowed = slot.borrowed, on_exit = std::move(on_exit)](WorkerProcess& process) {
+        if (borrowed && m_stop_guard) m_stop_guard->release(process.pid());
+        on_exit();
+      },
+      m_worker_idle, env);
   if (!worker) return worker.error();
+  // A borrowed worker is stopped while the cpu lane measures, so the guard takes its group first.
+  std::shared_ptr<StopGuard> guard;
+  if (slot.borrowed && m_stop_guard && m_stop_guard->hold((*worker)->pid())) guard = m_stop_guard;
   cpu_set_t placement;
   CPU_ZERO(&placement);
   if (slot.borrowed && m_bench_cpu) {
@@ -186,7 +208,8 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
     KTUNE_LOG(debug) << "cannot set the affinity of compile worker " << (*worker)->pid() << ": "
                      << std::strerror(errno);
   }
-  return std::shared_ptr<WorkerEndpoint>(std::make_shared<ProcessEndpoint>(std::move(*worker)));
+  return std::shared_ptr<WorkerEndpoint>(
+      std::make_shared<ProcessEndpoint>(std::move(*worker), std::move(guard)));
 }
 
 void WorkerPool::fail_later(Work work, Error error) {

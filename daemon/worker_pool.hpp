@@ -21,12 +21,14 @@
 // waiting, one more compile worker, pinned to the bench CPU (`borrowed`), takes it. When the cpu
 // lane has a request to send while that worker compiles, the borrowed worker and its compilers
 // are stopped (SIGSTOP to its process group; its deadline stops too) and the request goes out at
-// once; they continue (SIGCONT) as soon as the cpu lane is idle again. The borrowed worker runs
-// at nice 19 besides. So a tune whose measurements outpace its compiles, or a CUDA tune,
+// once; they continue (SIGCONT) as soon as the cpu lane is idle again. A group is stopped only once
+// the stop guard (daemon/stop_guard.hpp) holds it, so that a ktuned killed meanwhile leaves no
+// stopped process behind. The borrowed worker runs at nice 19 besides. So a tune whose measurements outpace its compiles, or a CUDA tune,
 // compiles on every core, a measurement never waits for a compile, and it does not share its
 // CPU with one.
 #include "core/result.hpp"
 #include "core/unique_fd.hpp"
+#include "daemon/stop_guard.hpp"
 #include "daemon/worker_process.hpp"
 
 #include <sched.h>
@@ -255,6 +257,8 @@ private:
   std::string m_lock_dir;                  // "" = no cross-instance locks
   UniqueFd m_cpu_claim;                    // ktune-cpu<N>.claim of m_bench_cpu
   std::optional<cpu_set_t> m_compile_cpus; // every allowed CPU but the bench worker's
+  std::shared_ptr<StopGuard> m_stop_guard; // started with the first borrowed worker
+  bool m_stop_guard_failed = false;        // it could not be: borrowed compiles are not stopped
   std::map<std::string, Queue> m_queues;   // "" = compile pool, else a device's lane
   std::map<SlotKey, SlotTime> m_slot_times;
   std::map<std::string, LaneTime> m_lane_times;

@@ -1,4 +1,5 @@
 // ktune-worker --fd <N> --role compile|bench [--cpu <core>]: see worker/worker.hpp.
+#include "worker/stop_guard.hpp"
 #include "worker/worker.hpp"
 #include "worker/standalone.hpp"
 
@@ -15,9 +16,12 @@ constexpr const char* k_usage =
     "usage: ktune-worker --fd <N> --role compile|bench [--cpu <core>] [--memory-mb <MiB>]\n"
     "                    [--measure-lock <file>]\n"
     "       ktune-worker --run-repro <file>\n"
+    "       ktune-worker --stop-guard --fd <N>\n"
     "  --run-repro runs one candidate outside ktuned from a repro bundle's repro.json (ktune\n"
     "  repro; docs/operations.md): compiles it (and its reference), runs it, and prints\n"
-    "  \"status: <status> ...\" as ktuned would file it (ok, crash, timeout, mismatch, ...).\n";
+    "  \"status: <status> ...\" as ktuned would file it (ok, crash, timeout, mismatch, ...).\n"
+    "  --stop-guard is ktuned's: it kills the worker groups ktuned may stop, once ktuned exits\n"
+    "  (worker/stop_guard.hpp).\n";
 
 std::optional<int> parse_int(std::string_view text) {
   int value = 0;
@@ -41,6 +45,7 @@ int main(int argc, char** argv) {
   std::optional<int> cpu;
   std::optional<int> memory_mb;
   std::string measure_lock;
+  bool stop_guard = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -50,6 +55,10 @@ int main(int argc, char** argv) {
     if (arg == "--run-repro") {
       if (i + 1 >= argc) return usage_error("missing value after ", arg);
       return ktune::run_repro_file(argv[i + 1]);
+    }
+    if (arg == "--stop-guard") {
+      stop_guard = true;
+      continue;
     }
     if (arg != "--fd" && arg != "--role" && arg != "--cpu" && arg != "--memory-mb" &&
         arg != "--measure-lock")
@@ -71,6 +80,7 @@ int main(int argc, char** argv) {
     (arg == "--fd" ? fd : arg == "--cpu" ? cpu : memory_mb) = number;
   }
   if (!fd) return usage_error("--fd is required", "");
+  if (stop_guard) return ktune::run_stop_guard(*fd);
   if (!role) return usage_error("--role is required", "");
 
   if (auto prepared = ktune::prepare_worker_process(

@@ -15,6 +15,7 @@
 #include <csignal>
 #include <fcntl.h>
 #include <filesystem>
+#include <fstream>
 #include <poll.h>
 #include <sched.h>
 #include <set>
@@ -455,6 +456,62 @@ TEST_CASE("A worker dies with the process that started it", "[worker]") {
   const int status = parent.wait_exit();
   CHECK(WIFSIGNALED(status));
   CHECK(parent.closes_within(10'000));
+}
+
+TEST_CASE("The stop guard kills the stopped groups it holds once its stream closes, and no others",
+          "[worker]") {
+  // Two stopped `sleep`s, each the leader of its own group, as ktuned's borrowed compile is.
+  const auto stopped_group = [] {
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
+    std::string sleep_text = "sleep";
+    std::string seconds = "600";
+    char* argv[] = {sleep_text.data(), seconds.data(), nullptr};
+    pid_t pid = -1;
+    REQUIRE(::posix_spawnp(&pid, "sleep", nullptr, &attr, argv, environ) == 0);
+    posix_spawnattr_destroy(&attr);
+    REQUIRE(::kill(-pid, SIGSTOP) == 0);
+    return pid;
+  };
+  const pid_t held = stopped_group();
+  const pid_t released = stopped_group();
+  WorkerProcess guard({"--stop-guard", "--fd", "{fd}"});
+  guard.send_line("+" + std::to_string(held));
+  guard.send_line("+" + std::to_string(released));
+  guard.send_line("-" + std::to_string(released));
+  guard.send_line("+1");         // never init
+  guard.send_line("no number");  // ignored
+  // Once it ignores SIGTERM (its SigIgn mask in /proc), SIGTERM does not end it: its stream does.
+  const auto ignores_sigterm = [&guard] {
+    std::ifstream status_file("/proc/" + std::to_string(guard.pid()) + "/status");
+    for (std::string line; std::getline(status_file, line);) {
+      if (line.rfind("SigIgn:", 0) == 0) {
+        return ((std::stoull(line.substr(7), nullptr, 16) >> (SIGTERM - 1)) & 1) != 0;
+      }
+    }
+    return false;
+  };
+  for (int i = 0; i < 1000 && !ignores_sigterm(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(ignores_sigterm());
+  ::kill(guard.pid(), SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int status = 0;
+  CHECK(::waitpid(guard.pid(), &status, WNOHANG) == 0);
+
+  guard.close_socket();
+  status = guard.wait_exit();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  REQUIRE(::waitpid(held, &status, 0) == held);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+  CHECK(::waitpid(released, &status, WNOHANG) == 0);  // still there, still stopped
+  ::kill(-released, SIGKILL);
+  ::waitpid(released, &status, 0);
 }
 
 TEST_CASE("A bench worker checks a gemm candidate against the default config", "[worker]") {
