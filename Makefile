@@ -3,7 +3,8 @@
 #   make test   same setup, then the whole suite through ctest: the Catch2 tests, the CUDA
 #               compile check (every admitted config of every CUDA family for sm_80 and sm_90),
 #               the install, Python client and Debian package checks and, with clang, a short
-#               run of every libFuzzer target
+#               run of every libFuzzer target. A test without a TIMEOUT of its own is stopped
+#               after 300 s (CMakePresets.json): a hang fails that test instead of the run.
 #   make package  the Debian package build/release/ktune_<version>_<arch>.deb (CPack)
 JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory

@@ -234,6 +234,22 @@ bool alive(pid_t pid) {
   return false;
 }
 
+// Those of `family` still alive (not zombies) 10 s after ktuned's death, named ("" when none).
+// Reaps the children this process inherits meanwhile, if it is their reaper.
+std::string survivors(const std::vector<Proc>& family) {
+  std::string names;
+  const auto gone_by = std::chrono::steady_clock::now() + 10s;
+  do {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {}
+    names.clear();
+    for (const auto& p : family) {
+      if (alive(p.pid)) names += p.comm + " (pid " + std::to_string(p.pid) + ") ";
+    }
+    if (!names.empty()) std::this_thread::sleep_for(50ms);
+  } while (!names.empty() && std::chrono::steady_clock::now() < gone_by);
+  return names;
+}
+
 } // namespace
 
 TEST_CASE("kill -9 of ktuned during a compile leaves no compiler or worker behind",
@@ -260,18 +276,8 @@ TEST_CASE("kill -9 of ktuned during a compile leaves no compiler or worker behin
   REQUIRE(compiling);
   daemon.signal(SIGKILL);
   REQUIRE(daemon.wait_exit(10s).has_value());
-  std::vector<std::string> left;
-  const auto gone_by = std::chrono::steady_clock::now() + 10s;
-  do {
-    left.clear();
-    for (const auto& p : family) {
-      if (alive(p.pid)) left.push_back(p.comm + " (pid " + std::to_string(p.pid) + ")");
-    }
-    if (!left.empty()) std::this_thread::sleep_for(50ms);
-  } while (!left.empty() && std::chrono::steady_clock::now() < gone_by);
-  std::string names;
-  for (const auto& l : left) names += l + " ";
-  INFO("still running: " << names);
+  const std::string left = survivors(family);
+  INFO("still running: " << left);
   CHECK(left.empty());
 }
 
@@ -342,19 +348,8 @@ flush_cache = false
     }
     daemon.signal(SIGKILL);
     REQUIRE(daemon.wait_exit(10s).has_value());
-    std::vector<std::string> left;
-    const auto gone_by = std::chrono::steady_clock::now() + 10s;
-    do {
-      while (::waitpid(-1, nullptr, WNOHANG) > 0) {}
-      left.clear();
-      for (const auto& p : family) {
-        if (alive(p.pid)) left.push_back(p.comm + " (pid " + std::to_string(p.pid) + ")");
-      }
-      if (!left.empty()) std::this_thread::sleep_for(50ms);
-    } while (!left.empty() && std::chrono::steady_clock::now() < gone_by);
-    std::string names;
-    for (const auto& l : left) names += l + " ";
-    INFO("attempt " << attempt << ": still there: " << names);
+    const std::string left = survivors(family);
+    INFO("attempt " << attempt << ": still there: " << left);
     CHECK(left.empty());
   }
   // At least one kill landed while the compile was stopped (else this test proved nothing).
