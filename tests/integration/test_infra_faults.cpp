@@ -308,7 +308,8 @@ TEST_CASE("kill -9 of ktuned while a borrowed compile is stopped leaves nothing 
   } no_longer_reaper;
 
   TempDir home;
-  // Every measurement takes at least half a second: long stops of the borrowed compile.
+  // Every measurement takes half a second (no candidate is pruned or raced out early): long
+  // stops of the borrowed compile.
   home.write("ktuned.toml", R"(
 [daemon]
 compile_workers = 1
@@ -316,11 +317,13 @@ compile_workers = 1
 min_samples = 3
 min_time_s = 0.5
 max_time_s = 1
+prune_factor = 1000
+race_margin = 1000
 warmup_ms = 0
 flush_cache = false
 )");
   bool stopped_at_kill = false;
-  for (int attempt = 0; attempt < 5 && !stopped_at_kill; ++attempt) {
+  for (int attempt = 0; attempt < 4 && !stopped_at_kill; ++attempt) {
     DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
                                       "--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src"});
     REQUIRE(daemon.wait_ready(k_start_timeout));
@@ -333,7 +336,7 @@ flush_cache = false
     // Wait until one of its processes is stopped, then kill the daemon outright.
     std::vector<Proc> family;
     pid_t stopped = 0;
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
     while (stopped == 0 && std::chrono::steady_clock::now() < deadline) {
       family = descendants(daemon.pid());
       for (const auto& p : family) {
@@ -341,8 +344,7 @@ flush_cache = false
       }
       if (stopped == 0) std::this_thread::sleep_for(2ms);
     }
-    REQUIRE(stopped != 0);
-    // Stops last half a second or more: still stopped a few microseconds later, at the kill.
+    // Stops last half a second: one seen is still stopped a few microseconds later, at the kill.
     for (const auto& p : processes()) {
       if (p.pid == stopped && p.state == 'T') stopped_at_kill = true;
     }
