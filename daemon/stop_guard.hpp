@@ -32,7 +32,6 @@ public:
   [[nodiscard]] bool hold(pid_t pgid);
   void release(pid_t pgid);
   [[nodiscard]] bool alive() const { return *m_alive; }
-  [[nodiscard]] pid_t pid() const { return m_pid; }
 
 private:
   StopGuard(UniqueFd fd, pid_t pid, std::shared_ptr<bool> alive)

@@ -21,11 +21,11 @@
 // waiting, one more compile worker, pinned to the bench CPU (`borrowed`), takes it. When the cpu
 // lane has a request to send while that worker compiles, the borrowed worker and its compilers
 // are stopped (SIGSTOP to its process group; its deadline stops too) and the request goes out at
-// once; they continue (SIGCONT) as soon as the cpu lane is idle again. A group is stopped only once
-// the stop guard (daemon/stop_guard.hpp) holds it, so that a ktuned killed meanwhile leaves no
-// stopped process behind. The borrowed worker runs at nice 19 besides. So a tune whose measurements outpace its compiles, or a CUDA tune,
-// compiles on every core, a measurement never waits for a compile, and it does not share its
-// CPU with one.
+// once; they continue (SIGCONT) as soon as the cpu lane is idle again. A group is stopped only
+// while the stop guard (daemon/stop_guard.hpp) holds it, so that a ktuned killed meanwhile leaves
+// no stopped process behind. The borrowed worker runs at nice 19 besides. So a tune whose
+// measurements outpace its compiles, or a CUDA tune, compiles on every core, a measurement never
+// waits for a compile, and it does not share its CPU with one.
 #include "core/result.hpp"
 #include "core/unique_fd.hpp"
 #include "daemon/stop_guard.hpp"
