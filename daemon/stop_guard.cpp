@@ -3,72 +3,33 @@
 #include "daemon/log.hpp"
 
 #include <cerrno>
-#include <csignal>
 #include <cstring>
 #include <fcntl.h>
-#include <spawn.h>
 #include <string>
 #include <unistd.h>
-#include <vector>
 
 extern char** environ;
 
 namespace ktune::daemon {
 
-namespace {
-
-Error guard_error(const std::string& path, const std::string& what, int err) {
-  return make_error(k_spawn_error, "cannot start the stop guard " + path + " --stop-guard: " +
-                                       what + ": " + std::strerror(err));
-}
-
-} // namespace
-
 Result<std::shared_ptr<StopGuard>> StopGuard::start(const std::string& worker_path,
                                                     ChildWatch& children) {
+  const std::string name = "the stop guard " + worker_path + " --stop-guard";
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return guard_error(worker_path, "pipe", errno);
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    return make_error(k_spawn_error, "cannot start " + name + ": pipe: " + std::strerror(errno));
+  }
   UniqueFd read_end(fds[0]);
   UniqueFd write_end(fds[1]);
-  if (read_end.get() == 3) {  // dup2(3, 3) would keep FD_CLOEXEC set
-    read_end = UniqueFd(::fcntl(read_end.get(), F_DUPFD_CLOEXEC, 10));
-    if (!read_end.valid()) return guard_error(worker_path, "fcntl", errno);
-  }
   const int flags = ::fcntl(write_end.get(), F_GETFL);
   if (flags < 0 || ::fcntl(write_end.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
-    return guard_error(worker_path, "fcntl", errno);
+    return make_error(k_spawn_error, "cannot start " + name + ": fcntl: " + std::strerror(errno));
   }
-
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawnattr_init(&attr);
-  sigset_t all_signals;
-  sigset_t no_signals;
-  sigfillset(&all_signals);
-  sigemptyset(&no_signals);
-  int rc = posix_spawn_file_actions_adddup2(&actions, read_end.get(), 3);
-  if (rc == 0) rc = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  if (rc == 0) rc = posix_spawn_file_actions_addclosefrom_np(&actions, 4);
   // Its own group: neither a terminal's signals to ktuned's group nor a stop reach it.
-  if (rc == 0) {
-    rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
-                                             POSIX_SPAWN_SETSIGMASK);
-  }
-  if (rc == 0) rc = posix_spawnattr_setpgroup(&attr, 0);
-  if (rc == 0) rc = posix_spawnattr_setsigdefault(&attr, &all_signals);
-  if (rc == 0) rc = posix_spawnattr_setsigmask(&attr, &no_signals);
-  pid_t pid = -1;
-  if (rc == 0) {
-    std::vector<std::string> args = {worker_path, "--stop-guard", "--fd", "3"};
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    rc = ::posix_spawn(&pid, worker_path.c_str(), &actions, &attr, argv.data(), environ);
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return guard_error(worker_path, "posix_spawn", rc);
+  auto spawned = spawn_group_leader(name, {worker_path, "--stop-guard", "--fd", "3"}, environ,
+                                    read_end.get());
+  if (!spawned) return spawned.error();
+  const pid_t pid = *spawned;
 
   auto alive = std::make_shared<bool>(true);
   children.watch(pid, [alive, pid](int wait_status) {

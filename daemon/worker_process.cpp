@@ -44,12 +44,55 @@ struct SpawnSetup {
   SpawnSetup& operator=(const SpawnSetup&) = delete;
 };
 
-Error spawn_error(const std::string& path, const std::string& what, int err) {
-  return make_error(k_spawn_error, "cannot start worker " + path + ": " + what + ": " +
+Error spawn_error(const std::string& name, const std::string& what, int err) {
+  return make_error(k_spawn_error, "cannot start " + name + ": " + what + ": " +
                                        std::strerror(err));
 }
 
 } // namespace
+
+Result<pid_t> spawn_group_leader(const std::string& name, std::vector<std::string> argv,
+                                 char** envp, int fd3, int fd2) {
+  // dup2(n, n) would keep FD_CLOEXEC set, and a descriptor at 0-3 could be overwritten by the
+  // other dup2s: those given that low are copied out of the way first.
+  UniqueFd moved3;
+  UniqueFd moved2;
+  const auto out_of_the_way = [&](int& fd, UniqueFd& moved) {
+    if (fd < 0 || fd > 3) return true;
+    moved = UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 10));
+    fd = moved.get();
+    return moved.valid();
+  };
+  if (!out_of_the_way(fd3, moved3) || !out_of_the_way(fd2, moved2)) {
+    return spawn_error(name, "fcntl", errno);
+  }
+
+  SpawnSetup setup;
+  int rc = posix_spawn_file_actions_adddup2(&setup.actions, fd3, 3);
+  if (rc == 0 && fd2 >= 0) rc = posix_spawn_file_actions_adddup2(&setup.actions, fd2, 2);
+  if (rc == 0) rc = posix_spawn_file_actions_addopen(&setup.actions, 0, "/dev/null", O_RDONLY, 0);
+  if (rc == 0) rc = posix_spawn_file_actions_addclosefrom_np(&setup.actions, 4);
+  if (rc != 0) return spawn_error(name, "posix_spawn_file_actions", rc);
+
+  sigset_t all_signals;
+  sigset_t no_signals;
+  sigfillset(&all_signals);
+  sigemptyset(&no_signals);
+  rc = posix_spawnattr_setflags(&setup.attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
+                                                 POSIX_SPAWN_SETSIGMASK);
+  if (rc == 0) rc = posix_spawnattr_setpgroup(&setup.attr, 0);
+  if (rc == 0) rc = posix_spawnattr_setsigdefault(&setup.attr, &all_signals);
+  if (rc == 0) rc = posix_spawnattr_setsigmask(&setup.attr, &no_signals);
+  if (rc != 0) return spawn_error(name, "posix_spawnattr", rc);
+
+  std::vector<char*> args;
+  for (auto& arg : argv) args.push_back(arg.data());
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  rc = ::posix_spawn(&pid, argv.at(0).c_str(), &setup.actions, &setup.attr, args.data(), envp);
+  if (rc != 0) return spawn_error(name, "posix_spawn", rc);
+  return pid;
+}
 
 std::string_view to_string(WorkerRole role) {
   return role == WorkerRole::compile ? "compile" : "bench";
@@ -94,51 +137,20 @@ Result<std::shared_ptr<WorkerProcess>> WorkerProcess::spawn(
     asio::io_context& io, ChildWatch& children, const std::string& path, WorkerRole role,
     const std::vector<std::string>& extra_args, ExitHandler on_exit,
     std::chrono::milliseconds idle_timeout, const std::vector<std::string>& extra_env) {
+  const std::string name = "worker " + path;
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-    return spawn_error(path, "socketpair", errno);
+    return spawn_error(name, "socketpair", errno);
   }
   UniqueFd ours(sv[0]);
   UniqueFd theirs(sv[1]);
-  if (theirs.get() == 3) {
-    // dup2(3, 3) would keep FD_CLOEXEC set: move it out of the way first.
-    theirs = UniqueFd(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 10));
-    if (!theirs.valid()) return spawn_error(path, "fcntl", errno);
-  }
-
   int err_pipe[2];
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return spawn_error(path, "pipe", errno);
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return spawn_error(name, "pipe", errno);
   UniqueFd err_read(err_pipe[0]);
   UniqueFd err_write(err_pipe[1]);
-  if (err_write.get() <= 3) {
-    err_write = UniqueFd(::fcntl(err_write.get(), F_DUPFD_CLOEXEC, 10));
-    if (!err_write.valid()) return spawn_error(path, "fcntl", errno);
-  }
-
-  SpawnSetup setup;
-  int rc = posix_spawn_file_actions_adddup2(&setup.actions, theirs.get(), 3);
-  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&setup.actions, err_write.get(), 2);
-  if (rc == 0) rc = posix_spawn_file_actions_addopen(&setup.actions, 0, "/dev/null", O_RDONLY, 0);
-  if (rc == 0) rc = posix_spawn_file_actions_addclosefrom_np(&setup.actions, 4);
-  if (rc != 0) return spawn_error(path, "posix_spawn_file_actions", rc);
-
-  sigset_t all_signals;
-  sigset_t no_signals;
-  sigfillset(&all_signals);
-  sigemptyset(&no_signals);
-  rc = posix_spawnattr_setflags(&setup.attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
-                                                 POSIX_SPAWN_SETSIGMASK);
-  if (rc == 0) rc = posix_spawnattr_setpgroup(&setup.attr, 0);
-  if (rc == 0) rc = posix_spawnattr_setsigdefault(&setup.attr, &all_signals);
-  if (rc == 0) rc = posix_spawnattr_setsigmask(&setup.attr, &no_signals);
-  if (rc != 0) return spawn_error(path, "posix_spawnattr", rc);
 
   std::vector<std::string> args = {path, "--fd", "3", "--role", std::string(to_string(role))};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  std::vector<char*> argv;
-  for (auto& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> env_entries;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -153,8 +165,10 @@ Result<std::shared_ptr<WorkerProcess>> WorkerProcess::spawn(
   std::vector<char*> envp;
   for (auto& entry : env_entries) envp.push_back(entry.data());
   envp.push_back(nullptr);
-  rc = ::posix_spawn(&pid, path.c_str(), &setup.actions, &setup.attr, argv.data(), envp.data());
-  if (rc != 0) return spawn_error(path, "posix_spawn", rc);
+  auto spawned = spawn_group_leader(name, std::move(args), envp.data(), theirs.get(),
+                                    err_write.get());
+  if (!spawned) return spawned.error();
+  const pid_t pid = *spawned;
   theirs.reset();
   err_write.reset();
 

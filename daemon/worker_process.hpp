@@ -60,6 +60,14 @@ private:
   std::map<pid_t, OnExit> m_watched;
 };
 
+// How ktuned starts its helper processes (workers, the stop guard): `argv` (argv[0] the program)
+// with `envp`, as the leader of a process group of its own, every signal at its default and none
+// blocked, stdin /dev/null, `fd3` as its descriptor 3 and `fd2`, when >= 0, as its stderr (else
+// ktuned's); nothing else above 3 stays open. `name` ("worker /path") starts the error message.
+[[nodiscard]] Result<pid_t> spawn_group_leader(const std::string& name,
+                                               std::vector<std::string> argv, char** envp,
+                                               int fd3, int fd2 = -1);
+
 // "killed by SIGSEGV (Segmentation fault)", "exited with status 3".
 [[nodiscard]] std::string describe_wait_status(int wait_status);
 

@@ -2,6 +2,7 @@
 #include "daemon/worker_pool.hpp"
 #include "daemon/worker_process.hpp"
 
+#include "tests/support/process_state.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -221,14 +222,6 @@ std::shared_ptr<WorkerProcess> script_worker(Harness& h, const test::TempDir& di
   return spawned.value();
 }
 
-// The state letter of process `pid` in /proc/<pid>/stat ('T' when stopped); '?' if unreadable.
-char process_state(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto close = stat.rfind(')');
-  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
-}
-
 } // namespace
 
 TEST_CASE("a paused request takes no CPU and is not killed for the time it was stopped",
@@ -253,7 +246,7 @@ TEST_CASE("a paused request takes no CPU and is not killed for the time it was s
   asio::steady_timer stopped(h.io, std::chrono::milliseconds(1500));
   char state_while_paused = '?';
   stopped.async_wait([&](const boost::system::error_code&) {
-    state_while_paused = process_state(worker->pid());
+    state_while_paused = test::process_state(worker->pid());
     worker->resume();
   });
   while (!reply && h.io.run_one_for(std::chrono::seconds(10)) > 0) {
@@ -313,7 +306,7 @@ TEST_CASE("a worker stopped right after writing its reply is continued when the 
   }
   REQUIRE(first.has_value());
   CHECK_FALSE(worker->paused());
-  CHECK(process_state(worker->pid()) != 'T');
+  CHECK(test::process_state(worker->pid()) != 'T');
   worker->request("compile", nlohmann::json::object(),
                   [&](Result<nlohmann::json> r) { second = std::move(r); },
                   std::chrono::milliseconds(5000));

@@ -5,6 +5,7 @@
 #include "db/store.hpp"
 #include "tests/cuda/skip.hpp"
 #include "tests/integration/daemon_process.hpp"
+#include "tests/support/process_state.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -345,9 +346,7 @@ flush_cache = false
       if (stopped == 0) std::this_thread::sleep_for(2ms);
     }
     // Stops last half a second: one seen is still stopped a few microseconds later, at the kill.
-    for (const auto& p : processes()) {
-      if (p.pid == stopped && p.state == 'T') stopped_at_kill = true;
-    }
+    if (stopped != 0 && ktune::test::process_state(stopped) == 'T') stopped_at_kill = true;
     daemon.signal(SIGKILL);
     REQUIRE(daemon.wait_exit(10s).has_value());
     const std::string left = survivors(family);

@@ -6,6 +6,7 @@
 #include "client/client.hpp"
 #include "db/store.hpp"
 #include "tests/integration/daemon_process.hpp"
+#include "tests/support/process_state.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -16,7 +17,6 @@
 #include <fcntl.h>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <map>
 #include <set>
 #include <spawn.h>
@@ -166,15 +166,10 @@ int read_pid(const std::string& path) {
 // Whether `pid` has exited within `timeout`. An exited daemon this test did not start (autostart
 // detaches it) is its reaper's to collect, which may take its time: a zombie counts as gone.
 bool wait_gone(int pid, std::chrono::seconds timeout) {
-  const auto zombie = [pid] {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const auto close = text.rfind(')');
-    return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
-  };
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
-    if ((::kill(pid, 0) != 0 && errno == ESRCH) || zombie()) return true;
+    const bool exited = ::kill(pid, 0) != 0 && errno == ESRCH;
+    if (exited || ktune::test::process_state(pid) == 'Z') return true;
     std::this_thread::sleep_for(20ms);
   }
   return false;
