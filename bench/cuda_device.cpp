@@ -3,6 +3,7 @@
 #include "core/hash.hpp"
 #include "core/protocol.hpp"
 #include "cuda/cuda_api.hpp"
+#include "cuda/nvml.hpp"
 
 #include <cstdlib>
 
@@ -44,9 +45,9 @@ DeviceInfo cuda_device_from(const CudaDeviceProperties& props) {
   return info;
 }
 
-std::string cuda_uuid_string(const unsigned char (&bytes)[16]) {
+std::string cuda_uuid_string(const unsigned char (&bytes)[16], UuidKind kind) {
   static constexpr char k_hex[] = "0123456789abcdef";
-  std::string out = "GPU-";
+  std::string out = kind == UuidKind::mig ? "MIG-" : "GPU-";
   for (int i = 0; i < 16; ++i) {
     if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
     out += k_hex[bytes[i] >> 4];
@@ -90,6 +91,7 @@ Result<CudaDeviceProperties> query_cuda_device(int ordinal) {
     unsigned char uuid_bytes[16];
     for (int i = 0; i < 16; ++i) uuid_bytes[i] = static_cast<unsigned char>(uuid.bytes[i]);
     props.uuid = cuda_uuid_string(uuid_bytes);
+    if (cuda::uuid_is_mig(props.uuid.substr(4))) props.uuid = cuda_uuid_string(uuid_bytes, UuidKind::mig);
     props.cc_major = attribute(drv, device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
     props.cc_minor = attribute(drv, device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     props.sm_count = attribute(drv, device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);

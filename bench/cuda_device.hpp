@@ -22,7 +22,8 @@ struct CudaDeviceProperties {
   int driver_version = 0;    // cuDriverGetVersion: 1000 * major + 10 * minor
   std::string nvrtc_version; // "13.0"; "none" when libnvrtc cannot be loaded
   std::string uuid;          // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx": this board, as nvidia-smi
-                             // names it (not part of the fingerprint: boards of a model share it)
+                             // names it ("MIG-..." for a MIG instance, cuda::uuid_is_mig); not
+                             // part of the fingerprint: boards of a model share it
 
   // Launch limits (not part of the fingerprint: they follow from the model).
   int max_threads_per_block = 0;
@@ -36,9 +37,10 @@ struct CudaDeviceProperties {
 [[nodiscard]] std::string cuda_arch(int cc_major, int cc_minor);
 // "13.0" for 13000.
 [[nodiscard]] std::string cuda_version_string(int version);
-// "GPU-" and the 16 bytes of a CUuuid as lowercase hex grouped 8-4-4-4-12, as nvidia-smi and
-// CUDA_VISIBLE_DEVICES write a board's UUID.
-[[nodiscard]] std::string cuda_uuid_string(const unsigned char (&bytes)[16]);
+// The 16 bytes of a CUuuid as lowercase hex grouped 8-4-4-4-12, prefixed as nvidia-smi and
+// CUDA_VISIBLE_DEVICES write it: "GPU-" for a board, "MIG-" for a MIG instance.
+enum class UuidKind { board, mig };
+[[nodiscard]] std::string cuda_uuid_string(const unsigned char (&bytes)[16], UuidKind kind = UuidKind::board);
 
 // The DeviceInfo of `props`. Pure. name = "cuda:<ordinal>"; details =
 // {"kind":"cuda","name":..,"compute_capability":"9.0","arch":"sm_90","sm_count":..,

@@ -1,9 +1,11 @@
 #include "bench/cuda_runner.hpp"
 
+#include "bench/cuda_timing.hpp"
 #include "bench/host_buffers.hpp"
 #include "bench/sampler.hpp"
 #include "core/protocol.hpp"
 #include "cuda/cuda_api.hpp"
+#include "cuda/nvml.hpp"
 
 #include <sys/stat.h>
 
@@ -161,10 +163,29 @@ struct DeviceArg {
 
 using Snapshot = std::vector<std::vector<unsigned char>>; // one per arg; empty unless an output
 
+// One more copy of every buffer arg, for a batch that rotates over argument sets
+// (bench/cuda_timing.hpp): no guards, contents copied from the first set when made.
+struct ExtraSet {
+  std::vector<DeviceMemory> memory;   // one per buffer arg, in arg order
+  std::vector<CUdeviceptr> pointers;  // one per arg (0 for scalars): what the kernel receives
+  std::vector<void*> params;          // cuLaunchKernel's kernelParams for this set
+};
+
 struct DeviceArgs {
   std::vector<DeviceArg> args;
   std::vector<void*> params;                                // cuLaunchKernel's kernelParams
   std::vector<std::pair<std::string, Snapshot>> references; // reference identity -> outputs
+  std::vector<std::unique_ptr<ExtraSet>> extra_sets;        // sets 1.. of a rotating batch
+
+  [[nodiscard]] std::size_t set_bytes() const {
+    std::size_t bytes = 0;
+    for (const auto& slot : args) bytes += slot.is_buffer() ? slot.bytes : 0;
+    return bytes;
+  }
+  // kernelParams of argument set `i` (0: the checked set).
+  [[nodiscard]] void** params_of(int i) {
+    return i == 0 ? params.data() : extra_sets[static_cast<std::size_t>(i - 1)]->params.data();
+  }
 };
 
 
@@ -211,6 +232,7 @@ struct CudaRunner::State {
   // Declaration order is destruction order reversed: the context outlives every owner.
   DeviceContext ctx;
   CudaDeviceProperties props;
+  std::string name; // the device as the daemon names it ("cuda:3"), in every message
   std::size_t flush_bytes = 0;
   std::optional<PrimaryContext> primary;
   std::optional<Stream> stream;
@@ -221,6 +243,11 @@ struct CudaRunner::State {
   std::string args_key;
   std::unique_ptr<DeviceArgs> args;
   std::string lost_reason;
+  std::unique_ptr<cuda::NvmlClocks> clocks;
+  std::optional<Module> spin_module; // k_spin_ptx, loaded once; none when the driver refused it
+  CUfunction spin = nullptr;
+  std::string spin_error;
+  double enqueue_us = 20; // host time the last sample took to queue: sizes the next spin
 
   [[nodiscard]] const DriverApi& drv() const { return *ctx.drv; }
 
@@ -287,8 +314,7 @@ struct CudaRunner::State {
       } catch (const CudaCallError& error) {
         if (error.code() != CUDA_ERROR_OUT_OF_MEMORY) throw;
         throw CandidateFailure{CandidateStatus::runtime_error,
-                               where + ": cannot allocate " + std::to_string(slot.bytes) + " bytes on cuda:" +
-                                   std::to_string(props.ordinal) + " (" + error.summary() + ")"};
+                               where + ": cannot allocate " + std::to_string(slot.bytes) + " bytes on " + name + " (" + error.summary() + ")"};
       }
       slot.data = slot.memory->get() + k_guard_bytes;
       if (slot.kind == ArgKind::inout) {
@@ -300,7 +326,7 @@ struct CudaRunner::State {
           if (error.code() != CUDA_ERROR_OUT_OF_MEMORY) throw;
           throw CandidateFailure{CandidateStatus::runtime_error,
                                  where + ": cannot allocate the " + std::to_string(slot.bytes) +
-                                     "-byte pristine copy on cuda:" + std::to_string(props.ordinal) + " (" +
+                                     "-byte pristine copy on " + name + " (" +
                                      error.summary() + ")"};
         }
         KTUNE_CU(drv(), cuMemcpyHtoD(slot.pristine->get(), slot.initial->data(), slot.bytes));
@@ -395,7 +421,7 @@ struct CudaRunner::State {
       module.emplace(ctx, *image);
     } catch (const CudaCallError& error) {
       if (cuda::is_fatal_error(error.code())) throw;
-      std::string reason = what + ": cannot load " + path + " on cuda:" + std::to_string(props.ordinal) +
+      std::string reason = what + ": cannot load " + path + " on " + name +
                            " (" + cuda_arch(props.cc_major, props.cc_minor) + "): " + error.summary();
       if (error.code() == CUDA_ERROR_NO_BINARY_FOR_GPU || error.code() == CUDA_ERROR_INVALID_IMAGE) {
         reason += "; the CUBIN was compiled for another architecture";
@@ -436,7 +462,7 @@ struct CudaRunner::State {
     if (threads > props.max_threads_per_block) {
       throw CandidateFailure{CandidateStatus::launch_error,
                              what + ": block of " + std::to_string(threads) +
-                                 " threads: cuda:" + std::to_string(props.ordinal) + " allows at most " +
+                                 " threads: " + name + " allows at most " +
                                  std::to_string(props.max_threads_per_block)};
     }
     const int function_max = function_attribute(function, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
@@ -452,7 +478,7 @@ struct CudaRunner::State {
           CandidateStatus::launch_error,
           what + ": " + std::to_string(shared_total) + " bytes of shared memory per block (" +
               std::to_string(resources.shared_bytes) + " static + " + std::to_string(launch.shared_bytes) +
-              " dynamic): cuda:" + std::to_string(props.ordinal) + " allows at most " +
+              " dynamic): " + name + " allows at most " +
               std::to_string(props.max_shared_bytes_per_block_optin)};
     }
     if (shared_total > props.max_shared_bytes_per_block) {
@@ -462,11 +488,7 @@ struct CudaRunner::State {
   }
 
   void launch(CUfunction function, const CudaLaunch& l, DeviceArgs& set) {
-    KTUNE_CU(drv(), cuLaunchKernel(function, static_cast<unsigned>(l.grid[0]),
-                                   static_cast<unsigned>(l.grid[1]), static_cast<unsigned>(l.grid[2]),
-                                   static_cast<unsigned>(l.block[0]), static_cast<unsigned>(l.block[1]),
-                                   static_cast<unsigned>(l.block[2]), static_cast<unsigned>(l.shared_bytes),
-                                   stream->get(), set.params.data(), nullptr));
+    launch_with(function, l, set.params.data());
   }
 
   std::string guard_reason(const DeviceArg& slot) {
@@ -474,12 +496,45 @@ struct CudaRunner::State {
            std::string(to_string(slot.dtype)) + ")";
   }
 
-  const Snapshot& reference_for(const BenchJob& job, DeviceArgs& set, const CudaLaunch& reference_launch) {
+  // `module` is the caller's, declared outside its try block: a module unloaded while a fatal
+  // error unwinds would fail (and log) before the context is known to be lost.
+  std::string input_reason(const DeviceArg& slot) {
+    return "wrote outside its outputs: input '" + slot.name + "' changed";
+  }
+
+  void forget_args() {
+    args.reset();
+    args_key.clear();
+  }
+
+  // BenchOutcome::conditions of a CUDA measurement (docs/gpu.md § Timing).
+  nlohmann::json conditions(const TimingPlan& plan, double single_launch_ms, double warmed_ms,
+                            const cuda::ClockReading& before, const cuda::ClockReading& after) const {
+    nlohmann::json c{{"timing", plan.batched() ? "batch" : "events"},
+                     {"launches_per_sample", plan.launches},
+                     {"argument_sets", plan.sets},
+                     {"single_launch_ms", single_launch_ms},
+                     {"spin", spin != nullptr},
+                     {"warmup_ms", warmed_ms}};
+    if (spin == nullptr) c["spin_error"] = spin_error;
+    if (before.known && after.known) {
+      c["clocks"] = "nvml";
+      c["sm_mhz"] = {before.sm_mhz, after.sm_mhz};
+      c["mem_mhz"] = {before.mem_mhz, after.mem_mhz};
+      c["clock_events"] = cuda::clock_event_names(before.events | after.events);
+    } else {
+      c["clocks"] = "unknown";
+      c["clocks_reason"] = clocks ? clocks->reason() : std::string("no reading");
+    }
+    return c;
+  }
+
+  const Snapshot& reference_for(const BenchJob& job, DeviceArgs& set, const CudaLaunch& reference_launch,
+                                std::optional<Module>& module) {
     const std::string identity = reference_identity(job.reference_path);
     for (const auto& [id, outputs] : set.references) {
       if (id == identity) return outputs;
     }
-    std::optional<Module> module;
     const CUfunction function = load_function(module, job.reference_path, job.entry, "reference");
     prepare_launch(function, reference_launch, resources_of(function, job.entry), "reference");
     reset_for_check(set);
@@ -524,6 +579,124 @@ struct CudaRunner::State {
     flush.emplace(ctx, flush_bytes);
   }
 
+  // The first `in` buffer whose device contents differ from the inputs it was given: a candidate
+  // that wrote outside its outputs (issue: the next candidates must not be blamed for it).
+  const DeviceArg* changed_input(const DeviceArgs& set) {
+    std::vector<unsigned char> now;
+    for (const auto& slot : set.args) {
+      if (slot.kind != ArgKind::in || !slot.initial) continue;
+      now.resize(slot.bytes);
+      KTUNE_CU(drv(), cuMemcpyDtoH(now.data(), slot.data, slot.bytes));
+      if (std::memcmp(now.data(), slot.initial->data(), slot.bytes) != 0) return &slot;
+    }
+    return nullptr;
+  }
+
+  // Device memory a rotating batch's extra sets may take: a quarter of what is free, at most 2 GiB.
+  std::size_t extra_set_budget() {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    KTUNE_CU(drv(), cuMemGetInfo(&free_bytes, &total_bytes));
+    return std::min(free_bytes / 4, std::size_t{2} << 30);
+  }
+
+  // Makes sure `set` has sets 1 .. sets - 1, each a copy of set 0's buffers as they are now.
+  void ensure_extra_sets(DeviceArgs& set, int sets) {
+    while (static_cast<int>(set.extra_sets.size()) + 1 < sets) {
+      auto extra = std::make_unique<ExtraSet>();
+      extra->pointers.assign(set.args.size(), 0);
+      for (std::size_t i = 0; i < set.args.size(); ++i) {
+        const DeviceArg& slot = set.args[i];
+        if (!slot.is_buffer()) continue;
+        extra->memory.emplace_back(ctx, slot.bytes);
+        extra->pointers[i] = extra->memory.back().get();
+        KTUNE_CU(drv(), cuMemcpyDtoDAsync(extra->pointers[i], slot.data, slot.bytes, stream->get()));
+      }
+      for (std::size_t i = 0; i < set.args.size(); ++i) {
+        DeviceArg& slot = set.args[i];
+        extra->params.push_back(slot.is_buffer() ? static_cast<void*>(&extra->pointers[i])
+                                                 : static_cast<void*>(slot.scalar));
+      }
+      set.extra_sets.push_back(std::move(extra));
+    }
+    sync();
+  }
+
+  // Queues the restore of every inout buffer of sets 0 .. sets - 1 from its pristine copy.
+  void restore_sets(DeviceArgs& set, int sets) {
+    restore_inouts(set);
+    for (int k = 1; k < sets; ++k) {
+      const ExtraSet& extra = *set.extra_sets[static_cast<std::size_t>(k - 1)];
+      for (std::size_t i = 0; i < set.args.size(); ++i) {
+        const DeviceArg& slot = set.args[i];
+        if (slot.pristine) {
+          KTUNE_CU(drv(), cuMemcpyDtoDAsync(extra.pointers[i], slot.pristine->get(), slot.bytes,
+                                            stream->get()));
+        }
+      }
+    }
+  }
+
+  void launch_with(CUfunction function, const CudaLaunch& l, void** params) {
+    KTUNE_CU(drv(), cuLaunchKernel(function, static_cast<unsigned>(l.grid[0]),
+                                   static_cast<unsigned>(l.grid[1]), static_cast<unsigned>(l.grid[2]),
+                                   static_cast<unsigned>(l.block[0]), static_cast<unsigned>(l.block[1]),
+                                   static_cast<unsigned>(l.block[2]), static_cast<unsigned>(l.shared_bytes),
+                                   stream->get(), params, nullptr));
+  }
+
+  // One sample (docs/gpu.md § Timing): untimed and in stream order, the inout restore, the L2
+  // flush and the spin; then the start event, `plan.launches` launches rotating over `plan.sets`
+  // argument sets, the stop event. Returns the time per launch in ms.
+  double timed_sample(CUfunction function, const CudaLaunch& geometry, DeviceArgs& set,
+                      const TimingPlan& plan, const BenchJob& job) {
+    if (job.inplace) restore_sets(set, plan.sets);
+    if (job.settings.flush_cache) {
+      KTUNE_CU(drv(), cuMemsetD8Async(flush->get(), static_cast<unsigned char>(++flush_round & 0xff),
+                                      flush_bytes, stream->get()));
+    }
+    const auto queued = Clock::now();
+    if (spin != nullptr) {
+      unsigned long long spin_ns = spin_ns_for(enqueue_us);
+      void* spin_params[] = {&spin_ns};
+      KTUNE_CU(drv(), cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream->get(), spin_params, nullptr));
+    }
+    KTUNE_CU(drv(), cuEventRecord(start->get(), stream->get()));
+    for (int i = 0; i < plan.launches; ++i) launch_with(function, geometry, set.params_of(i % plan.sets));
+    KTUNE_CU(drv(), cuEventRecord(stop->get(), stream->get()));
+    enqueue_us = std::chrono::duration<double, std::micro>(Clock::now() - queued).count();
+    KTUNE_CU(drv(), cuEventSynchronize(stop->get()));
+    float ms = 0;
+    KTUNE_CU(drv(), cuEventElapsedTime(&ms, start->get(), stop->get()));
+    return static_cast<double>(ms) / plan.launches;
+  }
+
+  // Warm-up (docs/gpu.md § Timing): launches for at least warmup_ms, and on until the SM clock
+  // has settled (three readings 10 ms apart within 1%) or k_max_settle_ms more have passed. NVML
+  // absent: warmup_ms only. Returns the warm-up's length in ms.
+  double warm_up(CUfunction function, const CudaLaunch& geometry, DeviceArgs& set, const BenchJob& job) {
+    constexpr double k_max_settle_ms = 2000;
+    constexpr double k_reading_every_ms = 10;
+    const double warmup_ms = job.settings.warmup_ms;
+    const bool watch = clocks && clocks->available() && warmup_ms > 0;
+    std::vector<cuda::ClockReading> readings;
+    const auto begin = Clock::now();
+    auto last_reading = begin;
+    while (true) {
+      const double elapsed = elapsed_ms(begin, Clock::now());
+      if (elapsed >= warmup_ms &&
+          (!watch || cuda::clocks_settled(readings) || elapsed >= warmup_ms + k_max_settle_ms)) {
+        return elapsed;
+      }
+      if (job.inplace) restore_inouts(set);
+      launch(function, geometry, set);
+      sync();
+      if (watch && elapsed_ms(last_reading, Clock::now()) >= k_reading_every_ms) {
+        readings.push_back(clocks->read());
+        last_reading = Clock::now();
+      }
+    }
+  }
+
   CudaRunOutcome run(const BenchJob& job, const CudaLaunch& launch_geometry,
                      const std::optional<CudaLaunch>& reference_launch);
 };
@@ -532,17 +705,19 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
                                       const std::optional<CudaLaunch>& reference_launch) {
   CudaRunOutcome result;
   if (ctx.lost) {
-    result.outcome =
-        failure(CandidateStatus::crash, "the CUDA context of cuda:" + std::to_string(props.ordinal) +
-                                            " was lost by an earlier candidate (" + lost_reason +
-                                            "); the worker must restart");
+    result.outcome = failure(CandidateStatus::crash, "the CUDA context of " + name +
+                                                         " was lost by an earlier candidate (" +
+                                                         lost_reason + "); the worker must restart");
     result.context_lost = true;
     return result;
   }
+  // Outside the try block: destroyed after the catch has marked a lost context, so nothing is
+  // unloaded (and no failure logged) on a context that a fatal error took.
+  std::optional<Module> module;
+  std::optional<Module> reference_module;
   std::string stage = "setup";
   try {
     make_current();
-    std::optional<Module> module;
     stage = "load";
     const CUfunction function = load_function(module, job.artifact_path, job.entry, "candidate");
     result.resources = resources_of(function, job.entry);
@@ -554,7 +729,7 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
     const Snapshot* expected = nullptr;
     if (!job.reference_path.empty()) {
       stage = "reference";
-      expected = &reference_for(job, set, reference_launch.value_or(geometry));
+      expected = &reference_for(job, set, reference_launch.value_or(geometry), reference_module);
     }
 
     const MeasureSettings& settings = job.settings;
@@ -573,6 +748,11 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
       result.outcome = failure(CandidateStatus::mismatch, guard_reason(*slot));
       return result;
     }
+    if (const DeviceArg* slot = changed_input(set)) {
+      result.outcome = failure(CandidateStatus::mismatch, input_reason(*slot));
+      forget_args(); // the next candidate gets fresh inputs
+      return result;
+    }
     if (expected != nullptr) {
       const Snapshot got = snapshot_outputs(set);
       if (auto reason = compare_outputs(set, got, *expected, job)) {
@@ -582,33 +762,36 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
     }
 
     stage = "warm-up";
-    if (settings.warmup_ms > 0) {
-      const auto start = Clock::now();
-      do {
-        if (job.inplace) restore_inouts(set);
-        launch(function, geometry, set);
-        sync();
-      } while (elapsed_ms(start, Clock::now()) < settings.warmup_ms);
+    const double warmed_ms = warm_up(function, geometry, set, job);
+
+    // The plan follows from a single launch's time: the best of three samples of one launch.
+    stage = "timed launch";
+    double estimate_ms = 0;
+    for (int i = 0; i < 3; ++i) {
+      const double ms = timed_sample(function, geometry, set, TimingPlan{}, job);
+      estimate_ms = i == 0 ? ms : std::min(estimate_ms, ms);
+    }
+    const bool distinct_sets = settings.flush_cache || job.inplace;
+    const TimingPlan plan =
+        plan_timing(estimate_ms, distinct_sets, set.set_bytes(), distinct_sets ? extra_set_budget() : 0);
+    if (plan.sets > 1) {
+      stage = "argument sets";
+      ensure_extra_sets(set, plan.sets);
+      stage = "timed launch";
     }
 
-    stage = "timed launch";
+    const cuda::ClockReading before = clocks ? clocks->read() : cuda::ClockReading{};
     Sampler sampler(settings, job.prune_above_ms, Clock::now(), job.race_above_ms);
     sampler.finals_bound(job.finalist_below_ms);
-    while (true) {
-      // Untimed and in stream order before the start event: the restore, then the flush, so
-      // the restored buffers are as cold in L2 as every other input.
-      if (job.inplace) restore_inouts(set);
-      if (settings.flush_cache) {
-        KTUNE_CU(drv(), cuMemsetD8Async(flush->get(), static_cast<unsigned char>(++flush_round & 0xff),
-                                        flush_bytes, stream->get()));
-      }
-      KTUNE_CU(drv(), cuEventRecord(start->get(), stream->get()));
-      launch(function, geometry, set);
-      KTUNE_CU(drv(), cuEventRecord(stop->get(), stream->get()));
-      KTUNE_CU(drv(), cuEventSynchronize(stop->get()));
-      float ms = 0;
-      KTUNE_CU(drv(), cuEventElapsedTime(&ms, start->get(), stop->get()));
-      if (sampler.add(ms, Clock::now()) != SampleStop::more) break;
+    while (sampler.add(timed_sample(function, geometry, set, plan, job), Clock::now()) == SampleStop::more) {
+    }
+    const cuda::ClockReading after = clocks ? clocks->read() : cuda::ClockReading{};
+
+    stage = "input check";
+    if (const DeviceArg* slot = changed_input(set)) {
+      result.outcome = failure(CandidateStatus::mismatch, input_reason(*slot) + " while timed");
+      forget_args();
+      return result;
     }
 
     result.outcome.status = CandidateStatus::ok;
@@ -622,6 +805,7 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
       if (job.flops > 0) result.outcome.gflops = job.flops / (result.outcome.stats.median_ms * 1e6);
       if (job.bytes > 0) result.outcome.gbps = job.bytes / (result.outcome.stats.median_ms * 1e6);
     }
+    result.outcome.conditions = conditions(plan, estimate_ms, warmed_ms, before, after);
     return result;
   } catch (const CandidateFailure& failed) {
     result.outcome = failure(failed.status, failed.reason);
@@ -636,8 +820,7 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
       return result;
     }
     // Buffers may be half-initialised after a failed call: rebuilt for the next candidate.
-    args.reset();
-    args_key.clear();
+    forget_args();
     const bool bad_launch =
         cuda::is_out_of_resources(error.code()) ||
         (error.code() == CUDA_ERROR_INVALID_VALUE && error.call().rfind("cuLaunchKernel", 0) == 0);
@@ -647,15 +830,25 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
   }
 }
 
-Result<std::unique_ptr<CudaRunner>> CudaRunner::create(int ordinal, std::size_t flush_bytes) {
+Result<std::unique_ptr<CudaRunner>> CudaRunner::create(int ordinal, std::size_t flush_bytes,
+                                                       std::string name) {
+  if (name.empty()) name = "cuda:" + std::to_string(ordinal);
+  // query_cuda_device names the ordinal this process sees; the message names the daemon's device.
+  auto named = [&](const Error& error) {
+    std::string message = error.message;
+    const std::string seen = "cuda:" + std::to_string(ordinal) + ": ";
+    if (message.rfind(seen, 0) == 0) message.erase(0, seen.size());
+    return make_error(error.code, name + ": " + message);
+  };
   auto loaded = cuda::load_driver();
-  if (!loaded) return loaded.error();
+  if (!loaded) return named(loaded.error());
   auto props = query_cuda_device(ordinal);
-  if (!props) return props.error();
+  if (!props) return named(props.error());
 
   auto state = std::make_unique<State>();
   state->ctx.drv = loaded.value();
   state->props = std::move(props).value();
+  state->name = name;
   const std::size_t l2 = static_cast<std::size_t>(std::max<std::int64_t>(state->props.l2_bytes, 0));
   state->flush_bytes = flush_bytes != 0 ? flush_bytes : std::max(2 * l2, k_min_flush_bytes);
   try {
@@ -667,9 +860,19 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(int ordinal, std::size_t 
     state->start.emplace(state->ctx);
     state->stop.emplace(state->ctx);
   } catch (const CudaCallError& error) {
-    return make_error(protocol::code::no_device,
-                      "cuda:" + std::to_string(ordinal) + ": cannot set up the device: " + error.summary());
+    return make_error(protocol::code::no_device, name + ": cannot set up the device: " + error.summary());
   }
+  // Without the spin a sample may hold host launch latency: measured anyway, and said so in the
+  // outcome's conditions.
+  try {
+    state->spin_module.emplace(state->ctx, std::string(k_spin_ptx));
+    KTUNE_CU(state->drv(), cuModuleGetFunction(&state->spin, state->spin_module->get(), k_spin_entry));
+  } catch (const CudaCallError& error) {
+    state->spin = nullptr;
+    state->spin_module.reset();
+    state->spin_error = "the spin kernel could not be loaded: " + error.summary();
+  }
+  state->clocks = std::make_unique<cuda::NvmlClocks>(state->props.uuid);
   return std::unique_ptr<CudaRunner>(new CudaRunner(std::move(state)));
 }
 
@@ -702,8 +905,7 @@ CudaRunOutcome CudaRunner::run_cuda(const BenchJob& job, const CudaLaunch& launc
   try {
     return m_state->run(job, launch, reference_launch);
   } catch (const std::bad_alloc&) {
-    m_state->args.reset();
-    m_state->args_key.clear();
+    m_state->forget_args();
     CudaRunOutcome result;
     result.outcome = failure(CandidateStatus::runtime_error,
                              "out of host memory preparing " + job.kernel + " at " + job.shape);

@@ -1,9 +1,9 @@
 #pragma once
 // CudaRunner: benchmarks CUBIN candidates with the driver API (loaded at run time,
 // cuda/cuda_api.hpp) on one device of the bench worker, in the device's primary context. The
-// device is the ordinal the job names (BenchJob::cuda_device). The daemon does not set
-// CUDA_VISIBLE_DEVICES: workers inherit its environment, so the ordinal means the same device
-// in the worker as in the daemon's `devices` list.
+// device is the ordinal the job names (BenchJob::cuda_device). ktuned gives each CUDA lane's
+// worker CUDA_VISIBLE_DEVICES naming that lane's one device, so the worker sees it as ordinal 0;
+// messages name it as the daemon does (`create`'s name, from the worker's --device-name).
 //
 // The kernel is `extern "C" __global__ void <entry>(...)` with one parameter per spec arg:
 // buffers as device pointers, scalars by value in the arg's dtype (i32 int, i64 long long, f32
@@ -23,22 +23,27 @@
 // that got that far), a launch check against the device's and the function's limits, then one
 // checked launch (never timed): inputs restored, outputs filled with the sentinel
 // (bench/host_buffers.hpp: NaN for floats, so an element the kernel skips cannot match), guards
-// re-armed; the guards and the outputs are copied back and compared (|got - expected| <= atol +
-// rtol * |expected|, integers exactly). The reference run starts from the same sentinel. Then
-// warm-up for warmup_ms, then samples timed with CUDA events around the one launch, each
-// preceded, untimed and in this order on the same stream, by a restore of the inout buffers
-// (inplace jobs; a device-to-device copy) and an L2 flush -- cuMemsetD8Async over a buffer of
-// twice the L2 size, so the restored data is cold too -- until the Sampler (bench/sampler.hpp)
-// stops them: converged, noise settled, capped or pruned.
+// re-armed; the guards, the `in` buffers (which must be unchanged) and the outputs are copied back
+// and compared (|got - expected| <= atol + rtol * |expected|, integers exactly). The reference run
+// starts from the same sentinel. Then the warm-up (warmup_ms, and on until the SM clock settles
+// where NVML reads it), three single-launch samples that choose the timing plan, and the samples
+// (bench/cuda_timing.hpp, docs/gpu.md § Timing): each is, in stream order, the inout restore
+// (inplace jobs; device-to-device), the L2 flush (cuMemsetD8Async over twice the L2 size), a spin
+// kernel, the start event, one launch or a batch of launches for kernels under 20 us (rotating
+// over argument sets when a batch must not share buffers), the stop event; until the Sampler
+// (bench/sampler.hpp) stops them: converged, noise settled, capped or pruned. The `in` buffers are
+// checked once more after the samples. The outcome's `conditions` record the plan, the spin and
+// the SM and memory clocks with their clock-event reasons before and after the samples.
 //
-// Outcomes: mismatch (outputs or guards), launch_error (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, an
-// invalid launch, a block or shared memory over the device's or the function's limit),
-// runtime_error (unreadable or foreign CUBIN, missing entry, allocation failure, a failing
-// reference, any other CUDA error), crash (a fatal error: cuda::is_fatal_error). After a fatal
-// error the context is unusable: context_lost() turns true, every later run answers crash, and
-// the worker must exit after replying. A failing call is reported as
-// "<stage>: <file:line>: <call> failed: <CUDA error name> (<description>)", the name from the
-// driver's cuGetErrorName.
+// Outcomes: mismatch (outputs, guards, or an `in` buffer the candidate changed: "wrote outside its
+// outputs: input 'B' changed"; the buffers are rebuilt for the next candidate), launch_error
+// (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, an invalid launch, a block or shared memory over the
+// device's or the function's limit), runtime_error (unreadable or foreign CUBIN, missing entry,
+// allocation failure, a failing reference, any other CUDA error), crash (a fatal error:
+// cuda::is_fatal_error). After a fatal error the context is unusable: context_lost() turns true,
+// every later run answers crash, nothing is released any more, and the worker must exit after
+// replying. A failing call is reported as "<stage>: <file:line>: <call> failed: <CUDA error name>
+// (<description>)", the name from the driver's cuGetErrorName.
 //
 // Not thread-safe: one runner per bench worker, used from one thread.
 #include "bench/cuda_device.hpp"
@@ -51,6 +56,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <string>
 
 namespace ktune {
 
@@ -68,12 +74,16 @@ struct CudaRunOutcome {
 
 class CudaRunner final : public Runner {
 public:
-  // Retains the primary context of device `ordinal` and creates the stream and events.
-  // `flush_bytes`: the L2 flush buffer's size; 0 means 2 x the device's L2 size.
-  // Errors (code no_device): no driver, a stub driver, no device (load_driver's and
-  // query_cuda_device's messages), or a failing context or stream setup.
+  // Retains the primary context of device `ordinal` and creates the stream and events; loads
+  // the spin kernel and opens the board's clocks (NVML), neither of which is required.
+  // `flush_bytes`: the L2 flush buffer's size; 0 means 2 x the device's L2 size. `name`: the
+  // device as the daemon names it, in every message (default "cuda:<ordinal>"; a lane's worker
+  // sees its device as ordinal 0). Errors (code no_device, starting with `name`): no driver, a
+  // stub driver, no device (load_driver's and query_cuda_device's messages), or a failing
+  // context or stream setup.
   [[nodiscard]] static Result<std::unique_ptr<CudaRunner>> create(int ordinal = 0,
-                                                                  std::size_t flush_bytes = 0);
+                                                                  std::size_t flush_bytes = 0,
+                                                                  std::string name = {});
   ~CudaRunner() override;
   CudaRunner(const CudaRunner&) = delete;
   CudaRunner& operator=(const CudaRunner&) = delete;

@@ -67,6 +67,7 @@ namespace ktune::cuda {
   X(cuFuncSetAttribute)           \
   X(cuMemAlloc)                   \
   X(cuMemFree)                    \
+  X(cuMemGetInfo)                 \
   X(cuMemcpyHtoD)                 \
   X(cuMemcpyDtoH)                 \
   X(cuMemcpyDtoDAsync)            \

@@ -98,7 +98,7 @@ nlohmann::json job_to_json(const JobRecord& job) {
 }
 
 nlohmann::json result_to_json(const ResultRecord& r) {
-  return {
+  nlohmann::json out{
       {"id", r.id},
       {"config", stored_config_to_json(r.config)},
       {"config_index", r.config_index},
@@ -118,6 +118,12 @@ nlohmann::json result_to_json(const ResultRecord& r) {
       {"remeasured", r.remeasured},
       {"tied", r.tied},
   };
+  // The measurement's conditions (CUDA: timing plan, spin, clocks), where they were recorded.
+  if (!r.conditions.empty()) {
+    auto conditions = nlohmann::json::parse(r.conditions, nullptr, false);
+    if (conditions.is_object()) out["conditions"] = std::move(conditions);
+  }
+  return out;
 }
 
 nlohmann::json winner_to_json(const ResultRecord* winner, const std::vector<ResultRecord>& results) {

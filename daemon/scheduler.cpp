@@ -1054,6 +1054,7 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
   r.spill_bytes = outcome->spills >= 0 ? outcome->spills : candidate.spills;
   r.shared_bytes = outcome->shared_bytes >= 0 ? outcome->shared_bytes : candidate.shared_bytes;
   r.pruned = outcome->pruned;
+  if (!outcome->conditions.empty()) r.conditions = outcome->conditions.dump();
   job.retaken += outcome->retaken;
   if (r.status != CandidateStatus::ok) r.log = stderr_tail;
   if (r.status == CandidateStatus::ok) job.artifacts[candidate.index] = candidate;

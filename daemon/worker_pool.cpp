@@ -168,7 +168,10 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
     extra_args.insert(extra_args.end(), {"--memory-mb", std::to_string(m_memory_mb)});
   }
   std::vector<std::string> env;
-  if (is_cuda_lane(slot.lane)) env.push_back("CUDA_VISIBLE_DEVICES=" + visible_device(slot.lane));
+  if (is_cuda_lane(slot.lane)) {
+    env.push_back("CUDA_VISIBLE_DEVICES=" + visible_device(slot.lane));
+    extra_args.insert(extra_args.end(), {"--device-name", slot.lane});
+  }
   if (slot.borrowed && !m_stop_guard && !m_stop_guard_failed) {
     auto started = StopGuard::start(m_worker_path, *m_children);
     if (started) {

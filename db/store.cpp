@@ -122,7 +122,8 @@ std::vector<float> decode_samples(const std::string& blob) {
 constexpr const char* k_result_columns =
     "id, job_id, kernel, source_hash, shape, dtype, fingerprint, config, config_index, status, "
     "reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, q1_ms, q3_ms, gflops, gbps, "
-    "compile_ms, created_at, registers, spill_bytes, pruned, shared_bytes, remeasured, tied, samples";
+    "compile_ms, created_at, registers, spill_bytes, pruned, shared_bytes, remeasured, tied, samples, "
+    "conditions";
 
 Result<ResultRecord> read_result(DbRef db, std::string_view op, const Statement& row) {
   ResultRecord result;
@@ -163,6 +164,7 @@ Result<ResultRecord> read_result(DbRef db, std::string_view op, const Statement&
   result.remeasured = row.column_int(28) != 0;
   result.tied = row.column_int(29) != 0;
   result.samples_ms = decode_samples(row.column_blob(30));
+  result.conditions = row.column_text(31);
   return result;
 }
 
@@ -234,9 +236,9 @@ constexpr const char* k_insert_result_sql =
     "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
     "config_index, status, reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, q1_ms, "
     "q3_ms, gflops, gbps, compile_ms, created_at, registers, spill_bytes, pruned, shared_bytes, "
-    "remeasured, tied, samples) "
+    "remeasured, tied, samples, conditions) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-    "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)";
+    "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)";
 
 constexpr const char* k_find_winner_sql =
     "SELECT kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, config, median_ms, "
@@ -590,6 +592,7 @@ Result<std::int64_t> Store::insert_result(const ResultRecord& result) {
   insert.bind_int(29, result.tied ? 1 : 0);
   const std::string samples = encode_samples(result.samples_ms);
   insert.bind_blob(30, samples.data(), samples.size());
+  insert.bind_text(31, result.conditions);
 
   if (auto ran = insert.run(db, op); !ran) {
     const int code = sqlite3_extended_errcode(m_db);

@@ -33,7 +33,7 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 8;
+inline constexpr int k_schema_version = 9;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
 
 // Where a job's wall time went (ms). While it ran, every moment counts once: bench (the bench
@@ -103,6 +103,9 @@ struct ResultRecord {
   bool pruned = false;             // ok, but sampling stopped early: clearly slower than the best
   bool remeasured = false;         // measured a second time as a near-tie of the best
   bool tied = false;               // a declared tie of its job's winner (the winner included)
+  // The conditions of the measurement (BenchOutcome::conditions) as a JSON object's text; empty
+  // when none were recorded (CPU results, rows from before schema v9, imports).
+  std::string conditions;
 };
 
 struct WinnerRecord {

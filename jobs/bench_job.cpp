@@ -334,7 +334,8 @@ nlohmann::json BenchOutcome::to_json() const {
               {"pruned", pruned},
               {"stop", stop},
               {"samples_ms", samples_ms},
-              {"retaken", retaken}};
+              {"retaken", retaken},
+              {"conditions", conditions}};
 }
 
 Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
@@ -370,6 +371,10 @@ Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
     }
   }
   if (auto r = read_int64(j, "retaken", what, o.retaken); !r) return r.error();
+  if (const auto it = j.find("conditions"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) return field_error(what, "conditions", "an object", *it);
+    o.conditions = *it;
+  }
   return o;
 }
 

@@ -134,11 +134,16 @@ struct BenchOutcome {
   bool pruned = false;         // sampling stopped early: slower than BenchJob::prune_above_ms
   std::string stop;            // why sampling ended (SampleStop: converged, settled, capped, pruned)
   std::int64_t retaken = 0;    // samples dropped as preempted and taken again (bench/sampler.hpp)
+  // The conditions the samples were taken under, where the runner records them (CUDA: the timing
+  // mode, launches per sample, the spin, SM and memory clocks and clock-event reasons; docs/gpu.md
+  // § Timing). An object; empty when none were recorded (every CPU candidate today).
+  nlohmann::json conditions = nlohmann::json::object();
 
   // {"status":"ok","reason":"","stats":{"n":..,"min_ms":..,"max_ms":..,"median_ms":..,
   //  "mean_ms":..,"stddev_ms":..,"q1_ms":..,"q3_ms":..},"gflops":..,"gbps":..,
   //  "registers":-1,"spills":-1,"shared_bytes":-1,"pruned":false,"stop":"converged",
-  //  "retaken":0,"samples_ms":[..]} (the last seven optional: -1, false, "", 0, [])
+  //  "retaken":0,"samples_ms":[..],"conditions":{..}} (the last eight optional: -1, false, "", 0,
+  //  [], {})
   [[nodiscard]] nlohmann::json to_json() const;
   // Errors: "bad_request" naming the field; status must be a known candidate status.
   [[nodiscard]] static Result<BenchOutcome> from_json(const nlohmann::json& j);

@@ -5,6 +5,7 @@
 #include "bench/host_device.hpp"
 #include "bench/host_runner.hpp"
 #include "compiler/host_compiler.hpp"
+#include "compiler/subprocess.hpp"
 #include "core/protocol.hpp"
 
 #ifdef KTUNE_HAVE_CUDA
@@ -82,7 +83,8 @@ std::string ok_reply(const json& id, const json& outcome, Exiting exiting = Exit
 // --memory-mb's RLIMIT_AS. The limit is a soft one (prepare_worker_process), so a worker about
 // to benchmark on CUDA lifts it back to the hard limit: the address-space cap applies to CPU
 // candidates only, and a bench worker that has run a CUDA candidate runs without it.
-void lift_address_space_limit_for_cuda() {
+enum class Say { yes, no };
+void lift_address_space_limit_for_cuda(Say say = Say::yes) {
   rlimit limit{};
   if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == limit.rlim_max) return;
   const rlim_t soft = limit.rlim_cur;
@@ -91,12 +93,64 @@ void lift_address_space_limit_for_cuda() {
     std::fprintf(stderr, "ktune-worker: cannot lift RLIMIT_AS for CUDA: %s\n", std::strerror(errno));
     return;
   }
+  if (say == Say::no) return;
   std::fprintf(stderr,
                "ktune-worker: --memory-mb %llu lifted: CUDA reserves more address space than such a "
                "limit allows (docs/gpu.md)\n",
                static_cast<unsigned long long>(soft >> 20));
 }
 #endif
+
+json device_json(const DeviceInfo& d) {
+  json out{{"name", d.name}, {"fingerprint", d.fingerprint}, {"details", d.details}};
+  if (!d.uuid.empty()) out["uuid"] = d.uuid;
+  return out;
+}
+
+// {"devices":[..]} or {"cuda_error":{"code","message"}}: the CUDA part of a `devices` reply, as
+// this process sees it.
+json cuda_devices_json() {
+#ifdef KTUNE_HAVE_CUDA
+  if (auto listed = list_cuda_devices()) {
+    json devices = json::array();
+    for (const auto& d : *listed) devices.push_back(device_json(d));
+    return {{"devices", std::move(devices)}};
+  } else {
+    return {{"cuda_error", {{"code", listed.error().code}, {"message", listed.error().message}}}};
+  }
+#else
+  return {{"cuda_error",
+           {{"code", protocol::code::no_device},
+            {"message", "this ktune-worker was built without the CUDA backend (no CUDA toolkit at "
+                        "configure time)"}}}};
+#endif
+}
+
+// The CUDA part of a `devices` reply from a child `ktune-worker --list-cuda-devices`, so that
+// neither this worker's RLIMIT_AS (--memory-mb, under which cuInit fails) nor the driver's
+// state stays behind in a compile worker.
+json cuda_devices_from_child() {
+  constexpr std::size_t k_max_output = std::size_t{1} << 20;
+  auto ran = run_captured({"/proc/self/exe", "--list-cuda-devices"}, k_max_output);
+  auto failed = [](const std::string& why) {
+    return json{{"cuda_error",
+                 {{"code", protocol::code::no_device},
+                  {"message", "the CUDA device probe (ktune-worker --list-cuda-devices) " + why}}}};
+  };
+  if (!ran) return failed("could not start: " + ran.error().message);
+  std::string last = ran->output;
+  while (!last.empty() && last.back() == '\n') last.pop_back();
+  if (const std::size_t newline = last.rfind('\n'); newline != std::string::npos) last.erase(0, newline + 1);
+  const json parsed = json::parse(last, nullptr, false);
+  if (!ran->succeeded() || !parsed.is_object() ||
+      (!parsed.contains("devices") && !parsed.contains("cuda_error"))) {
+    std::string what = ran->end == ProcessEnd::signaled
+                           ? "was killed by signal " + std::to_string(ran->code)
+                           : "exited with status " + std::to_string(ran->code);
+    return failed(what + ": " + (last.empty() ? std::string("no output") : last.substr(0, 300)));
+  }
+  return parsed;
+}
 
 std::string error_reply(const json& id, std::string_view code, std::string_view message) {
   return dump(json{{"id", id},
@@ -109,7 +163,8 @@ std::string error_reply(const json& id, std::string_view code, std::string_view 
 // jobs never load libnvrtc or libcuda.
 class Handler {
 public:
-  Handler(Role role, std::string measure_lock) : m_role(role), m_measure_lock(std::move(measure_lock)) {
+  Handler(Role role, std::string measure_lock, std::string device_name)
+      : m_role(role), m_measure_lock(std::move(measure_lock)), m_device_name(std::move(device_name)) {
     if (role == Role::compile) m_compiler = std::make_unique<HostCompiler>();
     else m_runner = std::make_unique<HostRunner>();
   }
@@ -290,7 +345,9 @@ private:
     if (m_cuda_runner && m_cuda_ordinal != job->cuda_device) m_cuda_runner.reset();
     if (!m_cuda_runner) {
       lift_address_space_limit_for_cuda();
-      auto created = CudaRunner::create(job->cuda_device);
+      auto created = CudaRunner::create(
+          job->cuda_device, 0,
+          m_device_name.empty() ? "cuda:" + std::to_string(job->cuda_device) : m_device_name);
       if (!created) return error_reply(id, created.error().code, created.error().message);
       m_cuda_runner = std::move(created).value();
       m_cuda_ordinal = job->cuda_device;
@@ -311,32 +368,18 @@ private:
   // {"cpu":{"name","fingerprint","details"},"cuda_backend":bool,"devices":[CUDA devices, same
   // form]}, or with
   // "cuda_error":{"code","message"} in place of "devices" when there is no CUDA device to list.
-  // The CPU is always there: the daemon learns it here, never in its own process.
+  // The CPU is always there: the daemon learns it here, never in its own process. The CUDA
+  // devices come from a child process (cuda_devices_from_child).
   static std::string devices(const json& id) {
-    auto as_json = [](const DeviceInfo& d) {
-      json out{{"name", d.name}, {"fingerprint", d.fingerprint}, {"details", d.details}};
-      if (!d.uuid.empty()) out["uuid"] = d.uuid;
-      return out;
-    };
-    json out{{"cpu", as_json(detect_cpu_device(host_compiler_version(host_cxx())))},
+    json out{{"cpu", device_json(detect_cpu_device(host_compiler_version(host_cxx())))},
              {"cuda_backend", k_cuda_backend}};
-#ifdef KTUNE_HAVE_CUDA
-    if (auto listed = list_cuda_devices()) {
-      out["devices"] = json::array();
-      for (const auto& d : *listed) out["devices"].push_back(as_json(d));
-    } else {
-      out["cuda_error"] = {{"code", listed.error().code}, {"message", listed.error().message}};
-    }
-#else
-    out["cuda_error"] = {{"code", protocol::code::no_device},
-                         {"message", "this ktune-worker was built without the CUDA backend (no "
-                                     "CUDA toolkit at configure time)"}};
-#endif
+    out.update(k_cuda_backend ? cuda_devices_from_child() : cuda_devices_json());
     return ok_reply(id, out);
   }
 
   Role m_role;
   std::string m_measure_lock;
+  std::string m_device_name; // the lane's name ("cuda:3"), which this process sees as ordinal 0
   std::unique_ptr<HostCompiler> m_compiler;
   std::unique_ptr<HostRunner> m_runner;
 #ifdef KTUNE_HAVE_CUDA
@@ -425,8 +468,16 @@ Result<void> limit_candidate_process(long long memory_mb) {
   return {};
 }
 
-int run_worker(int fd, Role role, std::string measure_lock) {
-  Handler handler(role, std::move(measure_lock));
+int list_cuda_devices_main() {
+#ifdef KTUNE_HAVE_CUDA
+  lift_address_space_limit_for_cuda(Say::no);
+#endif
+  std::puts(dump(cuda_devices_json()).c_str());
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+int run_worker(int fd, Role role, std::string measure_lock, std::string device_name) {
+  Handler handler(role, std::move(measure_lock), std::move(device_name));
   const json ready{{"ready", true}, {"pid", static_cast<long long>(::getpid())},
                    {"role", std::string(to_string(role))}};
   if (!write_line(fd, dump(ready))) return 1;

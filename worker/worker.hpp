@@ -102,7 +102,14 @@ inline constexpr std::size_t k_max_line_bytes = 16u << 20;
 // exclusive flock on it while it measures; when another process holds it for longer than
 // k_measure_lock_wait, the request is answered with error "device_busy" (measured nothing; the
 // daemon asks again later).
-[[nodiscard]] int run_worker(int fd, Role role, std::string measure_lock = {});
+// `device_name` is the lane a CUDA bench worker serves ("cuda:3"): its CUDA_VISIBLE_DEVICES shows
+// it that one device as ordinal 0, and its messages name the lane.
+[[nodiscard]] int run_worker(int fd, Role role, std::string measure_lock = {}, std::string device_name = {});
+
+// `ktune-worker --list-cuda-devices`: prints the CUDA part of a `devices` reply as one JSON line,
+// {"devices":[..]} or {"cuda_error":{"code","message"}}, with RLIMIT_AS lifted to its hard limit
+// first (cuInit reserves a large address range). Returns the exit status.
+[[nodiscard]] int list_cuda_devices_main();
 inline constexpr std::chrono::milliseconds k_measure_lock_wait{200};
 
 } // namespace ktune

@@ -1,4 +1,5 @@
 // The real `ktune` binary, run as a user would, with KTUNE_HOME in a temporary directory.
+#include "tests/support/paths.hpp"
 #include "tests/cuda/skip.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -24,7 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string k_bin_dir = KTUNE_BIN_DIR;
+const std::string k_bin_dir = ktune::test::bin_dir();
 const std::string k_ktune = k_bin_dir + "/ktune";
 
 struct Run {
@@ -165,7 +166,7 @@ TEST_CASE("ktune binary without a daemon", "[cli]") {
 }
 
 TEST_CASE("ktune round trip with ktuned", "[cli][daemon]") {
-  const std::string kernels_dir = std::string(KTUNE_SOURCE_DIR) + "/kernels_src";
+  const std::string kernels_dir = ktune::test::source_dir() + "/kernels_src";
   if (!executable(k_bin_dir + "/ktuned") || !executable(k_bin_dir + "/ktune-worker") ||
       !fs::exists(kernels_dir + "/reduce_sum/kernel.toml")) {
     ktune::test::skip_test("needs " + k_bin_dir + "/ktuned, ktune-worker and " + kernels_dir +

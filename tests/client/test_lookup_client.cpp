@@ -1,6 +1,7 @@
 // The runtime lookup path end to end: libktune_client's C API (and its C++ wrapper) against a
 // real ktuned and database: the fallback ladder, tune-on-miss, pipelining, the in-process cache,
 // and the fallbacks when the daemon and then the database are gone.
+#include "tests/support/paths.hpp"
 #include "client/client.hpp"
 #include "ktune/client.h"
 #include "ktune/client.hpp"
@@ -38,12 +39,13 @@ flush_cache = false
 
 struct Handle {
   ktune_client* client = nullptr;
+  std::string m_kernel_dirs = ktune::test::source_path("/kernels_src");
   Handle(const std::string& socket, const std::string& db, int cache_ttl_ms, bool tune_on_miss) {
     ktune_options o;
     ktune_options_init(&o);
     o.socket_path = socket.c_str();
     o.db_path = db.c_str();
-    o.kernel_dirs = KTUNE_SOURCE_DIR "/kernels_src";
+    o.kernel_dirs = m_kernel_dirs.c_str();
     o.timeout_us = k_test_timeout_us;
     o.cache_ttl_ms = cache_ttl_ms;
     o.tune_on_miss = tune_on_miss ? 1 : 0;
@@ -90,7 +92,7 @@ TEST_CASE("lookup client: ladder, tune-on-miss, daemon and database fallbacks") 
 
   {
     DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
-                                      "--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src"});
+                                      "--kernel-dir", ktune::test::source_path("/kernels_src")});
     REQUIRE(daemon.wait_ready(k_start_timeout));
     auto conn = Connection::connect(daemon.socket());
     REQUIRE(conn.ok());
@@ -166,7 +168,7 @@ TEST_CASE("lookup client: ladder, tune-on-miss, daemon and database fallbacks") 
 
     // The in-process cache answers the second lookup.
     {
-      ktune::Client cached({daemon.socket(), db, KTUNE_SOURCE_DIR "/kernels_src",
+      ktune::Client cached({daemon.socket(), db, ktune::test::source_path("/kernels_src"),
                             k_test_timeout_us, 60'000, false});
       ktune::LookupAnswer first, second;
       REQUIRE(cached.lookup("gemm", tuned, first));

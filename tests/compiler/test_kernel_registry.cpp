@@ -1,3 +1,4 @@
+#include "tests/support/paths.hpp"
 #include <catch2/catch.hpp>
 
 #include "jobs/kernel_registry.hpp"
@@ -12,7 +13,7 @@ using ktune::KernelRegistry;
 
 namespace {
 
-const std::string k_kernels_dir = std::string(KTUNE_SOURCE_DIR) + "/kernels_src";
+const std::string k_kernels_dir = ktune::test::source_dir() + "/kernels_src";
 
 // A minimal valid spec for a family named `name` whose source is `source`.
 std::string spec_text(const std::string& name, const std::string& source = "kernel.cpp",

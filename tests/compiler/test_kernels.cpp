@@ -1,5 +1,6 @@
 // The shipped CPU kernel families: their spaces have the intended size, and a sample of the
 // admitted configs compiles warning-free and computes the right answer, ragged shapes included.
+#include "tests/support/paths.hpp"
 #include <catch2/catch.hpp>
 
 #include "compiler/host_compiler.hpp"
@@ -18,7 +19,7 @@ using ktune::Config;
 
 namespace {
 
-const std::string k_kernels_dir = std::string(KTUNE_SOURCE_DIR) + "/kernels_src";
+const std::string k_kernels_dir = ktune::test::source_dir() + "/kernels_src";
 
 ktune::LoadedKernel load_family(const std::string& name) {
   auto kernel = ktune::load_kernel(k_kernels_dir + "/" + name + "/kernel.toml");

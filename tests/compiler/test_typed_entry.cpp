@@ -1,6 +1,7 @@
 // Typed entry points end to end below the daemon: a family with a typed signature (given in the
 // spec or read from its source) loads with its args typed by the declaration, compiles with the
 // generated shim, and runs through the host runner against its reference function.
+#include "tests/support/paths.hpp"
 #include <catch2/catch.hpp>
 
 #include "bench/host_runner.hpp"
@@ -17,7 +18,7 @@ using ktune::CandidateStatus;
 namespace {
 
 const std::string k_gemm_blocked =
-    std::string(KTUNE_SOURCE_DIR) + "/tests/kernels/gemm_blocked/kernel.toml";
+    ktune::test::source_dir() + "/tests/kernels/gemm_blocked/kernel.toml";
 
 ktune::MeasureSettings tiny_settings() {
   ktune::MeasureSettings settings;

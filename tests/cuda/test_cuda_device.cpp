@@ -71,6 +71,7 @@ TEST_CASE("CUDA arch and version strings", "[cuda]") {
   const unsigned char bytes[16] = {0x6f, 0x1c, 0x2e, 0x0a, 0x9b, 0x3d, 0x41, 0x02,
                                    0xa7, 0xff, 0x00, 0x10, 0x20, 0x30, 0x40, 0x5e};
   CHECK(cuda_uuid_string(bytes) == "GPU-6f1c2e0a-9b3d-4102-a7ff-00102030405e");
+  CHECK(cuda_uuid_string(bytes, UuidKind::mig) == "MIG-6f1c2e0a-9b3d-4102-a7ff-00102030405e");
 }
 
 TEST_CASE("listing CUDA devices answers a list or no_device", "[cuda]") {

@@ -1,6 +1,7 @@
 // The CUDA kernel families in kernels_src/cuda: specs load, spaces are as large as promised, a
 // sample of admitted configs compiles for sm_90 (`ktune compile-check` compiles all of them), and
 // on a GPU every family's default config computes what a plain host loop computes.
+#include "tests/support/paths.hpp"
 #include "bench/cuda_device.hpp"
 #include "jobs/cuda_launch.hpp"
 #include "bench/host_buffers.hpp"
@@ -43,7 +44,7 @@ const Family k_families[] = {
 constexpr std::size_t k_sampled_configs = 6;
 
 std::string spec_path(const std::string& name) {
-  return std::string(KTUNE_SOURCE_DIR) + "/kernels_src/cuda/" + name + "/kernel.toml";
+  return ktune::test::source_dir() + "/kernels_src/cuda/" + name + "/kernel.toml";
 }
 
 LoadedKernel load(const std::string& name) {

@@ -115,7 +115,11 @@ TEST_CASE("a CUDA runner without a device is no_device, not a crash", "[cuda]") 
   }
   REQUIRE_FALSE(runner.ok());
   CHECK(runner.error().code == "no_device");
-  CHECK(runner.error().message == devices.error().message);
+  CHECK(runner.error().message == "cuda:0: " + devices.error().message);
+  // A lane's worker sees its device as ordinal 0 and names it as the daemon does.
+  auto named = CudaRunner::create(0, 0, "cuda:5");
+  REQUIRE_FALSE(named.ok());
+  CHECK(named.error().message == "cuda:5: " + devices.error().message);
 }
 
 TEST_CASE("CUDA runner: a correct candidate is checked and timed", "[cuda][gpu]") {
@@ -242,7 +246,7 @@ TEST_CASE("CUDA runner: without launch geometry a job is runtime_error", "[cuda]
   CHECK_THAT(outcome.reason, Contains("no CUDA launch geometry"));
 }
 
-// [loses-context]: scripts/gpu-selftest.sh runs these last, each in its own process.
+// [loses-context]: scripts/gpu-check.sh runs these last, each in its own process.
 TEST_CASE("CUDA runner: an illegal address is crash and loses the context", "[cuda][gpu][loses-context]") {
   test::require_cuda_device();
   test::TempDir dir;

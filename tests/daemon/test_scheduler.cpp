@@ -1,6 +1,7 @@
 // Scheduler driven in-process: real store (SQLite in a temp dir), real kernel families and
 // planner, fake worker endpoints answered by the test. Two lanes busy at once, priorities, fair
 // compile hand-out, cancel in every state, joining, a tune next to a compile check.
+#include "tests/support/paths.hpp"
 #include "jobs/compile_job.hpp"
 #include "jobs/kernel_registry.hpp"
 #include "daemon/batch_sizer.hpp"
@@ -37,7 +38,7 @@ struct Rig {
         fakes(io), pool(io, fakes.spawner(), compile_workers), planner(store),
         scheduler(io, store, pool, settings(compile_workers, compile_ahead, serial)) {
     pool.add_lane("lane2");
-    registry.load({KTUNE_SOURCE_DIR "/kernels_src"});
+    registry.load({ktune::test::source_path("/kernels_src")});
     scheduler.set_job_end_hook([this](std::int64_t id, JobState state) { ended[id] = state; });
   }
 

@@ -109,7 +109,7 @@ TEST_CASE("migrating a fresh database creates the current schema once", "[db]") 
                                  "log", "n", "min_ms", "max_ms", "median_ms", "mean_ms",
                                  "stddev_ms", "q1_ms", "q3_ms", "gflops", "gbps", "compile_ms",
                                  "created_at", "registers", "spill_bytes", "pruned",
-                                 "shared_bytes", "remeasured", "tied", "samples"});
+                                 "shared_bytes", "remeasured", "tied", "samples", "conditions"});
   CHECK(connection.columns("winners") ==
         std::vector<std::string>{"kernel", "source_hash", "shape", "dtype", "fingerprint",
                                  "result_id", "job_id", "config", "median_ms", "gflops",
@@ -323,4 +323,26 @@ TEST_CASE("schema v8 keeps a job's search record; jobs of a v7 database have non
   CHECK(connection.integer("PRAGMA user_version") == 8);
   CHECK(connection.integer("SELECT best_at FROM jobs") == 0);
   CHECK(connection.integer("SELECT prior IS NULL FROM jobs") == 1);
+}
+
+TEST_CASE("schema v9 keeps each result's measurement conditions; results of a v8 database have none",
+          "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  REQUIRE(all.size() >= 9);
+  CHECK(run(connection, all.subspan(0, 8)) == 8);
+  connection.exec(
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, total, done, failed, error, created_at, started_at, finished_at) VALUES "
+      "('gemm', 'h', 'M=1', 'f32', 'cuda:0', 'fp', 'exhaustive', 'done', 1, 1, 0, '', 1, 1, 2)");
+  connection.exec(
+      "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
+      "config_index, status, reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, "
+      "gflops, gbps, compile_ms, created_at) VALUES (1, 'gemm', 'h', 'M=1', 'f32', 'fp', '{}', 0, "
+      "'ok', '', '', 3, 1, 3, 2, 2, 1, 0, 0, 0, 5)");
+  CHECK(run(connection, all.subspan(0, 9)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 9);
+  CHECK(connection.integer("SELECT length(conditions) FROM results") == 0);
+  CHECK(connection.integer("SELECT count(*) FROM results WHERE median_ms = 2") == 1);
 }

@@ -192,6 +192,7 @@ void check_same(const ResultRecord& a, const ResultRecord& b) {
   CHECK(a.compile_ms == b.compile_ms);
   CHECK(a.created_at == b.created_at);
   CHECK(a.samples_ms == b.samples_ms);
+  CHECK(a.conditions == b.conditions);
 }
 
 void check_same(const WinnerRecord& a, const WinnerRecord& b) {
@@ -354,6 +355,7 @@ TEST_CASE("records round-trip with every field", "[db]") {
     const auto job_id = must(store.create_job(sample_job()));
     ResultRecord ok = sample_result(job_id, R"({"BLOCK_M":64})", 1);
     ok.samples_ms = {0.125f, 0.0915f, 8.1f, 0.09f};  // kept as float32, exactly
+    ok.conditions = R"({"timing":"batch","launches_per_sample":50,"sm_mhz":[1980,1980]})";
     ok.id = must(store.insert_result(ok));
     ResultRecord failed = sample_result(job_id, R"({"BLOCK_M":128})", 0);
     failed.status = CandidateStatus::compile_error;

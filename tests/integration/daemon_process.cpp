@@ -1,3 +1,4 @@
+#include "tests/support/paths.hpp"
 #include "tests/integration/daemon_process.hpp"
 
 #include <cerrno>
@@ -22,7 +23,7 @@ DaemonProcess::DaemonProcess(const std::string& home, std::vector<std::string> a
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   m_ready_fd = pipe_fds[0];
 
-  std::vector<std::string> argv_text = {KTUNE_BIN_DIR "/ktuned"};
+  std::vector<std::string> argv_text = {ktune::test::bin_path("/ktuned")};
   argv_text.insert(argv_text.end(), args.begin(), args.end());
   argv_text.push_back("--ready-fd");
   argv_text.push_back("3");

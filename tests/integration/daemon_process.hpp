@@ -13,7 +13,7 @@ namespace ktune::test {
 
 class DaemonProcess {
 public:
-  // Starts KTUNE_BIN_DIR/ktuned with `args` plus --ready-fd, KTUNE_HOME=`home`; its stderr goes
+  // Starts bin_dir()/ktuned (tests/support/paths.hpp) with `args` plus --ready-fd, KTUNE_HOME=`home`; its stderr goes
   // to `stderr_path` when given (else the test's), its stdout to /dev/null.
   DaemonProcess(const std::string& home, std::vector<std::string> args,
                 const std::string& stderr_path = "");

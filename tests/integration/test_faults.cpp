@@ -2,6 +2,7 @@
 // daemon and workers. Every broken candidate becomes a result row with the right status and a
 // one-line reason, the healthy ones still produce a winner, and the daemon keeps its pid.
 // Quarantine: a later job skips the configs that crashed or hung, unless it asks to retry them.
+#include "tests/support/paths.hpp"
 #include "client/client.hpp"
 #include "db/store.hpp"
 #include "tests/integration/daemon_process.hpp"
@@ -72,7 +73,7 @@ TEST_CASE("every fault of the fault family is a result with its status", "[integ
   TempDir home;
   home.write("ktuned.toml", k_config);
   DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
-                                    "--kernel-dir", KTUNE_SOURCE_DIR "/tests/faults"});
+                                    "--kernel-dir", ktune::test::source_path("/tests/faults")});
   REQUIRE(daemon.wait_ready(k_start_timeout));
   auto conn = Connection::connect(daemon.socket());
   REQUIRE(conn.ok());

@@ -5,6 +5,7 @@
 // and tune-on-miss jobs) are capped; another uid is refused with `permission_denied` (root only:
 // the client runs as nobody); a socket path owned by another user stops the start; a kernel spec
 // cannot reach outside its directory.
+#include "tests/support/paths.hpp"
 #include "client/client.hpp"
 #include "jobs/kernel_registry.hpp"
 #include "tests/integration/daemon_process.hpp"
@@ -73,7 +74,7 @@ std::unique_ptr<DaemonProcess> start_daemon(const TempDir& home, const std::stri
                                             const std::string& extra_kernel_dir = "") {
   home.write("ktuned.toml", config_text + k_tiny_measure);
   std::vector<std::string> args = {"--config", (home.path() / "ktuned.toml").string(),
-                                   "--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src"};
+                                   "--kernel-dir", ktune::test::source_path("/kernels_src")};
   if (!extra_kernel_dir.empty()) {
     args.push_back("--kernel-dir");
     args.push_back(extra_kernel_dir);
@@ -526,9 +527,9 @@ TEST_CASE("a socket path owned by another user stops the start", "[integration][
   REQUIRE(::chown(socket.c_str(), k_nobody, k_nobody) == 0);
 
   const std::string log = home.str() + "/stderr.txt";
-  std::vector<std::string> argv_text = {KTUNE_BIN_DIR "/ktuned", "--config",
+  std::vector<std::string> argv_text = {ktune::test::bin_path("/ktuned"), "--config",
                                         home.str() + "/ktuned.toml", "--kernel-dir",
-                                        KTUNE_SOURCE_DIR "/kernels_src"};
+                                        ktune::test::source_path("/kernels_src")};
   std::vector<char*> argv;
   for (auto& a : argv_text) argv.push_back(a.data());
   argv.push_back(nullptr);

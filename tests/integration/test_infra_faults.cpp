@@ -1,6 +1,7 @@
 // Whose failure is it (docs/ARCHITECTURE.md § Whose failure): a worker killed from outside and a
 // compile cache that cannot be written are the host's, never a candidate's result. Real ktuned,
 // real workers, a real SIGKILL, a real full tmpfs (root only).
+#include "tests/support/paths.hpp"
 #include "client/client.hpp"
 #include "db/store.hpp"
 #include "tests/cuda/skip.hpp"
@@ -61,7 +62,7 @@ flush_cache = false
 
 // The slowstart family (tests/faults/slowstart): P = 1 sleeps 1.5 s in its first call in a
 // process (announcing its pid in $KTUNE_TEST_MARK_DIR), P = 2 kills itself with SIGKILL.
-const std::string k_fault_kernels = KTUNE_SOURCE_DIR "/tests/faults";
+const std::string k_fault_kernels = ktune::test::source_path("/tests/faults");
 
 json ok_result(Connection& c, json request, std::chrono::milliseconds timeout) {
   auto reply = c.request(std::move(request), {}, timeout);
@@ -258,7 +259,7 @@ TEST_CASE("kill -9 of ktuned during a compile leaves no compiler or worker behin
   TempDir home;
   home.write("ktuned.toml", k_config);
   DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
-                                    "--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src"});
+                                    "--kernel-dir", ktune::test::source_path("/kernels_src")});
   REQUIRE(daemon.wait_ready(k_start_timeout));
   auto conn = Connection::connect(daemon.socket());
   REQUIRE(conn.ok());
@@ -326,7 +327,7 @@ flush_cache = false
   bool stopped_at_kill = false;
   for (int attempt = 0; attempt < 4 && !stopped_at_kill; ++attempt) {
     DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
-                                      "--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src"});
+                                      "--kernel-dir", ktune::test::source_path("/kernels_src")});
     REQUIRE(daemon.wait_ready(k_start_timeout));
     auto conn = Connection::connect(daemon.socket());
     REQUIRE(conn.ok());
@@ -429,7 +430,7 @@ TEST_CASE("a device another ktuned measures on is waited for, never measured at 
   config.replace(config.find("[daemon]\n"), 9, "[daemon]\nlock_dir = \"" + locks.str() + "\"\n");
   home.write("ktuned.toml", config);
   DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
-                                    "--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src"});
+                                    "--kernel-dir", ktune::test::source_path("/kernels_src")});
   REQUIRE(daemon.wait_ready(k_start_timeout));
   auto conn = Connection::connect(daemon.socket());
   REQUIRE(conn.ok());
@@ -495,7 +496,7 @@ TEST_CASE("two ktuned on one machine measure on different CPUs", "[integration][
     home.write("ktuned.toml", config);
     return std::make_unique<DaemonProcess>(
         home.str(), std::vector<std::string>{"--config", (home.path() / "ktuned.toml").string(),
-                                             "--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src"});
+                                             "--kernel-dir", ktune::test::source_path("/kernels_src")});
   };
   auto cpu_lane = [](DaemonProcess& daemon) {
     auto conn = Connection::connect(daemon.socket());

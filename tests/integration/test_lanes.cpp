@@ -2,7 +2,9 @@
 // by device name and by fingerprint (a table tuned on an H100 imported here), one queue for every
 // kind of work (tune-on-miss jobs cancelled and joined, a tune next to a compile check), the one
 // planner (tune-on-miss reuses earlier results), and `--device all`.
+#include "tests/support/paths.hpp"
 #include "client/client.hpp"
+#include "db/store.hpp"
 #include "tests/cuda/skip.hpp"
 #include "tests/integration/daemon_process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -34,7 +36,7 @@ std::unique_ptr<DaemonProcess> start(const TempDir& home, const std::string& ext
              "warmup_ms = 1\nflush_cache = false\nfinalists = 0\n" + extra);
   auto daemon = std::make_unique<DaemonProcess>(
       home.str(), std::vector<std::string>{"--config", (home.path() / "ktuned.toml").string(),
-                                           "--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src",
+                                           "--kernel-dir", ktune::test::source_path("/kernels_src"),
                                            "--log-level", "info"});
   REQUIRE(daemon->wait_ready(k_start_timeout));
   return daemon;
@@ -344,7 +346,7 @@ TEST_CASE("a candidate that loses the CUDA context is the only one blamed",
              "warmup_ms = 1\nflush_cache = false\nfinalists = 0\n");
   auto daemon = std::make_unique<DaemonProcess>(
       home.str(), std::vector<std::string>{"--config", (home.path() / "ktuned.toml").string(),
-                                           "--kernel-dir", KTUNE_SOURCE_DIR "/tests/faults",
+                                           "--kernel-dir", ktune::test::source_path("/tests/faults"),
                                            "--log-level", "info"});
   REQUIRE(daemon->wait_ready(k_start_timeout));
   Connection c = connect(*daemon);
@@ -364,6 +366,18 @@ TEST_CASE("a candidate that loses the CUDA context is the only one blamed",
   CHECK(status[0] == "ok");
   CHECK(status[1] == "crash");
   CHECK(status[2] == "ok");
+  // The crash's log holds the fault, not a follow-on failure of releasing the lost context's
+  // module (it was unloaded while the fatal error unwound, before the context was known lost).
+  auto store = ktune::Store::open((home.path() / "ktune.db").string(), ktune::OpenMode::read_only);
+  REQUIRE(store.ok());
+  auto rows = store->job_results(tuned["job"]["id"].get<std::int64_t>());
+  REQUIRE(rows.ok());
+  for (const auto& r : *rows) {
+    INFO(r.config << ": " << r.log);
+    CHECK(r.log.find("cuModuleUnload") == std::string::npos);
+    // Every CUDA measurement records its conditions: timing mode, spin, clocks.
+    if (r.status == ktune::CandidateStatus::ok) CHECK_THAT(r.conditions, Catch::Contains("\"timing\""));
+  }
 }
 
 TEST_CASE("ktuned learns the CPU from a worker; without one it still serves, and says why",
@@ -383,7 +397,7 @@ TEST_CASE("ktuned learns the CPU from a worker; without one it still serves, and
     home.write("ktuned.toml", "");
     DaemonProcess daemon(home.str(),
                          {"--config", (home.path() / "ktuned.toml").string(), "--kernel-dir",
-                          KTUNE_SOURCE_DIR "/kernels_src", "--worker",
+                          ktune::test::source_path("/kernels_src"), "--worker",
                           (home.path() / "no-such-worker").string()});
     REQUIRE(daemon.wait_ready(k_start_timeout));
     Connection c = connect(daemon);
@@ -407,7 +421,7 @@ TEST_CASE("a big search space is enumerated off the event loop", "[integration][
   // reduce_sum with four more parameters: 40^4 = 2.56 M combinations, 5 admitted.
   const auto family = home.path() / "kernels" / "huge";
   std::filesystem::create_directories(family);
-  std::filesystem::copy_file(KTUNE_SOURCE_DIR "/kernels_src/reduce_sum/kernel.cpp",
+  std::filesystem::copy_file(ktune::test::source_path("/kernels_src/reduce_sum/kernel.cpp"),
                              family / "kernel.cpp");
   std::string values;
   for (int i = 0; i < 40; ++i) values += (i ? ", " : "") + std::to_string(i);

@@ -3,6 +3,7 @@
 // the restarted daemon completes the job with each config measured once, SIGTERM interrupts a
 // job that the next start resumes, and `ktune` starts a daemon when none runs, exactly one even
 // when two start at once.
+#include "tests/support/paths.hpp"
 #include "client/client.hpp"
 #include "db/store.hpp"
 #include "tests/integration/daemon_process.hpp"
@@ -52,7 +53,7 @@ flush_cache = false
 
 std::vector<std::string> daemon_args(const TempDir& home) {
   return {"--config", (home.path() / "ktuned.toml").string(), "--kernel-dir",
-          KTUNE_SOURCE_DIR "/kernels_src"};
+          ktune::test::source_path("/kernels_src")};
 }
 
 Connection connect(const std::string& socket) {
@@ -117,10 +118,10 @@ Rows inspect(const std::string& db_path, std::int64_t job_id) {
   return rows;
 }
 
-// Runs KTUNE_BIN_DIR/ktune with KTUNE_HOME=`home` plus `extra_env`; its exit code.
+// Runs bin_dir()/ktune with KTUNE_HOME=`home` plus `extra_env`; its exit code.
 pid_t spawn_ktune(const std::string& home, const std::vector<std::string>& args,
                   const std::map<std::string, std::string>& extra_env) {
-  std::vector<std::string> argv_text = {KTUNE_BIN_DIR "/ktune"};
+  std::vector<std::string> argv_text = {ktune::test::bin_path("/ktune")};
   argv_text.insert(argv_text.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_text) argv.push_back(a.data());

@@ -1,6 +1,7 @@
 // The lifecycle settings and rules that need no running daemon: [limits] and the new [daemon]
 // keys, --idle-s, the bench deadline derived from [measure], which statuses quarantine a config
 // and the store query behind the quarantine.
+#include "tests/support/paths.hpp"
 #include "daemon/planner.hpp"
 #include "daemon/config.hpp"
 #include "daemon/replies.hpp"
@@ -239,12 +240,12 @@ allow_root = false
     DaemonConfig shipped;
     const auto r = apply_config_text(
         [] {
-          std::ifstream in(KTUNE_SOURCE_DIR "/configs/ktuned.toml");
+          std::ifstream in(ktune::test::source_path("/configs/ktuned.toml"));
           std::stringstream text;
           text << in.rdbuf();
           return text.str();
         }(),
-        "configs/ktuned.toml", KTUNE_SOURCE_DIR "/configs", shipped);
+        "configs/ktuned.toml", ktune::test::source_path("/configs"), shipped);
     INFO((r ? std::string() : r.error().message));
     REQUIRE(r.ok());
     CHECK(shipped.max_connections == 256);

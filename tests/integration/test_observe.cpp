@@ -1,6 +1,7 @@
 // Seeing inside a running ktuned (docs/operations.md): /metrics scraped over real HTTP during a
 // CPU tune, its text checked against the exposition format, the endpoint's answers to other
 // requests, and `ktune top` driven in a real terminal under tmux.
+#include "tests/support/paths.hpp"
 #include "client/client.hpp"
 #include "tests/integration/daemon_process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -52,7 +53,7 @@ std::unique_ptr<DaemonProcess> start(const TempDir& home, const std::string& dae
                  "min_time_s = 0\nwarmup_ms = 1\nflush_cache = false\nfinalists = 0\n");
   auto daemon = std::make_unique<DaemonProcess>(
       home.str(), std::vector<std::string>{"--config", (home.path() / "ktuned.toml").string(),
-                                           "--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src",
+                                           "--kernel-dir", ktune::test::source_path("/kernels_src"),
                                            "--log-level", "info"});
   REQUIRE(daemon->wait_ready(k_start_timeout));
   return daemon;
@@ -455,7 +456,7 @@ TEST_CASE("ktune top shows the running job in a terminal and q quits it", "[inte
   auto c = connect(*daemon);
   const std::int64_t job = start_tune(c, 60);
   const std::string session = "ktune-top-" + std::to_string(::getpid());
-  const std::string ktune = KTUNE_BIN_DIR "/ktune";
+  const std::string ktune = ktune::test::bin_path("/ktune");
   // The shell in the pane prints ktune's exit status once it returns.
   REQUIRE(std::system(("tmux new-session -d -x 120 -y 40 -s " + session + " -e KTUNE_HOME=" +
                        home.str() + " 'sh -c \"" + ktune +
@@ -503,7 +504,7 @@ TEST_CASE("ktune top shows the running job in a terminal and q quits it", "[inte
 TEST_CASE("ktune top --once and --json print one frame, and without ktuned it says so",
           "[integration][top]") {
   TempDir home;
-  const std::string ktune = "KTUNE_HOME=" + home.str() + " " KTUNE_BIN_DIR "/ktune";
+  const std::string ktune = "KTUNE_HOME=" + home.str() + " " + ktune::test::bin_path("/ktune");
   const std::string none = run_output(ktune + " top --once 2>&1; echo rc=$?");
   INFO(none);
   CHECK(none.find("not running") != std::string::npos);

@@ -1,6 +1,7 @@
 // Pipelined, strategy-driven tuning end to end: the real ktuned and workers, the real compiler,
 // a real socket and database. Search strategies with a budget and a seed, shared jobs for
 // identical requests, reuse of measured configs, pruning, declared ties and the timing breakdown.
+#include "tests/support/paths.hpp"
 #include "client/client.hpp"
 #include "tests/integration/daemon_process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -34,7 +35,7 @@ std::string config(const std::string& extra = {}) {
 
 std::vector<std::string> daemon_args(const TempDir& home) {
   return {"--config", (home.path() / "ktuned.toml").string(), "--kernel-dir",
-          KTUNE_SOURCE_DIR "/kernels_src", "--log-level", "info"};
+          ktune::test::source_path("/kernels_src"), "--log-level", "info"};
 }
 
 Connection connect(const DaemonProcess& daemon) {

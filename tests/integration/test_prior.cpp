@@ -8,6 +8,7 @@
 // rankings are the kernel's, not the machine's noise: with 80 and 112, or 3-20 samples of 20 ms,
 // the neighbours' best config at 96 was within 5% of the optimum in some runs on one machine and
 // in none on another.
+#include "tests/support/paths.hpp"
 #include "client/client.hpp"
 #include "tests/integration/daemon_process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -102,7 +103,7 @@ static std::pair<int, int> demonstrate() {
   TempDir home;
   home.write("ktuned.toml", k_measure);
   DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(), "--kernel-dir",
-                                    KTUNE_SOURCE_DIR "/kernels_src", "--log-level", "info"});
+                                    ktune::test::source_path("/kernels_src"), "--log-level", "info"});
   REQUIRE(daemon.wait_ready(k_start_timeout));
   auto connected = Connection::connect(daemon.socket());
   REQUIRE(connected.ok());

@@ -1,6 +1,7 @@
 // The store under faults (docs/ARCHITECTURE.md § Store writes): another process holding the
 // database locked, a full disk, kill -9 while writes wait, a read-only database, two daemons on
 // one database. Real ktuned, real SQLite files, a real tmpfs that fills (root only).
+#include "tests/support/paths.hpp"
 #include "client/client.hpp"
 #include "db/store.hpp"
 #include "tests/cuda/skip.hpp"
@@ -59,7 +60,7 @@ const json k_tune = {{"op", "tune"},      {"kernel", "gemm"},  {"shape", "M=32,N
 std::unique_ptr<DaemonProcess> start_daemon(const TempDir& home, const std::string& db = "") {
   home.write("ktuned.toml", k_tiny_measure);
   std::vector<std::string> args = {"--config", (home.path() / "ktuned.toml").string(),
-                                   "--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src"};
+                                   "--kernel-dir", ktune::test::source_path("/kernels_src")};
   if (!db.empty()) {
     args.push_back("--db");
     args.push_back(db);
@@ -75,7 +76,7 @@ std::pair<int, std::string> refused_start(const TempDir& home, const std::string
   const std::string log = home.str() + "/stderr.txt";
   DaemonProcess daemon(home.str(),
                        {"--config", (home.path() / "ktuned.toml").string(), "--kernel-dir",
-                        KTUNE_SOURCE_DIR "/kernels_src", "--db", db},
+                        ktune::test::source_path("/kernels_src"), "--db", db},
                        log);
   CHECK_FALSE(daemon.wait_ready(k_start_timeout));
   const auto code = daemon.wait_exit(k_start_timeout);

@@ -1,6 +1,7 @@
 // ktuned's table_dirs (daemon/table_watch.hpp) end to end: a real ktuned watching a directory,
 // tables dropped into it the way a fleet publishes them (temporary file + rename, a plain copy),
 // lookups through a real socket.
+#include "tests/support/paths.hpp"
 #include "client/client.hpp"
 #include "tests/integration/daemon_process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -96,7 +97,7 @@ TEST_CASE("table_dirs: tables dropped into a watched directory are served, each 
   std::string fingerprint;
   {
     TempDir probe_home;
-    DaemonProcess probe(probe_home.str(), {"--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src"});
+    DaemonProcess probe(probe_home.str(), {"--kernel-dir", ktune::test::source_path("/kernels_src")});
     REQUIRE(probe.wait_ready(k_start_timeout));
     auto c = Connection::connect(probe.socket());
     REQUIRE(c.ok());
@@ -121,7 +122,7 @@ TEST_CASE("table_dirs: tables dropped into a watched directory are served, each 
   write_file(tables / "README", "not a json file");
 
   DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
-                                    "--kernel-dir", KTUNE_SOURCE_DIR "/kernels_src"});
+                                    "--kernel-dir", ktune::test::source_path("/kernels_src")});
   REQUIRE(daemon.wait_ready(k_start_timeout));
   auto c = Connection::connect(daemon.socket());
   REQUIRE(c.ok());

@@ -1,6 +1,7 @@
 // Bring your own kernel: the blocked SGEMM of tests/kernels/gemm_blocked, an existing typed
 // function with #define'd tunables, described by one spec file (its signature and a float64
 // reference function), tuned to a winner by the real ktuned and workers with no adapter.
+#include "tests/support/paths.hpp"
 #include "cli/kernel_commands.hpp"
 #include "client/client.hpp"
 #include "tests/integration/daemon_process.hpp"
@@ -42,7 +43,7 @@ TEST_CASE("an existing typed SGEMM is tuned to a winner from one spec file, chec
   home.write("ktuned.toml", "[measure]\nmin_samples = 3\nmax_samples = 10\nmax_time_s = 0.02\n"
                             "min_time_s = 0\nwarmup_ms = 1\nflush_cache = false\nfinalists = 0\n");
   DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
-                                    "--kernel-dir", KTUNE_SOURCE_DIR "/tests/kernels",
+                                    "--kernel-dir", ktune::test::source_path("/tests/kernels"),
                                     "--log-level", "info"});
   REQUIRE(daemon.wait_ready(k_start_timeout));
   auto c = Connection::connect(daemon.socket());

@@ -1,3 +1,4 @@
+#include "tests/support/paths.hpp"
 #include "sweep/sweep_file.hpp"
 
 #include <catch2/catch.hpp>
@@ -108,7 +109,7 @@ TEST_CASE("broken sweep files are errors naming the file, the table and the key"
 
 TEST_CASE("the shipped sweep files parse", "[sweep]") {
   for (const char* name : {"nightly.toml", "cpu.toml"}) {
-    auto sweep = load_sweep(std::string(KTUNE_SOURCE_DIR) + "/configs/sweeps/" + name);
+    auto sweep = load_sweep(ktune::test::source_dir() + "/configs/sweeps/" + name);
     INFO((sweep ? std::string() : sweep.error().message));
     CHECK(sweep.ok());
   }

@@ -1,5 +1,6 @@
 #pragma once
 // Shared test data for the table tests: a real store filled through Store's API, and rows.
+#include "tests/support/paths.hpp"
 #include "db/store.hpp"
 #include "tableio/table.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -14,7 +15,7 @@
 namespace ktune::test {
 
 inline std::string read_source_file(const std::string& relative) {
-  std::ifstream in(std::string(KTUNE_SOURCE_DIR) + "/" + relative);
+  std::ifstream in(ktune::test::source_dir() + "/" + relative);
   REQUIRE(in.good());
   std::stringstream text;
   text << in.rdbuf();

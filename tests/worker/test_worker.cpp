@@ -1,4 +1,5 @@
 // The real ktune-worker binary, spawned over a socketpair the way the daemon starts it.
+#include "tests/support/paths.hpp"
 #include <catch2/catch.hpp>
 
 #include "bench/runner.hpp"
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <csignal>
 #include <fcntl.h>
@@ -32,7 +34,7 @@ using nlohmann::json;
 
 namespace {
 
-const std::string k_worker = std::string(KTUNE_BIN_DIR) + "/ktune-worker";
+const std::string k_worker = ktune::test::bin_dir() + "/ktune-worker";
 constexpr int k_timeout_ms = 60'000;
 
 // One ktune-worker child and this process's end of its socketpair. Kills the child if it is
@@ -355,7 +357,7 @@ TEST_CASE("A worker answers bad requests with errors and keeps serving", "[worke
 TEST_CASE("A bench worker measures a compiled candidate", "[worker]") {
   ktune::test::TempDir dir;
   auto kernel =
-      ktune::load_kernel(std::string(KTUNE_SOURCE_DIR) + "/kernels_src/reduce_sum/kernel.toml");
+      ktune::load_kernel(ktune::test::source_dir() + "/kernels_src/reduce_sum/kernel.toml");
   REQUIRE(kernel.ok());
   auto compile_job =
       ktune::make_compile_job(*kernel, kernel->spec.default_config, "f32", dir.str());
@@ -516,7 +518,7 @@ TEST_CASE("The stop guard kills the stopped groups it holds once its stream clos
 
 TEST_CASE("A bench worker checks a gemm candidate against the default config", "[worker]") {
   ktune::test::TempDir dir;
-  auto kernel = ktune::load_kernel(std::string(KTUNE_SOURCE_DIR) + "/kernels_src/gemm/kernel.toml");
+  auto kernel = ktune::load_kernel(ktune::test::source_dir() + "/kernels_src/gemm/kernel.toml");
   REQUIRE(kernel.ok());
   ktune::HostCompiler compiler;
   auto build = [&](const ktune::Config& config) {
@@ -564,7 +566,7 @@ TEST_CASE("A bench worker checks a gemm candidate against the default config", "
 #include "tests/cuda/gpu.hpp"
 #include "tests/cuda/skip.hpp"
 
-// [loses-context]: scripts/gpu-selftest.sh runs it last, in its own process.
+// [loses-context]: scripts/gpu-check.sh runs it last, in its own process.
 TEST_CASE("A bench worker that loses its CUDA context says so, then exits 3", "[worker][gpu][loses-context]") {
   ktune::test::require_cuda_device();
   ktune::test::TempDir dir;
@@ -610,6 +612,91 @@ TEST_CASE("A bench worker that loses its CUDA context says so, then exits 3", "[
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 3);
 }
+TEST_CASE("ktune-worker --list-cuda-devices prints the CUDA devices, or why there are none, as JSON",
+          "[worker]") {
+  const std::string command = k_worker + " --list-cuda-devices 2>/dev/null";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string out;
+  char chunk[4096];
+  while (std::size_t n = std::fread(chunk, 1, sizeof chunk, pipe)) out.append(chunk, n);
+  const int status = ::pclose(pipe);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  INFO(out);
+  const json line = json::parse(out, nullptr, false);
+  REQUIRE(line.is_object());
+  if (line.contains("devices")) {
+    REQUIRE_FALSE(line.at("devices").empty());
+    CHECK(line.at("devices").at(0).at("name") == "cuda:0");
+  } else {
+    CHECK(line.at("cuda_error").at("code") == "no_device");
+    CHECK_FALSE(line.at("cuda_error").at("message").get<std::string>().empty());
+  }
+}
+
+TEST_CASE("A compile worker under a memory limit answers devices from a probe outside the limit",
+          "[worker][gpu]") {
+  // cuInit reserves far more address space than --memory-mb allows: before the probe ran in a
+  // child process, a compile worker under the limit answered every devices request with a cuInit
+  // error and ktuned saw no GPU.
+  ktune::test::require_cuda_device();
+  WorkerProcess worker({"--fd", "{fd}", "--role", "compile", "--memory-mb", "256"});
+  REQUIRE(worker.read_json().at("ready") == true);
+  const json reply = worker.request({{"id", 1}, {"op", "devices"}});
+  INFO(reply.dump());
+  REQUIRE(reply.at("ok") == true);
+  const json& outcome = reply.at("outcome");
+  CHECK(outcome.at("cpu").at("name") == "cpu");
+  REQUIRE(outcome.contains("devices"));
+  CHECK(outcome.at("devices").at(0).at("name") == "cuda:0");
+}
+
+TEST_CASE("A CUDA bench worker names the lane's device, which it sees as ordinal 0", "[worker]") {
+  // ktuned starts lane cuda:N's worker with CUDA_VISIBLE_DEVICES naming that one device and
+  // --device-name cuda:N: its messages must say cuda:N, not the cuda:0 it sees.
+  ktune::test::TempDir dir;
+  ktune::BenchJob job;
+  job.kernel = "fill";
+  job.entry = "fill";
+  job.shape = "N=64";
+  job.args = {{"OUT", "out", "f32", 64, "zero", 0}};
+  job.launch = ktune::CudaLaunch{};
+  job.launch->block[0] = 4096; // more threads than any device allows per block
+  job.artifact_path = (dir.path() / "none.cubin").string();
+  if (auto devices = ktune::list_cuda_devices(); devices) {
+    auto compiler = ktune::NvrtcCompiler::create();
+    REQUIRE(compiler.ok());
+    auto props = ktune::query_cuda_device(0);
+    REQUIRE(props.ok());
+    ktune::CompileJob compile;
+    compile.kernel = "fill";
+    compile.language = "cuda";
+    compile.source_path =
+        dir.write("fill.cu", "extern \"C\" __global__ void fill(float* out) { out[threadIdx.x % 64] = 1; }\n")
+            .string();
+    compile.dtype = "f32";
+    compile.source_hash = "fill";
+    compile.cache_dir = (dir.path() / "cache").string();
+    compile.arch = ktune::cuda_arch(props->cc_major, props->cc_minor);
+    const ktune::CompileOutcome compiled = (*compiler)->compile(compile);
+    INFO(compiled.log);
+    REQUIRE(compiled.status == ktune::CandidateStatus::ok);
+    job.artifact_path = compiled.artifact_path;
+  }
+  WorkerProcess worker({"--fd", "{fd}", "--role", "bench", "--device-name", "cuda:3"});
+  REQUIRE(worker.read_json().at("ready") == true);
+  const json reply = worker.request({{"id", 1}, {"op", "bench"}, {"job", job.to_json()}});
+  INFO(reply.dump());
+  if (reply.at("ok") == true) { // a GPU: the launch check names the device
+    CHECK(reply.at("outcome").at("status") == "launch_error");
+    CHECK_THAT(reply.at("outcome").at("reason").get<std::string>(), Catch::Contains("cuda:3 allows at most"));
+  } else {
+    CHECK(reply.at("error").at("code") == "no_device");
+    CHECK_THAT(reply.at("error").at("message").get<std::string>(), Catch::StartsWith("cuda:3: "));
+  }
+}
+
 TEST_CASE("compile_batch compiles its CUDA jobs one by one, in job order with the host jobs",
           "[worker][batch]") {
   if (auto nvrtc = ktune::NvrtcCompiler::create(); !nvrtc) {
