@@ -865,7 +865,8 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
                            {"family": fam.name, "shape": fam.shape,
                             "kernel_dir": directory}) from e
         assert isinstance(job, Job)
-        if job.state != "done":
+        # A job whose every candidate failed ends failed with its rows: they are the results.
+        if job.state != "done" and not (job.state == "failed" and job.results):
             raise KtuneError("job_" + job.state, f"job {job.id} ended {job.state}: {job.error}",
                              job)
         stats = d.stats()
@@ -964,7 +965,8 @@ def _environment(job: Job, fam: _Family, directory: str, device_label: str, devi
         "compiler_options": list(compiler_options or []),
         "iterations": iterations,
         "python_version": sys.version.split()[0],
-        "ktune": {"job": job.id, "family": fam.name, "kernel_dir": directory,
+        "ktune": {"job": job.id, "state": job.state, "error": job.error,
+                  "family": fam.name, "kernel_dir": directory,
                   "shape": fam.shape, "dtype": fam.dtype, "device": device_name,
                   "strategy": job.strategy, "winner": job.winner,
                   "timing": job.raw.get("job", {}).get("timing")},
