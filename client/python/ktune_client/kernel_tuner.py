@@ -757,12 +757,13 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     the family and running compile_check.
     """
     np = _numpy()
-    for value, what in ((verify, "verify (write the expected outputs as `answer`)"),
-                        (cmem_args, "cmem_args (constant memory)"),
-                        (texmem_args, "texmem_args (texture memory)"),
-                        (observers, "observers (ktune measures time only)")):
+    for value, what in ((verify, "verify (write the expected outputs as answer) is"),
+                        (cmem_args, "cmem_args (constant memory) is"),
+                        (texmem_args, "texmem_args (texture memory) is"),
+                        (observers, "observers (ktune measures time only) are")):
         if value is not None:
-            raise _not_supported(f"{what} is not supported")
+            hint = " (fix: pass the data as an argument)" if "mem_args" in what else ""
+            raise _not_supported(f"{what} not supported{hint}")
     if simulation_mode:
         raise _not_supported("simulation_mode: replay a recorded space with `ktune replay`")
     if objective not in (None, "time"):
