@@ -276,6 +276,45 @@ class RestrictionTranslationTest(unittest.TestCase):
         return job.raw["total"]
 
 
+class RefusedTest(unittest.TestCase):
+    """What ktune cannot do is refused before anything is written, with the message
+    docs/kernel-tuner.md quotes."""
+
+    def test_unsupported_arguments_are_refused_naming_what_instead(self):
+        a = numpy.zeros(16, dtype=numpy.float32)
+        n = numpy.int32(16)
+        source = "__global__ void k(float* a, int n) { a[threadIdx.x] = n; }"
+        scratch = tempfile.mkdtemp(prefix="ktune-refused-")
+        self.addCleanup(shutil.rmtree, scratch, True)
+        nowhere = ktune_client.Daemon(os.path.join(scratch, "no.sock"))
+        base = dict(kernel_name="k", kernel_source=source, problem_size=16, arguments=[a, n],
+                    tune_params={"block_size_x": [16]}, quiet=True, daemon=nowhere,
+                    kernel_dir=os.path.join(scratch, "kt"))
+        cases = [
+            (dict(verify=lambda *x: True), "verify (write the expected outputs as answer)"),
+            (dict(cmem_args={"d": a}), "fix: pass the data as an argument"),
+            (dict(observers=[object()]), "ktune measures time only"),
+            (dict(simulation_mode=True), "ktune replay"),
+            (dict(objective="GFLOP/s"), "ktune tunes for time only"),
+            (dict(kernel_name="k<float>"), "templated kernels are not supported"),
+            (dict(lang="OpenCL"), "ktune runs C (the host compiler) and CUDA (nvrtc)"),
+            (dict(tune_params={"block_size_x": [16.5]}), "tunable parameters are integers"),
+            (dict(arguments=[a.astype(numpy.uint8), n]), "numpy dtype uint8 is not supported"),
+            (dict(kernel_source=lambda params: source), "code generator function"),
+            (dict(grid_div_x=["block_size_x / 3 * 3"], tune_params={"block_size_x": [16, 32]}),
+             "gives 16 in Python but 15 with C's integer arithmetic"),
+        ]
+        for change, message in cases:
+            with self.subTest(message=message):
+                with self.assertRaises(ktune_client.NotSupported) as refused:
+                    tune_kernel(**dict(base, **change))
+                self.assertIn(message, refused.exception.message)
+        with self.assertRaises(TypeError) as plain_int:
+            tune_kernel(**dict(base, arguments=[a, 16]))
+        self.assertIn("numpy.int32(16)", str(plain_int.exception))
+        self.assertFalse(os.path.exists(os.path.join(scratch, "kt")))  # nothing was written
+
+
 class WithoutNumpyTest(unittest.TestCase):
     def test_the_package_imports_without_numpy_and_the_drop_in_says_what_it_needs(self):
         code = ("import sys; sys.modules['numpy'] = None\n"
