@@ -34,7 +34,7 @@ import struct
 import sys
 import tempfile
 import warnings
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from . import kt_space
 from .daemon import Daemon, Job
@@ -473,7 +473,11 @@ def _build_family(np: Any, *, name: str, kernel_name: str, source: str, source_n
     if fam.language == "cpp":
         if "#include <omp.h>" in source and "-fopenmp" not in flags:
             flags.append("-fopenmp")
-        body = source.replace('extern "C"', 'extern "C++"')
+        # The shim calls the function, so it needs no C linkage; with C++ linkage several
+        # configs share a translation unit (batched compiles). Other extern "C" declarations
+        # (a C library's functions) keep theirs.
+        body = re.sub(r'extern\s*"C"(?=\s*[^{;]*?\b' + re.escape(kernel_name) + r'\s*\()',
+                      'extern "C++"', source, count=1)
         call = []
         for a in args:
             param = f"typename ktune_kt_param<{a.index}, decltype(&{kernel_name})>::type"
