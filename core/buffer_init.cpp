@@ -35,7 +35,7 @@ std::optional<BufferInit> parse_buffer_init(std::string_view text) {
     const std::string_view path = text.substr(k_file_init_prefix.size());
     if (trim(path).empty()) return std::nullopt;
     BufferInit init{InitKind::file};
-    init.path = std::string(path);
+    init.path = std::string(trim(path));
     return init;
   }
   if (text == "zero") return BufferInit{InitKind::zero};
