@@ -406,172 +406,188 @@ def _unroll_guards(source: str, tune_params: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _build_family(np: Any, *, name: str, kernel_name: str, source: str, source_name: str,
+class _Launch:
+    """The launch geometry as ktune expressions: problem size, grid divisors, block, shared
+    memory bytes (Kernel Tuner's rules: a divisor list None is the block size name of that axis
+    where it is a parameter; a block size name that is not one is 256, 1, 1)."""
+
+    def __init__(self, entries: list[Union[str, int]], dims: list[tuple[str, int]],
+                 grid_div: list[Any], block_size_names: list[str],
+                 tune_params: dict[str, list[int]], smem_args: Any) -> None:
+        self.problem = []
+        for i in range(3):
+            e = entries[i] if i < len(entries) else 1
+            if isinstance(e, str):
+                self.problem.append(_exact_expression(e, tune_params, f"problem_size[{i}]"))
+            else:
+                self.problem.append("XYZ"[i] if ("XYZ"[i], e) in dims else str(e))
+        self.divisors = []
+        for i, div in enumerate(grid_div):
+            axis = "xyz"[i]
+            if div is None:
+                div = [block_size_names[i]] if block_size_names[i] in tune_params else []
+            if callable(div):
+                raise _not_supported(f"grid_div_{axis}: a function is not supported (write the "
+                                     "divisors as strings)")
+            if isinstance(div, str):
+                div = [div]
+            terms = [_exact_expression(d, tune_params, f"grid_div_{axis}") for d in div]
+            self.divisors.append(" * ".join(f"({t})" for t in terms) if terms else "1")
+        self.block = [block_size_names[i] if block_size_names[i] in tune_params else
+                      ("256" if i == 0 else "1") for i in range(3)]
+        self.shared = "0"
+        if smem_args is not None:
+            size = smem_args.get("size") if isinstance(smem_args, dict) else None
+            if size is None or callable(size):
+                raise _not_supported("smem_args: only {'size': int or string} is supported")
+            self.shared = _exact_expression(str(size), tune_params, "smem_args['size']")
+
+    def grid(self) -> list[str]:
+        return [p if d == "1" else f"ceil_div({p}, {d})"
+                for p, d in zip(self.problem, self.divisors)]
+
+
+def _prelude(source: str, launch: _Launch, dims: list[tuple[str, int]],
+             defines: Optional[dict]) -> list[str]:
+    """#defines Kernel Tuner makes that ktune's -D flags do not: the user's `defines`, and
+    grid_size_x/y/z where the source uses them (C preprocessor arithmetic)."""
+    prelude = []
+    for key, value in (defines or {}).items():
+        if callable(value) or not str(key).isidentifier():
+            raise _not_supported(f"defines[{key!r}]: only constant values are supported")
+        prelude.append(f"#define {key} {value}")
+    if "grid_size_" in source:
+        for i, axis in enumerate("xyz"):
+            p, d = _c_text(launch.problem[i]), _c_text(launch.divisors[i])
+            if p is None or d is None:
+                raise _not_supported(f"the source uses grid_size_{axis}, whose expression "
+                                     f"{launch.problem[i]} / {launch.divisors[i]} is not C "
+                                     "arithmetic")
+            p = str(dict(dims).get(p, p))
+            prelude.append(f"#define grid_size_{axis} ((({p}) + ({d}) - 1) / ({d}))")
+    return prelude
+
+
+def _flags(compiler_options: list[str], launch: _Launch, block_size_names: list[str],
+           tune_params: dict[str, Any], source: str, cuda: bool) -> list[str]:
+    """compiler_options plus Kernel Tuner's macros ktune does not define: block sizes that are
+    not parameters, kernel_tuner; -fopenmp for a C source that includes <omp.h>. CUDA
+    architecture options are left out (ktune compiles for the tuned device)."""
+    flags = list(compiler_options)
+    if cuda:
+        arch = [f for f in flags if re.match(r"^(-arch|--gpu-architecture|-gencode)", f)]
+        if arch:
+            warnings.warn(f"compiler_options {arch} are left out: ktune compiles for the "
+                          "architecture of the device it tunes on", UserWarning, stacklevel=4)
+            flags = [f for f in flags if f not in arch]
+    elif "#include <omp.h>" in source and "-fopenmp" not in flags:
+        flags.append("-fopenmp")
+    for i, name in enumerate(block_size_names[:3]):
+        if name not in tune_params:
+            flags.append(f"-D{name}={launch.block[i]}")
+    flags.append("-Dkernel_tuner=1")
+    return flags
+
+
+def _c_source(source: str, kernel_name: str, args: list[_Arg]) -> str:
+    """The C source and the shim that calls `kernel_name` from ktune's argument array."""
+    # The shim calls the function, so it needs no C linkage; with C++ linkage several configs
+    # share a translation unit (batched compiles). Other extern "C" declarations (a C library's
+    # functions) keep theirs.
+    body = re.sub(r'extern\s*"C"(?=\s*[^{;]*?\b' + re.escape(kernel_name) + r'\s*\()',
+                  'extern "C++"', source, count=1)
+    call = []
+    for a in args:
+        param = f"typename ktune_kt_param<{a.index}, decltype(&{kernel_name})>::type"
+        if a.is_buffer:
+            call.append(f"static_cast<{param}>(args[{a.index}])")
+        else:
+            c_type = _SCALAR_C_TYPES[a.dtype]
+            call.append(f"static_cast<{param}>(*static_cast<const {c_type}*>(args[{a.index}]))")
+    return body + "\n" + _SHIM_TEMPLATE.format(name=kernel_name, call=",\n      ".join(call))
+
+
+def _spec_args(args: list[_Arg], dims: list[tuple[str, int]], answer_given: bool,
+               data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The [[args]] entries; every array's contents (and answer) go into `data` by file name.
+    Answered arrays are inout (they start with the user's contents), the others in; without an
+    answer every array is inout (nothing says which the kernel writes)."""
+    if not any(a.is_buffer for a in args):
+        raise _not_supported("arguments: ktune needs at least one array argument")
+    data_dir = "data/{shape}"
+    items = []
+    for a in args:
+        item: dict[str, Any] = {"name": a.name}
+        if a.is_buffer:
+            item["kind"] = "inout" if (a.answer is not None or not answer_given) else "in"
+            item["dtype"] = a.dtype
+            item["count"] = _size_expression(a.array.size, dims)
+            item["init"] = f"file:{data_dir}/{a.name}.npy"
+            data[f"{data_dir}/{a.name}.npy"] = a.array
+            if a.answer is not None:
+                item["expected"] = f"{data_dir}/{a.name}.expected.npy"
+                data[item["expected"]] = a.answer
+        else:
+            item["kind"] = "scalar"
+            item["dtype"] = a.dtype
+            item["value"] = _size_expression(int(a.scalar), dims) \
+                if a.dtype in ("i32", "i64") else repr(float(a.scalar))
+        items.append(item)
+    return items
+
+
+def _build_family(*, name: str, kernel_name: str, source: str, source_name: str,
                   extra_files: list[str], lang: str, dims: list[tuple[str, int]],
                   entries: list[Union[str, int]], args: list[_Arg], answer_given: bool,
                   atol: float, tune_params: dict[str, list[int]], constraints: list[str],
                   default: dict[str, int], grid_div: list[Any], block_size_names: list[str],
                   smem_args: Any, compiler_options: list[str], defines: Optional[dict]
                   ) -> _Family:
+    """The family tune_kernel writes (docs/kernel-tuner.md, What a call does). Raises
+    NotSupported for what cannot be written, before anything is."""
+    cuda = lang == "CUDA"
+    if smem_args is not None and not cuda:
+        raise _not_supported("smem_args: shared memory exists for CUDA kernels only")
     fam = _Family()
     fam.name = name
-    fam.language = "cuda" if lang == "CUDA" else "cpp"
+    fam.language = "cuda" if cuda else "cpp"
     fam.shape = ",".join(f"{n}={v}" for n, v in dims)
     fam.extra_files = extra_files
-    data_dir = "data/{shape}"
-
-    # problem size entries as expressions; grid divisors
-    problem = []
-    for i in range(3):
-        if i < len(entries):
-            e = entries[i]
-            problem.append("XYZ"[i] if isinstance(e, int) and ("XYZ"[i], e) in dims else
-                           (_exact_expression(e, tune_params, f"problem_size[{i}]")
-                            if isinstance(e, str) else str(e)))
-        else:
-            problem.append("1")
-    divisors = []
-    for i, div in enumerate(grid_div):
-        axis = "xyz"[i]
-        if div is None:
-            div = [block_size_names[i]] if block_size_names[i] in tune_params else []
-        if callable(div):
-            raise _not_supported(f"grid_div_{axis}: a function is not supported (write the "
-                                 "divisors as strings)")
-        if isinstance(div, str):
-            div = [div]
-        terms = [_exact_expression(d, tune_params, f"grid_div_{axis}") for d in div]
-        divisors.append(" * ".join(f"({t})" for t in terms) if terms else "1")
-    block = [block_size_names[i] if block_size_names[i] in tune_params else
-             ("256" if i == 0 else "1") for i in range(3)]
-
-    # defines Kernel Tuner makes that ktune does not: block sizes that are not params,
-    # kernel_tuner, the user's defines; grid_size_* only where the source uses them
-    flags = list(compiler_options)
-    for i, bname in enumerate(block_size_names[:3]):
-        if bname not in tune_params:
-            flags.append(f"-D{bname}={block[i]}")
-    flags.append("-Dkernel_tuner=1")
-    prelude = []
-    if defines:
-        for key, value in defines.items():
-            if callable(value) or not str(key).isidentifier():
-                raise _not_supported(f"defines[{key!r}]: only constant values are supported")
-            prelude.append(f"#define {key} {str(value)}")
-    if "grid_size_" in source:
-        for i, axis in enumerate("xyz"):
-            p = _c_text(problem[i])
-            d = _c_text(divisors[i])
-            if p is None or d is None:
-                raise _not_supported(f"the source uses grid_size_{axis}, whose expression "
-                                     f"{problem[i]} / {divisors[i]} is not C arithmetic")
-            if p.isidentifier() and p in dict(dims):
-                p = str(dict(dims)[p])
-            prelude.append(f"#define grid_size_{axis} ((({p}) + ({d}) - 1) / ({d}))")
-
-    # the source
-    if fam.language == "cpp":
-        if "#include <omp.h>" in source and "-fopenmp" not in flags:
-            flags.append("-fopenmp")
-        # The shim calls the function, so it needs no C linkage; with C++ linkage several
-        # configs share a translation unit (batched compiles). Other extern "C" declarations
-        # (a C library's functions) keep theirs.
-        body = re.sub(r'extern\s*"C"(?=\s*[^{;]*?\b' + re.escape(kernel_name) + r'\s*\()',
-                      'extern "C++"', source, count=1)
-        call = []
-        for a in args:
-            param = f"typename ktune_kt_param<{a.index}, decltype(&{kernel_name})>::type"
-            if a.is_buffer:
-                call.append(f"static_cast<{param}>(args[{a.index}])")
-            else:
-                c_type = _SCALAR_C_TYPES[a.dtype]
-                call.append(f"static_cast<{param}>(*static_cast<const {c_type}*>"
-                            f"(args[{a.index}]))")
-        shim = _SHIM_TEMPLATE.format(name=kernel_name, call=",\n      ".join(call))
-        fam.source_name = "kernel.cpp"
-        fam.source_text = ("\n".join(prelude) + "\n" if prelude else "") + \
-            f'#line 1 "{source_name}"\n' + body + "\n" + shim
-        entry = "ktune_kt_entry"
-    else:
-        arch_flags = [f for f in flags if re.match(r"^(-arch|--gpu-architecture|-gencode)", f)]
-        if arch_flags:
-            warnings.warn(f"compiler_options {arch_flags} are left out: ktune compiles for the "
-                          "architecture of the device it tunes on", UserWarning, stacklevel=3)
-            flags = [f for f in flags if f not in arch_flags]
-        body = _unroll_guards(source, tune_params)
+    launch = _Launch(entries, dims, grid_div, block_size_names, tune_params, smem_args)
+    flags = _flags(compiler_options, launch, block_size_names, tune_params, source, cuda)
+    prelude = "".join(line + "\n" for line in _prelude(source, launch, dims, defines))
+    located = f'#line 1 "{source_name}"\n'
+    if cuda:
         wrapped = 'extern "C" {\n' if 'extern "C"' not in source else ""
-        fam.source_name = "kernel.cu"
-        fam.source_text = ("\n".join(prelude) + "\n" if prelude else "") + wrapped + \
-            f'#line 1 "{source_name}"\n' + body + ("\n}\n" if wrapped else "\n")
-        entry = kernel_name
-
-    # data: every array's contents, and the answers
-    spec_args = []
+        fam.source_name, entry = "kernel.cu", kernel_name
+        fam.source_text = prelude + wrapped + located + _unroll_guards(source, tune_params) + \
+            ("\n}\n" if wrapped else "\n")
+    else:
+        fam.source_name, entry = "kernel.cpp", "ktune_kt_entry"
+        fam.source_text = prelude + located + _c_source(source, kernel_name, args)
+    items = _spec_args(args, dims, answer_given, fam.data)
     outputs = [a for a in args if a.is_buffer and a.answer is not None]
-    for a in args:
-        item: dict[str, Any] = {"name": a.name}
-        if a.is_buffer:
-            kind = "inout" if (a.answer is not None or not answer_given) else "in"
-            item["kind"] = kind
-            item["dtype"] = a.dtype
-            item["count"] = _size_expression(a.array.size, dims)
-            data_file = f"{data_dir}/{a.name}.npy"
-            item["init"] = "file:" + data_file
-            fam.data[data_file] = a.array
-            if a.answer is not None:
-                expected = f"{data_dir}/{a.name}.expected.npy"
-                item["expected"] = expected
-                fam.data[expected] = a.answer
-        else:
-            item["kind"] = "scalar"
-            item["dtype"] = a.dtype
-            if a.dtype in ("i32", "i64"):
-                item["value"] = _size_expression(int(a.scalar), dims)
-            else:
-                item["value"] = repr(float(a.scalar))
-        spec_args.append(item)
-    if not any(a.is_buffer for a in args):
-        raise _not_supported("arguments: ktune needs at least one array argument")
-    first_output = next((a for a in (outputs or [a for a in args if a.is_buffer]))).dtype
-    fam.dtype = first_output
+    fam.dtype = (outputs or [a for a in args if a.is_buffer])[0].dtype
 
     lines = ["# Written by ktune_client.kernel_tuner.tune_kernel for Kernel Tuner's",
              f"# tune_kernel({kernel_name!r}, ...); it is written again by the next call.",
-             "[kernel]",
-             f"name = {_toml(name)}",
-             f"language = {_toml(fam.language)}",
-             f"source = {_toml(fam.source_name)}",
-             f"entry = {_toml(entry)}",
-             f"shape = {_toml([d[0] for d in dims])}",
-             f"flags = {_toml(flags)}",
-             "",
+             "[kernel]", f"name = {_toml(name)}", f"language = {_toml(fam.language)}",
+             f"source = {_toml(fam.source_name)}", f"entry = {_toml(entry)}",
+             f"shape = {_toml([d[0] for d in dims])}", f"flags = {_toml(flags)}", "",
              "[params]"]
     lines += [f"{p} = {_toml(v)}" for p, v in tune_params.items()]
     lines += ["", "[space]", f"constraints = {_toml(constraints)}", ""]
-    if fam.language == "cuda":
-        grid = [problem[i] if divisors[i] == "1" else f"ceil_div({problem[i]}, {divisors[i]})"
-                for i in range(3)]
-        shared = "0"
-        if smem_args is not None:
-            size = smem_args.get("size") if isinstance(smem_args, dict) else None
-            if size is None or callable(size):
-                raise _not_supported("smem_args: only {'size': int or string} is supported")
-            shared = _exact_expression(str(size), tune_params, "smem_args['size']")
-        lines += ["[launch]", f"grid = {_toml(grid)}", f"block = {_toml(block)}",
-                  f"shared_bytes = {_toml(shared)}", ""]
-    elif smem_args is not None:
-        raise _not_supported("smem_args: shared memory exists for CUDA kernels only")
-    for item in spec_args:
-        lines.append("[[args]]")
-        lines += [f"{k} = {_toml(v)}" for k, v in item.items()]
-        lines.append("")
-    lines += ["[check]"]
+    if cuda:
+        lines += ["[launch]", f"grid = {_toml(launch.grid())}", f"block = {_toml(launch.block)}",
+                  f"shared_bytes = {_toml(launch.shared)}", ""]
+    for item in items:
+        lines += ["[[args]]"] + [f"{k} = {_toml(v)}" for k, v in item.items()] + [""]
     if answer_given and outputs:
-        lines += ['reference = "files"', f"atol = {_toml(float(atol))}", "rtol = 1e-05"]
+        lines += ["[check]", 'reference = "files"', f"atol = {_toml(float(atol))}",
+                  "rtol = 1e-05"]
     else:
-        lines += ['reference = "none"']
-    lines += ["", "[default]"]
-    lines += [f"{p} = {v}" for p, v in default.items()]
+        lines += ["[check]", 'reference = "none"']
+    lines += ["", "[default]"] + [f"{p} = {v}" for p, v in default.items()]
     fam.spec_text = "\n".join(lines) + "\n"
     return fam
 
@@ -761,34 +777,12 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     the family and running compile_check.
     """
     np = _numpy()
-    for value, what in ((verify, "verify (write the expected outputs as answer) is"),
-                        (cmem_args, "cmem_args (constant memory) is"),
-                        (texmem_args, "texmem_args (texture memory) is"),
-                        (observers, "observers (ktune measures time only) are")):
-        if value is not None:
-            hint = " (fix: pass the data as an argument)" if "mem_args" in what else ""
-            raise _not_supported(f"{what} not supported{hint}")
-    if simulation_mode:
-        raise _not_supported("simulation_mode: replay a recorded space with `ktune replay`")
-    if objective not in (None, "time"):
-        raise _not_supported(f"objective {objective!r}: ktune tunes for time only")
+    _refuse(verify=verify, cmem_args=cmem_args, texmem_args=texmem_args, observers=observers,
+            simulation_mode=simulation_mode, objective=objective, kernel_name=kernel_name)
     if iterations < 1:
         raise ValueError("Iterations should be at least one!")
-    if not isinstance(kernel_name, str) or not kernel_name.isidentifier():
-        raise _not_supported(f"kernel_name {kernel_name!r}: expected the function's name "
-                             "(templated kernels are not supported)")
-
     source, source_name, extra_files = _read_source(kernel_source)
-    if lang is None:
-        lang = "CUDA" if "__global__" in source else ("OpenCL" if "__kernel" in source else "C")
-    lang = str(lang).upper()
-    if lang in ("CUPY", "NVCUDA"):
-        lang = "CUDA"
-    if lang not in ("C", "CUDA"):
-        raise _not_supported(f"lang {lang!r}: ktune runs C (the host compiler) and CUDA (nvrtc)")
-    if lang == "C" and compiler not in (None, "g++", "gcc", "c++", "cc"):
-        raise _not_supported(f"compiler {compiler!r}: ktune compiles C with the system's C++ "
-                             "compiler")
+    lang = _language(lang, source, compiler)
     params = _tune_params(tune_params)
     if block_size_names is not None:
         if not isinstance(block_size_names, (list, tuple)) or len(block_size_names) > 3:
@@ -803,22 +797,9 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     _check_answer(np, answer, args)
     dims, entries = _shape_dims(np, problem_size, args, params)
 
-    # the space: each restriction as a constraint, Kernel Tuner's block size limit, a default
-    parsed = kt_space.parse_restrictions(restrictions, params)
-    constraints = [kt_space.restriction_constraint(r, params) for r in parsed]
-    limit = kt_space.max_threads_restriction(params)
-    if limit:
-        constraints.append(limit.replace(" <= ", " <= ").strip())
-    checks = list(parsed)
-    if limit:
-        checks.append(kt_space.Restriction(lambda c: kt_space.kt_eval_string(limit, c), [],
-                                           limit, limit))
-    default = _first_admitted(params, checks)
-    if default is None:
-        raise EmptySpace("empty_space", "the restrictions admit no config of tune_params "
-                         "(Kernel Tuner's search space would be empty)")
+    constraints, default = _space(restrictions, params)
 
-    fam = _build_family(np, name=family or kernel_name, kernel_name=kernel_name, source=source,
+    fam = _build_family(name=family or kernel_name, kernel_name=kernel_name, source=source,
                         source_name=source_name, extra_files=extra_files, lang=lang, dims=dims,
                         entries=entries, args=args,
                         answer_given=answer is not None and any(a is not None for a in answer),
@@ -895,15 +876,59 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     return results, env
 
 
-def _first_admitted(params: dict[str, list[int]], checks: list[Any]) -> Optional[dict[str, int]]:
+def _refuse(*, verify: Any, cmem_args: Any, texmem_args: Any, observers: Any,
+            simulation_mode: bool, objective: Any, kernel_name: Any) -> None:
+    """NotSupported for Kernel Tuner's arguments ktune has no equivalent of."""
+    for value, what in ((verify, "verify (write the expected outputs as answer) is"),
+                        (cmem_args, "cmem_args (constant memory) is"),
+                        (texmem_args, "texmem_args (texture memory) is"),
+                        (observers, "observers (ktune measures time only) are")):
+        if value is not None:
+            hint = " (fix: pass the data as an argument)" if "mem_args" in what else ""
+            raise _not_supported(f"{what} not supported{hint}")
+    if simulation_mode:
+        raise _not_supported("simulation_mode: replay a recorded space with `ktune replay`")
+    if objective not in (None, "time"):
+        raise _not_supported(f"objective {objective!r}: ktune tunes for time only")
+    if not isinstance(kernel_name, str) or not kernel_name.isidentifier():
+        raise _not_supported(f"kernel_name {kernel_name!r}: expected the function's name "
+                             "(templated kernels are not supported)")
+
+
+def _language(lang: Optional[str], source: str, compiler: Optional[str]) -> str:
+    """"C" or "CUDA": Kernel Tuner's detection when lang is None; CUPY and NVCUDA are CUDA."""
+    if lang is None:
+        lang = "CUDA" if "__global__" in source else ("OpenCL" if "__kernel" in source else "C")
+    lang = str(lang).upper()
+    if lang in ("CUPY", "NVCUDA"):
+        lang = "CUDA"
+    if lang not in ("C", "CUDA"):
+        raise _not_supported(f"lang {lang!r}: ktune runs C (the host compiler) and CUDA (nvrtc)")
+    if lang == "C" and compiler not in (None, "g++", "gcc", "c++", "cc"):
+        raise _not_supported(f"compiler {compiler!r}: ktune compiles C with the system's C++ "
+                             "compiler")
+    return lang
+
+
+def _space(restrictions: Any, params: dict[str, list[int]]) -> tuple[list[str], dict[str, int]]:
+    """The family's constraints (each restriction as one, then Kernel Tuner's threads per block
+    limit) and its [default]: the first admitted config. EmptySpace when none is admitted."""
     import itertools  # noqa: PLC0415
 
+    parsed = kt_space.parse_restrictions(restrictions, params)
+    constraints = [kt_space.restriction_constraint(r, params) for r in parsed]
+    limit = kt_space.max_threads_restriction(params)
+    if limit:
+        constraints.append(limit)
+        parsed.append(kt_space.Restriction(lambda c: kt_space.kt_eval_string(limit, c), [],
+                                           limit, limit))
     names = list(params)
     for values in itertools.product(*params.values()):
         config = dict(zip(names, values))
-        if all(r.admits(config) for r in checks):
-            return config
-    return None
+        if all(r.admits(config) for r in parsed):
+            return constraints, config
+    raise EmptySpace("empty_space", "the restrictions admit no config of tune_params "
+                     "(Kernel Tuner's search space would be empty)")
 
 
 def _strategy(strategy: Optional[str], options: Optional[dict]) -> dict[str, Any]:
