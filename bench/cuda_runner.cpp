@@ -290,7 +290,7 @@ struct CudaRunner::State {
         throw CandidateFailure{CandidateStatus::runtime_error,
                                where + ": init '" + arg.init +
                                    "': expected uniform, normal, uniform(lo, hi), normal(mean, std), "
-                                   "zero, ones or index"};
+                                   "zero, ones, index or file:PATH"};
       }
       slot.count = static_cast<std::size_t>(arg.count);
       if (slot.count > (std::size_t{1} << 50) / dtype_bytes(*dtype)) {
@@ -306,7 +306,10 @@ struct CudaRunner::State {
         }
         const std::uint64_t seed =
             arg.seed >= 0 ? static_cast<std::uint64_t>(arg.seed) : job.settings.seed;
-        fill_elements(*dtype, host->data(), slot.count, *init, seed, i);
+        if (auto filled = fill_input(*dtype, host->data(), slot.count, *init, seed, i); !filled) {
+          throw CandidateFailure{CandidateStatus::runtime_error,
+                                 where + ": init: " + filled.error().message};
+        }
         slot.initial = std::move(host).value();
       }
       try {
@@ -548,6 +551,35 @@ struct CudaRunner::State {
     return set.references.back().second;
   }
 
+  // [check] reference = "files": the outputs' expected values read from their files, once per
+  // set of files (identified as the host runner does).
+  const Snapshot& expected_from_files(const BenchJob& job, DeviceArgs& set) {
+    std::string identity = "files";
+    for (const auto& arg : job.args) {
+      if (!arg.expected.empty()) identity += "|" + reference_identity(arg.expected);
+    }
+    for (const auto& [id, outputs] : set.references) {
+      if (id == identity) return outputs;
+    }
+    Snapshot outputs(set.args.size());
+    for (std::size_t i = 0; i < set.args.size(); ++i) {
+      const DeviceArg& slot = set.args[i];
+      if (!slot.is_buffer() || !slot.is_output()) continue;
+      if (job.args[i].expected.empty()) {
+        throw CandidateFailure{CandidateStatus::runtime_error,
+                               "output '" + slot.name + "' names no expected file"};
+      }
+      auto values = read_array_file(job.args[i].expected, slot.dtype, slot.count);
+      if (!values) {
+        throw CandidateFailure{CandidateStatus::runtime_error,
+                               "expected values of '" + slot.name + "': " + values.error().message};
+      }
+      outputs[i] = std::move(values).value();
+    }
+    set.references.emplace_back(identity, std::move(outputs));
+    return set.references.back().second;
+  }
+
   std::optional<std::string> compare_outputs(const DeviceArgs& set, const Snapshot& got,
                                              const Snapshot& expected, const BenchJob& job) {
     std::size_t checked = 0, differing = 0;
@@ -730,6 +762,10 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
     if (!job.reference_path.empty()) {
       stage = "reference";
       expected = &reference_for(job, set, reference_launch.value_or(geometry), reference_module);
+    } else if (std::any_of(job.args.begin(), job.args.end(),
+                           [](const BenchArg& a) { return !a.expected.empty(); })) {
+      stage = "expected files";
+      expected = &expected_from_files(job, set);
     }
 
     const MeasureSettings& settings = job.settings;

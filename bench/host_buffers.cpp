@@ -208,10 +208,24 @@ void fill_elements(DType dtype, void* data, std::size_t count, InitKind init, st
   fill_elements(dtype, data, count, defaults, seed, stream);
 }
 
+Result<void> fill_input(DType dtype, void* data, std::size_t count, const BufferInit& init,
+                        std::uint64_t seed, std::uint64_t stream) {
+  if (init.kind != InitKind::file) {
+    fill_elements(dtype, data, count, init, seed, stream);
+    return {};
+  }
+  auto values = read_array_file(init.path, dtype, count);
+  if (!values) return values.error();
+  std::memcpy(data, values->data(), values->size());
+  return {};
+}
+
 void fill_elements(DType dtype, void* data, std::size_t count, const BufferInit& spec,
                    std::uint64_t seed, std::uint64_t stream) {
   const InitKind init = spec.kind;
   switch (init) {
+    case InitKind::file:
+      return;  // fill_input reads the file
     case InitKind::zero:
       std::memset(data, 0, count * dtype_bytes(dtype));
       return;
@@ -315,12 +329,15 @@ std::string buffers_key(const BenchJob& job) {
     key += "|" + arg.name + ":" + arg.kind + ":" + arg.dtype + ":" + std::to_string(arg.count) +
            ":" + arg.init + ":" + std::to_string(std::bit_cast<std::uint64_t>(arg.value)) + ":" +
            std::to_string(arg.seed);
+    if (const auto init = parse_buffer_init(arg.init); init && init->kind == InitKind::file) {
+      key += ":" + reference_identity(init->path);
+    }
   }
   return key;
 }
 
-Result<std::vector<unsigned char>> read_expected_file(const std::string& path, DType dtype,
-                                                     std::size_t count) {
+Result<std::vector<unsigned char>> read_array_file(const std::string& path, DType dtype,
+                                                  std::size_t count) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error("runtime_error", path + ": cannot be read: " + std::strerror(errno));
   std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -93,9 +93,16 @@ private:
 // `stream` separates the sequences of different args under one seed (pass the arg's position).
 void fill_elements(DType dtype, void* data, std::size_t count, const BufferInit& init,
                    std::uint64_t seed, std::uint64_t stream);
-// The same with the kind's default parameters.
+// The same with the kind's default parameters. A file init fills nothing here: fill_input.
 void fill_elements(DType dtype, void* data, std::size_t count, InitKind init, std::uint64_t seed,
                    std::uint64_t stream);
+
+// Fills an input buffer by its init: a file init copies the file's elements (read_array_file:
+// it must hold exactly `count` elements of `dtype`), every other kind is fill_elements. Errors
+// ("runtime_error") name the file and what differs.
+[[nodiscard]] Result<void> fill_input(DType dtype, void* data, std::size_t count,
+                                      const BufferInit& init, std::uint64_t seed,
+                                      std::uint64_t stream);
 
 // What output buffers hold before a checked run, so that an element the kernel never writes
 // fails the check instead of matching a reference that happened to leave zero there: the 16-bit
@@ -121,15 +128,17 @@ struct ElementMismatch {
                                                               std::size_t count, double rtol,
                                                               double atol);
 
-// Identity of the argument buffers a job needs (shape, seed and every arg's layout and init):
-// runners reuse their buffers while it stays the same.
+// Identity of the argument buffers a job needs (shape, seed and every arg's layout and init, a
+// file init's file by its identity: a file rewritten at the same path is read again): runners
+// reuse their buffers while it stays the same.
 [[nodiscard]] std::string buffers_key(const BenchJob& job);
 
-// The `count` elements of `dtype` in an expected-output file: raw little-endian elements, or a
-// .npy file (version 1-3, C order) whose descr is the dtype's ('<f4', '<f8', '<f2', '<i4', '<i8')
-// and whose element count is `count`. Errors ("runtime_error") name the file and what differs.
-[[nodiscard]] Result<std::vector<unsigned char>> read_expected_file(const std::string& path,
-                                                                    DType dtype, std::size_t count);
+// The `count` elements of `dtype` in a file (an input's file init, an output's expected values):
+// raw little-endian elements, or a .npy file (version 1-3, C order) whose descr is the dtype's
+// ('<f4', '<f8', '<f2', '<i4', '<i8') and whose element count is `count`. Errors
+// ("runtime_error") name the file and what differs.
+[[nodiscard]] Result<std::vector<unsigned char>> read_array_file(const std::string& path,
+                                                                 DType dtype, std::size_t count);
 
 // A reference artifact is identified by its path and the file's identity (device, inode, size,
 // mtime), so a rebuilt file at the same path is run again.

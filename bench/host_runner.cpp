@@ -210,7 +210,7 @@ Result<std::unique_ptr<ArgSet>> build_args(const BenchJob& job) {
       if (!init) {
         return make_error("runtime_error", where + ": init '" + arg.init +
                                                "': expected uniform, normal, uniform(lo, hi), "
-                                               "normal(mean, std), zero, ones or index");
+                                               "normal(mean, std), zero, ones, index or file:PATH");
       }
       auto buffer = HostBuffer::allocate(*dtype, static_cast<std::size_t>(arg.count), arg.name,
                                          static_cast<std::size_t>(job.buffer_alignment),
@@ -221,7 +221,10 @@ Result<std::unique_ptr<ArgSet>> build_args(const BenchJob& job) {
       } else {
         const std::uint64_t seed =
             arg.seed >= 0 ? static_cast<std::uint64_t>(arg.seed) : job.settings.seed;
-        fill_elements(*dtype, buffer->data(), buffer->count(), *init, seed, i);
+        if (auto filled = fill_input(*dtype, buffer->data(), buffer->count(), *init, seed, i);
+            !filled) {
+          return make_error("runtime_error", where + ": init: " + filled.error().message);
+        }
         const auto* data = static_cast<const unsigned char*>(buffer->data());
         slot.initial.assign(data, data + buffer->bytes());
       }
@@ -333,7 +336,7 @@ struct HostRunner::State {
       if (job.args[i].expected.empty()) {
         return make_error("runtime_error", "output '" + slot.name + "' names no expected file");
       }
-      auto values = read_expected_file(job.args[i].expected, slot.dtype, slot.buffer->count());
+      auto values = read_array_file(job.args[i].expected, slot.dtype, slot.buffer->count());
       if (!values) {
         return make_error("runtime_error", "expected values of '" + slot.name + "': " +
                                                values.error().message);

@@ -31,6 +31,13 @@ std::optional<double> number(std::string_view text) {
 
 std::optional<BufferInit> parse_buffer_init(std::string_view text) {
   text = trim(text);
+  if (text.starts_with(k_file_init_prefix)) {
+    const std::string_view path = text.substr(k_file_init_prefix.size());
+    if (trim(path).empty()) return std::nullopt;
+    BufferInit init{InitKind::file};
+    init.path = std::string(trim(path));
+    return init;
+  }
   if (text == "zero") return BufferInit{InitKind::zero};
   if (text == "ones") return BufferInit{InitKind::ones};
   if (text == "index") return BufferInit{InitKind::index};

@@ -442,10 +442,22 @@ void read_args(const SpecReader& r, const ExpressionChecker& checker, const toml
       arg.count = r.expression_text(*count, where + ".count");
       checker.check(arg.count, where + ".count");
       if (auto init = r.optional_string(t, "init", where + ".init")) {
-        if (!parse_buffer_init(*init)) {
+        const auto parsed = parse_buffer_init(*init);
+        if (!parsed) {
           r.fail_at(*t.get("init"), where + ".init",
                     "expected uniform, normal, uniform(lo, hi) with lo < hi, normal(mean, std) "
-                    "with std >= 0, zero, ones or index, found " + quote(*init));
+                    "with std >= 0, zero, ones, index or file:PATH, found " + quote(*init));
+        }
+        if (parsed->kind == InitKind::file) {
+          if (parsed->path.front() == '/') {
+            r.fail_at(*t.get("init"), where + ".init",
+                      "expected file:PATH with PATH relative to the spec's directory, found " +
+                          quote(*init));
+          }
+          if (arg.kind == ArgKind::out) {
+            r.fail_at(*t.get("init"), where + ".init",
+                      "an out buffer is not filled (fix: make it inout, or drop init)");
+          }
         }
         arg.init = *init;
       }
@@ -785,10 +797,6 @@ Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_vie
         reader.fail("args[" + std::to_string(i) + "].expected",
                     "only used with [check] reference = \"files\" (fix: add it, or drop expected)");
       }
-    }
-    if (spec.check.reference == ReferenceKind::files && spec.language != Language::cpp) {
-      reader.fail("[check].reference", "expected files are supported for language \"cpp\" only "
-                                       "(fix: reference = \"default\")");
     }
     read_default(reader, root, spec);
     read_buffers(reader, root, spec);

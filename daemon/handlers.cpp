@@ -93,13 +93,14 @@ RequestHandler::RequestHandler(HandlerContext context)
     KTUNE_LOG(error) << "cannot load the winners; lookups start from an empty index: "
                      << winners.error().message;
   }
+  for (const auto& warning : m_kernel_dirs.warnings()) KTUNE_LOG(warn) << "kernel dirs: " << warning;
   m_ctx.scheduler.set_job_end_hook(
       [this](std::int64_t job_id, JobState state) { on_job_end(job_id, state); });
 }
 
 const std::vector<BrokenKernel>& RequestHandler::load_kernels() {
   KernelRegistry fresh;
-  fresh.load(m_ctx.config.kernel_dirs);
+  fresh.load(m_kernel_dirs.all());
   m_registry = std::move(fresh);
   return m_registry.broken();
 }
@@ -152,6 +153,9 @@ Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request, 
   if (op == "stats") return stats();
   if (op == "top") return top();
   if (op == "cancel") return cancel(request);
+  if (op == "add_kernel_dir" || op == "remove_kernel_dir") {
+    return kernel_dir_request(request, client, m_kernel_dirs, [this] { return kernels(); });
+  }
   if (op == "shutdown") {
     KTUNE_LOG(info) << "shutdown requested by a client";
     m_ctx.request_stop();
@@ -159,7 +163,8 @@ Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request, 
   }
   return make_error(code::unknown_op, "unknown op '" + op +
                                           "' (expected lookup, tune, job, jobs, cancel, import, "
-                                          "kernels, stats, top, devices, compile_check or shutdown)");
+                                          "kernels, add_kernel_dir, remove_kernel_dir, stats, top, "
+                                          "devices, compile_check or shutdown)");
 }
 
 Result<nlohmann::json> RequestHandler::cancel(const protocol::Request& request) {
@@ -985,7 +990,7 @@ Result<nlohmann::json> RequestHandler::stats() const {
       {"max_message_bytes", m_ctx.config.max_message_bytes},
       {"db", m_ctx.config.db},
       {"socket", m_ctx.config.socket},
-      {"kernel_dirs", m_ctx.config.kernel_dirs},
+      {"kernel_dirs", m_kernel_dirs.all()},
       {"measure", m_ctx.config.measure.to_json()},
       {"limits", {{"compile_timeout_s", m_ctx.config.compile_timeout_s},
                   {"bench_timeout_s", m_ctx.config.bench_timeout_s},

@@ -9,6 +9,7 @@
 #include "daemon/config.hpp"
 #include "daemon/devices.hpp"
 #include "daemon/job_quota.hpp"
+#include "daemon/kernel_dirs.hpp"
 #include "daemon/observe.hpp"
 #include "daemon/planner.hpp"
 #include "daemon/scheduler.hpp"
@@ -50,6 +51,8 @@ public:
 
   // (Re)scans the kernel directories; returns the families that failed to load.
   const std::vector<BrokenKernel>& load_kernels();
+  // The kernel directories families are loaded from: configured, then added (kernel_dirs.hpp).
+  [[nodiscard]] std::vector<std::string> kernel_dirs() const { return m_kernel_dirs.all(); }
   // Kernel directories of the last load_kernels() that do not exist.
   [[nodiscard]] const std::vector<std::string>& missing_kernel_dirs() const {
     return m_registry.missing_dirs();
@@ -155,6 +158,7 @@ private:
 
   HandlerContext m_ctx;
   JobQuota m_quota;
+  KernelDirs m_kernel_dirs{m_ctx.config.kernel_dirs, added_kernel_dirs_file(m_ctx.config.db)};
   KernelRegistry m_registry;
   bool m_stopping = false;
   WinnerIndex m_index;

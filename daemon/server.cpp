@@ -305,7 +305,7 @@ std::vector<JobPlan> Server::resume_jobs() {
   std::sort(leftovers.begin(), leftovers.end(),
             [](const JobRecord& a, const JobRecord& b) { return a.id < b.id; });
   KernelRegistry registry;
-  registry.load(m_config.kernel_dirs);
+  registry.load(m_handler->kernel_dirs());  // configured and added (daemon/kernel_dirs)
   const Planner planner(*m_store);
   for (const auto& job : leftovers) {
     if (job.strategy == k_compile_check_strategy) {

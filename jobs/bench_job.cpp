@@ -232,7 +232,8 @@ Result<BenchArg> BenchArg::from_json(const nlohmann::json& j, const std::string&
     if (a.count < 1) return field_error(what, prefix + "count", "a count >= 1", j.value("count", json(0)));
     if (!parse_buffer_init(a.init)) {
       return field_error(what, prefix + "init",
-                         "uniform, normal, uniform(lo, hi), normal(mean, std), zero, ones or index",
+                         "uniform, normal, uniform(lo, hi), normal(mean, std), zero, ones, index "
+                         "or file:PATH",
                          j.at("init"));
     }
   }
@@ -497,12 +498,14 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
       if (!parse_buffer_init(arg.init)) {
         return make_error("spec_error", where + ": " + label + ".init '" + arg.init +
                                             "': expected uniform, normal, uniform(lo, hi), "
-                                            "normal(mean, std), zero, ones or index");
+                                            "normal(mean, std), zero, ones, index or file:PATH");
       }
       arg.seed = spec_arg.seed;
       arg.expected = spec_arg.expected;
-      if (const auto at = arg.expected.find("{shape}"); at != std::string::npos) {
-        arg.expected.replace(at, 7, shape.to_string());
+      for (std::string* file : {&arg.expected, &arg.init}) {
+        if (const auto at = file->find("{shape}"); at != std::string::npos) {
+          file->replace(at, 7, shape.to_string());
+        }
       }
     }
     job.args.push_back(std::move(arg));

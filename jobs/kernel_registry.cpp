@@ -1,6 +1,7 @@
 #include "jobs/kernel_registry.hpp"
 
 #include "jobs/typed_entry.hpp"
+#include "core/buffer_init.hpp"
 #include "core/hash.hpp"
 #include "core/protocol.hpp"
 #include "core/quote.hpp"
@@ -263,18 +264,29 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path, const std::string
     auto reference = load_reference(*spec, kernel, boundary, hasher, seen);
     if (!reference) return reference.error();
   }
-  for (std::size_t i = 0; i < spec->args.size(); ++i) {
-    std::string& expected = spec->args[i].expected;
-    if (expected.empty()) continue;
-    const fs::path path = (spec_file.parent_path() / expected).lexically_normal();
+  // Data files (expected values, file inits) become absolute paths inside the boundary.
+  const auto resolve_data_file = [&](std::string& file, const std::string& key) -> Result<void> {
+    const fs::path path = (spec_file.parent_path() / file).lexically_normal();
     const fs::path relative = path.lexically_relative(boundary.dir);
     if (relative.empty() || *relative.begin() == "..") {
       return make_error(protocol::code::spec_error,
-                        kernel.spec_path + ": args[" + std::to_string(i) + "].expected: '" +
-                            expected + "' leads outside " + boundary.what + " " +
-                            boundary.dir.string());
+                        kernel.spec_path + ": " + key + ": '" + file + "' leads outside " +
+                            boundary.what + " " + boundary.dir.string());
     }
-    expected = path.string();
+    file = path.string();
+    return {};
+  };
+  for (std::size_t i = 0; i < spec->args.size(); ++i) {
+    ArgSpec& arg = spec->args[i];
+    const std::string key = "args[" + std::to_string(i) + "]";
+    if (!arg.expected.empty()) {
+      if (auto r = resolve_data_file(arg.expected, key + ".expected"); !r) return r.error();
+    }
+    if (arg.init.starts_with(k_file_init_prefix)) {
+      std::string file = arg.init.substr(k_file_init_prefix.size());
+      if (auto r = resolve_data_file(file, key + ".init"); !r) return r.error();
+      arg.init = std::string(k_file_init_prefix) + file;
+    }
   }
   kernel.source_hash = hasher.hex_digest();
   kernel.spec = std::move(*spec);

@@ -19,6 +19,7 @@ packages=(
   zlib1g-dev            # gzip-compressed recorded spaces (ktune replay)
   python3
   python3-pytest        # the Python client's tests (tests/client)
+  python3-numpy         # the Kernel Tuner drop-in's tests (tests/client/test_kernel_tuner.py)
   python3-yaml          # the Kubernetes files check (tests/packaging/check_k8s.py)
   python3-venv python3-setuptools  # pip install of the Python client into a venv, offline
   help2man              # the man pages of ktune and ktuned

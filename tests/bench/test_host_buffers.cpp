@@ -1,4 +1,5 @@
 #include "bench/host_buffers.hpp"
+#include "tests/support/temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -302,4 +303,38 @@ TEST_CASE("HostBuffer places data at an alignment and offset", "[bench][host_buf
   }
   CHECK_FALSE(HostBuffer::allocate(DType::f32, 4, "B", 48, 0).ok());
   CHECK_FALSE(HostBuffer::allocate(DType::f32, 4, "B", 64, 64).ok());
+}
+
+TEST_CASE("file:PATH fills an input with a file's elements, exactly as many as the buffer holds",
+          "[bench][host_buffers]") {
+  const auto file = parse_buffer_init(" file: data/{shape}/A.npy ");
+  REQUIRE(file.has_value());
+  CHECK(file->kind == InitKind::file);
+  CHECK(file->path == "data/{shape}/A.npy");
+  CHECK_FALSE(parse_buffer_init("file:").has_value());
+  CHECK_FALSE(parse_buffer_init("file:   ").has_value());
+
+  ktune::test::TempDir dir;
+  const std::vector<std::int32_t> values = {5, -3, 7, 11};
+  const auto raw = dir.write("v.bin", std::string(reinterpret_cast<const char*>(values.data()),
+                                                  values.size() * sizeof(std::int32_t)));
+  ktune::BufferInit init{InitKind::file};
+  init.path = raw.string();
+  std::vector<std::int32_t> got(4, 0);
+  REQUIRE(fill_input(DType::i32, got.data(), got.size(), init, 1, 0).ok());
+  CHECK(got == values);
+
+  std::vector<std::int32_t> longer(5, 0);
+  const auto mismatch = fill_input(DType::i32, longer.data(), longer.size(), init, 1, 0);
+  REQUIRE_FALSE(mismatch.ok());
+  CHECK_THAT(mismatch.error().message, Catch::Contains("v.bin: expected 5 elements of i32") &&
+                                           Catch::Contains("found 16 bytes"));
+  init.path = (dir.path() / "none.npy").string();
+  const auto missing = fill_input(DType::i32, got.data(), got.size(), init, 1, 0);
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(missing.error().message, Catch::Contains("none.npy: cannot be read"));
+
+  ktune::BufferInit generated{InitKind::index};
+  REQUIRE(fill_input(DType::i32, got.data(), got.size(), generated, 1, 0).ok());
+  CHECK(got == std::vector<std::int32_t>{0, 1, 2, 3});
 }

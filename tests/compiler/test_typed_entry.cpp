@@ -324,3 +324,96 @@ TEST_CASE("reference = \"files\": outputs are checked against a file of expected
     CHECK_THAT(shorter.reason, Catch::Contains("expected 100 elements of f64"));
   }
 }
+
+TEST_CASE("init = \"file:...\": an input holds the elements of its file, read per shape",
+          "[compiler][typed_entry]") {
+  ktune::test::TempDir dir;
+  dir.write("k/kernel.cpp",
+            "void twice(const double* x, double* y, long n) {\n"
+            "  for (long i = 0; i < n; ++i) y[i] = 2 * x[i];\n}\n");
+  const std::string spec =
+      "[kernel]\nname = \"twice\"\nlanguage = \"cpp\"\nsource = \"kernel.cpp\"\n"
+      "entry = \"twice\"\nsignature = \"source\"\nshape = [\"N\"]\n"
+      "[[args]]\nname = \"x\"\nkind = \"in\"\ncount = \"N\"\ninit = \"file:data/{shape}/x.npy\"\n"
+      "[[args]]\nname = \"y\"\nkind = \"out\"\ncount = \"N\"\n"
+      "expected = \"data/{shape}/y.npy\"\n"
+      "[[args]]\nname = \"n\"\nkind = \"scalar\"\nvalue = \"N\"\n"
+      "[check]\nreference = \"files\"\nrtol = 0\natol = 0\n";
+  dir.write("k/kernel.toml", spec);
+  std::vector<double> x(100), y(100);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x[i] = 1.0 / static_cast<double>(i + 3);  // nothing a generated init would give
+    y[i] = 2 * x[i];
+  }
+  dir.write("k/data/N=100/x.npy", npy_f64(x));
+  dir.write("k/data/N=100/y.npy", npy_f64(y));
+  auto kernel = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+  INFO((kernel ? std::string() : kernel.error().message));
+  REQUIRE(kernel.ok());
+  CHECK(kernel->spec.args[0].init == "file:" + (dir.path() / "k/data/{shape}/x.npy").string());
+
+  ktune::test::TempDir cache;
+  ktune::HostCompiler compiler;
+  auto job = ktune::make_compile_job(*kernel, {}, "f64", cache.str());
+  REQUIRE(job.ok());
+  const auto artifact = compiled(compiler, *job);
+  auto shape = ktune::Shape::parse("N=100");
+  REQUIRE(shape.ok());
+  auto bench = ktune::make_bench_job(kernel->spec, *shape, {}, kernel->spec.dtypes.front(),
+                                     artifact.artifact_path, "", tiny_settings());
+  REQUIRE(bench.ok());
+  CHECK(bench->args[0].init == "file:" + (dir.path() / "k/data/N=100/x.npy").string());
+  ktune::use_compiled_entries(*bench, artifact.entry_symbol, "");
+  ktune::HostRunner runner;
+  const auto ok = runner.run(*bench);
+  INFO(ok.reason);
+  CHECK(ok.status == CandidateStatus::ok);
+
+  SECTION("a file rewritten at the same path is read again by the same runner") {
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += 1;
+    dir.write("k/data/N=100/x.npy", npy_f64(x));
+    const auto stale = runner.run(*bench);
+    CHECK(stale.status == CandidateStatus::mismatch);  // y.npy still holds 2 * the old x
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = 2 * x[i];
+    dir.write("k/data/N=100/y.npy", npy_f64(y));
+    const auto fresh = runner.run(*bench);
+    INFO(fresh.reason);
+    CHECK(fresh.status == CandidateStatus::ok);
+  }
+  SECTION("a file of another size, or none for the shape, is a runtime_error naming it") {
+    x.pop_back();
+    dir.write("k/data/N=100/x.npy", npy_f64(x));
+    const auto shorter = runner.run(*bench);
+    CHECK(shorter.status == CandidateStatus::runtime_error);
+    CHECK_THAT(shorter.reason, Catch::Contains("'x': init:") &&
+                                   Catch::Contains("N=100/x.npy: expected 100 elements of f64") &&
+                                   Catch::Contains("found 792 bytes"));
+    auto other = ktune::Shape::parse("N=50");
+    REQUIRE(other.ok());
+    auto missing = ktune::make_bench_job(kernel->spec, *other, {}, "f64", artifact.artifact_path,
+                                         "", tiny_settings());
+    REQUIRE(missing.ok());
+    ktune::use_compiled_entries(*missing, artifact.entry_symbol, "");
+    const auto none = runner.run(*missing);
+    CHECK(none.status == CandidateStatus::runtime_error);
+    CHECK_THAT(none.reason, Catch::Contains("N=50/x.npy: cannot be read"));
+  }
+  SECTION("a file outside the family's directory, an absolute path or an out buffer is refused") {
+    dir.write("k/kernel.toml", edit_check(spec, "file:data/{shape}/x.npy", "file:../x.npy"));
+    auto outside = ktune::load_kernel(dir.str() + "/k/kernel.toml");
+    REQUIRE_FALSE(outside.ok());
+    CHECK_THAT(outside.error().message,
+               Catch::Contains("args[0].init") && Catch::Contains("leads outside"));
+    auto absolute = ktune::parse_kernel_spec(
+        edit_check(spec, "file:data/{shape}/x.npy", "file:/etc/x.npy"), "k.toml");
+    REQUIRE_FALSE(absolute.ok());
+    CHECK_THAT(absolute.error().message,
+               Catch::Contains("args[0].init") && Catch::Contains("relative to the spec"));
+    auto out = ktune::parse_kernel_spec(
+        edit_check(spec, "count = \"N\"\nexpected", "count = \"N\"\ninit = \"file:y.npy\"\nexpected"),
+        "k.toml");
+    REQUIRE_FALSE(out.ok());
+    CHECK_THAT(out.error().message,
+               Catch::Contains("args[1].init") && Catch::Contains("out buffer is not filled"));
+  }
+}

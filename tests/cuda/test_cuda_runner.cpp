@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <vector>
 
 using namespace ktune;
 using Catch::Matchers::Contains;
@@ -260,4 +261,41 @@ TEST_CASE("CUDA runner: an illegal address is crash and loses the context", "[cu
   const CudaRunOutcome after = runner->run_cuda(vadd_job(wild, ""), linear_launch(128), std::nullopt);
   CHECK(after.outcome.status == CandidateStatus::crash);
   CHECK_THAT(after.outcome.reason, Contains("was lost by an earlier candidate"));
+}
+
+TEST_CASE("CUDA runner: inputs from files, outputs checked against expected files",
+          "[cuda][gpu]") {
+  test::require_cuda_device();
+  test::TempDir dir;
+  auto runner = make_runner();
+  const std::string artifact = compile(dir, *runner, k_vadd_source, {});
+  std::vector<float> x(k_n), y(k_n), z(k_n);
+  for (int i = 0; i < k_n; ++i) {
+    x[i] = 1.0f / static_cast<float>(i + 3);
+    y[i] = static_cast<float>(i % 7);
+    z[i] = x[i] + y[i];
+  }
+  const auto raw = [&](const std::string& name, const std::vector<float>& values) {
+    return dir.write(name, std::string(reinterpret_cast<const char*>(values.data()),
+                                       values.size() * sizeof(float))).string();
+  };
+  BenchJob job = vadd_job(artifact, "");
+  job.args[0].init = "file:" + raw("x.bin", x);
+  job.args[1].init = "file:" + raw("y.bin", y);
+  job.args[2].expected = raw("z.bin", z);
+  const CudaRunOutcome ok = runner->run_cuda(job, linear_launch(128), std::nullopt);
+  INFO(ok.outcome.reason);
+  CHECK(ok.outcome.status == CandidateStatus::ok);
+
+  z[3] += 1.0f;
+  job.args[2].expected = raw("z_wrong.bin", z);
+  const CudaRunOutcome wrong = runner->run_cuda(job, linear_launch(128), std::nullopt);
+  CHECK(wrong.outcome.status == CandidateStatus::mismatch);
+  CHECK_THAT(wrong.outcome.reason, Contains("Z[3]: got"));
+
+  x.pop_back();
+  job.args[0].init = "file:" + raw("x_short.bin", x);
+  const CudaRunOutcome shorter = runner->run_cuda(job, linear_launch(128), std::nullopt);
+  CHECK(shorter.outcome.status == CandidateStatus::runtime_error);
+  CHECK_THAT(shorter.outcome.reason, Contains("x_short.bin: expected 10000 elements of f32"));
 }

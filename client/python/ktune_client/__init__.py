@@ -1,4 +1,12 @@
-"""ktune runtime lookup client, standard library only (socket, json, sqlite3, tomllib).
+"""ktune's Python client, standard library only (socket, json, sqlite3, tomllib).
+
+Two parts: `Client`, the runtime lookup below; and `Daemon` (ktune_client.daemon), everything
+else the `ktune` CLI does -- tune with progress, jobs, results, export, import, history,
+kernels, devices -- with the protocol's errors as exception classes (ktune_client.errors).
+Kernel Tuner scripts switch with one import: `from ktune_client.kernel_tuner import tune_kernel`
+(docs/kernel-tuner.md; that module needs numpy).
+
+The lookup client:
 
 Same ladder as libktune_client (docs/protocol.md, section lookup):
   1. the in-process cache of earlier answers (entries live `cache_ttl` seconds);
@@ -36,21 +44,23 @@ import time
 import tomllib
 from typing import Any, Iterable, Optional
 
-__all__ = ["Answer", "Client", "LookupError", "default_paths", "parse_default_table",
-           "shipped_kernel_dirs"]
+from .errors import *  # noqa: F401,F403 (the exception classes are the package's)
+from .errors import KtuneError
+from .errors import __all__ as _error_names
+
+__all__ = ["Answer", "Client", "Daemon", "Job", "Progress", "LookupError", "default_paths",
+           "parse_default_table", "shipped_kernel_dirs", *_error_names]
 __version__ = "0.1.0"
 
 _BACKOFF_MIN = 0.010
 _BACKOFF_MAX = 1.0
 
 
-class LookupError(Exception):  # noqa: A001 (the name the client has always exported)
-    """ktuned refused the request (code, message), or no rung of the ladder could answer."""
+class LookupError(KtuneError):  # noqa: A001 (the name the client has always exported)
+    """ktuned refused the lookup (code, message), or no rung of the ladder could answer."""
 
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+        super().__init__(code, message)
 
 
 class Answer:
@@ -376,3 +386,6 @@ class Client:
         if config is None:
             return None
         return Answer("default", config, source, "", "daemon_unreachable")
+
+
+from .daemon import Daemon, Job, Progress  # noqa: E402 (uses default_paths above)
