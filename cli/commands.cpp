@@ -729,6 +729,20 @@ int daemon_status(const GlobalOptions& global, Output& io) {
            << (at.front() == '/' ? "GET /metrics on socket " + at : "http://" + at + "/metrics")
            << '\n';
   }
+  // Machine-wide locks that could not serve (docs/operations.md § Locks shared by every user).
+  if (const json& lanes = field(s, "lanes"); lanes.is_array()) {
+    for (const auto& lane : lanes) {
+      const std::string device = as_text(field(lane, "device"));
+      if (const json& problem = field(lane, "bench_cpu_claim_problem"); problem.is_string()) {
+        io.out << "  locks        " << device << ": no CPU claimed: " << problem.get<std::string>() << '\n';
+      }
+      const json& lock = field(lane, "measure_lock");
+      if (const json& why = field(lock, "unlocked"); why.is_string()) {
+        io.out << "  locks        " << device << ": " << as_int(field(lock, "unlocked_measurements"))
+               << " measurement(s) without the device lock: " << why.get<std::string>() << '\n';
+      }
+    }
+  }
   return k_exit_ok;
 }
 

@@ -52,7 +52,8 @@ json row_to_json(const ResultRecord& r) {
                 {"shared_bytes", r.shared_bytes},
                 {"pruned", r.pruned},
                 {"remeasured", r.remeasured},
-                {"tied", r.tied}}}};
+                {"tied", r.tied},
+                {"unlocked", r.unlocked}}}};
 }
 
 // A row of the journal; anything malformed is an error naming the line.
@@ -87,6 +88,7 @@ Result<ResultRecord> row_from_json(const json& line, const std::string& where) {
     r.pruned = j.at("pruned").get<bool>();
     r.remeasured = j.at("remeasured").get<bool>();
     r.tied = j.at("tied").get<bool>();
+    r.unlocked = j.value("unlocked", std::string());  // absent in journals of older ktuneds
     return r;
   } catch (const json::exception& e) {
     return make_error("io_error", where + ": " + e.what());

@@ -323,7 +323,7 @@ Result<BenchJob> BenchJob::from_json(const nlohmann::json& j) {
 // --- BenchOutcome ------------------------------------------------------------------------------
 
 nlohmann::json BenchOutcome::to_json() const {
-  return json{{"status", std::string(to_string(status))},
+  json out{{"status", std::string(to_string(status))},
               {"reason", reason},
               {"stats", stats_to_json(stats)},
               {"gflops", gflops},
@@ -335,6 +335,8 @@ nlohmann::json BenchOutcome::to_json() const {
               {"stop", stop},
               {"samples_ms", samples_ms},
               {"retaken", retaken}};
+  if (!unlocked.empty()) out["unlocked"] = unlocked;
+  return out;
 }
 
 Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
@@ -370,6 +372,7 @@ Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
     }
   }
   if (auto r = read_int64(j, "retaken", what, o.retaken); !r) return r.error();
+  if (auto r = read_string(j, "unlocked", what, o.unlocked, Presence::optional); !r) return r.error();
   return o;
 }
 

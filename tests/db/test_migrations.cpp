@@ -324,3 +324,19 @@ TEST_CASE("schema v8 keeps a job's search record; jobs of a v7 database have non
   CHECK(connection.integer("SELECT best_at FROM jobs") == 0);
   CHECK(connection.integer("SELECT prior IS NULL FROM jobs") == 1);
 }
+
+TEST_CASE("schema v9 keeps the result a job named its winner; jobs of a v8 database name none",
+          "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  REQUIRE(all.size() >= 9);
+  CHECK(run(connection, all.subspan(0, 8)) == 8);
+  connection.exec(
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, total, done, failed, error, created_at, started_at, finished_at) VALUES "
+      "('gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'exhaustive', 'done', 1, 1, 0, '', 1, 1, 2)");
+  CHECK(run(connection, all.subspan(0, 9)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 9);
+  CHECK(connection.integer("SELECT winner_result IS NULL FROM jobs") == 1);
+}
