@@ -27,8 +27,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using EntryFn = void (*)(void**);
 
-// How often sampling stops to check the inputs and canaries (untimed, between two samples).
+// How often sampling stops to check the inputs and canaries (untimed, between two samples): every
+// k_integrity_interval, or 20 times as long as a check takes when that is longer (large inputs),
+// so the checks cost at most 5% of the sampling time.
 constexpr auto k_integrity_interval = std::chrono::milliseconds(100);
+constexpr int k_integrity_share = 20;
 
 double elapsed_ms(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
@@ -490,11 +493,11 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
   Sampler sampler(settings, job.prune_above_ms, Clock::now(), job.race_above_ms);
   sampler.screen(check_cpu_ms);  // warm-up until stable, and the prune screen
   sampler.finals_bound(job.finalist_below_ms);
-  // The inputs and canaries are checked again every k_integrity_interval of sampling and once
-  // sampling ends (a hash of every input: well under a millisecond per megabyte), before the
-  // caches are made cold, so a candidate that changes them only on later runs is blamed too,
-  // and the next candidate starts from pristine inputs.
-  auto last_check = Clock::now();
+  // The inputs and canaries are checked again every k_integrity_interval of sampling (or less
+  // often, when a check takes long) and once sampling ends (a hash of every input: well under a
+  // millisecond per megabyte), before the caches are made cold, so a candidate that changes
+  // them only on later runs is blamed too, and the next candidate starts from pristine inputs.
+  auto next_check = Clock::now() + k_integrity_interval;
   const auto integrity_failure = [&]() -> std::optional<BenchOutcome> {
     if (const ArgSlot* slot = set.smashed_guard()) {
       set.reset_for_check();
@@ -506,9 +509,11 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
     return std::nullopt;
   };
   while (true) {
-    if (const auto now = Clock::now(); now - last_check >= k_integrity_interval) {
+    if (const auto now = Clock::now(); now >= next_check) {
       if (auto failed = integrity_failure()) return std::move(*failed);
-      last_check = Clock::now();
+      const auto checked = Clock::now();
+      next_check = checked + std::max<Clock::duration>(k_integrity_interval,
+                                                       k_integrity_share * (checked - now));
     }
     if (job.inplace) set.restore_inplace();  // before making the caches cold: the copy warms them
     if (evict) set.evict_buffers();

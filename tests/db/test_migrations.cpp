@@ -102,14 +102,15 @@ TEST_CASE("migrating a fresh database creates the current schema once", "[db]") 
                                  "seed", "queue_ms", "compile_ms", "bench_ms", "overhead_ms",
                                  "compile_sum_ms", "bench_sum_ms", "compiles", "remeasure",
                                  "retry_failed", "priority", "compile_timeout_s",
-                                 "bench_timeout_s", "budget_s", "best_at", "prior"});
+                                 "bench_timeout_s", "budget_s", "best_at", "prior",
+                                 "winner_result"});
   CHECK(connection.columns("results") ==
         std::vector<std::string>{"id", "job_id", "kernel", "source_hash", "shape", "dtype",
                                  "fingerprint", "config", "config_index", "status", "reason",
                                  "log", "n", "min_ms", "max_ms", "median_ms", "mean_ms",
                                  "stddev_ms", "q1_ms", "q3_ms", "gflops", "gbps", "compile_ms",
                                  "created_at", "registers", "spill_bytes", "pruned",
-                                 "shared_bytes", "remeasured", "tied", "samples"});
+                                 "shared_bytes", "remeasured", "tied", "samples", "unlocked"});
   CHECK(connection.columns("winners") ==
         std::vector<std::string>{"kernel", "source_hash", "shape", "dtype", "fingerprint",
                                  "result_id", "job_id", "config", "median_ms", "gflops",

@@ -56,17 +56,17 @@ config() { # LOCK_DIR
 [daemon]
 lock_dir = "$1"
 [measure]
-min_samples = 5
-max_samples = 10
-max_time_s = 0.03
-min_time_s = 0
+min_samples = 20
+max_samples = 400
+max_time_s = 2
+min_time_s = 1.5
 warmup_ms = 1
 flush_cache = false
 finalists = 0
 TOML
 }
 config "$work/locks" >"$work/ktuned.toml"
-# lockspin: about 2 ms of work per call; every call appends its wall-clock interval (ns) to a
+# lockspin: 1-5 ms of work per call (a dependent chain of N x P multiply-adds); every call appends its wall-clock interval (ns) to a
 # file named by the measuring process.
 cat >"$work/kernels/lockspin/kernel.toml" <<'TOML'
 [kernel]
@@ -77,7 +77,7 @@ entry = "lockspin"
 shape = ["N"]
 dtypes = ["f32"]
 [params]
-P = [1, 2, 3, 4, 5, 6]
+P = [1, 2]
 [[args]]
 name = "OUT"
 kind = "out"
@@ -134,9 +134,9 @@ stop() { KTUNE_HOME="$1" "$bin/ktune" daemon stop >/dev/null 2>&1 || true; }
 # 1. One CPU, two users: they take turns.
 start_root "$work/root" "$work/ktuned.toml" 0
 start_user "$work/user" "$work/ktuned.toml" 0
-KTUNE_HOME="$work/root" "$bin/ktune" --json tune lockspin --shape N=400000 --wait >"$work/root.json" 2>"$work/root.err" &
+KTUNE_HOME="$work/root" "$bin/ktune" --json tune lockspin --shape N=1000000 --wait >"$work/root.json" 2>"$work/root.err" &
 root_tune=$!
-as_user env KTUNE_HOME="$work/user" "$bin/ktune" --json tune lockspin --shape N=400000 --wait >"$work/user.json" 2>"$work/user.err" \
+as_user env KTUNE_HOME="$work/user" "$bin/ktune" --json tune lockspin --shape N=1000000 --wait >"$work/user.json" 2>"$work/user.err" \
   || fail "the user's tune exited $?: $(cat "$work/user.err")"
 wait "$root_tune" || fail "root's tune exited $?: $(cat "$work/root.err")"
 KTUNE_HOME="$work/root" "$bin/ktune" --json job 1 >"$work/root-job.json"
