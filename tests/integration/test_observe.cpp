@@ -582,6 +582,7 @@ language = "cpp"
 source = "kernel.cpp"
 entry = "broken"
 shape = ["N"]
+dtypes = ["f32"]
 [params]
 P = [1, 2]
 [[args]]
