@@ -222,6 +222,12 @@ assert lane["measure_lock"]["unlocked_measurements"] >= 2, lane
 assert "is a symbolic link: refused" in lane["measure_lock"]["unlocked"], lane
 PY
 grep -q "measures without its machine-wide lock" "$work/root2/log/ktuned.log" || fail "the log does not say it measured without the lock"
+KTUNE_HOME="$work/root2" "$bin/ktune" job "$(field "$work/t3.json" 'd["job"]["id"]')" >"$work/j3.txt"
+grep -q "2 result(s) measured without the device lock: lock file .* is a symbolic link: refused" "$work/j3.txt" \
+  || fail "ktune job does not say so: $(cat "$work/j3.txt")"
+KTUNE_HOME="$work/root2" "$bin/ktune" daemon status >"$work/s3.txt"
+grep -q "locks        cpu: 2 measurement(s) without the device lock" "$work/s3.txt" \
+  || fail "ktune daemon status does not say so: $(cat "$work/s3.txt")"
 [[ "$(stat -c '%s %a %U %Y' "$work/target")" == "$before" && "$(cat "$work/target")" == precious ]] \
   || fail "the symlink's target changed: $(stat -c '%s %a %U %Y' "$work/target")"
 ls "$work"/missing-claim* >/dev/null 2>&1 && fail "a planted symlink was followed: $(ls "$work"/missing-claim*)"
