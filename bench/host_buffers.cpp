@@ -144,61 +144,42 @@ Result<HostBuffer> HostBuffer::allocate(DType dtype, std::size_t count, std::str
                                            std::string(to_string(dtype)) + " overflow the address space");
   }
   const std::size_t bytes = count * element;
-  const std::size_t base_alignment = std::max(alignment, k_alignment);
   const std::size_t head = round_up(k_guard_bytes, alignment) + offset;
-  const std::size_t total = round_up(head + bytes + k_guard_bytes, base_alignment);
-  void* base = std::aligned_alloc(base_alignment, total);
-  if (base == nullptr) {
-    return make_error("runtime_error", "buffer " + std::string(label) + ": cannot allocate " +
-                                           std::to_string(total) + " bytes");
-  }
+  auto region = GuardedRegion::map(head + bytes + k_guard_bytes, label);
+  if (!region) return region.error();
   HostBuffer buffer;
-  buffer.m_base = static_cast<unsigned char*>(base);
-  buffer.m_total = total;
-  buffer.m_data = buffer.m_base + head;
+  buffer.m_region = std::move(region).value();
+  buffer.m_data = buffer.m_region.data() + head;
   buffer.m_dtype = dtype;
   buffer.m_count = count;
+  buffer.describe("'" + std::string(label) + "'");
   buffer.reset_guards();
   return buffer;
 }
 
-HostBuffer::HostBuffer(HostBuffer&& other) noexcept
-    : m_base(std::exchange(other.m_base, nullptr)),
-      m_total(std::exchange(other.m_total, 0)),
-      m_data(std::exchange(other.m_data, nullptr)),
-      m_dtype(other.m_dtype),
-      m_count(std::exchange(other.m_count, 0)) {}
-
-HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
-  if (this != &other) {
-    std::free(m_base);
-    m_base = std::exchange(other.m_base, nullptr);
-    m_total = std::exchange(other.m_total, 0);
-    m_data = std::exchange(other.m_data, nullptr);
-    m_dtype = other.m_dtype;
-    m_count = std::exchange(other.m_count, 0);
-  }
-  return *this;
+void HostBuffer::describe(std::string_view description) {
+  m_region.name_contents(description, m_data, bytes());
 }
 
-HostBuffer::~HostBuffer() { std::free(m_base); }
-
 bool HostBuffer::guards_intact() const {
-  if (m_base == nullptr) return true;
-  for (const unsigned char* p = m_base; p != m_data; ++p) {
-    if (*p != k_guard_pattern) return false;
-  }
-  for (const unsigned char* p = m_data + bytes(); p != m_base + m_total; ++p) {
-    if (*p != k_guard_pattern) return false;
-  }
-  return true;
+  if (m_data == nullptr) return true;
+  const unsigned char* begin = m_region.data();
+  const unsigned char* end = begin + m_region.size();
+  const auto all_canary = [](const unsigned char* from, const unsigned char* to) {
+    for (const unsigned char* p = from; p != to; ++p) {
+      if (*p != k_guard_pattern) return false;
+    }
+    return true;
+  };
+  return all_canary(begin, m_data) && all_canary(m_data + bytes(), end);
 }
 
 void HostBuffer::reset_guards() {
-  if (m_base == nullptr) return;
-  std::memset(m_base, k_guard_pattern, static_cast<std::size_t>(m_data - m_base));
+  if (m_data == nullptr) return;
+  unsigned char* begin = m_region.data();
+  std::memset(begin, k_guard_pattern, static_cast<std::size_t>(m_data - begin));
   unsigned char* tail = m_data + bytes();
-  std::memset(tail, k_guard_pattern, static_cast<std::size_t>(m_base + m_total - tail));
+  std::memset(tail, k_guard_pattern, static_cast<std::size_t>(begin + m_region.size() - tail));
 }
 
 void fill_elements(DType dtype, void* data, std::size_t count, InitKind init, std::uint64_t seed,

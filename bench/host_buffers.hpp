@@ -1,9 +1,11 @@
 #pragma once
-// Host-side argument buffers for the runners: element types, 64-byte aligned storage with guard
-// bytes on both sides of the data (so a kernel writing past either end is caught), deterministic
-// initialisation from a seed, and the element-wise output comparison.
+// Host-side argument buffers for the runners: element types, 64-byte aligned storage between
+// guard pages with canary bytes on both sides of the data (so a kernel writing past either end
+// faults or is caught), deterministic initialisation from a seed, and the element-wise output
+// comparison.
 //
 // Thread safety: none of these share state; a HostBuffer is used from one thread at a time.
+#include "bench/guarded_memory.hpp"
 #include "jobs/bench_job.hpp"
 #include "jobs/dtype.hpp"
 #include "core/result.hpp"
@@ -26,9 +28,12 @@ namespace ktune {
 // Stores `value` (converted to `dtype`, integers truncated toward zero) into element `index`.
 void store_element(DType dtype, void* data, std::size_t index, double value);
 
-// A move-only array of `count` elements of one dtype. data() is 64-byte aligned; k_guard_bytes
-// of a fixed pattern sit right before the first element and at least k_guard_bytes right after
-// the last one. Contents are unspecified until filled.
+// A move-only array of `count` elements of one dtype in its own GuardedRegion
+// (bench/guarded_memory.hpp): PROT_NONE guard pages as large as the buffer on both sides, so a
+// write up to one buffer-length outside it faults at once. data() is 64-byte aligned, 64 bytes
+// past a page boundary; the rest of the usable pages -- k_guard_bytes before the first element,
+// the tail after the last -- hold canary bytes of a fixed pattern (guards_intact()), which
+// catch the small overruns that stay within the page. Contents are zero until filled.
 class HostBuffer {
 public:
   static constexpr std::size_t k_alignment = 64;
@@ -44,11 +49,11 @@ public:
                                                    std::size_t alignment = k_alignment,
                                                    std::size_t offset = 0);
 
-  HostBuffer(HostBuffer&& other) noexcept;
-  HostBuffer& operator=(HostBuffer&& other) noexcept;
+  HostBuffer(HostBuffer&& other) noexcept = default;
+  HostBuffer& operator=(HostBuffer&& other) noexcept = default;
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
-  ~HostBuffer();
+  ~HostBuffer() = default;
 
   [[nodiscard]] void* data() { return m_data; }
   [[nodiscard]] const void* data() const { return m_data; }
@@ -56,15 +61,16 @@ public:
   [[nodiscard]] std::size_t count() const { return m_count; }
   [[nodiscard]] std::size_t bytes() const { return m_count * dtype_bytes(m_dtype); }
 
-  // False when any guard byte changed since allocation or the last reset_guards().
+  // False when any canary byte changed since allocation or the last reset_guards().
   [[nodiscard]] bool guards_intact() const;
   void reset_guards();
+  // How a fault in this buffer's guard pages names it ("output 'C'"); the label by default.
+  void describe(std::string_view description);
 
 private:
   HostBuffer() = default;
-  unsigned char* m_base = nullptr;  // the allocation
-  std::size_t m_total = 0;          // bytes from m_base
-  unsigned char* m_data = nullptr;  // m_base + k_guard_bytes
+  GuardedRegion m_region;
+  unsigned char* m_data = nullptr;  // inside m_region, past the leading canary
   DType m_dtype = DType::f32;
   std::size_t m_count = 0;
 };

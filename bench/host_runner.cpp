@@ -27,6 +27,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using EntryFn = void (*)(void**);
 
+// How often sampling stops to check the inputs and canaries (untimed, between two samples): every
+// k_integrity_interval, or 20 times as long as a check takes when that is longer (large inputs),
+// so the checks cost at most 5% of the sampling time.
+constexpr auto k_integrity_interval = std::chrono::milliseconds(100);
+constexpr int k_integrity_share = 20;
+
 double elapsed_ms(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
@@ -79,13 +85,24 @@ void evict_lines(const char* begin, const char* end) {
 }
 #endif
 
+std::string format_value(double value, int precision) {
+  std::ostringstream out;
+  out.precision(precision);
+  out << value;
+  return out.str();
+}
+
+std::string format_element(DType dtype, const void* data, std::size_t index) {
+  return format_value(element_as_double(dtype, data, index), 9);
+}
+
 // One spec arg as the kernel sees it.
 struct ArgSlot {
   std::string name;
   ArgKind kind = ArgKind::in;
   DType dtype = DType::f32;
   std::optional<HostBuffer> buffer;      // in, out, inout
-  std::vector<unsigned char> initial;    // in, inout: the contents right after filling
+  SealedCopy initial;                    // in, inout: the contents right after filling
   alignas(8) unsigned char scalar[8] = {};
 
   [[nodiscard]] bool is_output() const { return kind == ArgKind::out || kind == ArgKind::inout; }
@@ -97,7 +114,7 @@ struct ArgSet {
   std::vector<ArgSlot> slots;
   std::vector<void*> pointers;  // what the entry point receives
   // reference identity -> one snapshot per slot (empty for slots that are not outputs)
-  std::vector<std::pair<std::string, std::vector<std::vector<unsigned char>>>> references;
+  std::vector<std::pair<std::string, std::vector<SealedCopy>>> references;
 
   // Inputs back to their initial contents, outputs zeroed, guards re-armed.
   void reset_for_check() {
@@ -112,9 +129,12 @@ struct ArgSet {
     }
   }
 
-  void restore_inputs() {
+  // The inout buffers back to their initial contents (an inplace kernel's inputs between
+  // samples). `in` buffers are not touched: a change there is the candidate's fault, found by
+  // changed_input(), never hidden by a restore.
+  void restore_inplace() {
     for (auto& slot : slots) {
-      if (slot.buffer && slot.is_input()) {
+      if (slot.buffer && slot.kind == ArgKind::inout) {
         std::memcpy(slot.buffer->data(), slot.initial.data(), slot.initial.size());
       }
     }
@@ -157,26 +177,52 @@ struct ArgSet {
     return nullptr;
   }
 
-  [[nodiscard]] std::vector<std::vector<unsigned char>> snapshot_outputs() const {
-    std::vector<std::vector<unsigned char>> out(slots.size());
+  [[nodiscard]] Result<std::vector<SealedCopy>> snapshot_outputs() const {
+    std::vector<SealedCopy> out(slots.size());
     for (std::size_t i = 0; i < slots.size(); ++i) {
       const auto& slot = slots[i];
       if (!slot.buffer || !slot.is_output()) continue;
-      const auto* data = static_cast<const unsigned char*>(slot.buffer->data());
-      out[i].assign(data, data + slot.buffer->bytes());
+      auto copy = SealedCopy::of(slot.buffer->data(), slot.buffer->bytes(),
+                                 "the reference output of '" + slot.name + "'");
+      if (!copy) return copy.error();
+      out[i] = std::move(copy).value();
     }
     return out;
   }
+
+  // The first `in` buffer whose contents differ from its pristine copy (a hash compared, then
+  // the elements where it differs), restored; nullopt when every input is unchanged. `when`
+  // says when it was seen ("in its checked run", "while it was sampled").
+  [[nodiscard]] std::optional<std::string> changed_input(std::string_view when) {
+    for (auto& slot : slots) {
+      if (!slot.buffer || slot.kind != ArgKind::in) continue;
+      void* data = slot.buffer->data();
+      if (content_hash(data, slot.initial.size()) == slot.initial.hash()) continue;
+      const std::size_t count = slot.buffer->count();
+      std::size_t first = count, differing = 0;
+      const std::size_t element = dtype_bytes(slot.dtype);
+      for (std::size_t i = 0; i < count; ++i) {
+        if (std::memcmp(static_cast<const unsigned char*>(data) + i * element,
+                        slot.initial.data() + i * element, element) == 0) {
+          continue;
+        }
+        if (first == count) first = i;
+        ++differing;
+      }
+      std::string reason = "wrote outside its outputs: input '" + slot.name + "' changed " +
+                           std::string(when);
+      if (first < count) {
+        reason += " (" + std::to_string(differing) + " of " + std::to_string(count) +
+                  " elements; " + slot.name + "[" + std::to_string(first) + "] was " +
+                  format_element(slot.dtype, slot.initial.data(), first) + ", became " +
+                  format_element(slot.dtype, data, first) + ")";
+      }
+      std::memcpy(data, slot.initial.data(), slot.initial.size());
+      return reason;
+    }
+    return std::nullopt;
+  }
 };
-
-std::string format_value(double value, int precision) {
-  std::ostringstream out;
-  out.precision(precision);
-  out << value;
-  return out.str();
-}
-
-
 
 Result<std::unique_ptr<ArgSet>> build_args(const BenchJob& job) {
   auto set = std::make_unique<ArgSet>();
@@ -216,6 +262,9 @@ Result<std::unique_ptr<ArgSet>> build_args(const BenchJob& job) {
                                          static_cast<std::size_t>(job.buffer_alignment),
                                          static_cast<std::size_t>(job.buffer_offset));
       if (!buffer) return make_error("runtime_error", where + ": " + buffer.error().message);
+      buffer->describe((*kind == ArgKind::in ? "input '" : *kind == ArgKind::out ? "output '"
+                                                                                 : "inout '") +
+                       arg.name + "'");
       if (*kind == ArgKind::out) {
         std::memset(buffer->data(), 0, buffer->bytes());
       } else {
@@ -225,8 +274,10 @@ Result<std::unique_ptr<ArgSet>> build_args(const BenchJob& job) {
             !filled) {
           return make_error("runtime_error", where + ": init: " + filled.error().message);
         }
-        const auto* data = static_cast<const unsigned char*>(buffer->data());
-        slot.initial.assign(data, data + buffer->bytes());
+        auto initial = SealedCopy::of(buffer->data(), buffer->bytes(),
+                                      "the pristine copy of '" + arg.name + "'");
+        if (!initial) return make_error("runtime_error", where + ": " + initial.error().message);
+        slot.initial = std::move(initial).value();
       }
       slot.buffer = std::move(buffer).value();
     }
@@ -245,7 +296,7 @@ std::string guard_reason(const ArgSlot& slot) {
 
 // Compares every output against `expected`; the reason names the first differing element.
 std::optional<std::string> compare_outputs(const ArgSet& set,
-                                           const std::vector<std::vector<unsigned char>>& expected,
+                                           const std::vector<SealedCopy>& expected,
                                            const BenchJob& job) {
   std::size_t checked = 0;
   std::size_t differing = 0;
@@ -297,7 +348,7 @@ struct HostRunner::State {
   }
 
   // The reference outputs on `set`, computed on first use.
-  Result<const std::vector<std::vector<unsigned char>>*> reference_for(const BenchJob& job,
+  Result<const std::vector<SealedCopy>*> reference_for(const BenchJob& job,
                                                                        ArgSet& set) {
     const std::string& symbol = job.reference_entry.empty() ? job.entry : job.reference_entry;
     const std::string identity = reference_identity(job.reference_path) + "|" + symbol;
@@ -315,12 +366,14 @@ struct HostRunner::State {
       return make_error("runtime_error",
                         "reference " + job.reference_path + " " + guard_reason(*slot));
     }
-    set.references.emplace_back(identity, set.snapshot_outputs());
+    auto snapshot = set.snapshot_outputs();
+    if (!snapshot) return make_error("runtime_error", "reference: " + snapshot.error().message);
+    set.references.emplace_back(identity, std::move(snapshot).value());
     return &set.references.back().second;
   }
 
   // The expected outputs read from the files the job's outputs name, once per key.
-  Result<const std::vector<std::vector<unsigned char>>*> expected_from_files(const BenchJob& job,
+  Result<const std::vector<SealedCopy>*> expected_from_files(const BenchJob& job,
                                                                              ArgSet& set) {
     std::string identity = "files";
     for (const auto& arg : job.args) {
@@ -329,7 +382,7 @@ struct HostRunner::State {
     for (const auto& [id, outputs] : set.references) {
       if (id == identity) return &outputs;
     }
-    std::vector<std::vector<unsigned char>> outputs(set.slots.size());
+    std::vector<SealedCopy> outputs(set.slots.size());
     for (std::size_t i = 0; i < set.slots.size(); ++i) {
       const ArgSlot& slot = set.slots[i];
       if (!slot.buffer || !slot.is_output()) continue;
@@ -341,7 +394,10 @@ struct HostRunner::State {
         return make_error("runtime_error", "expected values of '" + slot.name + "': " +
                                                values.error().message);
       }
-      outputs[i] = std::move(values).value();
+      auto sealed = SealedCopy::of(values->data(), values->size(),
+                                   "the expected values of '" + slot.name + "'");
+      if (!sealed) return sealed.error();
+      outputs[i] = std::move(sealed).value();
     }
     set.references.emplace_back(identity, std::move(outputs));
     return &set.references.back().second;
@@ -396,7 +452,7 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
   if (!prepared) return failure(CandidateStatus::runtime_error, prepared.error().message);
   ArgSet& set = *prepared.value();
 
-  const std::vector<std::vector<unsigned char>>* expected = nullptr;
+  const std::vector<SealedCopy>* expected = nullptr;
   const bool has_files = std::any_of(job.args.begin(), job.args.end(),
                                      [](const BenchArg& a) { return !a.expected.empty(); });
   if (!job.reference_path.empty() || has_files) {
@@ -428,6 +484,9 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
     set.reset_for_check();  // leave clean guards for the next candidate
     return failure(CandidateStatus::mismatch, guard_reason(*slot));
   }
+  if (auto changed = set.changed_input("in its checked run")) {
+    return failure(CandidateStatus::mismatch, std::move(*changed));
+  }
   if (expected != nullptr) {
     if (auto reason = compare_outputs(set, *expected, job)) {
       return failure(CandidateStatus::mismatch, std::move(*reason));
@@ -437,8 +496,29 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
   Sampler sampler(settings, job.prune_above_ms, Clock::now(), job.race_above_ms);
   sampler.screen(check_cpu_ms);  // warm-up until stable, and the prune screen
   sampler.finals_bound(job.finalist_below_ms);
+  // The inputs and canaries are checked again every k_integrity_interval of sampling (or less
+  // often, when a check takes long) and once sampling ends (a hash of every input: well under a
+  // millisecond per megabyte), before the caches are made cold, so a candidate that changes
+  // them only on later runs is blamed too, and the next candidate starts from pristine inputs.
+  auto next_check = Clock::now() + k_integrity_interval;
+  const auto integrity_failure = [&]() -> std::optional<BenchOutcome> {
+    if (const ArgSlot* slot = set.smashed_guard()) {
+      set.reset_for_check();
+      return failure(CandidateStatus::mismatch, guard_reason(*slot) + " while it was sampled");
+    }
+    if (auto changed = set.changed_input("while it was sampled")) {
+      return failure(CandidateStatus::mismatch, std::move(*changed));
+    }
+    return std::nullopt;
+  };
   while (true) {
-    if (job.inplace) set.restore_inputs();  // before making the caches cold: the copy warms them
+    if (const auto now = Clock::now(); now >= next_check) {
+      if (auto failed = integrity_failure()) return std::move(*failed);
+      const auto checked = Clock::now();
+      next_check = checked + std::max<Clock::duration>(k_integrity_interval,
+                                                       k_integrity_share * (checked - now));
+    }
+    if (job.inplace) set.restore_inplace();  // before making the caches cold: the copy warms them
     if (evict) set.evict_buffers();
     if (sweep) sweep_cache();
     // The thread's CPU time brackets the wall time, so the timed interval is what it was before;
@@ -450,6 +530,7 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
     const double c1 = thread_cpu_ms();
     if (sampler.add(elapsed_ms(t0, t1), t1, c1 - c0) != SampleStop::more) break;
   }
+  if (auto failed = integrity_failure()) return std::move(*failed);
 
   BenchOutcome outcome;
   outcome.status = CandidateStatus::ok;
@@ -470,6 +551,7 @@ HostRunner::HostRunner() : HostRunner(0) {}
 
 HostRunner::HostRunner(std::size_t flush_bytes) : m_state(std::make_unique<State>()) {
   m_state->flush_bytes = flush_bytes;
+  install_guard_fault_handler();
 }
 
 HostRunner::~HostRunner() = default;

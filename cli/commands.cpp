@@ -729,6 +729,20 @@ int daemon_status(const GlobalOptions& global, Output& io) {
            << (at.front() == '/' ? "GET /metrics on socket " + at : "http://" + at + "/metrics")
            << '\n';
   }
+  // Machine-wide locks that could not serve (docs/operations.md § Locks shared by every user).
+  if (const json& lanes = field(s, "lanes"); lanes.is_array()) {
+    for (const auto& lane : lanes) {
+      const std::string device = as_text(field(lane, "device"));
+      if (const json& problem = field(lane, "bench_cpu_claim_problem"); problem.is_string()) {
+        io.out << "  locks        " << device << ": no CPU claimed: " << problem.get<std::string>() << '\n';
+      }
+      const json& lock = field(lane, "measure_lock");
+      if (const json& why = field(lock, "unlocked"); why.is_string()) {
+        io.out << "  locks        " << device << ": " << as_int(field(lock, "unlocked_measurements"))
+               << " measurement(s) without the device lock: " << why.get<std::string>() << '\n';
+      }
+    }
+  }
   return k_exit_ok;
 }
 
@@ -992,6 +1006,19 @@ int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io,
   const json& winner = field(*result, "winner");
   print_job_header(io, field(*result, "job"), winner);
   if (auto tie = tie_break_line(winner, all_results); !tie.empty()) io.out << "  " << tie << '\n';
+  // Rows measured without the device's machine-wide lock (another ktuned may have measured at
+  // the same time): counted, with the first reason.
+  std::size_t unlocked = 0;
+  std::string unlocked_why;
+  for (const auto& r : all_results) {
+    if (const json& why = field(r, "unlocked"); why.is_string()) {
+      if (unlocked++ == 0) unlocked_why = why.get<std::string>();
+    }
+  }
+  if (unlocked > 0) {
+    io.out << "  warning   " << unlocked << " result(s) measured without the device lock: "
+           << unlocked_why << '\n';
+  }
 
   const json& results = field(*result, "results");
   if (!results.is_array() || results.empty()) {
@@ -1016,6 +1043,7 @@ int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io,
     bool ok = status == "ok";
     if (ok && field(*r, "pruned") == json(true)) status = "ok (pruned)";
     if (ok && tied_count >= 2 && field(*r, "tied") == json(true)) status = "ok (tie)";
+    if (ok && field(*r, "unlocked").is_string()) status += " (unlocked)";
     const json& median = field(*r, "median_ms");
     const json& reason = field(*r, "reason");
     table.add_row({(is_winner ? "* " : "  ") + format_config(config, ","), status,

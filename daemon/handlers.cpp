@@ -953,6 +953,20 @@ nlohmann::json RequestHandler::store_state() const {
           {"description", m_ctx.scheduler.writer().describe_stall()}};
 }
 
+namespace {
+
+// A lane's machine-wide measurement lock in `stats`: its file, and whether measurements ran
+// without it (how many, and the latest reason).
+nlohmann::json measure_lock_json(const WorkerPool& workers, const std::string& lane) {
+  const std::string path = workers.measure_lock_path(lane);
+  const WorkerPool::Unlocked unlocked = workers.unlocked(lane);
+  return {{"path", path.empty() ? nlohmann::json() : nlohmann::json(path)},
+          {"unlocked_measurements", unlocked.measurements},
+          {"unlocked", unlocked.why.empty() ? nlohmann::json() : nlohmann::json(unlocked.why)}};
+}
+
+} // namespace
+
 Result<nlohmann::json> RequestHandler::stats() const {
   using namespace std::chrono;
   const double uptime_s = duration<double>(steady_clock::now() - m_ctx.started).count();
@@ -967,7 +981,10 @@ Result<nlohmann::json> RequestHandler::stats() const {
       const auto cpu = m_ctx.workers.bench_cpu();
       entry["bench_cpu"] = cpu ? nlohmann::json(*cpu) : nlohmann::json();
       entry["bench_cpu_claimed"] = m_ctx.workers.bench_cpu_claimed();
+      const std::string& problem = m_ctx.workers.claim_problem();
+      entry["bench_cpu_claim_problem"] = problem.empty() ? nlohmann::json() : nlohmann::json(problem);
     }
+    entry["measure_lock"] = measure_lock_json(m_ctx.workers, lane);
     lanes.push_back(std::move(entry));
   }
   const std::string metrics = m_ctx.metrics_address ? m_ctx.metrics_address() : std::string();

@@ -1,6 +1,7 @@
 #include "daemon/observe.hpp"
 
 #include "core/status.hpp"
+#include "daemon/process_metrics.hpp"
 #include "daemon/replies.hpp"
 
 #include <chrono>
@@ -42,6 +43,32 @@ void seconds_samples(Exposition& out, std::string_view name, Exposition::Labels 
   }
 }
 
+#if defined(__clang__)
+constexpr const char* k_compiler = "clang " __clang_version__;
+#elif defined(__GNUC__)
+constexpr const char* k_compiler = "gcc " __VERSION__;
+#else
+constexpr const char* k_compiler = "unknown";
+#endif
+
+// The process collector's families, named as every Prometheus client library names them.
+void process_samples(Exposition& out, const ProcessFigures& p) {
+  const auto one = [&](std::string_view name, std::string_view type, std::string_view help,
+                       const std::optional<double>& value) {
+    if (!value) return;
+    out.family(name, type, help);
+    out.sample(name, {}, *value);
+  };
+  one("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.",
+      p.cpu_seconds);
+  one("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", p.resident_bytes);
+  one("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", p.virtual_bytes);
+  one("process_open_fds", "gauge", "Number of open file descriptors.", p.open_fds);
+  one("process_max_fds", "gauge", "Maximum number of open file descriptors.", p.max_fds);
+  one("process_start_time_seconds", "gauge",
+      "Start time of the process since unix epoch in seconds.", p.start_time_seconds);
+}
+
 } // namespace
 
 void LookupCounters::add(std::optional<Rung> rung, double seconds_taken) {
@@ -62,6 +89,10 @@ std::string render_metrics(const DaemonView& view) {
   const SchedulerCounters& counters = scheduler.counters();
   Exposition out;
 
+  out.family("ktune_build_info", "gauge",
+             "1, labelled with the version of ktuned and the compiler that built it.");
+  out.sample("ktune_build_info", {{"version", KTUNE_VERSION}, {"compiler", k_compiler}}, 1);
+  process_samples(out, read_process_figures());
   out.family("ktune_uptime_seconds", "gauge", "Seconds since ktuned started.");
   out.sample("ktune_uptime_seconds", {}, view.uptime_s);
   out.family("ktune_connections", "gauge", "Open client connections on the protocol socket.");

@@ -117,6 +117,7 @@ nlohmann::json result_to_json(const ResultRecord& r) {
       {"pruned", r.pruned},
       {"remeasured", r.remeasured},
       {"tied", r.tied},
+      {"unlocked", r.unlocked.empty() ? nlohmann::json() : nlohmann::json(r.unlocked)},
   };
   // The measurement's conditions (CUDA: timing plan, spin, clocks), where they were recorded.
   if (!r.conditions.empty()) {
@@ -147,18 +148,13 @@ Result<nlohmann::json> job_summary(const Store& store, std::int64_t job_id, With
   }
   auto results = store.job_results(job_id);
   if (!results) return results.error();
-  // The winner the job named is the key's stored winner while no later job replaced it; else
-  // (or while it runs) the rule again, without the incumbent it was judged against.
+  // The winner the job named (db/job_winner.hpp); the key's stored winner stands in for it in
+  // jobs of stores older than schema v10.
   const JobRecord& rec = **job;
   auto stored = store.find_winner(rec.kernel, rec.source_hash, rec.shape, rec.dtype, rec.fingerprint);
   if (!stored) return stored.error();
-  const ResultRecord* winner = nullptr;
-  if (stored->has_value() && (*stored)->job_id == job_id) {
-    for (const auto& r : *results) {
-      if (r.id == (*stored)->result_id) winner = &r;
-    }
-  }
-  if (winner == nullptr) winner = pick_winner(*results);
+  const ResultRecord* winner =
+      job_winner(rec, *results, stored->has_value() ? &**stored : nullptr);
   nlohmann::json out = {{"job", job_to_json(rec)}, {"winner", winner_to_json(winner, *results)}};
   if (!results->empty()) out["params"] = param_order(results->front().config);
   if (with_results == WithResults::yes) {

@@ -148,6 +148,7 @@ struct Scheduler::ActiveJob {
   std::vector<Compiled> finalists;
   std::vector<Compiled> raced_out;
   std::map<std::size_t, std::vector<SampleStats>> final_stats;
+  std::map<std::size_t, std::vector<float>> final_samples; // every round's samples, in order
   std::deque<Compiled> final_queue;
   int rounds_started = 0;
   std::int64_t done = 0;
@@ -1055,6 +1056,8 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
   r.shared_bytes = outcome->shared_bytes >= 0 ? outcome->shared_bytes : candidate.shared_bytes;
   r.pruned = outcome->pruned;
   if (!outcome->conditions.empty()) r.conditions = outcome->conditions.dump();
+  r.unlocked = outcome->unlocked;
+  if (!r.unlocked.empty()) m_workers.note_unlocked(job.lane, r.unlocked);
   job.retaken += outcome->retaken;
   if (r.status != CandidateStatus::ok) r.log = stderr_tail;
   if (r.status == CandidateStatus::ok) job.artifacts[candidate.index] = candidate;
@@ -1067,8 +1070,14 @@ void Scheduler::on_final_measured(ActiveJob& job, const Compiled& candidate,
                                   Result<nlohmann::json> reply) {
   auto outcome = reply ? BenchOutcome::from_json(*reply) : Result<BenchOutcome>(reply.error());
   if (outcome) job.retaken += outcome->retaken;
+  if (outcome && !outcome->unlocked.empty()) {
+    m_workers.note_unlocked(job.lane, outcome->unlocked);
+    job.ok_rows.at(candidate.index).unlocked = outcome->unlocked;
+  }
   if (outcome && outcome->status == CandidateStatus::ok && outcome->stats.median_ms > 0) {
     job.final_stats[candidate.index].push_back(outcome->stats);
+    auto& kept = job.final_samples[candidate.index];
+    kept.insert(kept.end(), outcome->samples_ms.begin(), outcome->samples_ms.end());
   } else {
     KTUNE_LOG(warn) << "job " << job.plan.record.id << ": "
                     << config_to_string(job.plan.configs[candidate.index])
@@ -1081,6 +1090,7 @@ void Scheduler::on_final_measured(ActiveJob& job, const Compiled& candidate,
     std::erase_if(job.finalists, same);
     std::erase_if(job.final_queue, same);
     job.final_stats.erase(candidate.index);
+    job.final_samples.erase(candidate.index);
   }
   if (job.final_queue.empty() && job.finalists.size() >= 2 &&
       job.rounds_started < m_settings.measure.final_rounds) {
@@ -1322,16 +1332,22 @@ void Scheduler::finish(ActiveJob& job) {
             "no candidate succeeded (" + describe_failures(job.failures) + ")");
     return;
   }
-  // The finalists' rounds pooled into their rows (those raced out of the finals too), then the
-  // ties of the best, the preferred tie.
+  // The finalists' rounds pooled into their rows (those raced out of the finals too): the row
+  // keeps the samples of its rounds and the figures of those samples, one record of the
+  // measurement that decided; then the ties of the best, the preferred tie.
   std::vector<Compiled> measured_in_finals = job.finalists;
   measured_in_finals.insert(measured_in_finals.end(), job.raced_out.begin(), job.raced_out.end());
   if (job.finalists.size() >= 2) {
     for (const Compiled& f : measured_in_finals) {
       ResultRecord& row = job.ok_rows.at(f.index);
-      const SampleStats pooled = pool_rounds(job.final_stats.at(f.index));
+      std::vector<float>& samples = job.final_samples[f.index];
+      // A worker that sends no samples (an older one) leaves the rounds' figures pooled.
+      const SampleStats pooled =
+          samples.empty() ? pool_rounds(job.final_stats.at(f.index))
+                          : summarize(std::vector<double>(samples.begin(), samples.end()));
       const double speedup = row.stats.median_ms / pooled.median_ms;
       row.stats = pooled;
+      row.samples_ms = std::move(samples);
       row.gflops *= speedup;
       row.gbps *= speedup;
       row.remeasured = true;
@@ -1368,15 +1384,11 @@ void Scheduler::finish(ActiveJob& job) {
   winner.gflops = chosen->gflops;
   // The job's end in one commit: timing, the finals' measurements, the ties, the winner, done.
   // Rows are named by config index (their ids are the store's: a row may still wait in the writer).
-  struct Remeasured {
-    std::int64_t index;
-    SampleStats stats;
-    double gflops, gbps;
-  };
-  std::vector<Remeasured> remeasured;
+  std::vector<std::pair<std::int64_t, Remeasurement>> remeasured;  // by config index
   for (const Compiled& f : job.finalists.size() >= 2 ? measured_in_finals : std::vector<Compiled>{}) {
     const ResultRecord& row = job.ok_rows.at(f.index);
-    remeasured.push_back({row.config_index, row.stats, row.gflops, row.gbps});
+    remeasured.emplace_back(row.config_index,
+                            Remeasurement{row.stats, row.samples_ms, row.gflops, row.gbps, row.unlocked});
   }
   std::ostringstream summary;
   summary << "job " << rec.id << " done in " << log::elapsed_ms(job.started)
@@ -1425,10 +1437,10 @@ void Scheduler::finish(ActiveJob& job) {
         *step = "the search record";
         if (auto r = store.set_job_search(job_id, search); !r) return r.error();
         *step = "a measurement of the finals";
-        for (const auto& m : remeasured) {
-          auto id = id_of(m.index);
+        for (const auto& [index, m] : remeasured) {
+          auto id = id_of(index);
           if (!id) return id.error();
-          if (auto r = store.update_measurement(*id, m.stats, m.gflops, m.gbps); !r) return r.error();
+          if (auto r = store.update_measurement(*id, m); !r) return r.error();
         }
         *step = "the ties";
         std::vector<std::int64_t> tie_ids;
@@ -1443,6 +1455,7 @@ void Scheduler::finish(ActiveJob& job) {
         if (!id) return id.error();
         winner.result_id = *id;
         if (auto r = store.upsert_winner(winner); !r) return r.error();
+        if (auto r = store.set_job_winner(job_id, *id); !r) return r.error();
         *step = "the state";
         return store.set_job_state(job_id, JobState::done);
       },
@@ -1458,7 +1471,6 @@ void Scheduler::finish(ActiveJob& job) {
 }
 
 void Scheduler::end_job(std::int64_t job_id, JobState state, const std::string& error) {
-  ++m_counters.jobs_ended[std::string(to_string(state))];
   if (state != JobState::done) {
     KTUNE_LOG(warn) << "job " << job_id << " " << to_string(state) << ": " << error;
   }
@@ -1475,6 +1487,7 @@ void Scheduler::end_job(std::int64_t job_id, JobState state, const std::string& 
 }
 
 void Scheduler::announce_end(std::int64_t job_id, JobState state) {
+  ++m_counters.jobs_ended[std::string(to_string(state))];  // every end passes here, done included
   if (m_job_end_hook) m_job_end_hook(job_id, state);
   auto watchers = m_watchers.extract(job_id);
   if (watchers.empty()) return;

@@ -43,15 +43,16 @@
 // this job within measure.final_margin (30%) of its median -- at most measure.finalists (32),
 // nearest first -- are measured again in measure.final_rounds (5) rounds, each round measuring
 // every finalist once (min_time_s and max_time_s / final_rounds each), one finalist later each round. A
-// finalist's row then holds the rounds pooled (pool_rounds: median = median of the round
-// medians; remeasured). Comparing finalists round by round cancels what the machine did between
+// finalist's row then holds the rounds pooled (the samples of all its rounds and their figures,
+// summarize; remeasured). Comparing finalists round by round cancels what the machine did between
 // rounds; judge_finals (core/stats.hpp) declares ties: within tie_margin (3%) of the best at 95%
 // confidence, and never measured more than 2 x tie_margin slower. From the third round on, a
 // finalist that can no longer tie the best (slower by more than tie_margin at 95%) leaves the
 // finals (race_finals), its rounds so far pooled into its row. The winner among the ties
 // (results.tied, the best included) is the incumbent -- the key's winner before this job -- when
 // it is in the group, else the tie with the lowest median (pick_winner), so a re-tune that learns
-// nothing new keeps the config it named before.
+// nothing new keeps the config it named before; the job stores the result it named
+// (Store::set_job_winner), which every reader names (db/job_winner.hpp's job_winner).
 //
 // A worker that dies mid-request yields a `crash` (signal) or `worker_lost` row and is replaced
 // on the next request; one that passes its deadline (compile: `compile_timeout`; bench: derived
@@ -298,7 +299,8 @@ private:
   static void fail(ActiveJob& job, const std::string& error);
   // Stores the job's final state, then announce_end().
   void end_job(std::int64_t job_id, JobState state, const std::string& error);
-  // Tells the end hook and the watchers; the state is stored already.
+  // Counts the end (jobs_ended), tells the end hook and the watchers; the state is stored
+  // already. Every job's end, whatever its path, passes here once.
   void announce_end(std::int64_t job_id, JobState state);
   [[nodiscard]] ActiveJob* find_tune(std::int64_t job_id) const;
   [[nodiscard]] nlohmann::json progress(const ActiveJob& job, const ResultRecord& last) const;

@@ -53,7 +53,8 @@ json row_to_json(const ResultRecord& r) {
                 {"pruned", r.pruned},
                 {"remeasured", r.remeasured},
                 {"tied", r.tied},
-                {"conditions", r.conditions}}}};
+                {"conditions", r.conditions},
+                {"unlocked", r.unlocked}}}};
 }
 
 // A row of the journal; anything malformed is an error naming the line.
@@ -89,6 +90,7 @@ Result<ResultRecord> row_from_json(const json& line, const std::string& where) {
     r.remeasured = j.at("remeasured").get<bool>();
     r.tied = j.at("tied").get<bool>();
     r.conditions = j.value("conditions", std::string());
+    r.unlocked = j.value("unlocked", std::string());  // absent in journals of older ktuneds
     return r;
   } catch (const json::exception& e) {
     return make_error("io_error", where + ": " + e.what());

@@ -1,6 +1,7 @@
 #include "daemon/worker_pool.hpp"
 
 #include "core/protocol.hpp"
+#include "core/shared_lock_file.hpp"
 #include "daemon/log.hpp"
 
 #include <boost/asio/post.hpp>
@@ -97,16 +98,31 @@ WorkerPool::WorkerPool(asio::io_context& io, ChildWatch& children, std::string w
     if (!m_bench_cpu) m_bench_cpu = cpu;
     if (m_lock_dir.empty()) break;
     const std::string claim = m_lock_dir + "/ktune-cpu" + std::to_string(cpu) + ".claim";
-    UniqueFd fd(::open(claim.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666));
-    if (fd.valid() && ::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) {
+    auto fd = open_shared_lock_file(claim);
+    if (!fd) {
+      KTUNE_LOG(warn) << "cannot claim cpu " << cpu << ": " << fd.error().message;
+      m_claim_problem = fd.error().message;
+      continue;
+    }
+    if (::flock(fd->get(), LOCK_EX | LOCK_NB) == 0) {
       m_bench_cpu = cpu;
-      m_cpu_claim = std::move(fd);
+      m_cpu_claim = std::move(fd).value();
       break;
+    }
+    if (errno != EWOULDBLOCK) {
+      m_claim_problem = "cannot lock " + claim + ": " + std::strerror(errno);
+      KTUNE_LOG(warn) << "cannot claim cpu " << cpu << ": " << m_claim_problem;
     }
   }
   if (!m_lock_dir.empty() && !m_cpu_claim.valid()) {
-    KTUNE_LOG(warn) << "every CPU is claimed by another ktuned on this machine; the cpu lane "
-                       "shares cpu " << *m_bench_cpu << " and takes turns measuring";
+    if (m_claim_problem.empty()) {
+      KTUNE_LOG(warn) << "every CPU is claimed by another ktuned on this machine; the cpu lane "
+                         "shares cpu " << *m_bench_cpu << " and takes turns measuring";
+    } else {
+      KTUNE_LOG(warn) << "no CPU claim could be taken; the cpu lane measures on cpu "
+                      << *m_bench_cpu << ", perhaps beside another ktuned (" << m_claim_problem
+                      << ")";
+    }
   }
   CPU_CLR(*m_bench_cpu, &allowed);
   m_compile_cpus = allowed;
@@ -129,6 +145,28 @@ void WorkerPool::add_lane(const std::string& device, std::vector<std::string> ar
   queue.limit = 1;
   queue.args = std::move(args);
   queue.uuid = std::move(uuid);
+}
+
+std::string WorkerPool::measure_lock_path(const std::string& lane) const {
+  if (m_lock_dir.empty()) return {};
+  const std::string device = is_cuda_lane(lane) ? measured_board(lane)
+                             : m_bench_cpu      ? "cpu" + std::to_string(*m_bench_cpu)
+                                                : std::string("cpu");
+  return m_lock_dir + "/ktune-measure-" + device + ".lock";
+}
+
+void WorkerPool::note_unlocked(const std::string& lane, const std::string& why) {
+  Unlocked& state = m_unlocked[lane];
+  ++state.measurements;
+  if (state.why == why) return;
+  state.why = why;
+  KTUNE_LOG(warn) << "the " << lane << " lane measures without its machine-wide lock, so another "
+                     "ktuned may measure on the device at the same time: " << why;
+}
+
+WorkerPool::Unlocked WorkerPool::unlocked(const std::string& lane) const {
+  const auto it = m_unlocked.find(lane);
+  return it == m_unlocked.end() ? Unlocked{} : it->second;
 }
 
 std::string WorkerPool::measured_board(const std::string& lane) const {
@@ -157,11 +195,7 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
     extra_args.insert(extra_args.end(), {"--cpu", std::to_string(*m_bench_cpu)});
   }
   if (slot.role == WorkerRole::bench && !m_lock_dir.empty()) {
-    const std::string device = is_cuda_lane(slot.lane) ? measured_board(slot.lane)
-                               : m_bench_cpu           ? "cpu" + std::to_string(*m_bench_cpu)
-                                                       : std::string("cpu");
-    extra_args.insert(extra_args.end(),
-                      {"--measure-lock", m_lock_dir + "/ktune-measure-" + device + ".lock"});
+    extra_args.insert(extra_args.end(), {"--measure-lock", measure_lock_path(slot.lane)});
   }
   // CUDA reserves a large virtual range at cuInit: a CUDA lane's worker runs without RLIMIT_AS.
   if (m_memory_mb > 0 && !is_cuda_lane(slot.lane)) {

@@ -175,6 +175,21 @@ public:
   // and whether this instance holds its machine-wide claim (false: every CPU was claimed).
   [[nodiscard]] std::optional<int> bench_cpu() const { return m_bench_cpu; }
   [[nodiscard]] bool bench_cpu_claimed() const { return m_cpu_claim.valid(); }
+  // Why a claim file could not be used (core/shared_lock_file.hpp: another user's file it may not
+  // open, a symbolic link, an unusable directory); "" when every one it tried could be.
+  [[nodiscard]] const std::string& claim_problem() const { return m_claim_problem; }
+
+  // The machine-wide measurement lock of `lane`'s bench worker ("" without a lock_dir).
+  [[nodiscard]] std::string measure_lock_path(const std::string& lane) const;
+  // A measurement on `lane` that ran without its lock (BenchOutcome::unlocked): counted, kept
+  // for `stats`, and logged as a warning the first time for each reason.
+  void note_unlocked(const std::string& lane, const std::string& why);
+  struct Unlocked {
+    std::string why;           // the latest reason
+    std::uint64_t measurements = 0;
+  };
+  // The lane's measurements without their lock so far (none: measurements == 0).
+  [[nodiscard]] Unlocked unlocked(const std::string& lane) const;
 
   // Every slot that has had a worker, in lane then slot order.
   [[nodiscard]] std::vector<WorkerSlotState> slots() const;
@@ -256,6 +271,8 @@ private:
   std::optional<int> m_bench_cpu;          // the cpu lane worker's CPU, when pinned
   std::string m_lock_dir;                  // "" = no cross-instance locks
   UniqueFd m_cpu_claim;                    // ktune-cpu<N>.claim of m_bench_cpu
+  std::string m_claim_problem;             // why a claim file could not serve, if one could not
+  std::map<std::string, Unlocked> m_unlocked; // lane -> measurements without their lock
   std::optional<cpu_set_t> m_compile_cpus; // every allowed CPU but the bench worker's
   std::shared_ptr<StopGuard> m_stop_guard; // started with the first borrowed worker
   bool m_stop_guard_failed = false;        // it could not be: borrowed compiles are not stopped

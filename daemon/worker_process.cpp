@@ -2,6 +2,7 @@
 
 #include "daemon/log.hpp"
 #include "core/unique_fd.hpp"
+#include "jobs/bench_job.hpp"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/read_until.hpp>
@@ -25,6 +26,17 @@ namespace ktune::daemon {
 namespace {
 
 constexpr std::size_t k_max_reply_bytes = 64u << 20;
+
+// What a crashed worker said about where its candidate wrote (bench/guarded_memory.hpp): ": " and
+// the rest of its last k_guard_fault_prefix line, or "" when it said nothing.
+std::string guard_fault_note(const std::string& stderr_tail) {
+  const auto at = stderr_tail.rfind(k_guard_fault_prefix);
+  if (at == std::string::npos) return {};
+  const auto begin = at + k_guard_fault_prefix.size();
+  const auto end = stderr_tail.find('\n', begin);
+  return ": wrote outside its buffers: " +
+         stderr_tail.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
 // How long an exit may lag behind EOF (or EOF behind an exit) before ktuned stops waiting.
 constexpr auto k_exit_grace = std::chrono::seconds(2);
 
@@ -516,7 +528,8 @@ void WorkerProcess::maybe_finish() {
                        "worker killed by SIGKILL from outside ktuned (the OOM killer or an "
                        "administrator) while " + doing));
   } else if (WIFSIGNALED(status)) {
-    handler(make_error(k_worker_crash, "worker " + describe_wait_status(status) + " while " + doing));
+    handler(make_error(k_worker_crash, "worker " + describe_wait_status(status) + " while " + doing +
+                                           guard_fault_note(m_stderr_tail)));
   } else {
     handler(make_error(k_worker_lost, "worker " + describe_wait_status(status) + " while " + doing));
   }

@@ -43,4 +43,21 @@ const ResultRecord* pick_winner(const std::vector<ResultRecord>& results,
   return tie;
 }
 
+const ResultRecord* job_winner(const JobRecord& job, const std::vector<ResultRecord>& results,
+                               const WinnerRecord* key_winner) {
+  const auto row_with_id = [&](std::int64_t id) -> const ResultRecord* {
+    for (const auto& r : results) {
+      if (r.id == id && r.status == CandidateStatus::ok) return &r;
+    }
+    return nullptr;
+  };
+  if (job.winner_result) {
+    if (const ResultRecord* named = row_with_id(*job.winner_result)) return named;
+  }
+  if (key_winner != nullptr && key_winner->job_id == job.id) {
+    if (const ResultRecord* stored = row_with_id(key_winner->result_id)) return stored;
+  }
+  return pick_winner(results);
+}
+
 } // namespace ktune

@@ -1,6 +1,8 @@
 #pragma once
-// Which result of a job is its winner: the one rule the daemon (at a job's end) and the readers of
-// a key's history (tableio/history) apply to a job's results.
+// Which result of a job is its winner: the one rule the daemon applies at a job's end
+// (pick_winner, with the incumbent), and the one answer every reader gives afterwards
+// (job_winner: the result the job named, stored with it) -- `job`, `history`, sweeps, `report`;
+// `query` and `export` read the key's winner, which the same end stored.
 #include "db/store.hpp"
 
 #include <string>
@@ -25,5 +27,14 @@ inline constexpr double k_same_median = 0.01;
 // same one (two SGEMM configs measured 6.973 and 6.983 ms: whichever came first won).
 [[nodiscard]] const ResultRecord* pick_winner(const std::vector<ResultRecord>& results,
                                               const std::string& incumbent_config = {});
+
+// The winner `job` named: its stored choice (JobRecord::winner_result) when it has one; else,
+// for a job of a store older than schema v10, the key's stored winner when it is one of the
+// job's rows (`key_winner`, the winners table's row of its key, when the caller has it); else,
+// for a running job or an older one, pick_winner without an incumbent. nullptr when the job has
+// no ok result.
+[[nodiscard]] const ResultRecord* job_winner(const JobRecord& job,
+                                             const std::vector<ResultRecord>& results,
+                                             const WinnerRecord* key_winner = nullptr);
 
 } // namespace ktune

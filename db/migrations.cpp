@@ -192,6 +192,16 @@ Result<void> add_result_conditions_v9(DbRef db) {
   return db.exec("migration to schema v9", k_schema_v9);
 }
 
+// Schema v10: the result a job named its winner (the incumbent kept, or the rule's pick), so
+// every reader names the winner the job named, NULL for older jobs and jobs without one; and
+// why a result was measured without its device's machine-wide lock, NULL when it held it.
+constexpr const char* k_schema_v10 = R"sql(
+ALTER TABLE jobs ADD COLUMN winner_result INTEGER;
+ALTER TABLE results ADD COLUMN unlocked TEXT;
+)sql";
+
+Result<void> add_job_winner_v10(DbRef db) { return db.exec("migration to schema v10", k_schema_v10); }
+
 constexpr std::array k_migrations{
     Migration{"create kernels, devices, jobs, results and winners", &create_schema_v1},
     Migration{"add results.registers and results.spill_bytes", &add_result_resources_v2},
@@ -202,6 +212,8 @@ constexpr std::array k_migrations{
     Migration{"add the job's time budget", &add_job_time_budget_v7},
     Migration{"add the job's search record (best_at, prior)", &add_job_search_v8},
     Migration{"add the conditions each result was measured under", &add_result_conditions_v9},
+    Migration{"add each job's named winner and results measured without their device lock",
+              &add_job_winner_v10},
 };
 static_assert(k_migrations.size() == static_cast<std::size_t>(k_schema_version),
               "k_schema_version must equal the number of migrations");

@@ -56,7 +56,7 @@ constexpr const char* k_job_columns =
     "id, kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, state, total, "
     "done, failed, error, created_at, started_at, finished_at, seed, queue_ms, compile_ms, "
     "bench_ms, overhead_ms, compile_sum_ms, bench_sum_ms, compiles, remeasure, retry_failed, "
-    "priority, compile_timeout_s, bench_timeout_s, budget_s, best_at, prior";
+    "priority, compile_timeout_s, bench_timeout_s, budget_s, best_at, prior, winner_result";
 
 Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) {
   JobRecord job;
@@ -99,6 +99,7 @@ Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) 
   if (!row.column_is_null(30)) job.budget_s = row.column_double(30);
   job.search.best_at = row.column_int(31);
   if (!row.column_is_null(32)) job.search.prior = row.column_text(32);
+  if (!row.column_is_null(33)) job.winner_result = row.column_int(33);
   return job;
 }
 
@@ -123,7 +124,7 @@ constexpr const char* k_result_columns =
     "id, job_id, kernel, source_hash, shape, dtype, fingerprint, config, config_index, status, "
     "reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, q1_ms, q3_ms, gflops, gbps, "
     "compile_ms, created_at, registers, spill_bytes, pruned, shared_bytes, remeasured, tied, samples, "
-    "conditions";
+    "conditions, unlocked";
 
 Result<ResultRecord> read_result(DbRef db, std::string_view op, const Statement& row) {
   ResultRecord result;
@@ -165,6 +166,7 @@ Result<ResultRecord> read_result(DbRef db, std::string_view op, const Statement&
   result.tied = row.column_int(29) != 0;
   result.samples_ms = decode_samples(row.column_blob(30));
   result.conditions = row.column_text(31);
+  if (!row.column_is_null(32)) result.unlocked = row.column_text(32);
   return result;
 }
 
@@ -236,9 +238,9 @@ constexpr const char* k_insert_result_sql =
     "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
     "config_index, status, reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, q1_ms, "
     "q3_ms, gflops, gbps, compile_ms, created_at, registers, spill_bytes, pruned, shared_bytes, "
-    "remeasured, tied, samples, conditions) "
+    "remeasured, tied, samples, conditions, unlocked) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-    "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)";
+    "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)";
 
 constexpr const char* k_find_winner_sql =
     "SELECT kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, config, median_ms, "
@@ -593,6 +595,11 @@ Result<std::int64_t> Store::insert_result(const ResultRecord& result) {
   const std::string samples = encode_samples(result.samples_ms);
   insert.bind_blob(30, samples.data(), samples.size());
   insert.bind_text(31, result.conditions);
+  if (result.unlocked.empty()) {
+    insert.bind_null(32);
+  } else {
+    insert.bind_text(32, result.unlocked);
+  }
 
   if (auto ran = insert.run(db, op); !ran) {
     const int code = sqlite3_extended_errcode(m_db);
@@ -634,27 +641,33 @@ Result<void> Store::upsert_winner(const WinnerRecord& winner) {
   return {};
 }
 
-Result<void> Store::update_measurement(std::int64_t result_id, const SampleStats& stats,
-                                       double gflops, double gbps) {
+Result<void> Store::update_measurement(std::int64_t result_id, const Remeasurement& m) {
   constexpr std::string_view op = "update_measurement";
   if (auto writable = require_writable(op); !writable) return writable;
   const DbRef db{m_db, m_path};
   auto statement = Statement::prepare(db, op,
       "UPDATE results SET n = ?2, min_ms = ?3, max_ms = ?4, median_ms = ?5, mean_ms = ?6, "
       "stddev_ms = ?7, q1_ms = ?8, q3_ms = ?9, gflops = ?10, gbps = ?11, remeasured = 1, "
-      "pruned = 0 WHERE id = ?1");
+      "pruned = 0, samples = ?12, unlocked = ?13 WHERE id = ?1");
   if (!statement) return statement.error();
   statement->bind_int(1, result_id);
-  statement->bind_int(2, static_cast<std::int64_t>(stats.n));
-  statement->bind_double(3, stats.min_ms);
-  statement->bind_double(4, stats.max_ms);
-  statement->bind_double(5, stats.median_ms);
-  statement->bind_double(6, stats.mean_ms);
-  statement->bind_double(7, stats.stddev_ms);
-  statement->bind_double(8, stats.q1_ms);
-  statement->bind_double(9, stats.q3_ms);
-  statement->bind_double(10, gflops);
-  statement->bind_double(11, gbps);
+  statement->bind_int(2, static_cast<std::int64_t>(m.stats.n));
+  statement->bind_double(3, m.stats.min_ms);
+  statement->bind_double(4, m.stats.max_ms);
+  statement->bind_double(5, m.stats.median_ms);
+  statement->bind_double(6, m.stats.mean_ms);
+  statement->bind_double(7, m.stats.stddev_ms);
+  statement->bind_double(8, m.stats.q1_ms);
+  statement->bind_double(9, m.stats.q3_ms);
+  statement->bind_double(10, m.gflops);
+  statement->bind_double(11, m.gbps);
+  const std::string samples = encode_samples(m.samples_ms);
+  statement->bind_blob(12, samples.data(), samples.size());
+  if (m.unlocked.empty()) {
+    statement->bind_null(13);
+  } else {
+    statement->bind_text(13, m.unlocked);
+  }
   auto changed = write_one(db, op, *statement);
   if (!changed) return changed.error();
   if (*changed == 0) {
@@ -721,6 +734,20 @@ Result<void> Store::set_job_search(std::int64_t job_id, const JobSearch& search)
   } else {
     statement->bind_text(3, search.prior);
   }
+  auto changed = write_one(db, op, *statement);
+  if (!changed) return changed.error();
+  if (*changed == 0) return unknown_job(db, op, job_id);
+  return {};
+}
+
+Result<void> Store::set_job_winner(std::int64_t job_id, std::int64_t result_id) {
+  constexpr std::string_view op = "set_job_winner";
+  if (auto writable = require_writable(op); !writable) return writable;
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op, "UPDATE jobs SET winner_result = ?2 WHERE id = ?1");
+  if (!statement) return statement.error();
+  statement->bind_int(1, job_id);
+  statement->bind_int(2, result_id);
   auto changed = write_one(db, op, *statement);
   if (!changed) return changed.error();
   if (*changed == 0) return unknown_job(db, op, job_id);

@@ -33,7 +33,7 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 9;
+inline constexpr int k_schema_version = 10;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
 
 // Where a job's wall time went (ms). While it ran, every moment counts once: bench (the bench
@@ -80,6 +80,9 @@ struct JobRecord {
   JobTiming timing;                // set by set_job_timing
   JobOptions options;              // set by create_job
   JobSearch search;                // set by set_job_search
+  // The result the job named its winner when it ended done (set_job_winner; schema v10): what
+  // db/job_winner.hpp's job_winner() returns. nullopt before then, and for older jobs.
+  std::optional<std::int64_t> winner_result;
 };
 
 struct ResultRecord {
@@ -106,6 +109,18 @@ struct ResultRecord {
   // The conditions of the measurement (BenchOutcome::conditions) as a JSON object's text; empty
   // when none were recorded (CPU results, rows from before schema v9, imports).
   std::string conditions;
+  // Why the measurement ran without its device's machine-wide lock (BenchOutcome::unlocked;
+  // results.unlocked, schema v10); "" when it held it, or the row was not measured.
+  std::string unlocked;
+};
+
+// A result measured again: the statistics and the samples they are computed from, the rates,
+// and why it ran without its device lock ("" when it held it).
+struct Remeasurement {
+  SampleStats stats;
+  std::vector<float> samples_ms;
+  double gflops = 0, gbps = 0;
+  std::string unlocked;
 };
 
 struct WinnerRecord {
@@ -162,14 +177,15 @@ public:
   // ("duplicate_result"); a job_id that does not exist is "unknown_job".
   [[nodiscard]] Result<std::int64_t> insert_result(const ResultRecord& result);
   [[nodiscard]] Result<void> upsert_winner(const WinnerRecord& winner);
-  // Replaces a result's measurement (stats, gflops, gbps) with a second one and sets remeasured.
+  // Replaces a result's measurement with a second one (the finals') and sets remeasured.
   // Errors: "unknown_result" for an id that does not exist.
-  [[nodiscard]] Result<void> update_measurement(std::int64_t result_id, const SampleStats& stats,
-                                                double gflops, double gbps);
+  [[nodiscard]] Result<void> update_measurement(std::int64_t result_id, const Remeasurement& m);
   // Sets tied on exactly the given results of the job (clearing it on the others).
   [[nodiscard]] Result<void> mark_ties(std::int64_t job_id, const std::vector<std::int64_t>& result_ids);
   [[nodiscard]] Result<void> set_job_timing(std::int64_t job_id, const JobTiming& timing);
   [[nodiscard]] Result<void> set_job_search(std::int64_t job_id, const JobSearch& search);
+  // Records the result the job named its winner (one of its own rows). Errors: "unknown_job".
+  [[nodiscard]] Result<void> set_job_winner(std::int64_t job_id, std::int64_t result_id);
 
   // Reads. A miss is an empty optional, not an error.
   [[nodiscard]] Result<std::optional<JobRecord>> get_job(std::int64_t job_id) const;

@@ -324,7 +324,7 @@ Result<BenchJob> BenchJob::from_json(const nlohmann::json& j) {
 // --- BenchOutcome ------------------------------------------------------------------------------
 
 nlohmann::json BenchOutcome::to_json() const {
-  return json{{"status", std::string(to_string(status))},
+  json out{{"status", std::string(to_string(status))},
               {"reason", reason},
               {"stats", stats_to_json(stats)},
               {"gflops", gflops},
@@ -337,6 +337,8 @@ nlohmann::json BenchOutcome::to_json() const {
               {"samples_ms", samples_ms},
               {"retaken", retaken},
               {"conditions", conditions}};
+  if (!unlocked.empty()) out["unlocked"] = unlocked;
+  return out;
 }
 
 Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
@@ -376,6 +378,7 @@ Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
     if (!it->is_object()) return field_error(what, "conditions", "an object", *it);
     o.conditions = *it;
   }
+  if (auto r = read_string(j, "unlocked", what, o.unlocked, Presence::optional); !r) return r.error();
   return o;
 }
 

@@ -117,6 +117,10 @@ struct BenchJob {
   [[nodiscard]] static Result<BenchJob> from_json(const nlohmann::json& j);
 };
 
+// How a bench worker's stderr line about a fault in a guard page begins (bench/guarded_memory.hpp);
+// ktuned adds the rest of that line to the candidate's `crash` reason.
+inline constexpr std::string_view k_guard_fault_prefix = "ktune-worker: wrote outside its buffers: ";
+
 struct BenchOutcome {
   CandidateStatus status = CandidateStatus::ok;  // ok | mismatch | runtime_error | launch_error
   std::string reason;          // one line: "max abs error 0.5 at C[17] (rtol 1e-3)"
@@ -138,12 +142,15 @@ struct BenchOutcome {
   // mode, launches per sample, the spin, SM and memory clocks and clock-event reasons; docs/gpu.md
   // § Timing). An object; empty when none were recorded (every CPU candidate today).
   nlohmann::json conditions = nlohmann::json::object();
+  // Why the device's machine-wide measurement lock was not held while this was measured (it
+  // could not be opened or taken: worker/worker.hpp); "" when it was held or there is none.
+  std::string unlocked;
 
   // {"status":"ok","reason":"","stats":{"n":..,"min_ms":..,"max_ms":..,"median_ms":..,
   //  "mean_ms":..,"stddev_ms":..,"q1_ms":..,"q3_ms":..},"gflops":..,"gbps":..,
   //  "registers":-1,"spills":-1,"shared_bytes":-1,"pruned":false,"stop":"converged",
-  //  "retaken":0,"samples_ms":[..],"conditions":{..}} (the last eight optional: -1, false, "", 0,
-  //  [], {})
+  //  "retaken":0,"samples_ms":[..],"conditions":{..},"unlocked":".."} (the last nine optional: -1,
+  //  false, "", 0, [], {}, ""; "unlocked" only written when not empty)
   [[nodiscard]] nlohmann::json to_json() const;
   // Errors: "bad_request" naming the field; status must be a known candidate status.
   [[nodiscard]] static Result<BenchOutcome> from_json(const nlohmann::json& j);

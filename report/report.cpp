@@ -376,17 +376,11 @@ Result<std::vector<JobData>> load_jobs(const Store& store, const std::vector<std
 }
 
 std::optional<std::size_t> job_winner(const JobData& data) {
-  const auto& results = data.results;
-  if (data.key_winner && data.key_winner->job_id == data.job.id) {
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      if (results[i].id == data.key_winner->result_id) return i;
-    }
-  }
-  // The job's own rule (db/job_winner) without the incumbent, which only the key's stored
-  // winner above records.
-  const ResultRecord* winner = pick_winner(results);
+  // The winner the job named (db/job_winner.hpp), as `ktune job` and `history` show it.
+  const ResultRecord* winner = ktune::job_winner(data.job, data.results,
+                                                 data.key_winner ? &*data.key_winner : nullptr);
   if (winner == nullptr) return std::nullopt;
-  return static_cast<std::size_t>(winner - results.data());
+  return static_cast<std::size_t>(winner - data.results.data());
 }
 
 Histogram histogram(const std::vector<double>& times_ms, const std::vector<bool>& pruned) {

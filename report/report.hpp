@@ -43,11 +43,9 @@ struct JobData {
 [[nodiscard]] Result<std::vector<JobData>> load_jobs(const Store& store,
                                                      const std::vector<std::int64_t>& job_ids);
 
-// The winner of a job as docs/protocol.md § job defines it: the key's winner row when it belongs
-// to this job; else the preferred declared tie (fewer registers, then less shared memory, then
-// the lower config_index; unknown counts are not compared); else the `ok` result with the lowest
-// median (pruned ones only when all were pruned), ties to the lower config_index. nullopt when
-// no candidate succeeded. Returns an index into `data.results`.
+// The winner of a job as docs/protocol.md § job defines it: db/job_winner.hpp's job_winner (the
+// result the job named), so the report names what `ktune job`, `history`, sweeps, `query` and
+// `export` name. nullopt when no candidate succeeded. Returns an index into `data.results`.
 [[nodiscard]] std::optional<std::size_t> job_winner(const JobData& data);
 
 // The page's data for the jobs, everything the charts draw already computed (the page only

@@ -97,9 +97,8 @@ struct Comparison {
   [[nodiscard]] std::size_t count(Verdict verdict) const; // keys in both tables only
 };
 
-// One finished run of a key in the store's history (a job that ended done): its winner's
-// measurement (db/job_winner.hpp's pick_winner without an incumbent: the fastest of the declared
-// tie group, else the fastest ok result).
+// One finished run of a key in the store's history (a job that ended done): the measurement of
+// the winner the job named (db/job_winner.hpp's job_winner).
 struct RunPoint {
   std::int64_t job_id = 0;
   std::int64_t finished_at_ms = 0;

@@ -5,7 +5,7 @@
 namespace ktune::tableio {
 
 std::optional<RunPoint> run_point(const JobRecord& job, const std::vector<ResultRecord>& results) {
-  const ResultRecord* winner = pick_winner(results);
+  const ResultRecord* winner = job_winner(job, results);
   if (winner == nullptr) return std::nullopt;
   RunPoint point;
   point.job_id = job.id;

@@ -19,8 +19,8 @@ struct HistoryKey {
   std::string kernel, shape, dtype, fingerprint;
 };
 
-// The point of one job (its results): the winner by db/job_winner.hpp's pick_winner without an
-// incumbent; nullopt when the job has no ok result.
+// The point of one job (its results): the winner the job named (db/job_winner.hpp's
+// job_winner); nullopt when the job has no ok result.
 [[nodiscard]] std::optional<RunPoint> run_point(const JobRecord& job,
                                                 const std::vector<ResultRecord>& results);
 

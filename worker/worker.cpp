@@ -1,5 +1,6 @@
 #include "worker/worker.hpp"
 
+#include "core/shared_lock_file.hpp"
 #include "core/unique_fd.hpp"
 
 #include "bench/host_device.hpp"
@@ -316,15 +317,28 @@ private:
 #endif
   }
 
+  // The device's measurement lock while a request measures: `fd` holds it, or `unlocked` says
+  // why it could not be held (the file cannot be opened: another user's, a planted symlink, an
+  // unusable directory; flock failing). Measuring goes on without it then -- a lock directory
+  // that cannot serve never stops tuning -- and the outcome carries the reason.
+  struct DeviceLock {
+    UniqueFd fd;
+    std::string unlocked;
+  };
+
   // Takes the device's measurement lock (run_worker), waiting up to k_measure_lock_wait.
-  // Returns an open descriptor holding it (-1 when there is no lock to take), or an error.
-  Result<UniqueFd> lock_device() const {
-    if (m_measure_lock.empty()) return UniqueFd();
-    UniqueFd fd(::open(m_measure_lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666));
-    if (!fd.valid()) return UniqueFd(); // an unusable lock directory never stops measuring
+  // Errors: device_busy when another process holds it for that long.
+  Result<DeviceLock> lock_device() {
+    DeviceLock lock;
+    if (m_measure_lock.empty()) return lock;
+    auto opened = open_shared_lock_file(m_measure_lock);
+    if (!opened) return without_lock(opened.error().message);
+    lock.fd = std::move(opened).value();
     const auto give_up = std::chrono::steady_clock::now() + k_measure_lock_wait;
-    while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-      if (errno != EWOULDBLOCK && errno != EINTR) return UniqueFd();
+    while (::flock(lock.fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        return without_lock("cannot lock " + m_measure_lock + ": " + std::strerror(errno));
+      }
       if (std::chrono::steady_clock::now() >= give_up) {
         return make_error("device_busy", "another process holds the measurement lock " +
                                              m_measure_lock + " (another ktuned measures on "
@@ -332,7 +346,19 @@ private:
       }
       ::usleep(5000);
     }
-    return fd;
+    return lock;
+  }
+
+  // A DeviceLock that holds nothing, saying why; the first time for each reason also on stderr
+  // (which ktuned copies into its log).
+  DeviceLock without_lock(const std::string& why) {
+    DeviceLock lock;
+    lock.unlocked = why + "; measured without the lock, perhaps at the same time as another ktuned";
+    if (lock.unlocked != m_last_unlocked) {
+      std::fprintf(stderr, "ktune-worker: %s\n", lock.unlocked.c_str());
+      m_last_unlocked = lock.unlocked;
+    }
+    return lock;
   }
 
   std::string bench(const json& id, const json& job_json) {
@@ -340,7 +366,11 @@ private:
     if (!job) return error_reply(id, job.error().code, job.error().message);
     auto locked = lock_device();
     if (!locked) return error_reply(id, locked.error().code, locked.error().message);
-    if (!job->launch) return ok_reply(id, m_runner->run(*job).to_json());
+    const auto flagged = [&](json outcome) {
+      if (!locked->unlocked.empty()) outcome["unlocked"] = locked->unlocked;
+      return outcome;
+    };
+    if (!job->launch) return ok_reply(id, flagged(m_runner->run(*job).to_json()));
 #ifdef KTUNE_HAVE_CUDA
     if (m_cuda_runner && m_cuda_ordinal != job->cuda_device) m_cuda_runner.reset();
     if (!m_cuda_runner) {
@@ -356,7 +386,7 @@ private:
     // the worker's last, and says so.
     const CudaRunOutcome result = m_cuda_runner->run_job(*job);
     if (result.context_lost) m_must_exit = true;
-    return ok_reply(id, result.to_json(), m_must_exit ? Exiting::yes : Exiting::no);
+    return ok_reply(id, flagged(result.to_json()), m_must_exit ? Exiting::yes : Exiting::no);
 #else
     return error_reply(id, protocol::code::no_device,
                        "kernel '" + job->kernel +
@@ -380,6 +410,7 @@ private:
   Role m_role;
   std::string m_measure_lock;
   std::string m_device_name; // the lane's name ("cuda:3"), which this process sees as ordinal 0
+  std::string m_last_unlocked;  // the last reason told on stderr
   std::unique_ptr<HostCompiler> m_compiler;
   std::unique_ptr<HostRunner> m_runner;
 #ifdef KTUNE_HAVE_CUDA

@@ -98,10 +98,13 @@ inline constexpr std::size_t k_max_line_bytes = 16u << 20;
 
 // Serves requests on `fd` until "exit" or end of input. Returns the process exit status: 0 on
 // exit or end of input, 1 when the socket fails (read or write error), k_exit_context_lost after
-// a fatal CUDA error. Blocking I/O. A bench worker given `measure_lock` (a file path) holds an
-// exclusive flock on it while it measures; when another process holds it for longer than
-// k_measure_lock_wait, the request is answered with error "device_busy" (measured nothing; the
-// daemon asks again later).
+// a fatal CUDA error. Blocking I/O. A bench worker given `measure_lock` (a file path, opened by
+// core/shared_lock_file.hpp's rules) holds an exclusive flock on it while it measures; when
+// another process holds it for longer than k_measure_lock_wait, the request is answered with
+// error "device_busy" (measured nothing; the daemon asks again later). When the file cannot be
+// opened or locked (another user's file it may not open, a symbolic link, an unusable
+// directory), the worker measures anyway and its outcome says why in "unlocked" (and stderr
+// says so once per reason).
 // `device_name` is the lane a CUDA bench worker serves ("cuda:3"): its CUDA_VISIBLE_DEVICES shows
 // it that one device as ordinal 0, and its messages name the lane.
 [[nodiscard]] int run_worker(int fd, Role role, std::string measure_lock = {}, std::string device_name = {});

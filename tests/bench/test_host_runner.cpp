@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -12,6 +13,8 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <string>
 #include <utility>
 
@@ -40,6 +43,15 @@ extern "C" void vadd(void** args) {
 #endif
 #ifdef OVERRUN
   z[n] = 0.0f;
+#endif
+#ifdef WRITE_INPUT
+  const_cast<float*>(y)[3] = 42.0f;
+#endif
+#ifdef LATE_WRITE_INPUT
+  if (g_calls == 3) const_cast<float*>(y)[7] = 42.0f;  // the checked run is call 1
+#endif
+#ifdef FAR_OVERRUN
+  z[n + n / 2] = 1.0f;  // half a buffer-length past Z's end
 #endif
 }
 )";
@@ -105,6 +117,9 @@ public:
         {"vadd_ref", {&k_vadd_source, ""}},
         {"vadd_wrong", {&k_vadd_source, "-DWRONG"}},
         {"vadd_overrun", {&k_vadd_source, "-DOVERRUN"}},
+        {"vadd_write_input", {&k_vadd_source, "-DWRITE_INPUT"}},
+        {"vadd_late_write_input", {&k_vadd_source, "-DLATE_WRITE_INPUT"}},
+        {"vadd_far_overrun", {&k_vadd_source, "-DFAR_OVERRUN"}},
         {"inc", {&k_inc_source, ""}},
         {"inc_ref", {&k_inc_source, ""}},
         {"triple", {&k_triple_source, ""}},
@@ -289,6 +304,62 @@ TEST_CASE("HostRunner reports a wrong result as mismatch", "[bench][host_runner]
     INFO(next.reason);
     CHECK(next.status == CandidateStatus::ok);
   }
+}
+
+TEST_CASE("HostRunner blames the candidate that changes an input, restores it, and the next "
+          "candidate is clean",
+          "[bench][host_runner]") {
+  HostRunner runner;
+  SECTION("in the checked run") {
+    const BenchOutcome wrote =
+        runner.run(vadd_job(kernel("vadd_write_input"), kernel("vadd_ref")));
+    CHECK(wrote.status == CandidateStatus::mismatch);
+    CHECK_THAT(wrote.reason, Catch::StartsWith("wrote outside its outputs: input 'Y' changed in "
+                                               "its checked run (1 of 4096 elements; Y[3] was "));
+    CHECK_THAT(wrote.reason, Catch::EndsWith(", became 42)"));
+  }
+  SECTION("on a later run, while it was sampled") {
+    const BenchOutcome wrote =
+        runner.run(vadd_job(kernel("vadd_late_write_input"), kernel("vadd_ref")));
+    CHECK(wrote.status == CandidateStatus::mismatch);
+    CHECK_THAT(wrote.reason, Catch::StartsWith("wrote outside its outputs: input 'Y' changed "
+                                               "while it was sampled (1 of 4096 elements; Y[7]"));
+  }
+  const BenchOutcome next = runner.run(vadd_job(kernel("vadd"), kernel("vadd_ref")));
+  INFO(next.reason);
+  CHECK(next.status == CandidateStatus::ok);
+}
+
+TEST_CASE("HostRunner: a write half a buffer-length past an output faults in its guard page, "
+          "and the worker's last words name the buffer",
+          "[bench][host_runner]") {
+  const BenchJob job = vadd_job(kernel("vadd_far_overrun"), kernel("vadd_ref"));
+  int err[2];
+  REQUIRE(::pipe(err) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::dup2(err[1], STDERR_FILENO);
+    ::close(err[0]);
+    // Catch's own fatal-signal handler stays out of the child: the default death is the verdict.
+    ::signal(SIGSEGV, SIG_DFL);
+    ::signal(SIGBUS, SIG_DFL);
+    HostRunner runner;
+    (void)runner.run(job);
+    ::_exit(0);  // survived: the test fails below
+  }
+  ::close(err[1]);
+  std::string said;
+  char chunk[512];
+  for (ssize_t n; (n = ::read(err[0], chunk, sizeof chunk)) > 0;) said.append(chunk, static_cast<std::size_t>(n));
+  ::close(err[0]);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  INFO(said);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGSEGV);
+  CHECK_THAT(said, Catch::Contains("ktune-worker: wrote outside its buffers: SIGSEGV in the guard "
+                                   "page 8192 bytes past the end of output 'Z'"));
 }
 
 TEST_CASE("HostRunner load failures are runtime_error", "[bench][host_runner]") {

@@ -102,14 +102,16 @@ TEST_CASE("migrating a fresh database creates the current schema once", "[db]") 
                                  "seed", "queue_ms", "compile_ms", "bench_ms", "overhead_ms",
                                  "compile_sum_ms", "bench_sum_ms", "compiles", "remeasure",
                                  "retry_failed", "priority", "compile_timeout_s",
-                                 "bench_timeout_s", "budget_s", "best_at", "prior"});
+                                 "bench_timeout_s", "budget_s", "best_at", "prior",
+                                 "winner_result"});
   CHECK(connection.columns("results") ==
         std::vector<std::string>{"id", "job_id", "kernel", "source_hash", "shape", "dtype",
                                  "fingerprint", "config", "config_index", "status", "reason",
                                  "log", "n", "min_ms", "max_ms", "median_ms", "mean_ms",
                                  "stddev_ms", "q1_ms", "q3_ms", "gflops", "gbps", "compile_ms",
                                  "created_at", "registers", "spill_bytes", "pruned",
-                                 "shared_bytes", "remeasured", "tied", "samples", "conditions"});
+                                 "shared_bytes", "remeasured", "tied", "samples", "conditions",
+                                 "unlocked"});
   CHECK(connection.columns("winners") ==
         std::vector<std::string>{"kernel", "source_hash", "shape", "dtype", "fingerprint",
                                  "result_id", "job_id", "config", "median_ms", "gflops",
@@ -345,4 +347,21 @@ TEST_CASE("schema v9 keeps each result's measurement conditions; results of a v8
   CHECK(connection.integer("PRAGMA user_version") == 9);
   CHECK(connection.integer("SELECT length(conditions) FROM results") == 0);
   CHECK(connection.integer("SELECT count(*) FROM results WHERE median_ms = 2") == 1);
+}
+
+TEST_CASE("schema v10 keeps the result a job named its winner; jobs of a v9 database name none",
+          "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  REQUIRE(all.size() >= 10);
+  CHECK(run(connection, all.subspan(0, 9)) == 9);
+  connection.exec(
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, total, done, failed, error, created_at, started_at, finished_at) VALUES "
+      "('gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'exhaustive', 'done', 1, 1, 0, '', 1, 1, 2)");
+  CHECK(run(connection, all.subspan(0, 10)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 10);
+  CHECK(connection.integer("SELECT winner_result IS NULL FROM jobs") == 1);
+  CHECK(connection.integer("SELECT count(*) FROM results WHERE unlocked IS NOT NULL") == 0);
 }

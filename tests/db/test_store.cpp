@@ -339,6 +339,45 @@ TEST_CASE("records round-trip with every field", "[db]") {
     CHECK(unknown.error().code == "unknown_job");
   }
 
+  SECTION("the winner a job named, a remeasurement with its samples, a row measured unlocked") {
+    const auto id = must(store.create_job(sample_job()));
+    CHECK_FALSE(must(store.get_job(id))->winner_result.has_value());
+    ResultRecord first = sample_result(id, R"({"BLOCK_M":64})", 0);
+    first.unlocked = "lock file /run/lock/x.lock is a symbolic link: refused";
+    const auto a = must(store.insert_result(first));
+    const auto b = must(store.insert_result(sample_result(id, R"({"BLOCK_M":128})", 1)));
+    must(store.set_job_winner(id, b));
+    const JobRecord job = *must(store.get_job(id));
+    CHECK(job.winner_result == b);
+    auto rows = must(store.job_results(id));
+    REQUIRE(rows.size() == 2);
+    CHECK(rows[0].unlocked == first.unlocked);
+    CHECK(rows[1].unlocked.empty());
+    // The named row, whatever the rule would pick among the rows.
+    CHECK(job_winner(job, rows)->id == b);
+    JobRecord older = job;
+    older.winner_result.reset();
+    CHECK(job_winner(older, rows) == pick_winner(rows));
+    WinnerRecord key;
+    key.job_id = id;
+    key.result_id = a;
+    CHECK(job_winner(older, rows, &key)->id == a);
+
+    Remeasurement again;
+    again.samples_ms = {1.0f, 2.0f, 3.0f};
+    again.stats = summarize({1.0, 2.0, 3.0});
+    again.gflops = 2;
+    must(store.update_measurement(a, again));
+    rows = must(store.job_results(id));
+    CHECK(rows[0].samples_ms == again.samples_ms);
+    CHECK(rows[0].stats.median_ms == 2.0);
+    CHECK(rows[0].remeasured);
+    CHECK(rows[0].unlocked.empty());
+    auto unknown = store.set_job_winner(id + 100, a);
+    REQUIRE_FALSE(unknown);
+    CHECK(unknown.error().code == "unknown_job");
+  }
+
   SECTION("every job state is accepted by the schema") {
     for (JobState state : {JobState::queued, JobState::running, JobState::done, JobState::failed,
                            JobState::cancelled, JobState::interrupted}) {

@@ -153,3 +153,49 @@ TEST_CASE("every fault of the fault family is a result with its status", "[integ
     CHECK(retry.at("quarantined") == 0);
   }
 }
+
+TEST_CASE("a candidate that writes past its output is blamed alone: the stencil family's TX=256",
+          "[integration][faults]") {
+  plain_fault_behaviour();
+  TempDir home;
+  // The fault config's deadlines, but runs may take seconds on a loaded machine: nothing here
+  // should time out.
+  std::string config = k_config;
+  config.replace(config.find("bench_timeout_min_s = 1\n"), 24, "bench_timeout_min_s = 30\n");
+  config.replace(config.find("bench_timeout_max_s = 3\n"), 24, "bench_timeout_max_s = 60\n");
+  home.write("ktuned.toml", config);
+  DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
+                                    "--kernel-dir", ktune::test::source_path("/tests/faults")});
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto conn = Connection::connect(daemon.socket());
+  REQUIRE(conn.ok());
+  Connection& c = *conn;
+  // Small buffers (32 KiB each, which a heap would place next to each other), then 1 MiB ones;
+  // the second job retries the config the first one quarantined.
+  for (const std::string shape : {"NX=256,NY=32", "NX=1024,NY=256"}) {
+    INFO(shape);
+    const json done = ok_result(c, {{"op", "tune"}, {"kernel", "stencil"}, {"shape", shape},
+                                    {"retry_failed", true}, {"wait", true}},
+                                k_tune_timeout);
+    CHECK(done.at("job").at("state") == "done");
+    const json job = ok_result(c, {{"op", "job"}, {"job", done.at("job").at("id")}});
+    std::size_t guilty = 0, innocent = 0;
+    for (const auto& r : job.at("results")) {
+      INFO(r.dump());
+      const std::string reason = r.at("reason").get<std::string>();
+      if (r.at("config").at("TX") == 256) {
+        ++guilty;
+        CHECK((r.at("status") == "crash" || r.at("status") == "mismatch"));
+        CHECK_THAT(reason, Catch::Contains("OUT"));
+        CHECK_THAT(reason, Catch::Contains("past the end of output 'OUT'"));
+      } else {
+        ++innocent;
+        CHECK(r.at("status") == "ok");
+      }
+    }
+    CHECK(guilty == 1);
+    CHECK(innocent == 8);
+    REQUIRE(job.at("winner").is_object());
+    CHECK(job.at("winner").at("config").at("TX") != 256);
+  }
+}

@@ -15,8 +15,10 @@
 #include <boost/beast/http.hpp>
 
 #include <catch2/catch.hpp>
+#include <sqlite3.h>
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
@@ -46,15 +48,17 @@ namespace {
 constexpr auto k_start_timeout = 60s;
 constexpr auto k_reply_timeout = 30s;
 
-std::unique_ptr<DaemonProcess> start(const TempDir& home, const std::string& daemon_table = {}) {
+std::unique_ptr<DaemonProcess> start(const TempDir& home, const std::string& daemon_table = {},
+                                     const std::vector<std::string>& more_kernel_dirs = {}) {
   home.write("ktuned.toml",
              "[daemon]\n" + daemon_table +
                  "\n[measure]\nmin_samples = 3\nmax_samples = 20\nmax_time_s = 0.02\n"
                  "min_time_s = 0\nwarmup_ms = 1\nflush_cache = false\nfinalists = 0\n");
-  auto daemon = std::make_unique<DaemonProcess>(
-      home.str(), std::vector<std::string>{"--config", (home.path() / "ktuned.toml").string(),
-                                           "--kernel-dir", ktune::test::source_path("/kernels_src"),
-                                           "--log-level", "info"});
+  std::vector<std::string> args = {"--config", (home.path() / "ktuned.toml").string(),
+                                    "--kernel-dir", ktune::test::source_path("/kernels_src"),
+                                    "--log-level", "info"};
+  for (const auto& dir : more_kernel_dirs) args.insert(args.end(), {"--kernel-dir", dir});
+  auto daemon = std::make_unique<DaemonProcess>(home.str(), args);
   REQUIRE(daemon->wait_ready(k_start_timeout));
   return daemon;
 }
@@ -522,4 +526,188 @@ TEST_CASE("ktune top --once and --json print one frame, and without ktuned it sa
   CHECK(view.contains("lanes"));
   CHECK(view.contains("workers"));
   CHECK(view.contains("failures"));
+}
+
+namespace {
+
+// The sum of every sample of a counter family (a histogram: its _count), 0 when it has none.
+double family_total(const Exposition& e, const std::string& family) {
+  const auto type = e.types.find(family);
+  if (type == e.types.end()) return 0;
+  double total = 0;
+  for (const auto& s : e.of(type->second == "histogram" ? family + "_count" : family)) total += s.value;
+  return total;
+}
+
+double value_or_zero(const Exposition& e, const std::string& name,
+                     const std::map<std::string, std::string>& labels) {
+  for (const auto& s : e.samples) {
+    if (s.name != name) continue;
+    bool match = true;
+    for (const auto& [k, v] : labels) match = match && s.label(k) == v;
+    if (match) return s.value;
+  }
+  return 0;
+}
+
+// Another process's exclusive hold on the database, as a careless sqlite3 shell takes it.
+class ForeignLock {
+public:
+  explicit ForeignLock(const std::string& path) {
+    REQUIRE(sqlite3_open_v2(path.c_str(), &m_db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+    sqlite3_busy_timeout(m_db, 10'000);  // waits out one of ktuned's own short transactions
+    REQUIRE(sqlite3_exec(m_db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr) == SQLITE_OK);
+  }
+  ~ForeignLock() {
+    sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_close(m_db);
+  }
+  ForeignLock(const ForeignLock&) = delete;
+  ForeignLock& operator=(const ForeignLock&) = delete;
+
+private:
+  sqlite3* m_db = nullptr;
+};
+
+} // namespace
+
+TEST_CASE("every counter family moves with the work that moves it: jobs of each end state, "
+          "candidates, compiles, restarts, lookups, store writes",
+          "[integration][metrics]") {
+  ::setenv("ASAN_OPTIONS", "handle_segv=0:handle_abort=0:detect_leaks=0", 1);
+  TempDir home, kernels;
+  // A family whose reference does not compile: its job ends `failed`.
+  kernels.write("broken/kernel.toml", R"([kernel]
+name = "broken"
+language = "cpp"
+source = "kernel.cpp"
+entry = "broken"
+shape = ["N"]
+dtypes = ["f32"]
+[params]
+P = [1, 2]
+[[args]]
+name = "OUT"
+kind = "out"
+count = "N"
+[default]
+P = 1
+)");
+  kernels.write("broken/kernel.cpp", "#error \"broken on purpose\"\n");
+  auto daemon = start(home, "metrics = \"127.0.0.1:0\"\n[limits]\nbench_timeout_min_s = 1\n"
+                            "bench_timeout_max_s = 3\n",
+                      {ktune::test::source_path("/tests/faults"), kernels.str()});
+  auto c = connect(*daemon);
+  const std::string address = ok_result(c, {{"op", "stats"}}).at("metrics").get<std::string>();
+  const Exposition before = parse_exposition(scrape(address));
+
+  const auto tune = [&](json request) {
+    request["op"] = "tune";
+    request["wait"] = true;
+    auto reply = c.request(std::move(request), {}, 300s);
+    INFO((reply ? reply->dump() : reply.error().message));
+    REQUIRE(reply.ok());
+    REQUIRE(reply->value("ok", false));
+    return reply->at("result");
+  };
+  const json gemm = {{"kernel", "gemm"}, {"shape", "M=32,N=32,K=32"}, {"budget", 6}};
+  // done, compiling in batches (compile cache misses, compile batches)
+  CHECK(tune(gemm).at("job").at("state") == "done");
+  // done again, every compile a cache hit
+  json again = gemm;
+  again["remeasure"] = true;
+  CHECK(tune(again).at("job").at("state") == "done");
+  // a candidate that crashes the bench worker (a restart) and one that mismatches
+  const json faults = tune({{"kernel", "faults"}, {"shape", "N=1024"}, {"budget", 6}});
+  CHECK(faults.at("job").at("state") == "done");
+  // failed: the reference does not compile
+  CHECK(tune({{"kernel", "broken"}, {"shape", "N=64"}}).at("job").at("state") == "failed");
+  // cancelled while it runs or waits
+  {
+    const json queued = ok_result(c, {{"op", "tune"}, {"kernel", "gemm"},
+                                      {"shape", "M=96,N=96,K=96"}, {"budget", 20}});
+    const auto id = queued.at("job").get<std::int64_t>();
+    ok_result(c, {{"op", "cancel"}, {"job", id}});
+    const auto deadline = std::chrono::steady_clock::now() + 120s;
+    std::string state;
+    while (std::chrono::steady_clock::now() < deadline) {
+      state = ok_result(c, {{"op", "job"}, {"job", id}}).at("job").at("state").get<std::string>();
+      if (state != "queued" && state != "running") break;
+      std::this_thread::sleep_for(50ms);
+    }
+    CHECK(state == "cancelled");
+  }
+  // store writes that fail while another process holds the database, and are retried
+  {
+    const json queued = ok_result(c, {{"op", "tune"}, {"kernel", "gemm"},
+                                      {"shape", "M=48,N=48,K=48"}, {"budget", 4}});
+    const auto id = queued.at("job").get<std::int64_t>();
+    {
+      ForeignLock lock(home.str() + "/ktune.db");
+      std::this_thread::sleep_for(1500ms);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + 300s;
+    std::string state;
+    while (std::chrono::steady_clock::now() < deadline) {
+      state = ok_result(c, {{"op", "job"}, {"job", id}}).at("job").at("state").get<std::string>();
+      if (state != "queued" && state != "running") break;
+      std::this_thread::sleep_for(100ms);
+    }
+    CHECK(state == "done");
+  }
+  // lookups
+  CHECK(ok_result(c, {{"op", "lookup"}, {"kernel", "gemm"}, {"shape", "M=32,N=32,K=32"},
+                      {"device", "cpu"}}).at("rung") == "exact");
+
+  const std::string text = scrape(address);
+  const Exposition after = parse_exposition(text);
+  INFO(text);
+  // Every counter and histogram family ktuned serves is one this test moves: a family added
+  // without a case here fails.
+  const std::set<std::string> moved_by_this_test = {
+      "ktune_jobs_ended_total",          "ktune_candidates_total",
+      "ktune_compile_cache_hits_total",  "ktune_compile_cache_misses_total",
+      "ktune_compile_batches_total",     "ktune_worker_seconds_total",
+      "ktune_lane_seconds_total",        "ktune_worker_restarts_total",
+      "ktune_lookups_total",             "ktune_lookup_duration_seconds",
+      "ktune_store_write_duration_seconds", "ktune_store_write_failures_total",
+      "process_cpu_seconds_total"};
+  for (const auto& [family, type] : after.types) {
+    if (type == "gauge") continue;
+    INFO(family << " (" << type << ")");
+    CHECK(moved_by_this_test.count(family) == 1);
+    CHECK(family_total(after, family) > family_total(before, family));
+  }
+  for (const auto& family : moved_by_this_test) {
+    INFO(family);
+    CHECK(after.types.count(family) == 1);
+  }
+  // Per state and status: each end state this test produced counts its jobs. (`interrupted`
+  // is counted as ktuned stops: no scrape of the same process sees it.)
+  const auto ended = [&](const Exposition& e, const char* state) {
+    return value_or_zero(e, "ktune_jobs_ended_total", {{"state", state}});
+  };
+  CHECK(ended(after, "done") - ended(before, "done") == 4);
+  CHECK(ended(after, "failed") - ended(before, "failed") == 1);
+  CHECK(ended(after, "cancelled") - ended(before, "cancelled") == 1);
+  CHECK(ended(after, "interrupted") == ended(before, "interrupted"));
+  for (const char* status : {"ok", "crash", "mismatch"}) {
+    INFO(status);
+    CHECK(value_or_zero(after, "ktune_candidates_total", {{"status", status}}) >
+          value_or_zero(before, "ktune_candidates_total", {{"status", status}}));
+  }
+  // Gauges of the process and the build.
+  CHECK(after.value("ktune_build_info", {}) == 1);
+  bool versioned = false;
+  for (const auto& s : after.of("ktune_build_info")) versioned = !s.label("version").empty();
+  CHECK(versioned);
+  CHECK(after.value("process_resident_memory_bytes", {}) > 1 << 20);
+  CHECK(after.value("process_open_fds", {}) > 3);
+  CHECK(after.value("process_max_fds", {}) >= after.value("process_open_fds", {}));
+  const double now_s = std::chrono::duration<double>(
+                           std::chrono::system_clock::now().time_since_epoch()).count();
+  const double started = after.value("process_start_time_seconds", {});
+  CHECK(started <= now_s + 1);
+  CHECK(started >= now_s - 3600);
+  CHECK(after.value("process_cpu_seconds_total", {}) > 0);
 }

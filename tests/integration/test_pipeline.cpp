@@ -3,6 +3,8 @@
 // identical requests, reuse of measured configs, pruning, declared ties and the timing breakdown.
 #include "tests/support/paths.hpp"
 #include "client/client.hpp"
+#include "core/stats.hpp"
+#include "db/store.hpp"
 #include "tests/integration/daemon_process.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -361,6 +363,47 @@ TEST_CASE("the finals measure the nearest candidates again in rounds; the winner
       CHECK(winner.at("tie_group").size() == tied.size());
     }
   }
+}
+
+TEST_CASE("every ok row's stored figures are computed from the samples stored with it, finalists "
+          "included",
+          "[integration][pipeline]") {
+  TempDir home;
+  // Every measured candidate goes to the finals (final_margin), so most rows are measured twice.
+  const json job = tune_in_new_daemon(home, "final_margin = 1000\n", "M=64,N=64,K=64");
+  auto store = ktune::Store::open(home.str() + "/ktune.db", ktune::OpenMode::read_only);
+  REQUIRE(store.ok());
+  auto rows = store->job_results(job.at("job").at("id").get<std::int64_t>());
+  REQUIRE(rows.ok());
+  std::size_t ok = 0, remeasured = 0;
+  const auto same = [](double stored, double computed) {
+    return std::fabs(stored - computed) <= 1e-5 * std::max(std::fabs(computed), 1e-9);
+  };
+  for (const auto& row : *rows) {
+    if (row.status != ktune::CandidateStatus::ok) continue;
+    ++ok;
+    remeasured += row.remeasured ? 1 : 0;
+    INFO("config " << row.config << (row.remeasured ? " (finalist)" : ""));
+    REQUIRE_FALSE(row.samples_ms.empty());
+    const ktune::SampleStats computed =
+        ktune::summarize(std::vector<double>(row.samples_ms.begin(), row.samples_ms.end()));
+    CHECK(row.stats.n == computed.n);
+    CHECK(same(row.stats.median_ms, computed.median_ms));
+    CHECK(same(row.stats.min_ms, computed.min_ms));
+    CHECK(same(row.stats.max_ms, computed.max_ms));
+    CHECK(same(row.stats.mean_ms, computed.mean_ms));
+    CHECK(same(row.stats.stddev_ms, computed.stddev_ms));
+    CHECK(same(row.stats.q1_ms, computed.q1_ms));
+    CHECK(same(row.stats.q3_ms, computed.q3_ms));
+    // The interval readers compute from the samples holds the stored median (samples are
+    // stored as float32: equal up to its rounding).
+    const auto interval =
+        ktune::median_interval(std::vector<double>(row.samples_ms.begin(), row.samples_ms.end()));
+    CHECK(interval.low_ms <= row.stats.median_ms * (1 + 1e-6));
+    CHECK(row.stats.median_ms <= interval.high_ms * (1 + 1e-6));
+  }
+  CHECK(ok >= 6);
+  CHECK(remeasured >= 2);
 }
 
 TEST_CASE("finalists that can no longer tie the best are raced out of the finals after round 3",
