@@ -23,6 +23,7 @@ packages=(
   python3-venv python3-setuptools  # pip install of the Python client into a venv, offline
   help2man              # the man pages of ktune and ktuned
   dpkg-dev lintian      # `make package` (dpkg-shlibdeps) and its check in tests/packaging
+  mmdebstrap zstd       # the clean Debian root the packages are installed in (tests/packaging)
   chromium              # renders `ktune report` pages headless in tests/report
   clang libclang-rt-14-dev  # libFuzzer targets (tests/fuzz, make fuzz-smoke)
   slurmctld slurmd slurm-client munge  # the one-node Slurm of tests/integration (scripts/slurm-local.sh)
