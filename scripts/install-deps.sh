@@ -16,6 +16,7 @@ packages=(
   libtomlplusplus-dev
   libmuparser-dev
   libxxhash-dev         # content hashes (XXH3-128)
+  libpugixml-dev        # JUnit XML reports (tableio/junit.hpp)
   zlib1g-dev            # gzip-compressed recorded spaces (ktune replay)
   python3
   python3-pytest        # the Python client's tests (tests/client)
