@@ -1521,6 +1521,9 @@ int run_command(int argc, const char* const* argv, Output& io) {
       return report_error(io, "usage", "tune --budget: " + r.error().message, k_exit_usage);
     }
   }
+  if (const char* parse_only = std::getenv("KTUNE_PARSE_ONLY"); parse_only && *parse_only == '1') {
+    return k_exit_ok;
+  }
   if (completion->parsed()) {
     return write_completion(app, completion_shell, io.out) ? k_exit_ok : k_exit_usage;
   }
