@@ -32,10 +32,10 @@ for p in "${packages[@]}"; do [ -f "$p" ] || fail "no package $p (check_deb.sh b
 
 # What the root holds: a user's build tools and the packages' run-time dependencies (their
 # Depends, names only, without ktune's own packages).
-depends=$(for p in "${packages[@]}"; do dpkg-deb -f "$p" Depends; done | tr ',' '\n' |
+include=$( (echo g++ cmake make pkg-config python3 | tr ' ' '\n'
+           for p in "${packages[@]}"; do dpkg-deb -f "$p" Depends | tr ',' '\n'; done) |
           sed -E 's/\(.*\)//; s/\|.*//; s/ //g' | grep -v '^$' | grep -v -e '^libktune' -e '^python3-ktune' |
-          sort -u | tr '\n' ',')
-include="g++,cmake,make,pkg-config,python3,${depends%,}"
+          sort -u | paste -sd, -)
 key=$(printf '%s' "bookworm minbase $include" | sha256sum | cut -c1-16)
 base="$cache/bookworm-$key.tar.zst"
 
