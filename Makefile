@@ -2,10 +2,12 @@
 #   make demo   install missing Debian packages, build (release), start ktuned, tune gemm on the CPU
 #   make test   same setup, then the whole suite through ctest: the Catch2 tests, the CUDA
 #               compile check (every admitted config of every CUDA family for sm_80 and sm_90),
-#               the install, Python client and Debian package checks and, with clang, a short
+#               the install, Python client and Debian package checks (the packages installed
+#               in a clean Debian root: label clean-root) and, with clang, a short
 #               run of every libFuzzer target. A test without a TIMEOUT of its own is stopped
 #               after 300 s (CMakePresets.json): a hang fails that test instead of the run.
-#   make package  the Debian package build/release/ktune_<version>_<arch>.deb (CPack)
+#   make package  the Debian packages build/release/*.deb (CPack): ktune, libktune-client0,
+#               libktune-client-dev, python3-ktune-client
 JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 

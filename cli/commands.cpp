@@ -8,6 +8,8 @@
 #include "cli/history_command.hpp"
 #include "cli/repro_command.hpp"
 #include "cli/kernel_commands.hpp"
+#include "cli/man_pages.hpp"
+#include "cli/parse_errors.hpp"
 #include "cli/fleet.hpp"
 #include "cli/sweep_command.hpp"
 #include "cli/table_commands.hpp"
@@ -1349,6 +1351,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
   TopCommand top_command;
   add_top_command(app, top_command);
   replay::ReplayCommand replay_command(app);
+  ManCommand man_command;
+  add_man_command(app, man_command);
 
   // kernels
   auto* kernels = app.add_subcommand("kernels", "List the kernel families ktuned loaded");
@@ -1528,6 +1532,11 @@ int run_command(int argc, const char* const* argv, Output& io) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) {
+      if (auto unknown = unknown_argument_message(app)) {
+        return report_error(io, "usage", *unknown, k_exit_usage);
+      }
+    }
     if (io.json && e.get_exit_code() != 0) {
       return report_error(io, "usage", e.what(), k_exit_usage);
     }
@@ -1540,9 +1549,13 @@ int run_command(int argc, const char* const* argv, Output& io) {
       return report_error(io, "usage", "tune --budget: " + r.error().message, k_exit_usage);
     }
   }
+  if (const char* parse_only = std::getenv("KTUNE_PARSE_ONLY"); parse_only && *parse_only == '1') {
+    return k_exit_ok;
+  }
   if (completion->parsed()) {
     return write_completion(app, completion_shell, io.out) ? k_exit_ok : k_exit_usage;
   }
+  if (auto code = run_man_command(man_command, app, KTUNE_VERSION, io)) return *code;
   job_view.sort = job_sort == "median" ? JobSort::median
                   : job_sort == "status" ? JobSort::status
                                          : JobSort::config;

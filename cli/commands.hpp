@@ -110,7 +110,9 @@ struct JobViewOptions {
 [[nodiscard]] int query(const GlobalOptions& global, const QueryOptions& options, Output& io);
 
 // Parses the command line with CLI11 and runs the chosen command. --help prints to `io.out`
-// and returns 0; a usage error prints to `io.err` and returns 2.
+// and returns 0; a usage error prints to `io.err` and returns 2. With KTUNE_PARSE_ONLY=1 in the
+// environment a command line that parses returns 0 without running (tests/cli/check_readme.py
+// checks the README's command lines this way).
 [[nodiscard]] int run(int argc, const char* const* argv, Output& io);
 
 // --- formatting, shared by the commands (and tested directly) ---------------------------------

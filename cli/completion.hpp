@@ -1,7 +1,10 @@
 #pragma once
 // Shell completion scripts generated from the CLI definition (`ktune completion bash|zsh|fish`):
-// subcommands at every level and each command's long and short options. The build writes them
-// with the built ktune and installs them (cmake/install.cmake), so they never drift from --help.
+// subcommands where a command is expected, a command's long and short options once '-' is typed,
+// an option's choices (CLI11 IsMember) after it and nothing else after an option that takes a
+// value, and where a kernel family is expected (tune, query, ... KERNEL) the families of the
+// running ktuned (never started for it). The build writes them with the built ktune and installs
+// them (cmake/install.cmake), so they never drift from --help.
 #include <CLI/CLI.hpp>
 
 #include <ostream>

@@ -694,8 +694,10 @@ int fleet_merge(const GlobalOptions& global, const FleetMergeOptions& options, O
     if (s.table) text += ", " + std::to_string(s.table->rows.size()) + " rows";
     if (!s.why.empty()) text += "; " + s.why;
     if (!s.log.empty()) text += "; log " + s.log;
-    shard_cases.push_back({"ktune.fleet.shards", "shard " + std::to_string(s.index),
-                           s.state == "done" ? "" : "shard " + std::to_string(s.index) + " " + s.state, text});
+    shard_cases.push_back(
+        {.classname = "ktune.fleet.shards", .name = "shard " + std::to_string(s.index),
+         .failure = s.state == "done" ? "" : "shard " + std::to_string(s.index) + " " + s.state,
+         .text = text});
   }
   std::vector<tableio::JunitSuite> suites{tableio::junit_suite("ktune.fleet.shards", shard_cases)};
   std::size_t regressions = 0;

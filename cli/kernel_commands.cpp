@@ -63,22 +63,27 @@ std::string describe_reference(const LoadedKernel& kernel) {
   return "the [default] config " + config_to_string(kernel.spec.default_config);
 }
 
-// Compiles `job`; false (with the log on io.err) when it fails.
+// Compiles `job`; on success appends {what, compile_ms} to `compiled` (and says so in text);
+// false when it fails, reported as a compile_error with the compiler's log.
 bool compile_once(HostCompiler& compiler, const CompileJob& job, const std::string& what,
-                  Output& io) {
+                  Json& compiled, Output& io) {
   const CompileOutcome outcome = compiler.compile(job);
   if (outcome.status == CandidateStatus::ok) {
-    io.out << "compiled " << what << " in " << static_cast<long>(outcome.compile_ms) << " ms\n";
+    const auto ms = static_cast<long>(outcome.compile_ms);
+    if (!io.json) io.out << "compiled " << what << " in " << ms << " ms\n";
+    compiled.push_back(Json{{"what", what}, {"compile_ms", ms}});
     return true;
   }
-  io.err << "ktune: compile_error: " << what << " does not compile"
-         << (outcome.infra.empty() ? "" : " (" + outcome.infra + ")") << ":\n"
-         << outcome.log << '\n';
+  (void)report_error(io, "compile_error",
+                     what + " does not compile" +
+                         (outcome.infra.empty() ? "" : " (" + outcome.infra + ")") + ":\n" +
+                         outcome.log);
   return false;
 }
 
-// Shape-dependent checks: the admitted configs and every expression of the default config.
-int check_shape(const LoadedKernel& kernel, const std::string& shape_text, Output& io) {
+// Shape-dependent checks: the admitted configs and every expression of the default config;
+// what they found goes to `found` (shape, admitted, flops, bytes).
+int check_shape(const LoadedKernel& kernel, const std::string& shape_text, Json& found, Output& io) {
   auto shape = Shape::parse(shape_text);
   if (!shape) return report_error(io, shape.error().code, shape.error().message);
   auto conformed = conform_shape(*shape, kernel.spec.shape_dims, kernel.spec.name);
@@ -90,10 +95,14 @@ int check_shape(const LoadedKernel& kernel, const std::string& shape_text, Outpu
   auto job = make_bench_job(kernel.spec, *conformed, kernel.spec.default_config,
                             kernel.spec.dtypes.front(), "", "", MeasureSettings{});
   if (!job) return report_error(io, job.error().code, job.error().message);
-  io.out << "at " << conformed->to_string() << ": " << configs->size() << " admitted configs";
-  if (job->flops > 0) io.out << ", " << job->flops << " flops";
-  if (job->bytes > 0) io.out << ", " << job->bytes << " bytes";
-  io.out << " per run\n";
+  found = Json{{"shape", conformed->to_string()}, {"admitted", configs->size()},
+               {"flops", job->flops}, {"bytes", job->bytes}};
+  if (!io.json) {
+    io.out << "at " << conformed->to_string() << ": " << configs->size() << " admitted configs";
+    if (job->flops > 0) io.out << ", " << job->flops << " flops";
+    if (job->bytes > 0) io.out << ", " << job->bytes << " bytes";
+    io.out << " per run\n";
+  }
   if (configs->empty()) {
     return report_error(io, "spec_error",
                         kernel.spec_path + ": [space].constraints admit no config at " +
@@ -335,37 +344,68 @@ int check_kernel(const std::string& dir, const std::string& shape, Output& io) {
   if (!kernel) return report_error(io, kernel.error().code, kernel.error().message);
   const KernelSpec& spec = kernel->spec;
 
-  io.out << spec.name << " (" << to_string(spec.language) << "): " << kernel->spec_path << '\n';
-  io.out << "entry: " << spec.entry
-         << (spec.signature ? " (typed: " + std::to_string(spec.signature->params.size()) +
-                                  " parameters from " +
-                                  (spec.signature_text == "source" ? kernel->source_path
-                                                                   : std::string("[kernel].signature")) +
-                                  ")"
-                            : spec.language == Language::cpp
-                                ? std::string(" (extern \"C\" void " + spec.entry + "(void** args))")
-                                : std::string(" (parameters as [[args]] type them)"))
-         << '\n';
-  for (const auto& arg : spec.args) io.out << "  " << describe_arg(arg, spec) << '\n';
-  std::string dtypes;
-  for (const auto& d : spec.dtypes) dtypes += (dtypes.empty() ? "" : ", ") + d;
-  io.out << "dtypes: " << dtypes << (spec.dtype_axis ? "" : " (no dtype axis)") << '\n';
+  const std::string typed_from =
+      !spec.signature ? std::string()
+      : spec.signature_text == "source" ? kernel->source_path
+                                        : std::string("[kernel].signature");
+  Json args = Json::array();
+  for (const auto& arg : spec.args) {
+    Json a{{"name", arg.name}, {"kind", to_string(arg.kind)},
+           {"dtype", !arg.dtype.empty() ? arg.dtype
+                     : arg.kind == ArgKind::scalar ? std::string("i64") : std::string()}};
+    if (arg.kind == ArgKind::scalar) {
+      a["value"] = arg.value;
+    } else {
+      a["count"] = arg.count;
+      if (arg.kind != ArgKind::out) a["init"] = arg.init;
+    }
+    args.push_back(std::move(a));
+  }
+  Json params = Json::array();
   std::uint64_t size = 1;
-  std::string params;
   for (const auto& p : spec.params) {
     size *= p.values.size();
-    params += (params.empty() ? "" : ", ") + p.name + "(" + std::to_string(p.values.size()) + ")";
+    params.push_back(Json{{"name", p.name}, {"values", p.values}});
   }
-  io.out << "params: " << (params.empty() ? "-" : params) << "; space: " << size
-         << " configs before constraints\n";
-  io.out << "reference: " << describe_reference(*kernel) << '\n';
+  Json report{{"kernel", spec.name}, {"language", to_string(spec.language)},
+              {"spec", kernel->spec_path}, {"entry", spec.entry},
+              {"typed_from", typed_from.empty() ? Json() : Json(typed_from)}, {"args", args},
+              {"dtypes", spec.dtypes}, {"dtype_axis", spec.dtype_axis}, {"params", params},
+              {"space", size}, {"reference", describe_reference(*kernel)}};
+
+  if (!io.json) {
+    io.out << spec.name << " (" << to_string(spec.language) << "): " << kernel->spec_path << '\n';
+    io.out << "entry: " << spec.entry
+           << (spec.signature ? " (typed: " + std::to_string(spec.signature->params.size()) +
+                                    " parameters from " + typed_from + ")"
+               : spec.language == Language::cpp
+                   ? std::string(" (extern \"C\" void " + spec.entry + "(void** args))")
+                   : std::string(" (parameters as [[args]] type them)"))
+           << '\n';
+    for (const auto& arg : spec.args) io.out << "  " << describe_arg(arg, spec) << '\n';
+    std::string dtypes;
+    for (const auto& d : spec.dtypes) dtypes += (dtypes.empty() ? "" : ", ") + d;
+    io.out << "dtypes: " << dtypes << (spec.dtype_axis ? "" : " (no dtype axis)") << '\n';
+    std::string names;
+    for (const auto& p : spec.params) {
+      names += (names.empty() ? "" : ", ") + p.name + "(" + std::to_string(p.values.size()) + ")";
+    }
+    io.out << "params: " << (names.empty() ? "-" : names) << "; space: " << size
+           << " configs before constraints\n";
+    io.out << "reference: " << describe_reference(*kernel) << '\n';
+  }
 
   if (!shape.empty()) {
-    if (const int code = check_shape(*kernel, shape, io); code != k_exit_ok) return code;
+    Json found;
+    if (const int code = check_shape(*kernel, shape, found, io); code != k_exit_ok) return code;
+    report["at_shape"] = std::move(found);
   }
+  Json compiled = Json::array();
   if (spec.language != Language::cpp) {
-    io.out << "not compiled: `ktune compile-check " << spec.name
-           << "` compiles CUDA families with nvrtc\n";
+    if (!io.json) {
+      io.out << "not compiled: `ktune compile-check " << spec.name
+             << "` compiles CUDA families with nvrtc\n";
+    }
   } else {
     ScratchDir cache;
     if (cache.path().empty()) {
@@ -374,16 +414,20 @@ int check_kernel(const std::string& dir, const std::string& shape, Output& io) {
     HostCompiler compiler;
     auto job = make_compile_job(*kernel, spec.default_config, spec.dtypes.front(), cache.path());
     if (!job) return report_error(io, job.error().code, job.error().message);
-    if (!compile_once(compiler, *job, "the [default] config", io)) return k_exit_error;
+    if (!compile_once(compiler, *job, "the [default] config", compiled, io)) return k_exit_error;
     if (spec.check.reference == ReferenceKind::function) {
       auto reference = make_reference_compile_job(*kernel, spec.dtypes.front(), cache.path());
       if (!reference) return report_error(io, reference.error().code, reference.error().message);
-      if (!compile_once(compiler, *reference, "the reference " + spec.check.function, io)) {
+      if (!compile_once(compiler, *reference, "the reference " + spec.check.function, compiled,
+                        io)) {
         return k_exit_error;
       }
     }
   }
-  io.out << "ok: " << spec.name << " is ready to tune\n";
+  report["compiled"] = std::move(compiled);
+  report["ready"] = true;
+  if (io.json) print_json(io, report);
+  else io.out << "ok: " << spec.name << " is ready to tune\n";
   return k_exit_ok;
 }
 
@@ -412,13 +456,20 @@ int new_kernel(const std::string& name, const std::string& lang, const std::stri
                            {"kernel.toml", spec_template(name)},
                            {name + ".cpp", source_template(name)},
                            {"reference.cpp", reference_template(name)}};
+  Json written = Json::array();
   for (const auto& [file, text] : files) {
     if (auto w = write_file_atomic((family / file).string(), text); !w) {
       return report_error(io, w.error().code, w.error().message);
     }
-    io.out << "wrote " << (family / file).string() << '\n';
+    written.push_back((family / file).string());
+    if (!io.json) io.out << "wrote " << (family / file).string() << '\n';
   }
-  io.out << "next: ktune check-kernel " << family.string() << "\n";
+  const std::string next = "ktune check-kernel " + family.string();
+  if (io.json) {
+    print_json(io, Json{{"kernel", name}, {"language", lang}, {"files", written}, {"next", next}});
+  } else {
+    io.out << "next: " << next << "\n";
+  }
   return k_exit_ok;
 }
 

@@ -13,6 +13,11 @@
 //     with two tunables and a float64 reference, which check-kernel accepts and ktuned tunes as
 //     it is; --lang cuda writes kernel.toml and a typed __global__ NAME.cu checked against the
 //     [default] config. Refuses to overwrite an existing DIR/NAME.
+// With --json (io.json) each prints one JSON document on io.out instead of text: check-kernel
+// {kernel, language, spec, entry, typed_from, args, dtypes, dtype_axis, params, space,
+// reference, at_shape: {shape, admitted, flops, bytes} with --shape, compiled: [{what,
+// compile_ms}], ready: true}; new-kernel {kernel, language, files, next}; an error is
+// {"error": {code, message}} (a compile error's message carries the compiler's log).
 #include "cli/commands.hpp"
 
 #include <CLI/CLI.hpp>

@@ -5,6 +5,7 @@
 #include "cli/daemon_calls.hpp"
 #include "cli/fleet.hpp"
 #include "cli/output_file.hpp"
+#include "cli/shipped_data.hpp"
 #include "cli/table.hpp"
 #include "db/store.hpp"
 #include "replay/file_reader.hpp"
@@ -227,7 +228,9 @@ void add_sweep_command(CLI::App& app, SweepCommand& command) {
   SweepOptions& o = command.options;
   command.command = app.add_subcommand("sweep", "Tune a grid of kernels and shapes unattended (CI)");
   CLI::App* cmd = command.command;
-  cmd->add_option("file", o.file, "sweep file (configs/sweeps/*.toml)")->required();
+  cmd->add_option("file", o.file,
+                  "sweep file, or the name of a shipped one (cpu, nightly: <prefix>/share/ktune/sweeps)")
+      ->required();
   cmd->add_option("--shard", o.shard, "run shard i of N (e.g. 2/4): jobs whose number is i-1 mod N");
   cmd->add_option("--baseline", o.baseline,
                   "last-good (the store's earlier good runs of each entry), or a table (ktune "
@@ -283,7 +286,15 @@ void add_sweep_command(CLI::App& app, SweepCommand& command) {
 std::optional<int> run_sweep_command(const SweepCommand& command, const GlobalOptions& global,
                                      Output& io) {
   if (command.command == nullptr || !command.command->parsed()) return std::nullopt;
-  if (command.slurm.enabled) return submit_slurm_sweep(global, command.options, command.slurm, io);
+  SweepOptions options = command.options;
+  auto file = resolve_sweep_file(options.file, shipped_data_dir() + "/sweeps");
+  if (!file) {
+    io.err << "ktune sweep: " << file.error().message << '\n';
+    return k_exit_failed;
+  }
+  if (*file != options.file) io.err << "ktune sweep: using the shipped sweep " << *file << '\n';
+  options.file = *file;
+  if (command.slurm.enabled) return submit_slurm_sweep(global, options, command.slurm, io);
   for (const char* option : {"--shards", "--partition", "--gpus-per-task", "--max-parallel", "--time",
                              "--config", "--kernel-dir"}) {
     if (command.command->count(option) > 0) {
@@ -291,7 +302,7 @@ std::optional<int> run_sweep_command(const SweepCommand& command, const GlobalOp
       return k_exit_usage;
     }
   }
-  return run_sweep(global, command.options, io);
+  return run_sweep(global, options, io);
 }
 
 int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& io) {

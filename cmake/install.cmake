@@ -1,33 +1,48 @@
-# `cmake --install` (and the Debian package, cmake/package.cmake): a relocatable tree.
-#   bin/                      ktune, ktuned, ktune-worker
-#   lib/                      libktune_client (shared and static), cmake/ktune, pkgconfig/ktune.pc
-#   include/ktune/            client.h, client.hpp
-#   share/ktune/              kernels/ (the shipped families), ktuned.toml (the documented
-#                             defaults ktuned reads without --config), deploy/ (systemd units,
-#                             Kubernetes files, Dockerfile), python/ (the client)
-#   lib/systemd/user/         ktuned.service, ktuned.socket
-#   share/doc/ktune/          README.md, docs/*.md
-#   share/man/man1/           ktune.1, ktuned.1 (help2man, when installed)
-#   share/bash-completion/completions/ktune, share/zsh/vendor-completions/_ktune,
-#   share/fish/vendor_completions.d/ktune.fish (from `ktune completion SHELL`)
+# `cmake --install` (and the Debian packages, cmake/package.cmake): a relocatable tree, split into
+# the install components the packages are made of (`cmake --install --component C` installs one).
+#   component ktune  (package ktune)
+#     bin/                      ktune, ktuned, ktune-worker
+#     share/ktune/              kernels/ (the shipped families), ktuned.toml (the documented
+#                               defaults ktuned reads without --config), sweeps/ (the shipped sweep
+#                               files), deploy/ (systemd units, Kubernetes files, Dockerfile)
+#     lib/systemd/user/         ktuned.service, ktuned.socket
+#     share/doc/ktune/          README.md, docs/*.md
+#     share/man/man1/           ktune.1 and ktune-COMMAND.1 per command group (`ktune man-pages`),
+#                               ktuned.1, ktune-worker.1 (help2man, when installed)
+#     share/bash-completion/completions/ktune, share/zsh/vendor-completions/_ktune,
+#     share/fish/vendor_completions.d/ktune.fish (from `ktune completion SHELL`)
+#   component lib    (package libktune-client0)
+#     lib/<multiarch>/          libktune_client.so.0, libktune_client.so.<version>
+#   component dev    (package libktune-client-dev)
+#     lib/<multiarch>/          libktune_client.so (the link), libktune_client.a, cmake/ktune,
+#                               pkgconfig/ktune.pc
+#     include/ktune/            client.h, client.hpp
+#   component python (package python3-ktune-client)
+#     lib/python3/dist-packages/ktune_client (where Debian's python3 imports packages from /usr;
+#                               from another prefix put that directory on PYTHONPATH, or pip
+#                               install client/python)
 # Every binary finds share/ktune from its own location, so the tree can be moved; ktune.pc and
 # ktuneConfig.cmake locate the prefix from their own location too.
 include(CMakePackageConfigHelpers)
 
 set(KTUNE_SHARE_DIR ${CMAKE_INSTALL_DATADIR}/ktune)
 set(KTUNE_DOC_DIR ${CMAKE_INSTALL_DATADIR}/doc/ktune)
+set(KTUNE_PYTHON_DIR lib/python3/dist-packages CACHE STRING
+    "Where the Python client is installed, relative to the prefix")
+# Every rule below without a COMPONENT of its own belongs to the ktune package.
+set(CMAKE_INSTALL_DEFAULT_COMPONENT_NAME ktune)
 
 install(TARGETS ktuned ktune ktune-worker RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS ktune_lookup_client_shared ktune_lookup_client_static EXPORT ktuneTargets
-  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT lib NAMELINK_COMPONENT dev
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/client/include/ktune/client.h
               ${PROJECT_SOURCE_DIR}/client/include/ktune/client.hpp
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ktune)
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ktune COMPONENT dev)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/client/python/ktune_client
-        DESTINATION ${KTUNE_SHARE_DIR}/python
-        PATTERN __pycache__ EXCLUDE)
+        DESTINATION ${KTUNE_PYTHON_DIR} COMPONENT python
+        PATTERN __pycache__ EXCLUDE PATTERN *.pyc EXCLUDE)
 
 # Shipped data.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/kernels_src/ DESTINATION ${KTUNE_SHARE_DIR}/kernels)
@@ -73,46 +88,61 @@ install(FILES ${KTUNE_COMPLETION_DIR}/_ktune DESTINATION ${CMAKE_INSTALL_DATADIR
 install(FILES ${KTUNE_COMPLETION_DIR}/ktune.fish
         DESTINATION ${CMAKE_INSTALL_DATADIR}/fish/vendor_completions.d)
 
-# Man pages from --help and --version (help2man, Debian package help2man), compressed as
-# Debian wants them.
+# Man pages, compressed as Debian wants them: ktune.1 and one page per command group generated
+# from the CLI definition (cli/man_pages.hpp), ktuned.1 and ktune-worker.1 from their --help
+# (help2man, Debian package help2man).
+find_program(GZIP gzip REQUIRED)
+set(KTUNE_MAN_DIR ${CMAKE_BINARY_DIR}/man)
+add_custom_command(
+  OUTPUT ${KTUNE_MAN_DIR}/ktune.stamp
+  COMMAND ${CMAKE_COMMAND} -E rm -rf ${KTUNE_MAN_DIR}/ktune
+  COMMAND ktune man-pages ${KTUNE_MAN_DIR}/ktune > /dev/null
+  COMMAND ${GZIP} -9nf ${KTUNE_MAN_DIR}/ktune/*.1
+  COMMAND ${CMAKE_COMMAND} -E touch ${KTUNE_MAN_DIR}/ktune.stamp
+  DEPENDS ktune
+  COMMENT "Generating the ktune man pages")
+set(man_outputs ${KTUNE_MAN_DIR}/ktune.stamp)
+install(DIRECTORY ${KTUNE_MAN_DIR}/ktune/ DESTINATION ${CMAKE_INSTALL_MANDIR}/man1
+        FILES_MATCHING PATTERN "*.1.gz")
 find_program(HELP2MAN help2man)
-find_program(GZIP gzip)
-if(HELP2MAN AND GZIP)
-  set(KTUNE_MAN_DIR ${CMAKE_BINARY_DIR}/man)
-  set(man_pages)
-  foreach(program ktune ktuned)
-    if(program STREQUAL ktune)
-      set(summary "tune kernels with the ktuned daemon and look up their winners")
-    else()
-      set(summary "the ktune autotuning daemon")
-    endif()
-    add_custom_command(
-      OUTPUT ${KTUNE_MAN_DIR}/${program}.1.gz
-      COMMAND ${CMAKE_COMMAND} -E make_directory ${KTUNE_MAN_DIR}
-      COMMAND ${HELP2MAN} --no-info --no-discard-stderr --name=${summary}
-              --output=${KTUNE_MAN_DIR}/${program}.1 $<TARGET_FILE:${program}>
-      COMMAND ${GZIP} -9nf ${KTUNE_MAN_DIR}/${program}.1
-      DEPENDS ${program}
-      COMMENT "Generating the ${program}(1) man page")
-    list(APPEND man_pages ${KTUNE_MAN_DIR}/${program}.1.gz)
-  endforeach()
-  add_custom_target(ktune_man ALL DEPENDS ${man_pages})
-  install(FILES ${man_pages} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+if(HELP2MAN)
+  add_custom_command(
+    OUTPUT ${KTUNE_MAN_DIR}/ktuned.1.gz
+    COMMAND ${HELP2MAN} --no-info --no-discard-stderr "--name=the ktune autotuning daemon"
+            --output=${KTUNE_MAN_DIR}/ktuned.1 $<TARGET_FILE:ktuned>
+    COMMAND ${GZIP} -9nf ${KTUNE_MAN_DIR}/ktuned.1
+    DEPENDS ktuned
+    COMMENT "Generating the ktuned(1) man page" VERBATIM)
+  # ktune-worker has no --version: ktuned runs it, a user only for `--run-repro` (ktune repro).
+  add_custom_command(
+    OUTPUT ${KTUNE_MAN_DIR}/ktune-worker.1.gz
+    COMMAND ${HELP2MAN} --no-info --no-discard-stderr --version-string=${PROJECT_VERSION}
+            "--name=the worker process of ktuned (compiles and benchmarks one candidate at a time)"
+            --output=${KTUNE_MAN_DIR}/ktune-worker.1 $<TARGET_FILE:ktune-worker>
+    COMMAND ${GZIP} -9nf ${KTUNE_MAN_DIR}/ktune-worker.1
+    DEPENDS ktune-worker
+    COMMENT "Generating the ktune-worker(1) man page" VERBATIM)
+  list(APPEND man_outputs ${KTUNE_MAN_DIR}/ktuned.1.gz ${KTUNE_MAN_DIR}/ktune-worker.1.gz)
+  install(FILES ${KTUNE_MAN_DIR}/ktuned.1.gz ${KTUNE_MAN_DIR}/ktune-worker.1.gz
+          DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 else()
-  message(STATUS "help2man not found: no man pages (scripts/install-deps.sh installs it)")
+  message(STATUS "help2man not found: no ktuned(1), ktune-worker(1) (scripts/install-deps.sh installs it)")
 endif()
+add_custom_target(ktune_man ALL DEPENDS ${man_outputs})
 
-# The client library's CMake package and pkg-config file, both relocatable.
+# The client library's CMake package and pkg-config file, both relocatable (package
+# libktune-client-dev).
 set(KTUNE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ktune)
-install(EXPORT ktuneTargets NAMESPACE ktune:: DESTINATION ${KTUNE_CMAKE_DIR})
+install(EXPORT ktuneTargets NAMESPACE ktune:: DESTINATION ${KTUNE_CMAKE_DIR} COMPONENT dev)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/client/ktuneConfig.cmake.in
   ${CMAKE_BINARY_DIR}/ktuneConfig.cmake INSTALL_DESTINATION ${KTUNE_CMAKE_DIR})
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/ktuneConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/ktuneConfig.cmake ${CMAKE_BINARY_DIR}/ktuneConfigVersion.cmake
-        DESTINATION ${KTUNE_CMAKE_DIR})
+        DESTINATION ${KTUNE_CMAKE_DIR} COMPONENT dev)
 
 file(RELATIVE_PATH KTUNE_PC_TO_PREFIX ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
 string(REGEX REPLACE "/$" "" KTUNE_PC_TO_PREFIX "${KTUNE_PC_TO_PREFIX}")
 configure_file(${PROJECT_SOURCE_DIR}/client/ktune.pc.in ${CMAKE_BINARY_DIR}/ktune.pc @ONLY)
-install(FILES ${CMAKE_BINARY_DIR}/ktune.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+install(FILES ${CMAKE_BINARY_DIR}/ktune.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
+        COMPONENT dev)

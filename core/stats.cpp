@@ -1,5 +1,7 @@
 #include "core/stats.hpp"
 
+#include <boost/math/distributions/students_t.hpp>
+
 #include <algorithm>
 #include <cmath>
 
@@ -79,20 +81,6 @@ SampleStats pool_rounds(const std::vector<SampleStats>& rounds) {
   return s;
 }
 
-namespace {
-
-// Two-sided 95% quantile of Student's t with `df` degrees of freedom (df >= 1).
-double t_quantile_95(std::size_t df) {
-  static constexpr double k_table[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306,
-                                       2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120,
-                                       2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-                                       2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
-  constexpr std::size_t k_rows = sizeof(k_table) / sizeof(k_table[0]);
-  return df <= k_rows ? k_table[df - 1] : 1.96;
-}
-
-} // namespace
-
 FinalsVerdict judge_finals(const std::vector<std::vector<double>>& round_ms, double tie_margin) {
   FinalsVerdict v;
   if (round_ms.empty()) return v;
@@ -121,7 +109,7 @@ FinalsVerdict judge_finals(const std::vector<std::vector<double>>& round_ms, dou
       for (double d : logs) squares += (d - mean) * (d - mean);
       const double se = std::sqrt(squares / static_cast<double>(rounds - 1)) /
                         std::sqrt(static_cast<double>(rounds));
-      low = mean - t_quantile_95(rounds - 1) * se;
+      low = mean - t_quantile(0.975, rounds - 1) * se;
     }
     std::sort(logs.begin(), logs.end());
     const double median = quantile(logs, 0.5);
@@ -130,6 +118,11 @@ FinalsVerdict judge_finals(const std::vector<std::vector<double>>& round_ms, dou
     v.tied.push_back(low <= log_margin && median <= log_limit);
   }
   return v;
+}
+
+double t_quantile(double p, std::size_t df) {
+  return boost::math::quantile(
+      boost::math::students_t_distribution<double>(static_cast<double>(std::max<std::size_t>(df, 1))), p);
 }
 
 MedianInterval median_interval(std::vector<double> samples_ms) {

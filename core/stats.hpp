@@ -23,6 +23,10 @@ struct SampleStats {
 // medians of the rounds' ones. Rounds with n == 0 are skipped; none gives n == 0 and zeros.
 [[nodiscard]] SampleStats pool_rounds(const std::vector<SampleStats>& rounds);
 
+// The p-quantile (0 < p < 1) of Student's t distribution with `df` degrees of freedom (0 is taken
+// as 1), from Boost.Math: t_quantile(0.975, 9) = 2.262, the factor of a two-sided 95% interval.
+[[nodiscard]] double t_quantile(double p, std::size_t df);
+
 // A 95% confidence interval of the median of `samples_ms` from its order statistics (distribution
 // free: the ranks come from the binomial(n, 1/2) law, by its normal approximation). Robust to
 // outliers: a few preempted samples move it by a few ranks at most. n < 6 gives [min, max] (then

@@ -16,6 +16,7 @@ packages=(
   libtomlplusplus-dev
   libmuparser-dev
   libxxhash-dev         # content hashes (XXH3-128)
+  libpugixml-dev        # JUnit XML reports (tableio/junit.hpp)
   zlib1g-dev            # gzip-compressed recorded spaces (ktune replay)
   python3
   python3-pytest        # the Python client's tests (tests/client)
@@ -24,6 +25,7 @@ packages=(
   python3-venv python3-setuptools  # pip install of the Python client into a venv, offline
   help2man              # the man pages of ktune and ktuned
   dpkg-dev lintian      # `make package` (dpkg-shlibdeps) and its check in tests/packaging
+  mmdebstrap zstd       # the clean Debian root the packages are installed in (tests/packaging)
   chromium              # renders `ktune report` pages headless in tests/report
   clang libclang-rt-14-dev  # libFuzzer targets (tests/fuzz, make fuzz-smoke)
   slurmctld slurmd slurm-client munge  # the one-node Slurm of tests/integration (scripts/slurm-local.sh)

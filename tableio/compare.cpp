@@ -39,23 +39,6 @@ std::string markdown_cell(std::string text) {
   return out;
 }
 
-std::string xml_escape(std::string_view text) {
-  std::string out;
-  for (unsigned char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        if (c < 0x20 && c != '\n' && c != '\t' && c != '\r') out += ' ';
-        else out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
 std::string status_of(const KeyComparison& k) {
   if (k.presence == Presence::current_only) return "new";
   if (k.presence == Presence::baseline_only) return "missing";
@@ -196,19 +179,7 @@ std::size_t Comparison::count(Presence presence) const {
       keys.begin(), keys.end(), [&](const KeyComparison& k) { return k.presence == presence; }));
 }
 
-double t_quantile_975(std::size_t degrees) {
-  static constexpr std::array<double, 30> k_table{
-      12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-      2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-      2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
-  if (degrees == 0) degrees = 1;
-  if (degrees <= k_table.size()) return k_table[degrees - 1];
-  // Between the tabulated points the larger (earlier) quantile is used: never too narrow.
-  if (degrees <= 40) return 2.042;
-  if (degrees <= 60) return 2.021;
-  if (degrees <= 120) return 2.000;
-  return 1.980;
-}
+double t_quantile_975(std::size_t degrees) { return t_quantile(0.975, degrees); }
 
 std::optional<Interval> confidence_interval(const TableRow& row) {
   if (row.samples_ms.size() >= k_min_samples) {
@@ -421,45 +392,28 @@ std::string render_markdown(const Comparison& comparison) {
   return out;
 }
 
-namespace {
-
-std::string suite_open(std::string_view suite_name, std::size_t tests, std::size_t failures,
-                       std::size_t skipped) {
-  return "  <testsuite name=\"" + xml_escape(suite_name) + "\" tests=\"" + std::to_string(tests) +
-         "\" failures=\"" + std::to_string(failures) + "\" errors=\"0\" skipped=\"" +
-         std::to_string(skipped) + "\">\n";
-}
-
-} // namespace
-
 JunitSuite junit_suite(const Comparison& comparison, std::string_view suite_name) {
-  JunitSuite suite;
-  suite.tests = comparison.keys.size();
-  suite.failures = comparison.regressions();
-  suite.skipped = suite.tests - comparison.count(Presence::both);
-  suite.xml = suite_open(suite_name, suite.tests, suite.failures, suite.skipped);
+  std::vector<JunitCase> cases;
   for (const auto& k : comparison.keys) {
-    const std::string name = k.key.kernel + " " + k.key.shape + " " + k.key.dtype + " " +
-                             device_label(k) + " source " + k.key.source_hash.substr(0, 12);
-    suite.xml += "    <testcase classname=\"" + xml_escape(std::string(suite_name) + "." + k.key.kernel) +
-                 "\" name=\"" + xml_escape(name) + "\" time=\"0\">\n";
+    JunitCase c;
+    c.classname = std::string(suite_name) + "." + k.key.kernel;
+    c.name = k.key.kernel + " " + k.key.shape + " " + k.key.dtype + " " + device_label(k) +
+             " source " + k.key.source_hash.substr(0, 12);
     const std::string why = explanation(k, comparison.options);
     if (k.regressed()) {
-      suite.xml += "      <failure type=\"regression\" message=\"" +
-                   xml_escape("regressed: ratio " + fixed(*k.ratio, 3) +
-                              (k.p_value ? ", p " + p_text(*k.p_value) : std::string()) +
-                              " (" + std::string(to_string(k.method)) + ")") +
-                   "\">" + xml_escape(why) + "</failure>\n";
+      c.failure_type = "regression";
+      c.failure = "regressed: ratio " + fixed(*k.ratio, 3) +
+                  (k.p_value ? ", p " + p_text(*k.p_value) : std::string()) + " (" +
+                  std::string(to_string(k.method)) + ")";
+      c.text = why;
     } else if (k.presence != Presence::both) {
-      suite.xml += "      <skipped message=\"" + xml_escape(why) + "\"/>\n";
+      c.skipped = why;
     } else {
-      suite.xml += "      <system-out>" + xml_escape(std::string(to_string(k.verdict)) + ": " + why) +
-                   "</system-out>\n";
+      c.text = std::string(to_string(k.verdict)) + ": " + why;
     }
-    suite.xml += "    </testcase>\n";
+    cases.push_back(std::move(c));
   }
-  suite.xml += "  </testsuite>\n";
-  return suite;
+  return junit_suite(suite_name, cases);
 }
 
 JunitSuite junit_suite(const Table& table, std::string_view suite_name) {
@@ -468,49 +422,14 @@ JunitSuite junit_suite(const Table& table, std::string_view suite_name) {
     const std::string device = row.device_name.empty()
                                    ? row.fingerprint.substr(0, 12)
                                    : row.device_name + " (" + row.fingerprint.substr(0, 12) + ")";
-    cases.push_back({std::string(suite_name) + "." + row.kernel,
-                     row.kernel + " " + row.shape + " " + row.dtype + " " + device + " source " +
-                         row.source_hash.substr(0, 12),
-                     "",
-                     "tuned, no baseline: median " + ms_text(row.median_ms) + " ms over " +
-                         std::to_string(row.samples_ms.size()) + " kept samples, winner " +
-                         row.config_text()});
+    cases.push_back({.classname = std::string(suite_name) + "." + row.kernel,
+                     .name = row.kernel + " " + row.shape + " " + row.dtype + " " + device +
+                             " source " + row.source_hash.substr(0, 12),
+                     .text = "tuned, no baseline: median " + ms_text(row.median_ms) + " ms over " +
+                             std::to_string(row.samples_ms.size()) + " kept samples, winner " +
+                             row.config_text()});
   }
   return junit_suite(suite_name, cases);
-}
-
-JunitSuite junit_suite(std::string_view suite_name, const std::vector<JunitCase>& cases) {
-  JunitSuite suite;
-  suite.tests = cases.size();
-  for (const auto& c : cases) suite.failures += c.failure.empty() ? 0 : 1;
-  suite.xml = suite_open(suite_name, suite.tests, suite.failures, 0);
-  for (const auto& c : cases) {
-    suite.xml += "    <testcase classname=\"" + xml_escape(c.classname) + "\" name=\"" +
-                 xml_escape(c.name) + "\" time=\"0\">\n";
-    if (!c.failure.empty()) {
-      suite.xml += "      <failure type=\"failure\" message=\"" + xml_escape(c.failure) + "\">" +
-                   xml_escape(c.text) + "</failure>\n";
-    } else {
-      suite.xml += "      <system-out>" + xml_escape(c.text) + "</system-out>\n";
-    }
-    suite.xml += "    </testcase>\n";
-  }
-  suite.xml += "  </testsuite>\n";
-  return suite;
-}
-
-std::string render_junit(const std::vector<JunitSuite>& suites) {
-  std::size_t tests = 0, failures = 0;
-  for (const auto& s : suites) {
-    tests += s.tests;
-    failures += s.failures;
-  }
-  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += "<testsuites name=\"ktune\" tests=\"" + std::to_string(tests) + "\" failures=\"" +
-         std::to_string(failures) + "\" errors=\"0\">\n";
-  for (const auto& s : suites) out += s.xml;
-  out += "</testsuites>\n";
-  return out;
 }
 
 std::string render_junit(const Comparison& comparison, std::string_view suite_name) {

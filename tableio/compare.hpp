@@ -25,6 +25,7 @@
 // exceeds 1 + min_effect, AND (where both sides kept samples) the Mann-Whitney U test of the
 // current samples against the baseline runs' pooled samples gives p < alpha; improved under the
 // mirror condition (below every run, ratio < 1 / (1 + min_effect)); else same. Fewer runs: unknown.
+#include "tableio/junit.hpp"
 #include "tableio/table.hpp"
 
 #include <cstddef>
@@ -112,7 +113,8 @@ struct RunPoint {
 inline constexpr std::size_t k_history_runs = 5;
 inline constexpr std::size_t k_min_history_runs = 3;
 
-// The two-sided 95% Student t quantile for `degrees` of freedom (>= 1).
+// The two-sided 95% Student t quantile for `degrees` of freedom (>= 1): core/stats.hpp's
+// t_quantile(0.975, degrees).
 [[nodiscard]] double t_quantile_975(std::size_t degrees);
 // The 95% interval of a row's median: from its samples (order statistics) when it has at least
 // k_min_samples, else from its statistics (quartiles, else Student's t); nullopt when it has
@@ -160,20 +162,8 @@ inline constexpr std::size_t k_min_history_runs = 3;
 // winner (CI systems that expect the file get it on every run).
 [[nodiscard]] std::string render_junit(const Table& table, std::string_view suite_name);
 
-// The same reports as parts of a larger JUnit document: one <testsuite> element each, with its
-// counts, put together by render_junit(suites) under one <testsuites> that sums them.
-struct JunitSuite {
-  std::string xml;  // the <testsuite> element, indented by two spaces, ending with '\n'
-  std::size_t tests = 0, failures = 0, skipped = 0;
-};
-struct JunitCase {
-  std::string classname, name;
-  std::string failure;  // "" = passed; else the failure's message
-  std::string text;     // the failure's body, or the passing case's system-out
-};
+// The same reports as suites of a larger JUnit document (tableio/junit.hpp).
 [[nodiscard]] JunitSuite junit_suite(const Comparison& comparison, std::string_view suite_name);
 [[nodiscard]] JunitSuite junit_suite(const Table& table, std::string_view suite_name);
-[[nodiscard]] JunitSuite junit_suite(std::string_view suite_name, const std::vector<JunitCase>& cases);
-[[nodiscard]] std::string render_junit(const std::vector<JunitSuite>& suites);
 
 } // namespace ktune::tableio

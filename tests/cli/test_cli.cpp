@@ -134,6 +134,25 @@ TEST_CASE("ktune binary without a daemon", "[cli]") {
     CHECK_THAT(r.err, Catch::Contains("--shape"));
   }
 
+  SECTION("a misspelt option is named as unknown, with the nearest names, before any missing one") {
+    auto r = run_ktune(home, {"tune", "gemm", "--shpae", "M=1"});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("unknown option '--shpae' for `ktune tune`") &&
+                          Catch::Contains("did you mean '--shape'?"));
+    CHECK_THAT(r.err, !Catch::Contains("is required"));
+    auto json = run_ktune(home, {"--json", "query", "gemm", "--shape", "M=1", "--devcie", "cpu"});
+    CHECK(json.code == 2);
+    const auto error = nlohmann::json::parse(json.out)["error"];
+    CHECK(error["code"] == "usage");
+    CHECK_THAT(error["message"].get<std::string>(),
+               Catch::Contains("unknown option '--devcie' for `ktune query`") &&
+                   Catch::Contains("'--device'"));
+    auto nested = run_ktune(home, {"daemon", "log", "--lnes", "5"});
+    CHECK(nested.code == 2);
+    CHECK_THAT(nested.err, Catch::Contains("unknown option '--lnes' for `ktune daemon log`") &&
+                               Catch::Contains("'--lines'"));
+  }
+
   SECTION("daemon start reports a daemon that exits before it is ready, with its log") {
     auto fake = write_script(home, "bin/fake-ktuned", "echo 'config_error: bad key [daemon].x'\nexit 3\n");
     auto r = run_ktune(home, {"daemon", "start"}, {{"KTUNE_DAEMON", fake.string()}});

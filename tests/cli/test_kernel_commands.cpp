@@ -4,6 +4,8 @@
 #include "cli/kernel_commands.hpp"
 #include "tests/support/temp_dir.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -94,4 +96,57 @@ TEST_CASE("ktune new-kernel --lang cuda writes a typed __global__ skeleton that 
   CHECK_THAT(checked.out.str(), Catch::Contains("n: scalar i32 = N"));
   CHECK_THAT(checked.out.str(), Catch::Contains("at N=100000: 12 admitted configs"));
   CHECK_THAT(checked.out.str(), Catch::Contains("ktune compile-check cscale"));
+}
+
+TEST_CASE("ktune --json new-kernel and check-kernel print one JSON document, errors too",
+          "[cli][kernel_commands]") {
+  TempDir dir;
+  Captured made;
+  made.io.json = true;
+  REQUIRE(ktune::cli::new_kernel("scale", "cpp", dir.str(), made.io) == ktune::cli::k_exit_ok);
+  INFO(made.out.str());
+  const auto written = nlohmann::json::parse(made.out.str());
+  CHECK(written["kernel"] == "scale");
+  CHECK(written["files"].size() == 3);
+  CHECK(written["files"][0] == (dir.path() / "scale" / "kernel.toml").string());
+  CHECK(written["next"] == "ktune check-kernel " + (dir.path() / "scale").string());
+
+  Captured checked;
+  checked.io.json = true;
+  CHECK(ktune::cli::check_kernel((dir.path() / "scale").string(), "N=5000", checked.io) ==
+        ktune::cli::k_exit_ok);
+  INFO(checked.out.str());
+  CHECK(checked.err.str().empty());
+  const auto report = nlohmann::json::parse(checked.out.str());
+  CHECK(report["kernel"] == "scale");
+  CHECK(report["language"] == "cpp");
+  CHECK(report["ready"] == true);
+  CHECK(report["space"] == 12);
+  CHECK(report["params"][0]["name"] == "UNROLL");
+  CHECK(report["params"][0]["values"] == nlohmann::json::array({1, 2, 4, 8}));
+  CHECK(report["args"][2]["name"] == "n");
+  CHECK(report["args"][2]["dtype"] == "i32");
+  CHECK(report["at_shape"]["shape"] == "N=5000");
+  CHECK(report["at_shape"]["admitted"] == 12);
+  CHECK(report["compiled"].size() == 2);
+
+  SECTION("a candidate that does not compile is an error object with the compiler's words") {
+    dir.write("scale/scale.cpp", "void scale(const float* x, float* y, int n, float a) { oops }\n");
+    Captured broken;
+    broken.io.json = true;
+    CHECK(ktune::cli::check_kernel((dir.path() / "scale").string(), "", broken.io) ==
+          ktune::cli::k_exit_error);
+    INFO(broken.out.str());
+    const auto error = nlohmann::json::parse(broken.out.str());
+    CHECK(error["error"]["code"] == "compile_error");
+    CHECK_THAT(error["error"]["message"].get<std::string>(),
+               Catch::Contains("the [default] config does not compile") && Catch::Contains("oops"));
+    CHECK(broken.err.str().empty());
+  }
+  SECTION("new-kernel's refusal is an error object") {
+    Captured again;
+    again.io.json = true;
+    CHECK(ktune::cli::new_kernel("scale", "cpp", dir.str(), again.io) == ktune::cli::k_exit_error);
+    CHECK(nlohmann::json::parse(again.out.str())["error"]["code"] == "io_error");
+  }
 }

@@ -2,6 +2,7 @@
 against a real ktuned the ladder, then the fallbacks, and a connection ktuned closed as idle
 replaced at the next lookup; against a scripted socket a slow first connect retried before any
 fallback and a late answer that leaves no backoff behind; [default] read as TOML."""
+import builtins
 import json
 import os
 import shutil
@@ -225,6 +226,20 @@ class ConnectTest(unittest.TestCase):
                          ("spec", "default", "daemon_unreachable"))
         client.lookup("gemm", "M=40,N=32,K=32")
         self.assertIn("backoff", client.last_error)
+
+    def test_its_lookup_error_is_the_builtin_lookup_error(self):
+        home = tempfile.mkdtemp(prefix="ktune-py-none-")
+        self.addCleanup(shutil.rmtree, home, True)
+        client = ktune_client.Client(os.path.join(home, "ktuned.sock"),
+                                     os.path.join(home, "ktune.db"), [home], cache_ttl=None)
+        try:
+            client.lookup("no_such_kernel", "M=1")
+        except LookupError as caught:  # the builtin: `except LookupError` catches the client's
+            self.assertIsInstance(caught, ktune_client.LookupError)
+            self.assertEqual(caught.code, "no_answer")
+        else:
+            self.fail("a lookup nothing answers did not raise")
+        self.assertTrue(issubclass(ktune_client.LookupError, builtins.LookupError))
 
 
 class DefaultTableTest(unittest.TestCase):

@@ -4,9 +4,10 @@ each parses as YAML and is a batch/v1 Job of the shape Kubernetes requires (the 
 `kubectl apply --dry-run=client` would reject when missing or mistyped); the sweep Job is Indexed
 and runs `ktune fleet shard` with --shard i/N where N is its completion count; the merge Job runs
 `ktune fleet merge` on the same directory with --shards N; both name the image the Dockerfile
-builds; and every option they pass is one the built ktune's --help lists.
+builds; every option they pass is one the built ktune's --help lists; and the Dockerfile installs
+NVRTC of the CUDA version ktune was built with (CUDA_VERSION, when built with CUDA).
 
-    tests/packaging/check_k8s.py BIN_DIR SOURCE_DIR
+    tests/packaging/check_k8s.py BIN_DIR SOURCE_DIR [CUDA_VERSION]
 """
 import re
 import shlex
@@ -16,6 +17,7 @@ import sys
 import yaml
 
 bin_dir, src = sys.argv[1], sys.argv[2]
+cuda_version = sys.argv[3] if len(sys.argv) > 3 else ""   # the CUDA toolkit ktune is built with
 deploy = f"{src}/configs/deploy"
 
 
@@ -105,4 +107,15 @@ with open(f"{deploy}/Dockerfile") as f:
 expect(shard["image"] in dockerfile, f"the Dockerfile does not say how to build {shard['image']}")
 expect(re.search(r"^FROM debian:12", dockerfile, re.M), "the Dockerfile does not start from Debian 12")
 expect("ktune_*.deb" in dockerfile, "the Dockerfile does not install ktune's .deb")
+# NVRTC, loaded by the workers at run time, of the CUDA major version ktune was built with.
+expect("cuda-nvrtc-${CUDA_MAJOR}-${CUDA_MINOR}" in dockerfile, "the Dockerfile does not install NVRTC")
+expect(re.search(r"KTUNE_NVRTC_LIBRARY=\S*/libnvrtc\.so\.\$\{CUDA_MAJOR\}", dockerfile),
+       "the Dockerfile does not point KTUNE_NVRTC_LIBRARY at the NVRTC it installs")
+if cuda_version:
+    major, minor = cuda_version.split(".")[:2]
+    for name, value in (("CUDA_MAJOR", major), ("CUDA_MINOR", minor)):
+        arg = re.search(rf"^ARG {name}=(\S+)", dockerfile, re.M)
+        expect(arg and arg.group(1) == value,
+               f"the Dockerfile's ARG {name} is {arg.group(1) if arg else 'missing'}, but ktune is "
+               f"built with CUDA {cuda_version}: its workers load libnvrtc.so.{major}")
 print("k8s files: two batch/v1 Jobs, the shard entry point and the merge with options ktune has")

@@ -8,7 +8,10 @@
 #   - ktuned starts with no config file and loads the shipped kernel families
 #   - examples/runtime_lookup (copied out of the sources) builds with find_package(ktune) and
 #     with pkg-config, and answers from a ktuned started from the moved prefix
-#   - the Python client pip-installs into a venv and looks up the same winner
+#   - the installed Python client (lib/python3/dist-packages) looks up the same winner
+#   - the README's install line of the Python client works offline with every python3 here (the
+#     one on PATH and Debian's /usr/bin/python3), in a venv of its own, with and without build
+#     isolation, and leaves nothing in the source directory
 set -euo pipefail
 build="$1" src="$2" work="$3" config="${4:-}" sanitize="${5:-OFF}"
 
@@ -22,7 +25,8 @@ mv "$work/prefix" "$work/moved"
 p="$work/moved"
 
 step "installed files"
-libdir=$(cd "$p" && ls -d lib*/pkgconfig | head -1 | xargs dirname)
+libdir=$(cd "$p" && find lib* -path '*/pkgconfig/ktune.pc' | head -1 | xargs dirname | xargs dirname)
+[ -n "$libdir" ] || fail "no pkgconfig/ktune.pc installed"
 for f in bin/ktune bin/ktuned bin/ktune-worker include/ktune/client.h include/ktune/client.hpp \
          "$libdir/pkgconfig/ktune.pc" "$libdir/cmake/ktune/ktuneConfig.cmake" \
          share/ktune/ktuned.toml share/ktune/kernels/gemm/kernel.toml \
@@ -30,14 +34,15 @@ for f in bin/ktune bin/ktuned bin/ktune-worker include/ktune/client.h include/kt
          share/ktune/deploy/k8s-sweep.yaml share/ktune/deploy/k8s-merge.yaml \
          share/ktune/deploy/ktuned.service share/ktune/deploy/ktuned.socket \
          lib/systemd/user/ktuned.service lib/systemd/user/ktuned.socket \
-         share/ktune/python/ktune_client/__init__.py \
+         lib/python3/dist-packages/ktune_client/__init__.py share/ktune/sweeps/cpu.toml \
          share/doc/ktune/README.md share/doc/ktune/protocol.md share/doc/ktune/deploy.md \
          share/bash-completion/completions/ktune share/zsh/vendor-completions/_ktune \
-         share/fish/vendor_completions.d/ktune.fish; do
+         share/fish/vendor_completions.d/ktune.fish \
+         share/man/man1/ktune.1.gz share/man/man1/ktune-tune.1.gz share/man/man1/ktune-daemon.1.gz; do
   [ -e "$p/$f" ] || fail "cmake --install did not install $f"
 done
 if command -v help2man >/dev/null; then
-  for f in share/man/man1/ktune.1.gz share/man/man1/ktuned.1.gz; do
+  for f in share/man/man1/ktuned.1.gz share/man/man1/ktune-worker.1.gz; do
     [ -e "$p/$f" ] || fail "cmake --install did not install $f"
   done
 fi
@@ -106,18 +111,48 @@ out=$("$work/runtime_lookup_pc" gemm M=32,N=32,K=32)
 echo "runtime_lookup (pkg-config): $out"
 [[ "$out" == *"rung=exact source=daemon"* ]] || fail "the pkg-config build: expected the tuned winner"
 
-step "pip install of the Python client into a venv"
-python=python3; [ -x /usr/bin/python3 ] && python=/usr/bin/python3   # Debian's, with python3-setuptools
-"$python" -m venv --system-site-packages "$work/venv"
-cp -r "$src/client/python" "$work/python-src"
-"$work/venv/bin/pip" install --quiet --no-build-isolation --no-index "$work/python-src"
-(cd / && "$work/venv/bin/python" - <<'PY'
+step "the installed Python client"
+(cd / && PYTHONPATH="$p/lib/python3/dist-packages" python3 - <<'PY'
 import ktune_client
 answer = ktune_client.Client(timeout=2.0).lookup("gemm", "M=32,N=32,K=32")
-print("python:", answer)
+print("python (installed):", answer)
 assert (answer.rung, answer.source) == ("exact", "daemon"), answer
 PY
 )
+
+step "the README's pip install of the Python client, offline, with each python3"
+pythons=("$(command -v python3)")
+[ -x /usr/bin/python3 ] && [ "$(readlink -f /usr/bin/python3)" != "$(readlink -f "${pythons[0]}")" ] &&
+  pythons+=(/usr/bin/python3)
+n=0
+for python in "${pythons[@]}"; do
+  for isolation in --no-build-isolation ""; do
+    n=$((n + 1))
+    rm -rf "$work/python-src"
+    cp -r "$src/client/python" "$work/python-src"
+    find "$work/python-src" -name __pycache__ -prune -exec rm -rf {} +
+    before=$(cd "$work/python-src" && find . | sort)
+    "$python" -m venv "$work/venv$n"
+    "$work/venv$n/bin/pip" install --quiet --no-index $isolation "$work/python-src" ||
+      fail "pip install ${isolation:-(isolated)} ./client/python failed with $python"
+    after=$(cd "$work/python-src" && find . | sort)
+    [ "$before" = "$after" ] ||
+      fail "pip install with $python left files in the source tree: $(comm -13 <(echo "$before") <(echo "$after"))"
+    (cd / && "$work/venv$n/bin/python" - "$python ${isolation:-(isolated)}" <<'PY'
+import sys
+import ktune_client
+answer = ktune_client.Client(timeout=2.0).lookup("gemm", "M=32,N=32,K=32")
+print("python (pip,", sys.argv[1] + "):", answer.rung, answer.source)
+assert (answer.rung, answer.source) == ("exact", "daemon"), answer
+try:
+    ktune_client.Client(socket_path="/nonexistent.sock", db_path="/nonexistent.db",
+                        kernel_dirs=[]).lookup("no_such_kernel", "M=1")
+except LookupError:  # the builtin catches the client's
+    pass
+PY
+    )
+  done
+done
 ktune daemon stop
 
 step "the shipped [default] without a daemon"

@@ -35,6 +35,7 @@ One Client is used by one thread at a time.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import shutil
@@ -56,8 +57,11 @@ _BACKOFF_MIN = 0.010
 _BACKOFF_MAX = 1.0
 
 
-class LookupError(KtuneError):  # noqa: A001 (the name the client has always exported)
-    """ktuned refused the lookup (code, message), or no rung of the ladder could answer."""
+class LookupError(KtuneError, builtins.LookupError):  # noqa: A001 (the name the client has always exported)
+    """ktuned refused the lookup (code, message), or no rung of the ladder could answer.
+
+    A KtuneError like every error of the protocol, and a subclass of the builtin LookupError, so
+    `except LookupError` catches it whether or not the name was imported from ktune_client."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(code, message)
