@@ -1,6 +1,7 @@
 // What the real `ktune` binary generates from its CLI definition and what it finds in its shipped
 // data: the bash completion run in bash as a shell runs it (COMP_WORDS, COMP_CWORD, _ktune), the
 // zsh and fish scripts' rules, the man pages, and a shipped sweep named from outside a checkout.
+#include "tests/support/paths.hpp"
 #include "cli/shipped_data.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -21,7 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string k_ktune = std::string(KTUNE_BIN_DIR) + "/ktune";
+const std::string k_ktune = ktune::test::bin_dir() + "/ktune";
 
 struct Shell {
   int code = -1;
@@ -63,7 +64,7 @@ std::vector<std::string> complete(const fs::path& script, const fs::path& home,
                            "); COMP_CWORD=" + std::to_string(words.size()) +
                            "; _ktune; printf '%s\\n' \"${COMPREPLY[@]}\"";
   // The script calls `ktune` for kernel names: the built one, in an instance of this test's own.
-  const Shell r = sh("PATH='" + std::string(KTUNE_BIN_DIR) + "':\"$PATH\" KTUNE_HOME='" +
+  const Shell r = sh("PATH='" + ktune::test::bin_dir() + "':\"$PATH\" KTUNE_HOME='" +
                      home.string() + "' bash -c \"$(cat <<'EOF'\n" + body + "\nEOF\n)\"");
   REQUIRE(r.code == 0);
   std::vector<std::string> offered;
@@ -200,7 +201,7 @@ TEST_CASE("ktune man-pages writes ktune(1) and a page per command group", "[cli]
 TEST_CASE("a sweep named as the README names it is found outside a checkout",
           "[cli][sweep]") {
   ktune::test::TempDir dir;
-  const std::string sweeps = (fs::path(KTUNE_SOURCE_DIR) / "configs" / "sweeps").string();
+  const std::string sweeps = (fs::path(ktune::test::source_dir()) / "configs" / "sweeps").string();
 
   SECTION("resolve_sweep_file: as given, else the shipped file of that name") {
     const auto here = dir.write("mine.toml", "[sweep]\n");
