@@ -85,8 +85,9 @@ done
 step "dpkg -i of the packages"
 mkdir -p "$root/tmp/debs"
 cp "${packages[@]}" "$root/tmp/debs/"
-in_root dpkg -i /tmp/debs/ktune_*.deb /tmp/debs/libktune-client0_*.deb \
-  /tmp/debs/libktune-client-dev_*.deb /tmp/debs/python3-ktune-client_*.deb >"$work/dpkg.log" 2>&1 ||
+# The names inside the root, spelled out: a glob here would be expanded against this machine's /tmp.
+in_root dpkg -i $(for p in "${packages[@]}"; do printf '/tmp/debs/%s ' "$(basename "$p")"; done) \
+  >"$work/dpkg.log" 2>&1 ||
   { cat "$work/dpkg.log"; fail "dpkg -i failed"; }
 in_root dpkg --audit || fail "dpkg --audit reports broken packages"
 multiarch=$(in_root dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || in_root gcc -print-multiarch)
