@@ -475,13 +475,14 @@ struct CudaRunner::State {
   }
 
   const Snapshot& reference_for(const BenchJob& job, DeviceArgs& set, const CudaLaunch& reference_launch) {
-    const std::string identity = reference_identity(job.reference_path);
+    const std::string& symbol = job.reference_entry.empty() ? job.entry : job.reference_entry;
+    const std::string identity = reference_identity(job.reference_path) + "|" + symbol;
     for (const auto& [id, outputs] : set.references) {
       if (id == identity) return outputs;
     }
     std::optional<Module> module;
-    const CUfunction function = load_function(module, job.reference_path, job.entry, "reference");
-    prepare_launch(function, reference_launch, resources_of(function, job.entry), "reference");
+    const CUfunction function = load_function(module, job.reference_path, symbol, "reference");
+    prepare_launch(function, reference_launch, resources_of(function, symbol), "reference");
     reset_for_check(set);
     launch(function, reference_launch, set);
     sync();

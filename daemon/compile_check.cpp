@@ -176,12 +176,18 @@ void start_compile_check(const std::shared_ptr<Session>& session, const protocol
   run->configs = std::move(*configs);
   CheckPlan plan;
   for (std::size_t c = 0; c < run->configs.size(); ++c) {
-    for (const auto& arch : req->archs) {
+    for (const auto& arch : req->archs) run->tasks.emplace_back(c, arch);
+  }
+  // The compiles in (arch, config) order, so that consecutive ones share compiler runs (the
+  // scheduler's batches); the rows stay in (config, arch) order.
+  std::vector<std::size_t> row_of;
+  for (std::size_t a = 0; a < req->archs.size(); ++a) {
+    for (std::size_t c = 0; c < run->configs.size(); ++c) {
       auto job = make_compile_job(*kernel, run->configs[c], dtype, cache_dir);
       if (!job) return fail(job.error());
-      job->arch = arch;
+      job->arch = req->archs[a];
       plan.compiles.push_back(job->to_json());
-      run->tasks.emplace_back(c, arch);
+      row_of.push_back(c * req->archs.size() + a);
     }
   }
   run->rows.resize(run->tasks.size());
@@ -206,8 +212,8 @@ void start_compile_check(const std::shared_ptr<Session>& session, const protocol
   if (!id) return fail(make_error(code::internal, id.error().code + ": " + id.error().message));
   record.id = *id;
   run->job = *id;
-  plan.on_compiled = [run, &scheduler](std::size_t index, Result<nlohmann::json> reply) {
-    run->on_compiled(index, std::move(reply));
+  plan.on_compiled = [run, &scheduler, row_of](std::size_t index, Result<nlohmann::json> reply) {
+    run->on_compiled(row_of.at(index), std::move(reply));
     // Nobody waits for the answer any more: stop handing out its compiles.
     if (run->session.expired()) scheduler.cancel(run->job);
   };
