@@ -53,7 +53,7 @@ struct CheckRun {
     nlohmann::json row{{"config", config_to_json(configs[config])}, {"arch", arch}};
     const auto failed = [&](const std::string& message) {
       row.update({{"status", "compile_error"}, {"message", message}, {"registers", -1},
-                  {"spills", -1}, {"compile_ms", 0}, {"cached", false}});
+                  {"spills", -1}, {"compile_ms", 0}, {"cached", false}, {"batch_size", 0}});
     };
     if (!reply) {
       failed(reply.error().code + ": " + reply.error().message);
@@ -66,7 +66,8 @@ struct CheckRun {
                   {"registers", outcome->registers},
                   {"spills", outcome->spills},
                   {"compile_ms", outcome->compile_ms},
-                  {"cached", outcome->cached}});
+                  {"cached", outcome->cached},
+                  {"batch_size", outcome->batch_size}});
     }
     if (row["status"] != "ok") ++errors;
     rows[index] = std::move(row);
