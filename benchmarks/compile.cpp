@@ -17,8 +17,11 @@
 //   {"bench":"compile","configs":N,"workers":W,"arch":..,"nvcc_1_cfg_per_s":..,
 //    "nvcc_pool_cfg_per_s":..,"nvrtc_1_cfg_per_s":..,"nvrtc_pool_cfg_per_s":..,
 //    "ktune_1_cfg_per_s":..,"ktune_pool_cfg_per_s":..,"ratio_vs_nvcc":..,"ratio_vs_single":..,
-//    "ktune_batch_sizes":{..},"pch":{..}}
-// where ratio_vs_nvcc = ktune / nvcc and ratio_vs_single = ktune / nvrtc, both for the pools.
+//    "cpu_ms_per_cfg":{"nvcc":..,"nvrtc":..,"ktune":..},"ktune_batch_sizes":{..},"pch":{..}}
+// where ratio_vs_nvcc = ktune / nvcc and ratio_vs_single = ktune / nvrtc, both for the pools;
+// cpu_ms_per_cfg is the pools' CPU time (user + system of every process they ran) per config,
+// the figure to compare on a machine others load too; ktune_batch_sizes counts the ktune
+// passes' programs by their configs, pch their precompiled headers.
 #include "compiler/nvrtc_compiler.hpp"
 #include "compiler/subprocess.hpp"
 #include "core/param_space.hpp"
@@ -28,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -192,7 +196,7 @@ void run_nvrtc_child(const Options& o, const Family& family, const NvrtcCompiler
 }
 
 // ktune's compile path: requests of as many configs as a BatchSizer fed with the measured times
-// finds worth it. Prints {"sizes":{configs per program: programs},"pch":{..}}.
+// finds worth it. Prints {"pch":{..},"sizes":{configs per program: programs}}.
 void run_ktune_child(const Options& o, const Family& family, NvrtcCompiler& compiler) {
   const std::vector<CompileJob> jobs = slice_jobs(o, family);
   daemon::BatchSizer sizer(o.max_batch_ms);
@@ -241,10 +245,24 @@ std::string self_path() {
   return path.string();
 }
 
-// Runs `tasks` (argv lists) on `parallel` threads, each running its share one after the other;
-// returns the wall time in seconds and each task's output. Any failing task ends the benchmark.
-std::pair<double, std::vector<std::string>> run_tasks(const std::vector<std::vector<std::string>>& tasks,
-                                                      std::size_t parallel) {
+// CPU time (user + system) of this process's children that have been waited for, in seconds.
+double children_cpu_s() {
+  rusage usage{};
+  ::getrusage(RUSAGE_CHILDREN, &usage);
+  const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+struct Pass {
+  double wall_s = 0;
+  double cpu_s = 0;                  // of the processes it ran
+  std::vector<std::string> outputs;  // one per task
+};
+
+// Runs `tasks` (argv lists) on `parallel` threads, each running its share one after the other.
+// Any failing task ends the benchmark.
+Pass run_tasks(const std::vector<std::vector<std::string>>& tasks, std::size_t parallel) {
+  const double cpu_before = children_cpu_s();
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   std::vector<std::string> errors(parallel);
@@ -269,7 +287,8 @@ std::pair<double, std::vector<std::string>> run_tasks(const std::vector<std::vec
   for (const auto& error : errors) {
     if (!error.empty()) fail(error);
   }
-  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), outputs};
+  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+          children_cpu_s() - cpu_before, outputs};
 }
 
 std::vector<std::vector<std::string>> child_tasks(const Options& o, const std::string& mode, std::size_t configs,
@@ -350,51 +369,51 @@ int main(int argc, char** argv) {
     return run_tasks(child_tasks(o, mode, n, processes, fresh_dir(root, mode + std::to_string(processes))),
                      processes);
   };
-  const double nvcc_1 = run_tasks(nvcc_tasks(o, family, fresh_dir(root, "nvcc1")), 1).first;
-  const double nvcc_w = run_tasks(nvcc_tasks(o, family, fresh_dir(root, "nvccW")), w).first;
-  const double nvrtc_1 = timed("nvrtc", 1).first;
-  const double nvrtc_w = timed("nvrtc", w).first;
-  const auto ktune_1 = timed("ktune", 1);
-  const auto ktune_w = timed("ktune", w);
+  const Pass nvcc_1 = run_tasks(nvcc_tasks(o, family, fresh_dir(root, "nvcc1")), 1);
+  const Pass nvcc_w = run_tasks(nvcc_tasks(o, family, fresh_dir(root, "nvccW")), w);
+  const Pass nvrtc_1 = timed("nvrtc", 1);
+  const Pass nvrtc_w = timed("nvrtc", w);
+  const Pass ktune_1 = timed("ktune", 1);
+  const Pass ktune_w = timed("ktune", w);
   fs::remove_all(root);
 
   // What the ktune processes did: programs per batch size, precompiled headers.
   nlohmann::json sizes = nlohmann::json::object();
   nlohmann::json pch = {{"created", 0}, {"used", 0}, {"failed", 0}};
-  for (const auto* pass : {&ktune_1, &ktune_w}) {
-    for (const std::string& output : pass->second) {
+  for (const Pass* pass : {&ktune_1, &ktune_w}) {
+    for (const std::string& output : pass->outputs) {
       std::istringstream lines(output);
       std::string line, last;
       while (std::getline(lines, line)) {
-        if (line.rfind("{\"sizes\"", 0) == 0) last = line;
+        if (line.rfind("{\"pch\"", 0) == 0) last = line;
       }
       const auto report = nlohmann::json::parse(last, nullptr, false);
       if (report.is_discarded()) continue;
-      for (const auto& [size, count] : report.value("sizes", nlohmann::json::object()).items()) {
-        sizes[size] = sizes.value(size, 0) + count.get<int>();
-      }
-      for (const char* key : {"created", "used", "failed"}) {
-        pch[key] = pch[key].get<int>() + report["pch"].value(key, 0);
-      }
+      const nlohmann::json programs = report.value("sizes", nlohmann::json::object());
+      for (const auto& [size, count] : programs.items()) sizes[size] = sizes.value(size, 0) + count.get<int>();
+      const nlohmann::json made = report.value("pch", nlohmann::json::object());
+      for (const char* key : {"created", "used", "failed"}) pch[key] = pch[key].get<int>() + made.value(key, 0);
     }
   }
 
-  const auto rate = [&](double seconds) { return static_cast<double>(n) / seconds; };
-  std::printf("%-36s %10s %12s %12s\n", "", "wall s", "ms/config", "configs/s");
-  const auto row = [&](const std::string& label, double seconds) {
-    std::printf("%-36s %10.2f %12.1f %12.2f\n", label.c_str(), seconds,
-                1000.0 * seconds / static_cast<double>(n), rate(seconds));
+  const auto rate = [&](const Pass& pass) { return static_cast<double>(n) / pass.wall_s; };
+  const auto cpu_ms = [&](const Pass& pass) { return 1000.0 * pass.cpu_s / static_cast<double>(n); };
+  std::printf("%-36s %8s %11s %10s %14s\n", "", "wall s", "ms/config", "configs/s", "CPU ms/config");
+  const auto row = [&](const std::string& label, const Pass& pass) {
+    std::printf("%-36s %8.2f %11.1f %10.2f %14.1f\n", label.c_str(), pass.wall_s,
+                1000.0 * pass.wall_s / static_cast<double>(n), rate(pass), cpu_ms(pass));
   };
   const std::string pool = std::to_string(w) + " processes";
   row("nvcc -cubin per config, 1 at a time", nvcc_1);
   row("nvcc -cubin per config, " + std::to_string(w) + " at a time", nvcc_w);
   row("nvrtc program per config, 1 process", nvrtc_1);
   row("nvrtc program per config, " + pool, nvrtc_w);
-  row("ktune batched + PCH, 1 process", ktune_1.first);
-  row("ktune batched + PCH, " + pool, ktune_w.first);
+  row("ktune batched + PCH, 1 process", ktune_1);
+  row("ktune batched + PCH, " + pool, ktune_w);
   std::printf("ktune programs by configs per program: %s; PCH: %s\n", sizes.dump().c_str(), pch.dump().c_str());
-  std::printf("pool: ktune / nvcc %.2fx, ktune / nvrtc %.2fx\n", rate(ktune_w.first) / rate(nvcc_w),
-              rate(ktune_w.first) / rate(nvrtc_w));
+  std::printf("pool: ktune / nvcc %.2fx, ktune / nvrtc %.2fx (CPU per config: %.2fx, %.2fx)\n",
+              rate(ktune_w) / rate(nvcc_w), rate(ktune_w) / rate(nvrtc_w), cpu_ms(nvcc_w) / cpu_ms(ktune_w),
+              cpu_ms(nvrtc_w) / cpu_ms(ktune_w));
 
   const nlohmann::ordered_json summary = {{"bench", "compile"},
                                           {"kernel", family.kernel.spec.name},
@@ -405,10 +424,13 @@ int main(int argc, char** argv) {
                                           {"nvcc_pool_cfg_per_s", rate(nvcc_w)},
                                           {"nvrtc_1_cfg_per_s", rate(nvrtc_1)},
                                           {"nvrtc_pool_cfg_per_s", rate(nvrtc_w)},
-                                          {"ktune_1_cfg_per_s", rate(ktune_1.first)},
-                                          {"ktune_pool_cfg_per_s", rate(ktune_w.first)},
-                                          {"ratio_vs_nvcc", rate(ktune_w.first) / rate(nvcc_w)},
-                                          {"ratio_vs_single", rate(ktune_w.first) / rate(nvrtc_w)},
+                                          {"ktune_1_cfg_per_s", rate(ktune_1)},
+                                          {"ktune_pool_cfg_per_s", rate(ktune_w)},
+                                          {"ratio_vs_nvcc", rate(ktune_w) / rate(nvcc_w)},
+                                          {"ratio_vs_single", rate(ktune_w) / rate(nvrtc_w)},
+                                          {"cpu_ms_per_cfg", {{"nvcc", cpu_ms(nvcc_w)},
+                                                              {"nvrtc", cpu_ms(nvrtc_w)},
+                                                              {"ktune", cpu_ms(ktune_w)}}},
                                           {"ktune_batch_sizes", sizes},
                                           {"pch", pch}};
   std::cout << summary.dump() << std::endl;
