@@ -3,8 +3,10 @@
 #include "compiler/batch_unit.hpp"
 #include "core/hash.hpp"
 #include "core/protocol.hpp"
+#include "core/unique_fd.hpp"
 #include "cuda/cuda_api.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -194,38 +196,37 @@ std::vector<std::pair<std::string, bool>> includes_of(std::string_view text) {
 
 } // namespace
 
-// The precompiled headers of one NvrtcCompiler (nvrtc_compiler.hpp § Precompiled headers).
+// The precompiled headers of one NvrtcCompiler (nvrtc_compiler.hpp § Precompiled headers). A
+// PCH is created into a private directory and kept as an open descriptor of the file, which is
+// then unlinked (nvrtc reads it as /proc/self/fd/<n>): nothing is left on disk however the
+// process ends.
 class PchCache {
 public:
   explicit PchCache(const cuda::NvrtcApi& api) : m_api(api) {}
   PchCache(const PchCache&) = delete;
   PchCache& operator=(const PchCache&) = delete;
-  ~PchCache() {
-    if (m_dir.empty()) return;
-    std::error_code ec;
-    fs::remove_all(m_dir, ec);
-  }
 
   // How one compile takes part: the option it adds (--use-pch of a ready PCH, --create-pch of a
-  // temp file when none was tried for the key yet), "" for none.
+  // file in a new private directory when none was tried for the key yet), "" for none.
   struct Use {
     std::string key;
     std::string option;
-    std::string created;  // the temp file a --create-pch writes
+    std::string created;  // the file a --create-pch writes
   };
 
   [[nodiscard]] Use plan(const std::string& key) {
     Use use{key, {}, {}};
     if (!m_api.has_pch()) return use;
     const std::lock_guard lock(m_mutex);
-    if (!ensure_dir()) return use;
     const auto it = m_states.find(key);
     if (it == m_states.end()) {
-      m_states[key] = State::creating;
-      use.created = m_dir + "/" + key + ".pch.tmp." + std::to_string(m_serial++);
+      const std::string dir = private_dir();
+      if (dir.empty()) return use;
+      m_states[key] = Entry{};
+      use.created = dir + "/" + key + ".pch";
       use.option = "--create-pch=" + use.created;
-    } else if (it->second == State::ready) {
-      use.option = "--use-pch=" + path_of(key);
+    } else if (it->second.state == State::ready) {
+      use.option = "--use-pch=/proc/self/fd/" + std::to_string(it->second.file.get());
     }
     return use;
   }
@@ -238,14 +239,17 @@ public:
     const std::lock_guard lock(m_mutex);
     const bool named = log.find("precompiled header") != std::string::npos;
     if (!use.created.empty()) {
-      const bool created = compiled && m_api.nvrtcGetPCHCreateStatus(program) == NVRTC_SUCCESS &&
-                           ::rename(use.created.c_str(), path_of(use.key).c_str()) == 0;
-      if (!created) ::unlink(use.created.c_str());
-      if (created) {
-        m_states[use.key] = State::ready;
+      UniqueFd file;
+      if (compiled && m_api.nvrtcGetPCHCreateStatus(program) == NVRTC_SUCCESS) {
+        file.reset(::open(use.created.c_str(), O_RDONLY | O_CLOEXEC));
+      }
+      ::unlink(use.created.c_str());
+      ::rmdir(fs::path(use.created).parent_path().c_str());
+      if (file.valid()) {
+        m_states[use.key] = Entry{State::ready, std::move(file)};
         ++m_counts.created;
       } else if (compiled || named) {
-        m_states[use.key] = State::failed;
+        m_states[use.key] = Entry{State::failed, {}};
         ++m_counts.failed;
       } else {
         m_states.erase(use.key);
@@ -253,7 +257,7 @@ public:
       return;
     }
     if (named) {
-      m_states[use.key] = State::failed;
+      m_states[use.key] = Entry{State::failed, {}};
       ++m_counts.failed;
     } else if (compiled) {
       ++m_counts.used;
@@ -307,29 +311,30 @@ public:
 private:
   enum class State { creating, ready, failed };
 
-  [[nodiscard]] std::string path_of(const std::string& key) const { return m_dir + "/" + key + ".pch"; }
-
-  // Makes the private directory on first use, after removing those of processes that are gone.
-  bool ensure_dir() {
-    if (!m_dir.empty()) return true;
+  // A new directory for one PCH's creation ($TMPDIR/ktune-pch.<pid>.XXXXXX, removed once it
+  // is done); "" when none can be made. The first call removes those of processes that are
+  // gone (killed while they created one).
+  std::string private_dir() {
     const char* tmp = std::getenv("TMPDIR");
     const fs::path root = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
     const std::string prefix = "ktune-pch.";
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(root, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name.rfind(prefix, 0) != 0) continue;
-      const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
-      if (pid <= 0 || pid == ::getpid()) continue;
-      if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-        std::error_code ignored;
-        fs::remove_all(entry.path(), ignored);
+    if (!m_swept) {
+      m_swept = true;
+      std::error_code ec;
+      for (const auto& entry : fs::directory_iterator(root, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind(prefix, 0) != 0) continue;
+        const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+        if (pid <= 0 || pid == ::getpid()) continue;
+        if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+          std::error_code ignored;
+          fs::remove_all(entry.path(), ignored);
+        }
       }
     }
     std::string dir = (root / (prefix + std::to_string(::getpid()) + ".XXXXXX")).string();
-    if (::mkdtemp(dir.data()) == nullptr) return false;
-    m_dir = std::move(dir);
-    return true;
+    if (::mkdtemp(dir.data()) == nullptr) return {};
+    return dir;
   }
 
   // The includes of the header at `path` (stat'ed as `st`), read once per version of the file.
@@ -342,11 +347,15 @@ private:
     return known.second;
   }
 
+  struct Entry {
+    State state = State::creating;
+    UniqueFd file;  // the PCH, unlinked, when ready
+  };
+
   const cuda::NvrtcApi& m_api;
   mutable std::mutex m_mutex;
-  std::string m_dir;
-  std::map<std::string, State> m_states;
-  std::size_t m_serial = 0;
+  bool m_swept = false;
+  std::map<std::string, Entry> m_states;
   NvrtcCompiler::PchCounts m_counts;
   std::map<std::string, std::pair<std::string, std::vector<std::pair<std::string, bool>>>> m_includes;
 };

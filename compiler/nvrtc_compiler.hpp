@@ -36,8 +36,10 @@
 // source's hoisted #include <...> lines) is compiled with a PCH of that prelude, created by the
 // first compile that needs it (--create-pch) and used by the next (--use-pch). nvrtc loads a
 // PCH only into the library instance that created it (its PCH heap), so PCHs are per process:
-// files in a private directory of this compiler ($TMPDIR/ktune-pch.<pid>.XXXXXX, removed with
-// it; one left by a killed process is removed by the next compiler that finds its pid gone).
+// created in a directory of their own ($TMPDIR/ktune-pch.<pid>.XXXXXX, removed right after;
+// one left by a process killed meanwhile is removed by the next compiler that finds its pid
+// gone) and kept as an open descriptor of the unlinked file (--use-pch=/proc/self/fd/<n>), so
+// nothing stays on disk however the process ends.
 // A PCH's key covers the nvrtc version, the unit's options, the prelude, and the path, size
 // and modification time of every header the prelude reaches (k_nvrtc_pch_version). A PCH that
 // cannot be created or used is never tried again for its key; the compile goes on without it

@@ -9,6 +9,9 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include <filesystem>
 #include <fstream>
@@ -257,6 +260,12 @@ TEST_CASE("an f16 unit is compiled with a precompiled header, to the same CUBIN"
   CHECK(counts.created == 1);
   CHECK(counts.used == 1);
   CHECK(counts.failed == 0);
+  // The PCH lives on as an open descriptor only: nothing of this process's is left on disk.
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string mine = "ktune-pch." + std::to_string(::getpid()) + ".";
+  for (const auto& entry : std::filesystem::directory_iterator(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp")) {
+    CHECK(entry.path().filename().string().rfind(mine, 0) != 0);
+  }
 
   // The same unit in a compiler that has no PCH yet (its compile creates one, never uses one).
   auto fresh = make_compiler();
