@@ -7,4 +7,5 @@ if(KTUNE_CUDA)
   target_compile_definitions(bench_compile PRIVATE
     KTUNE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     KTUNE_NVCC="${CUDAToolkit_NVCC_EXECUTABLE}")
+  add_dependencies(bench_compile ktune-worker)  # the ktune pass runs real compile workers
 endif()

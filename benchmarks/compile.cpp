@@ -3,9 +3,9 @@
 //   nvcc      `nvcc -cubin` run once per config as a subprocess (what a tuner without nvrtc does)
 //   nvrtc     one nvrtc program per config, the source with the config's -D options, in
 //             processes that each compile their share one after the other (Triton's shape)
-//   ktune     NvrtcCompiler::compile_batch as ktune's compile workers run it: several configs
-//             per program and precompiled headers, in requests sized by a BatchSizer from the
-//             times measured, as a compile check sizes them
+//   ktune     ktune-worker processes (role compile) answering compile_batch requests, fed from
+//             one queue in requests sized by one BatchSizer from the times measured, as ktuned
+//             feeds a compile check: several configs per nvrtc program, precompiled headers
 //
 //   bench_compile [--configs N] [--workers W] [--arch sm_90] [--dtype f32] [--nvcc PATH]
 //                 [--kernel-dir DIR] [--max-batch-ms MS]
@@ -17,21 +17,24 @@
 //   {"bench":"compile","configs":N,"workers":W,"arch":..,"nvcc_1_cfg_per_s":..,
 //    "nvcc_pool_cfg_per_s":..,"nvrtc_1_cfg_per_s":..,"nvrtc_pool_cfg_per_s":..,
 //    "ktune_1_cfg_per_s":..,"ktune_pool_cfg_per_s":..,"ratio_vs_nvcc":..,"ratio_vs_single":..,
-//    "cpu_ms_per_cfg":{"nvcc":..,"nvrtc":..,"ktune":..},"ktune_batch_sizes":{..},"pch":{..}}
+//    "cpu_ms_per_cfg":{"nvcc":..,"nvrtc":..,"ktune":..},"ktune_batch_sizes":{..}}
 // where ratio_vs_nvcc = ktune / nvcc and ratio_vs_single = ktune / nvrtc, both for the pools;
 // cpu_ms_per_cfg is the pools' CPU time (user + system of every process they ran) per config,
 // the figure to compare on a machine others load too; ktune_batch_sizes counts the ktune
-// passes' programs by their configs, pch their precompiled headers.
+// passes' programs by their configs.
 #include "compiler/nvrtc_compiler.hpp"
 #include "compiler/subprocess.hpp"
 #include "core/param_space.hpp"
 #include "cuda/cuda_api.hpp"
 #include "daemon/batch_sizer.hpp"
+#include "daemon/worker_process.hpp"
 #include "jobs/kernel_registry.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -42,10 +45,13 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+extern char** environ;
 
 namespace {
 
@@ -61,7 +67,7 @@ struct Options {
   std::string kernel_dir = std::string(KTUNE_SOURCE_DIR) + "/kernels_src/cuda/gemm";
   // A compile check's limit on one batch: a quarter of the default compile deadline (120 s).
   double max_batch_ms = 30000;
-  std::string child;               // "nvrtc" | "ktune": a compile process of that pass
+  std::string child;               // "nvrtc": a compile process of that pass
   std::string cache_dir;           // child only
   std::vector<std::size_t> slice;  // child only: indices of the configs to compile
 };
@@ -120,7 +126,7 @@ Options parse(int argc, char** argv) {
     }
   }
   if (o.configs == 0 || o.workers == 0) fail("--configs and --workers must be at least 1");
-  if (!o.child.empty() && o.child != "nvrtc" && o.child != "ktune") fail("--child: expected nvrtc or ktune");
+  if (!o.child.empty() && o.child != "nvrtc") fail("--child: expected nvrtc");
   return o;
 }
 
@@ -195,46 +201,11 @@ void run_nvrtc_child(const Options& o, const Family& family, const NvrtcCompiler
   }
 }
 
-// ktune's compile path: requests of as many configs as a BatchSizer fed with the measured times
-// finds worth it. Prints {"pch":{..},"sizes":{configs per program: programs}}.
-void run_ktune_child(const Options& o, const Family& family, NvrtcCompiler& compiler) {
-  const std::vector<CompileJob> jobs = slice_jobs(o, family);
-  daemon::BatchSizer sizer(o.max_batch_ms);
-  std::map<int, std::size_t> programs;
-  for (std::size_t next = 0; next < jobs.size();) {
-    const std::size_t size = std::min(sizer.size(), jobs.size() - next);
-    const std::vector<CompileJob> request(jobs.begin() + static_cast<std::ptrdiff_t>(next),
-                                          jobs.begin() + static_cast<std::ptrdiff_t>(next + size));
-    next += size;
-    for (const auto& result : compiler.compile_batch(request)) {
-      const CompileOutcome& outcome = result.outcome;
-      if (outcome.status != CandidateStatus::ok) {
-        fail("config " + config_to_string(request.front().defines) + ": " +
-             outcome.log.substr(0, outcome.log.find('\n')));
-      }
-      if (!outcome.cached) sizer.observe(static_cast<std::size_t>(outcome.batch_size), outcome.compile_ms);
-      if (!outcome.batch_error.empty()) sizer.stop();
-    }
-    ++programs[static_cast<int>(size)];
-  }
-  nlohmann::json sizes = nlohmann::json::object();
-  for (const auto& [size, count] : programs) sizes[std::to_string(size)] = count;
-  const auto pch = compiler.pch_counts();
-  std::cout << nlohmann::json{{"sizes", sizes},
-                              {"pch", {{"created", pch.created}, {"used", pch.used}, {"failed", pch.failed}}}}
-                   .dump()
-            << std::endl;
-}
-
 int run_child(const Options& o) {
   const Family family = load_family(o);
   auto compiler = NvrtcCompiler::create();
   if (!compiler) fail(compiler.error().message);
-  if (o.child == "nvrtc") {
-    run_nvrtc_child(o, family, **compiler);
-  } else {
-    run_ktune_child(o, family, **compiler);
-  }
+  run_nvrtc_child(o, family, **compiler);
   return 0;
 }
 
@@ -312,6 +283,120 @@ std::vector<std::vector<std::string>> child_tasks(const Options& o, const std::s
   return tasks;
 }
 
+// One ktune-worker (role compile) on a socketpair: request lines out, reply lines in.
+class Worker {
+public:
+  explicit Worker(const std::string& path) {
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) fail("socketpair failed");
+    m_socket.reset(fds[0]);
+    ktune::UniqueFd theirs(fds[1]);
+    auto pid = daemon::spawn_group_leader("worker " + path, {path, "--fd", "3", "--role", "compile"},
+                                          environ, theirs.get());
+    if (!pid) fail(pid.error().message);
+    m_pid = *pid;
+    if (read_line().find("\"ready\"") == std::string::npos) fail(path + " did not say it is ready");
+  }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  // Closes the socket (the worker exits at end of input) and waits for it, so that its CPU time
+  // counts among this process's children.
+  ~Worker() {
+    m_socket.reset();
+    int status = 0;
+    ::waitpid(m_pid, &status, 0);
+  }
+
+  // Sends compile_batch of `jobs`; returns its outcomes.
+  std::vector<CompileOutcome> compile(const nlohmann::json& jobs) {
+    std::string line = nlohmann::json{{"id", ++m_id}, {"op", "compile_batch"}, {"jobs", jobs}}.dump() + "\n";
+    for (std::size_t sent = 0; sent < line.size();) {
+      const ssize_t n = ::write(m_socket.get(), line.data() + sent, line.size() - sent);
+      if (n <= 0) fail("cannot write to a ktune-worker");
+      sent += static_cast<std::size_t>(n);
+    }
+    const auto reply = nlohmann::json::parse(read_line(), nullptr, false);
+    if (reply.is_discarded() || !reply.value("ok", false)) fail("ktune-worker: " + reply.dump().substr(0, 2000));
+    std::vector<CompileOutcome> outcomes;
+    for (const auto& item : reply["outcome"]["outcomes"]) {
+      auto outcome = CompileOutcome::from_json(item);
+      if (!outcome) fail(outcome.error().message);
+      outcomes.push_back(std::move(*outcome));
+    }
+    return outcomes;
+  }
+
+private:
+  std::string read_line() {
+    for (;;) {
+      if (const auto end = m_buffer.find('\n'); end != std::string::npos) {
+        std::string line = m_buffer.substr(0, end);
+        m_buffer.erase(0, end + 1);
+        return line;
+      }
+      char chunk[64 * 1024];
+      const ssize_t n = ::read(m_socket.get(), chunk, sizeof chunk);
+      if (n <= 0) fail("a ktune-worker closed its socket");
+      m_buffer.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+
+  ktune::UniqueFd m_socket;
+  pid_t m_pid = -1;
+  long m_id = 0;
+  std::string m_buffer;
+};
+
+// ktune's pass: `processes` ktune-workers, each taking requests from one queue of the configs,
+// each request as many configs as one BatchSizer (fed every outcome) finds worth it.
+Pass run_ktune_pool(const Options& o, const Family& family, std::size_t processes, const std::string& cache_dir,
+                    std::map<std::size_t, std::size_t>& programs) {
+  std::vector<nlohmann::json> jobs;
+  for (const Config& config : family.configs) {
+    auto job = make_compile_job(family.kernel, config, family.dtype, cache_dir);
+    if (!job) fail(job.error().message);
+    job->arch = o.arch;
+    jobs.push_back(job->to_json());
+  }
+  const std::string path = (fs::path(self_path()).parent_path() / "ktune-worker").string();
+  const double cpu_before = children_cpu_s();
+  const auto start = std::chrono::steady_clock::now();
+  {
+    // Spawned from this thread, which outlives them (the workers die with the thread that
+    // spawned them: PR_SET_PDEATHSIG).
+    std::vector<std::unique_ptr<Worker>> workers;
+    for (std::size_t w = 0; w < processes; ++w) workers.push_back(std::make_unique<Worker>(path));
+    std::mutex mutex;
+    daemon::BatchSizer sizer(o.max_batch_ms);
+    std::size_t next = 0;
+    std::vector<std::thread> threads;
+    for (auto& worker : workers) {
+      threads.emplace_back([&, w = worker.get()] {
+        for (;;) {
+          nlohmann::json request = nlohmann::json::array();
+          {
+            const std::lock_guard lock(mutex);
+            const std::size_t size = std::min(sizer.size(), jobs.size() - next);
+            if (size == 0) return;
+            for (std::size_t i = 0; i < size; ++i) request.push_back(jobs[next++]);
+            ++programs[size];
+          }
+          const auto outcomes = w->compile(request);
+          const std::lock_guard lock(mutex);
+          for (const CompileOutcome& outcome : outcomes) {
+            if (outcome.status != CandidateStatus::ok) fail("a config failed: " + outcome.log.substr(0, 500));
+            if (!outcome.cached) sizer.observe(static_cast<std::size_t>(outcome.batch_size), outcome.compile_ms);
+            if (!outcome.batch_error.empty()) sizer.stop();
+          }
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+  }
+  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+          children_cpu_s() - cpu_before, {}};
+}
+
 std::vector<std::vector<std::string>> nvcc_tasks(const Options& o, const Family& family,
                                                  const std::string& out_dir) {
   std::vector<std::vector<std::string>> tasks;
@@ -373,28 +458,12 @@ int main(int argc, char** argv) {
   const Pass nvcc_w = run_tasks(nvcc_tasks(o, family, fresh_dir(root, "nvccW")), w);
   const Pass nvrtc_1 = timed("nvrtc", 1);
   const Pass nvrtc_w = timed("nvrtc", w);
-  const Pass ktune_1 = timed("ktune", 1);
-  const Pass ktune_w = timed("ktune", w);
+  std::map<std::size_t, std::size_t> programs;  // configs per request -> requests, both passes
+  const Pass ktune_1 = run_ktune_pool(o, family, 1, fresh_dir(root, "ktune1"), programs);
+  const Pass ktune_w = run_ktune_pool(o, family, w, fresh_dir(root, "ktuneW"), programs);
   fs::remove_all(root);
-
-  // What the ktune processes did: programs per batch size, precompiled headers.
   nlohmann::json sizes = nlohmann::json::object();
-  nlohmann::json pch = {{"created", 0}, {"used", 0}, {"failed", 0}};
-  for (const Pass* pass : {&ktune_1, &ktune_w}) {
-    for (const std::string& output : pass->outputs) {
-      std::istringstream lines(output);
-      std::string line, last;
-      while (std::getline(lines, line)) {
-        if (line.rfind("{\"pch\"", 0) == 0) last = line;
-      }
-      const auto report = nlohmann::json::parse(last, nullptr, false);
-      if (report.is_discarded()) continue;
-      const nlohmann::json programs = report.value("sizes", nlohmann::json::object());
-      for (const auto& [size, count] : programs.items()) sizes[size] = sizes.value(size, 0) + count.get<int>();
-      const nlohmann::json made = report.value("pch", nlohmann::json::object());
-      for (const char* key : {"created", "used", "failed"}) pch[key] = pch[key].get<int>() + made.value(key, 0);
-    }
-  }
+  for (const auto& [size, count] : programs) sizes[std::to_string(size)] = count;
 
   const auto rate = [&](const Pass& pass) { return static_cast<double>(n) / pass.wall_s; };
   const auto cpu_ms = [&](const Pass& pass) { return 1000.0 * pass.cpu_s / static_cast<double>(n); };
@@ -410,7 +479,7 @@ int main(int argc, char** argv) {
   row("nvrtc program per config, " + pool, nvrtc_w);
   row("ktune batched + PCH, 1 process", ktune_1);
   row("ktune batched + PCH, " + pool, ktune_w);
-  std::printf("ktune programs by configs per program: %s; PCH: %s\n", sizes.dump().c_str(), pch.dump().c_str());
+  std::printf("ktune requests by configs per request: %s\n", sizes.dump().c_str());
   std::printf("pool: ktune / nvcc %.2fx, ktune / nvrtc %.2fx (CPU per config: %.2fx, %.2fx)\n",
               rate(ktune_w) / rate(nvcc_w), rate(ktune_w) / rate(nvrtc_w), cpu_ms(nvcc_w) / cpu_ms(ktune_w),
               cpu_ms(nvrtc_w) / cpu_ms(ktune_w));
@@ -431,8 +500,7 @@ int main(int argc, char** argv) {
                                           {"cpu_ms_per_cfg", {{"nvcc", cpu_ms(nvcc_w)},
                                                               {"nvrtc", cpu_ms(nvrtc_w)},
                                                               {"ktune", cpu_ms(ktune_w)}}},
-                                          {"ktune_batch_sizes", sizes},
-                                          {"pch", pch}};
+                                          {"ktune_batch_sizes", sizes}};
   std::cout << summary.dump() << std::endl;
   return 0;
 }
