@@ -499,8 +499,6 @@ struct CudaRunner::State {
            std::string(to_string(slot.dtype)) + ")";
   }
 
-  // `module` is the caller's, declared outside its try block: a module unloaded while a fatal
-  // error unwinds would fail (and log) before the context is known to be lost.
   std::string input_reason(const DeviceArg& slot) {
     return "wrote outside its outputs: input '" + slot.name + "' changed";
   }
@@ -532,14 +530,17 @@ struct CudaRunner::State {
     return c;
   }
 
+  // `module` is the caller's, declared outside its try block: a module unloaded while a fatal
+  // error unwinds would fail (and log) before the context is known to be lost.
   const Snapshot& reference_for(const BenchJob& job, DeviceArgs& set, const CudaLaunch& reference_launch,
                                 std::optional<Module>& module) {
-    const std::string identity = reference_identity(job.reference_path);
+    const std::string& symbol = job.reference_entry.empty() ? job.entry : job.reference_entry;
+    const std::string identity = reference_identity(job.reference_path) + "|" + symbol;
     for (const auto& [id, outputs] : set.references) {
       if (id == identity) return outputs;
     }
-    const CUfunction function = load_function(module, job.reference_path, job.entry, "reference");
-    prepare_launch(function, reference_launch, resources_of(function, job.entry), "reference");
+    const CUfunction function = load_function(module, job.reference_path, symbol, "reference");
+    prepare_launch(function, reference_launch, resources_of(function, symbol), "reference");
     reset_for_check(set);
     launch(function, reference_launch, set);
     sync();

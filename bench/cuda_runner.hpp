@@ -5,7 +5,9 @@
 // worker CUDA_VISIBLE_DEVICES naming that lane's one device, so the worker sees it as ordinal 0;
 // messages name it as the daemon does (`create`'s name, from the worker's --device-name).
 //
-// The kernel is `extern "C" __global__ void <entry>(...)` with one parameter per spec arg:
+// The kernel is `extern "C" __global__ void <entry>(...)` with one parameter per spec arg, looked
+// up by the job's entry (the compile's entry_symbol: a batched CUBIN holds several configs'
+// renamed entries) and the reference by its reference_entry (the entry when empty):
 // buffers as device pointers, scalars by value in the arg's dtype (i32 int, i64 long long, f32
 // float, f64 double, f16 the 16 bits of a __half). It is launched with the candidate's CudaLaunch
 // (grid, block, dynamic shared bytes; jobs/cuda_launch.hpp) on a dedicated stream.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 
 namespace ktune {
 namespace {
@@ -81,11 +82,55 @@ SourceScan scan_source(std::string_view text) {
   return scan;
 }
 
+namespace {
+
+// Whether `word` occurs in `text` as an identifier of its own.
+bool mentions(std::string_view text, std::string_view word) {
+  for (auto at = text.find(word); at != std::string_view::npos; at = text.find(word, at + 1)) {
+    const bool starts = at == 0 || !is_word(text[at - 1]);
+    const bool ends = at + word.size() == text.size() || !is_word(text[at + word.size()]);
+    if (starts && ends) return true;
+  }
+  return false;
+}
+
+bool is_define_of(const CompileJob& job, const std::string& name) {
+  return std::any_of(job.defines.begin(), job.defines.end(),
+                     [&](const auto& define) { return define.first == name; });
+}
+
+} // namespace
+
+std::string unit_obstacle(const CompileJob& job, std::string_view text, const SourceScan& scan) {
+  if (job.entry.empty()) return "the job names no entry to rename";
+  if (!scan.not_batchable.empty()) return scan.not_batchable;
+  if (!mentions(text, job.entry)) return "the source never names its entry " + job.entry;
+  for (const auto& macro : scan.defined_before_include) {
+    if (!is_define_of(job, macro)) return "it defines " + macro + " before an #include <...>";
+  }
+  for (const auto& [name, value] : job.defines) {
+    if (name == "NDEBUG" || name.rfind('_', 0) == 0) {
+      return "its config defines " + name + ", which system headers may read";
+    }
+  }
+  for (const auto& header : scan.system_includes) {
+    for (const auto& dir : job.include_dirs) {
+      std::error_code ec;
+      if (std::filesystem::exists(std::filesystem::path(dir) / header, ec)) {
+        return "it includes <" + header + "> from its include directory " + dir;
+      }
+    }
+  }
+  return {};
+}
+
 std::string batch_unit_text(const std::string& source_path, const SourceScan& scan,
-                            const std::string& shim, const std::vector<UnitConfig>& configs) {
+                            const std::string& shim, const std::vector<UnitConfig>& configs,
+                            const std::string& preamble_end) {
   std::string unit = "// ktune batch unit: " + std::to_string(configs.size()) + " configs of " +
                      source_path + ", each in its own namespace\n";
   for (const auto& header : scan.system_includes) unit += "#include <" + header + ">\n";
+  unit += preamble_end;
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const UnitConfig& config = configs[i];
     std::vector<std::string> defined;
@@ -97,8 +142,9 @@ std::string batch_unit_text(const std::string& source_path, const SourceScan& sc
       unit += "#define " + from + " " + to + "\n";
       defined.push_back(from);
     }
-    unit += "namespace ktune_batch_" + std::to_string(i) + " {\n#include \"" + source_path +
-            "\"\n" + shim + "\n}\n";
+    const std::string scope =
+        config.scope.empty() ? "ktune_batch_" + std::to_string(i) : config.scope;
+    unit += "namespace " + scope + " {\n#include \"" + source_path + "\"\n" + shim + "\n}\n";
     for (const auto& name : scan.defined_macros) add_once(defined, name);
     for (const auto& name : defined) unit += "#undef " + name + "\n";
   }

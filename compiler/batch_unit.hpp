@@ -1,18 +1,21 @@
 #pragma once
-// The translation unit that compiles several configs of one cpp source at once (HostCompiler's
-// batches), and what it needs to know of the source: pure functions of text, no I/O.
+// The translation unit that compiles several configs of one source at once (HostCompiler's and
+// NvrtcCompiler's batches), and what it needs to know of the source: functions of text (and,
+// for unit_obstacle, whether a header exists in an include directory).
 //
 // The unit: the source's `#include <...>` lines hoisted to global scope (their include guards
-// make the inclusions inside the namespaces no-ops), then for config i
+// make the inclusions inside the namespaces no-ops), the caller's `preamble_end` text, then for
+// config i
 //   #define NAME value            its defines
 //   #define <from> <to>           its renames (the entry and the shim symbol, after its cache key)
-//   namespace ktune_batch_<i> {
+//   namespace <scope> {           its scope; ktune_batch_<i> when it names none
 //   #include "<source>"
 //   <shim>
 //   }
 //   #undef                        its defines, its renames and every macro the source #defines
 // so that no macro of one config reaches the next (one defined under `#if BM > 32` included).
 #include "core/shape.hpp"
+#include "jobs/compile_job.hpp"
 
 #include <string>
 #include <string_view>
@@ -41,16 +44,28 @@ struct SourceScan {
 
 [[nodiscard]] SourceScan scan_source(std::string_view text);
 
+// Why configs of `job` (whose source is `text`, scanned as `scan`) cannot share a unit, "" when
+// they can: the job names an entry to rename, the source is batchable (SourceScan) and names the
+// entry, nothing the hoisted <headers> read depends on the config (a macro the source defines
+// before one that is not a tunable's default, a define the system headers may read: NDEBUG or
+// a leading underscore), and no <header> comes from the job's include directories (hoisted above
+// the configs, it would not see their defines). The language is the caller's to judge.
+[[nodiscard]] std::string unit_obstacle(const CompileJob& job, std::string_view text,
+                                        const SourceScan& scan);
+
 // One config of a batch unit.
 struct UnitConfig {
   NamedValues defines;
   Renames renames;
+  std::string scope;  // its namespace; "" = ktune_batch_<its index>
 };
 
 // The unit's text for `configs` of the source at `source_path` (absolute), with `shim` (may be
-// empty) after the source in every namespace.
+// empty) after the source in every namespace and `preamble_end` (may be empty) between the
+// hoisted includes and the first config.
 [[nodiscard]] std::string batch_unit_text(const std::string& source_path, const SourceScan& scan,
                                           const std::string& shim,
-                                          const std::vector<UnitConfig>& configs);
+                                          const std::vector<UnitConfig>& configs,
+                                          const std::string& preamble_end = {});
 
 } // namespace ktune

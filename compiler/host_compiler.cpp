@@ -121,49 +121,11 @@ Source read_source(const std::string& path) {
   return source;
 }
 
-// Whether `word` occurs in `text` as an identifier of its own.
-bool mentions(std::string_view text, std::string_view word) {
-  const auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  for (auto at = text.find(word); at != std::string_view::npos; at = text.find(word, at + 1)) {
-    const bool starts = at == 0 || !is_word(text[at - 1]);
-    const bool ends = at + word.size() == text.size() || !is_word(text[at + word.size()]);
-    if (starts && ends) return true;
-  }
-  return false;
-}
-
-bool is_define_of(const CompileJob& job, const std::string& name) {
-  return std::any_of(job.defines.begin(), job.defines.end(),
-                     [&](const auto& define) { return define.first == name; });
-}
-
 // Why configs of `job` cannot share a translation unit, "" when they can (and then its entry is
-// renamed): a cpp job whose source is batchable (SourceScan) and names the entry, nothing the
-// hoisted <headers> read depends on the config (a macro the source defines before one that is
-// not a tunable's default, a define the system headers may read), and no <header> comes from
-// the job's include directories (hoisted above the configs, it would not see their defines).
+// renamed): a cpp job that unit_obstacle (compiler/batch_unit.hpp) finds nothing against.
 std::string batch_obstacle(const CompileJob& job, const Source& source) {
   if (job.language != "cpp") return "language " + job.language;
-  if (job.entry.empty()) return "the job names no entry to rename";
-  if (!source.scan.not_batchable.empty()) return source.scan.not_batchable;
-  if (!mentions(source.text, job.entry)) return "the source never names its entry " + job.entry;
-  for (const auto& macro : source.scan.defined_before_include) {
-    if (!is_define_of(job, macro)) return "it defines " + macro + " before an #include <...>";
-  }
-  for (const auto& [name, value] : job.defines) {
-    if (name == "NDEBUG" || name.rfind('_', 0) == 0) {
-      return "its config defines " + name + ", which system headers may read";
-    }
-  }
-  for (const auto& header : source.scan.system_includes) {
-    for (const auto& dir : job.include_dirs) {
-      std::error_code ec;
-      if (fs::exists(fs::path(dir) / header, ec)) {
-        return "it includes <" + header + "> from its include directory " + dir;
-      }
-    }
-  }
-  return {};
+  return unit_obstacle(job, source.text, source.scan);
 }
 
 // The macros that rename `job`'s entry in the artifact of `key`: the entry, then with a shim the
@@ -379,7 +341,7 @@ private:
     const std::string source = fs::absolute(job.source_path).lexically_normal().string();
     if (unit.size() > 1) {
       std::vector<UnitConfig> configs;
-      for (const Planned* planned : unit) configs.push_back({planned->job->defines, planned->renames});
+      for (const Planned* planned : unit) configs.push_back({planned->job->defines, planned->renames, {}});
       return batch_unit_text(source, *unit.front()->scan, job.shim, configs);
     }
     return job.shim.empty() ? std::string() : "#include \"" + source + "\"\n" + job.shim;

@@ -142,6 +142,9 @@ Result<const NvrtcApi*> load_nvrtc_uncached() {
   }
     KTUNE_NVRTC_FUNCTIONS(KTUNE_CUDA_RESOLVE)
 #undef KTUNE_CUDA_RESOLVE
+#define KTUNE_CUDA_RESOLVE_OPTIONAL(fn) resolve(*library, KTUNE_CUDA_STRINGIFY(fn), api->fn);
+    KTUNE_NVRTC_PCH_FUNCTIONS(KTUNE_CUDA_RESOLVE_OPTIONAL)
+#undef KTUNE_CUDA_RESOLVE_OPTIONAL
     if (const nvrtcResult r = api->nvrtcVersion(&api->major, &api->minor); r != NVRTC_SUCCESS) {
       return make_error(protocol::code::no_device,
                         api->library + ": nvrtcVersion failed: " + api->nvrtcGetErrorString(r));
@@ -224,6 +227,11 @@ std::vector<int> NvrtcApi::supported_archs() const {
   return archs;
 }
 
+bool NvrtcApi::has_pch() const {
+  return nvrtcGetPCHCreateStatus != nullptr && nvrtcGetPCHHeapSizeRequired != nullptr &&
+         nvrtcSetPCHHeapSize != nullptr;
+}
+
 Result<const NvrtcApi*> load_nvrtc() {
   // Heap objects reachable from these statics for the whole process: never unloaded.
   static const Result<const NvrtcApi*>* cached = new Result<const NvrtcApi*>(load_nvrtc_uncached());
@@ -249,6 +257,15 @@ std::string toolkit_include_dir() {
   std::error_code ec;
   if (dir.empty() || !std::filesystem::is_directory(dir, ec)) return {};
   return dir;
+}
+
+std::vector<std::string> toolkit_include_dirs() {
+  const std::string dir = toolkit_include_dir();
+  if (dir.empty()) return {};
+  std::vector<std::string> dirs{dir};
+  std::error_code ec;
+  if (const std::string cccl = dir + "/cccl"; std::filesystem::is_directory(cccl, ec)) dirs.push_back(cccl);
+  return dirs;
 }
 
 std::string driver_error_name(int code) {

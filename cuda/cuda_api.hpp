@@ -48,6 +48,12 @@ namespace ktune::cuda {
   X(nvrtcDestroyProgram)         \
   X(nvrtcGetErrorString)
 
+// Precompiled headers (CUDA 12.8+): resolved when the library has them, else null (NvrtcApi::has_pch).
+#define KTUNE_NVRTC_PCH_FUNCTIONS(X) \
+  X(nvrtcGetPCHCreateStatus)         \
+  X(nvrtcGetPCHHeapSizeRequired)     \
+  X(nvrtcSetPCHHeapSize)
+
 #define KTUNE_DRIVER_FUNCTIONS(X) \
   X(cuInit)                       \
   X(cuDriverGetVersion)           \
@@ -89,6 +95,7 @@ namespace ktune::cuda {
 
 struct NvrtcApi {
   KTUNE_NVRTC_FUNCTIONS(KTUNE_CUDA_DECLARE_MEMBER)
+  KTUNE_NVRTC_PCH_FUNCTIONS(KTUNE_CUDA_DECLARE_MEMBER)
   std::string library; // the file that was loaded
   int major = 0;       // nvrtcVersion
   int minor = 0;
@@ -97,6 +104,8 @@ struct NvrtcApi {
   [[nodiscard]] std::string version() const;
   // The architectures this nvrtc compiles for, ascending (75, 80, 86, 89, 90, ...).
   [[nodiscard]] std::vector<int> supported_archs() const;
+  // Whether the library has the precompiled-header calls (KTUNE_NVRTC_PCH_FUNCTIONS).
+  [[nodiscard]] bool has_pch() const;
 };
 
 struct DriverApi {
@@ -136,6 +145,10 @@ struct DriverApi {
 // The toolkit's include directory found at configure time ("" when it no longer exists), so
 // kernels may include <cuda_fp16.h> and friends through nvrtc.
 [[nodiscard]] std::string toolkit_include_dir();
+// The directories nvrtc searches for the toolkit's headers, in nvcc's order: toolkit_include_dir()
+// then its cccl/ subdirectory where that exists (CUDA 13 keeps libcu++ <cuda/std/...>, CUB and
+// Thrust there). Empty when toolkit_include_dir() is.
+[[nodiscard]] std::vector<std::string> toolkit_include_dirs();
 
 // The enum name of a CUresult ("CUDA_ERROR_ILLEGAL_ADDRESS"), from ktune's copy of cuda.h's
 // list; for codes it does not know, "CUDA_ERROR_<code>". Works without a driver.

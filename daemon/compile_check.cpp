@@ -53,7 +53,7 @@ struct CheckRun {
     nlohmann::json row{{"config", config_to_json(configs[config])}, {"arch", arch}};
     const auto failed = [&](const std::string& message) {
       row.update({{"status", "compile_error"}, {"message", message}, {"registers", -1},
-                  {"spills", -1}, {"compile_ms", 0}, {"cached", false}});
+                  {"spills", -1}, {"compile_ms", 0}, {"cached", false}, {"batch_size", 0}});
     };
     if (!reply) {
       failed(reply.error().code + ": " + reply.error().message);
@@ -66,7 +66,8 @@ struct CheckRun {
                   {"registers", outcome->registers},
                   {"spills", outcome->spills},
                   {"compile_ms", outcome->compile_ms},
-                  {"cached", outcome->cached}});
+                  {"cached", outcome->cached},
+                  {"batch_size", outcome->batch_size}});
     }
     if (row["status"] != "ok") ++errors;
     rows[index] = std::move(row);
@@ -176,12 +177,18 @@ void start_compile_check(const std::shared_ptr<Session>& session, const protocol
   run->configs = std::move(*configs);
   CheckPlan plan;
   for (std::size_t c = 0; c < run->configs.size(); ++c) {
-    for (const auto& arch : req->archs) {
+    for (const auto& arch : req->archs) run->tasks.emplace_back(c, arch);
+  }
+  // The compiles in (arch, config) order, so that consecutive ones share compiler runs (the
+  // scheduler's batches); the rows stay in (config, arch) order.
+  std::vector<std::size_t> row_of;
+  for (std::size_t a = 0; a < req->archs.size(); ++a) {
+    for (std::size_t c = 0; c < run->configs.size(); ++c) {
       auto job = make_compile_job(*kernel, run->configs[c], dtype, cache_dir);
       if (!job) return fail(job.error());
-      job->arch = arch;
+      job->arch = req->archs[a];
       plan.compiles.push_back(job->to_json());
-      run->tasks.emplace_back(c, arch);
+      row_of.push_back(c * req->archs.size() + a);
     }
   }
   run->rows.resize(run->tasks.size());
@@ -206,8 +213,8 @@ void start_compile_check(const std::shared_ptr<Session>& session, const protocol
   if (!id) return fail(make_error(code::internal, id.error().code + ": " + id.error().message));
   record.id = *id;
   run->job = *id;
-  plan.on_compiled = [run, &scheduler](std::size_t index, Result<nlohmann::json> reply) {
-    run->on_compiled(index, std::move(reply));
+  plan.on_compiled = [run, &scheduler, row_of](std::size_t index, Result<nlohmann::json> reply) {
+    run->on_compiled(row_of.at(index), std::move(reply));
     // Nobody waits for the answer any more: stop handing out its compiles.
     if (run->session.expired()) scheduler.cancel(run->job);
   };

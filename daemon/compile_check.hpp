@@ -7,8 +7,9 @@
 // shape defaults to 4096 for every dim, dtype to the family's first. The reply:
 //   {"kernel","shape","dtype","arch":[..],"configs":N,"compiled":N*len(arch),"errors":E,
 //    "rows":[{"config":{..},"arch","status","message","registers","spills","compile_ms",
-//             "cached"}...]}
-// rows in (config, arch) order; "message" is the first non-empty log line of a compile_error.
+//             "cached","batch_size"}...]}
+// rows in (config, arch) order; "message" is the first non-empty log line of a compile_error;
+// "batch_size" the configs of the nvrtc program that built it (CompileOutcome::batch_size).
 // Before the reply, a progress event {"job","done","total","errors"} after every compile;
 // "job" is the id of the job the check ran as (strategy "compile_check", device = the archs): it
 // waits in the scheduler's queue like any job, shares the compile workers fairly with tune jobs,

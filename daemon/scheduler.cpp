@@ -163,11 +163,14 @@ struct Scheduler::ActiveJob {
   JobTiming timing;
 };
 
-// A compile check while it runs: its compiles are all submitted at once; the pool hands them
-// out fairly next to the tune jobs' compiles.
+// A compile check while it runs: a few requests of its compiles at a time in the pool, which
+// hands them out fairly next to the tune jobs' compiles.
 struct Scheduler::ActiveCheck {
   CheckPlan plan;
-  std::size_t in_flight = 0;
+  std::size_t in_flight = 0;  // compiles not answered yet, asked for or not
+  std::size_t next = 0;       // the first compile not asked for yet
+  std::size_t requests = 0;   // requests in the pool
+  BatchSizer sizer;           // configs per request
   bool cancelled = false;
 };
 
@@ -243,6 +246,7 @@ bool Scheduler::cancel(std::int64_t job_id) {
   }
   if (const auto it = m_checks.find(job_id); it != m_checks.end()) {
     it->second->cancelled = true;
+    feed_check(job_id);  // the compiles not asked for yet are answered by nobody
     m_workers.withdraw(job_id);
     KTUNE_LOG(info) << "job " << job_id << " (compile check) cancelled";
     asio::post(m_io, [this, job_id] { advance_check(job_id); });
@@ -375,39 +379,99 @@ void Scheduler::start_check(CheckPlan plan) {
   auto check = std::make_unique<ActiveCheck>();
   check->plan = std::move(plan);
   ActiveCheck& c = *check;
+  c.in_flight = c.plan.compiles.size();
+  // Nothing waits to measure the configs: a batch may take up to a quarter of the deadline.
+  c.sizer = BatchSizer(compile_deadline(c.plan.record).count() / 4.0);
   m_checks[id] = std::move(check);
   m_writer.submit("job " + std::to_string(id) + "'s start",
                   [id](Store& store) { return store.set_job_state(id, JobState::running); },
                   [id](const Result<void>& r) {
                     if (!r) KTUNE_LOG(warn) << "job " << id << ": " << r.error().message;
                   });
-  for (std::size_t i = 0; i < c.plan.compiles.size(); ++i) {
-    Work work;
-    work.op = "compile";
-    work.job = std::move(c.plan.compiles[i]);
-    work.deadline = compile_deadline(c.plan.record);
-    work.priority = c.plan.record.options.priority;
-    work.owner = id;
-    work.on_reply = [this, id, i](Result<nlohmann::json> reply, const Delivery&) {
-      const auto it = m_checks.find(id);
-      if (it == m_checks.end()) return;
-      ActiveCheck& check = *it->second;
-      --check.in_flight;
-      const bool withdrawn = !reply && reply.error().code == k_withdrawn;
-      if (!withdrawn && check.plan.on_compiled) check.plan.on_compiled(i, std::move(reply));
-      const auto done = static_cast<std::int64_t>(check.plan.compiles.size() - check.in_flight);
-      m_writer.submit("job " + std::to_string(id) + "'s progress",
-                      [id, done](Store& store) { return store.update_job_progress(id, done, 0); },
-                      [id](const Result<void>& r) {
-                        if (!r) KTUNE_LOG(warn) << "job " << id << ": " << r.error().message;
-                      });
-      advance_check(id);
-    };
-    ++c.in_flight;
-    m_workers.submit("", std::move(work));
-  }
   KTUNE_LOG(info) << "job " << id << " running: compile check, " << c.in_flight << " compiles";
+  feed_check(id);
   asio::post(m_io, [this, id] { advance_check(id); });
+}
+
+void Scheduler::feed_check(std::int64_t job_id) {
+  ActiveCheck& c = *m_checks.at(job_id);
+  // Two requests per compile worker keep each busy while its last reply travels.
+  const std::size_t limit = 2 * std::max<std::size_t>(1, m_settings.compile_workers);
+  const std::size_t total = c.plan.compiles.size();
+  const bool closing = c.cancelled || m_stopped;
+  while (!closing && c.requests < limit && c.next < total) {
+    std::vector<std::size_t> indices(std::min(c.sizer.size(), total - c.next));
+    for (std::size_t& index : indices) index = c.next++;
+    submit_check(job_id, indices);
+  }
+  if (closing && c.next < total) {  // never asked for: answered by nobody
+    c.in_flight -= total - c.next;
+    c.next = total;
+  }
+}
+
+void Scheduler::submit_check(std::int64_t job_id, const std::vector<std::size_t>& indices) {
+  ActiveCheck& c = *m_checks.at(job_id);
+  Work work;
+  work.op = indices.size() == 1 ? "compile" : k_compile_batch;
+  if (indices.size() == 1) {
+    work.job = c.plan.compiles[indices.front()];
+  } else {
+    work.job = nlohmann::json::array();
+    for (const std::size_t i : indices) work.job.push_back(c.plan.compiles[i]);
+  }
+  work.deadline = compile_deadline(c.plan.record);
+  work.priority = c.plan.record.options.priority;
+  work.owner = job_id;
+  work.on_reply = [this, job_id, indices](Result<nlohmann::json> reply, const Delivery&) {
+    const auto it = m_checks.find(job_id);
+    if (it == m_checks.end()) return;
+    ActiveCheck& check = *it->second;
+    --check.requests;
+    const bool withdrawn = !reply && reply.error().code == k_withdrawn;
+    const auto whole = [&]() -> const nlohmann::json* {
+      if (!reply) return nullptr;
+      const auto list = reply->find("outcomes");
+      if (list == reply->end() || !list->is_array() || list->size() != indices.size()) return nullptr;
+      return &*list;
+    };
+    std::vector<Result<nlohmann::json>> answers;
+    if (withdrawn || indices.size() == 1) {
+      answers.push_back(std::move(reply));
+    } else if (const nlohmann::json* list = whole()) {
+      for (const auto& outcome : *list) answers.emplace_back(outcome);
+    } else {
+      // A batch that failed as a whole (its deadline, a dead worker) says nothing about any one
+      // config: each is compiled again alone.
+      KTUNE_LOG(warn) << "job " << job_id << ": a batch of " << indices.size()
+                      << " compiles failed as a whole ("
+                      << (reply ? "unreadable reply" : reply.error().message)
+                      << "); compiling each of its configs alone";
+      for (const std::size_t i : indices) submit_check(job_id, {i});
+      return;
+    }
+    for (std::size_t k = 0; k < answers.size(); ++k) {
+      --check.in_flight;
+      if (answers[k] && !withdrawn) {
+        const auto outcome = CompileOutcome::from_json(*answers[k]);
+        if (outcome && outcome->status == CandidateStatus::ok && !outcome->cached) {
+          check.sizer.observe(static_cast<std::size_t>(outcome->batch_size), outcome->compile_ms);
+        }
+        if (outcome && !outcome->batch_error.empty()) check.sizer.stop();
+      }
+      if (!withdrawn && check.plan.on_compiled) check.plan.on_compiled(indices[k], std::move(answers[k]));
+    }
+    const auto done = static_cast<std::int64_t>(check.plan.compiles.size() - check.in_flight);
+    m_writer.submit("job " + std::to_string(job_id) + "'s progress",
+                    [job_id, done](Store& store) { return store.update_job_progress(job_id, done, 0); },
+                    [job_id](const Result<void>& r) {
+                      if (!r) KTUNE_LOG(warn) << "job " << job_id << ": " << r.error().message;
+                    });
+    feed_check(job_id);
+    advance_check(job_id);
+  };
+  ++c.requests;
+  m_workers.submit("", std::move(work));
 }
 
 void Scheduler::advance_check(std::int64_t job_id) {
@@ -788,7 +852,6 @@ void Scheduler::on_reference_compiled(ActiveJob& job, Result<nlohmann::json> rep
 }
 
 std::size_t Scheduler::batch_size(const ActiveJob& job) const {
-  if (job.plan.kernel.spec.language != Language::cpp) return 1;  // nvrtc compiles one by one
   if (m_settings.serial) return 1;  // one compiler process per config
   const std::size_t size = job.sizer.size();
   return m_settings.compile_ahead > 0 ? std::min(size, m_settings.compile_ahead) : size;
@@ -1525,6 +1588,7 @@ void Scheduler::stop(std::chrono::milliseconds grace, std::function<void()> on_s
     if (job->in_flight == 0) idle_jobs.push_back(id);
   }
   for (const auto& [id, check] : m_checks) {
+    feed_check(id);  // drops the compiles not asked for yet
     m_workers.withdraw(id);
     in_flight += check->in_flight;
   }

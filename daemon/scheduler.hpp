@@ -122,8 +122,10 @@ struct SchedulerSettings {
                                                        std::optional<double> override_s = {});
 
 // A batch of compiles that is not a tune: a compile check (daemon/compile_check.hpp). The
-// scheduler submits every compile as the job's work and reports each reply; the job ends when
-// all are answered (done) or once cancelled and drained (cancelled).
+// scheduler submits the compiles as the job's work, several configs per request as its
+// BatchSizer finds worth it (consecutive compiles that agree on all but their defines share a
+// compiler run, so order them to agree), and reports each compile's reply; the job ends when all
+// are answered (done) or once cancelled and drained (cancelled).
 struct CheckPlan {
   JobRecord record;               // stored (id set); options.priority orders its compiles
   std::vector<nlohmann::json> compiles; // compile jobs (worker op "compile")
@@ -248,6 +250,10 @@ private:
   void start_ready();
   void start_tune(JobPlan plan, std::chrono::steady_clock::time_point queued_at);
   void start_check(CheckPlan plan);
+  // Asks the pool for a check's next compiles, in requests its BatchSizer sizes (§ Batched
+  // compiles); `indices` are sent as one request.
+  void feed_check(std::int64_t job_id);
+  void submit_check(std::int64_t job_id, const std::vector<std::size_t>& indices);
   void finish_stop();
   void advance(std::int64_t job_id);
   void advance_check(std::int64_t job_id);

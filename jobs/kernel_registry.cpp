@@ -480,9 +480,9 @@ Result<CompileJob> make_compile_job(const LoadedKernel& kernel, const Config& co
   job.dtype = kernel.spec.dtype_axis ? dtype : std::string();
   job.extra_flags = kernel.spec.flags;
   job.removed_flags = kernel.spec.flags_remove;
-  if (kernel.spec.language == Language::cpp) {
-    job.entry = kernel.spec.entry;
-    if (kernel.spec.signature) job.shim = host_shim_source(*kernel.spec.signature, kernel.spec.args);
+  job.entry = kernel.spec.entry;
+  if (kernel.spec.language == Language::cpp && kernel.spec.signature) {
+    job.shim = host_shim_source(*kernel.spec.signature, kernel.spec.args);
   }
   job.source_hash = kernel.source_hash;
   job.cache_dir = cache_dir;

@@ -103,9 +103,10 @@ private:
                                                const std::string& kernel_dir = {});
 
 // The compile job for one config of a family: defines = the config, dtype (none for a family
-// without a dtype axis), the spec's flags, include dir = the family's directory, and for a cpp
-// family its entry and, with a signature, the typed entry's shim. Errors: bad_dtype when the
-// family does not declare it.
+// without a dtype axis), the spec's flags, include dir = the family's directory, its entry
+// (which the compilers rename after the cache key where configs may share a unit) and, for a
+// cpp family with a signature, the typed entry's shim. Errors: bad_dtype when the family does
+// not declare it.
 [[nodiscard]] Result<CompileJob> make_compile_job(const LoadedKernel& kernel, const Config& config,
                                                   const std::string& dtype,
                                                   const std::string& cache_dir);

@@ -252,23 +252,23 @@ private:
   }
 
   // {"jobs":[CompileJob..]} -> {"outcomes":[CompileOutcome..]} in job order: the host jobs
-  // through HostCompiler::compile_batch, the CUDA jobs one by one.
+  // through HostCompiler::compile_batch, the CUDA jobs through NvrtcCompiler::compile_batch.
   std::string compile_batch(const json& id, const json& request) {
     auto jobs = batch_jobs(request);
     if (!jobs) return error_reply(id, jobs.error().code, jobs.error().message);
     std::vector<json> outcomes(jobs->size());
-    std::vector<CompileJob> host_jobs;
-    std::vector<std::size_t> host_index;
+    std::vector<CompileJob> host_jobs, cuda_jobs;
+    std::vector<std::size_t> host_index, cuda_index;
     for (std::size_t i = 0; i < jobs->size(); ++i) {
       CompileJob& job = (*jobs)[i];
-      if (job.language != "cuda") {
-        host_index.push_back(i);
-        host_jobs.push_back(std::move(job));
-        continue;
-      }
-      auto outcome = compile_one(job);
-      if (!outcome) return error_reply(id, outcome.error().code, outcome.error().message);
-      outcomes[i] = outcome->to_json();
+      const bool cuda = job.language == "cuda";
+      (cuda ? cuda_index : host_index).push_back(i);
+      (cuda ? cuda_jobs : host_jobs).push_back(std::move(job));
+    }
+    if (!cuda_jobs.empty()) {
+      auto built = compile_cuda(cuda_jobs);
+      if (!built) return error_reply(id, built.error().code, built.error().message);
+      for (std::size_t k = 0; k < built->size(); ++k) outcomes[cuda_index[k]] = (*built)[k].to_json();
     }
     const auto built = m_compiler->compile_batch(host_jobs);
     for (std::size_t k = 0; k < built.size(); ++k) outcomes[host_index[k]] = built[k].to_json();
@@ -298,20 +298,29 @@ private:
     return jobs;
   }
 
-  // A CUDA job goes to nvrtc (created on first use), any other to the host compiler. Errors:
-  // no_device when nvrtc cannot be loaded or this worker has no CUDA backend.
+  // A CUDA job goes to nvrtc, any other to the host compiler. Errors: compile_cuda's.
   Result<CompileOutcome> compile_one(const CompileJob& job) {
     if (job.language != "cuda") return m_compiler->compile(job);
+    auto built = compile_cuda({job});
+    if (!built) return built.error();
+    return std::move(built->front());
+  }
+
+  // CUDA jobs through nvrtc (created on first use), one outcome per job. Errors: no_device when
+  // nvrtc cannot be loaded or this worker has no CUDA backend.
+  Result<std::vector<CompileOutcome>> compile_cuda(const std::vector<CompileJob>& jobs) {
 #ifdef KTUNE_HAVE_CUDA
     if (!m_nvrtc) {
       auto created = NvrtcCompiler::create();
       if (!created) return created.error();
       m_nvrtc = std::move(created).value();
     }
-    return m_nvrtc->compile(job);
+    std::vector<CompileOutcome> outcomes;
+    for (auto& result : m_nvrtc->compile_batch(jobs)) outcomes.push_back(std::move(result.outcome));
+    return outcomes;
 #else
     return make_error(protocol::code::no_device,
-                      "kernel '" + job.kernel +
+                      "kernel '" + jobs.front().kernel +
                           "' is CUDA, and this ktune-worker was built without the CUDA backend "
                           "(no CUDA toolkit at configure time)");
 #endif

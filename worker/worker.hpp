@@ -32,9 +32,10 @@
 //   a reply after which the worker exits carries "exiting":true next to "ok" (today: a CUDA
 //   bench reply whose outcome has "context_lost":true); the daemon must send nothing more.
 //
-// compile_batch: the host (cpp) jobs go to HostCompiler::compile_batch, which compiles configs of
-// one source together where it can (compiler/host_compiler.hpp); CUDA jobs are compiled one by
-// one. Its errors are compile's; a malformed job is named by its index ("jobs[2]: ...").
+// compile_batch: the host (cpp) jobs go to HostCompiler::compile_batch and the CUDA jobs to
+// NvrtcCompiler::compile_batch, each of which compiles configs of one source together where it
+// can (compiler/host_compiler.hpp, compiler/nvrtc_compiler.hpp). Its errors are compile's; a
+// malformed job is named by its index ("jobs[2]: ...").
 //
 // CUDA: a compile job with language "cuda" goes to NvrtcCompiler, a bench job carrying "launch"
 // to CudaRunner on device job.cuda_device; both are created on first use. Their setup failures

@@ -1,8 +1,10 @@
 // The CUDA kernel families in kernels_src/cuda: specs load, spaces are as large as promised, a
 // sample of admitted configs compiles for sm_90 (`ktune compile-check` compiles all of them), and
-// on a GPU every family's default config computes what a plain host loop computes.
+// on a GPU every family's default config computes what a plain host loop computes, also as one
+// of several renamed kernels of a batched module.
 #include "tests/support/paths.hpp"
 #include "bench/cuda_device.hpp"
+#include "bench/cuda_runner.hpp"
 #include "jobs/cuda_launch.hpp"
 #include "bench/host_buffers.hpp"
 #include "bench/runner.hpp"
@@ -110,7 +112,8 @@ TEST_CASE("CUDA families: specs, spaces and a compiled sample", "[cuda]") {
       INFO(result.outcome.log);
       REQUIRE(result.outcome.status == CandidateStatus::ok);
       REQUIRE(result.kernels.size() == 1);
-      CHECK(result.kernels[0].name == kernel.spec.entry);
+      CHECK(result.kernels[0].name == result.outcome.entry_symbol);
+      CHECK(result.outcome.entry_symbol.rfind(kernel.spec.entry + "_k", 0) == 0);
       CHECK(result.kernels[0].shared_bytes <= 48 * 1024);
       CHECK(result.kernels[0].registers > 0);
     }
@@ -253,6 +256,7 @@ TEST_CASE("CUDA families: default and sampled configs match a host computation",
       auto job =
           make_bench_job(kernel.spec, shape, config, "f32", compiled.artifact_path, "", MeasureSettings{});
       REQUIRE(job.ok());
+      use_compiled_entries(*job, compiled.entry_symbol, "");
       auto launch = make_cuda_launch(kernel.spec, shape, config);
       REQUIRE(launch.ok());
       std::vector<std::vector<double>> inputs;
@@ -271,6 +275,77 @@ TEST_CASE("CUDA families: default and sampled configs match a host computation",
         }
         INFO(job->args[i].name << "[" << first << "]: got " << got[i][first] << ", expected "
                                << expected[i][first]);
+        CHECK(wrong == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("a batched module's renamed kernels launch and pass their checks", "[cuda][gpu]") {
+  test::require_cuda_device();
+  auto driver = cuda::load_driver();
+  REQUIRE(driver.ok());
+  auto props = query_cuda_device(0);
+  REQUIRE(props.ok());
+  auto runner = CudaRunner::create(0);
+  REQUIRE(runner.ok());
+  test::TempDir dir;
+  auto compiler = NvrtcCompiler::create();
+  REQUIRE(compiler.ok());
+  MeasureSettings quick;
+  quick.min_samples = 3;
+  quick.max_samples = 5;
+  quick.min_time_s = 0;
+  quick.max_time_s = 0.2;
+  quick.warmup_ms = 1;
+
+  for (const Family& family : k_families) {
+    const LoadedKernel kernel = load(family.name);
+    const Shape shape = shape_of(family.small_shape);
+    auto space = ParamSpace::create(kernel.spec, shape);
+    REQUIRE(space.ok());
+    auto configs = space->enumerate();
+    REQUIRE(configs.ok());
+    const std::vector<Config> sample = spread(*configs, 6);
+    const auto job_of = [&](const Config& config) {
+      auto job = make_compile_job(kernel, config, "f32", (dir.path() / "cache").string());
+      REQUIRE(job.ok());
+      job->arch = cuda_arch(props->cc_major, props->cc_minor);
+      return *job;
+    };
+    std::vector<CompileJob> jobs;
+    for (const Config& config : sample) jobs.push_back(job_of(config));
+    const auto batch = (*compiler)->compile_batch(jobs);
+    const CompileOutcome reference = (*compiler)->compile(job_of(kernel.spec.default_config));
+    INFO(reference.log);
+    REQUIRE(reference.status == CandidateStatus::ok);
+
+    for (std::size_t c = 0; c < sample.size(); ++c) {
+      const CompileOutcome& compiled = batch[c].outcome;
+      INFO("family " << family.name << " at " << family.small_shape << " config "
+                     << config_to_string(sample[c]) << "\n" << compiled.log);
+      REQUIRE(compiled.status == CandidateStatus::ok);
+      CHECK(compiled.batch_size == static_cast<int>(sample.size()));
+      auto job = make_bench_job(kernel.spec, shape, sample[c], "f32", compiled.artifact_path,
+                                reference.artifact_path, quick);
+      REQUIRE(job.ok());
+      use_compiled_entries(*job, compiled.entry_symbol, reference.entry_symbol);
+      // The runner's own check against the reference, then the outputs against the host's.
+      const CudaRunOutcome run = (*runner)->run_job(*job);
+      INFO(run.outcome.reason);
+      CHECK(run.outcome.status == CandidateStatus::ok);
+      auto launch = make_cuda_launch(kernel.spec, shape, sample[c]);
+      REQUIRE(launch.ok());
+      std::vector<std::vector<double>> inputs;
+      const auto got = run_once(*driver.value(), compiled.artifact_path, *job, *launch, inputs);
+      const Outputs expected = host_reference(family.name, shape, inputs);
+      for (std::size_t i = 0; i < expected.size(); ++i) {
+        if (expected[i].empty()) continue;
+        REQUIRE(got[i].size() == expected[i].size());
+        std::size_t wrong = 0;
+        for (std::size_t e = 0; e < expected[i].size(); ++e) {
+          if (!(std::abs(got[i][e] - expected[i][e]) <= 1e-4 + 1e-4 * std::abs(expected[i][e]))) ++wrong;
+        }
         CHECK(wrong == 0);
       }
     }

@@ -233,3 +233,42 @@ TEST_CASE("nvrtc options", "[cuda]") {
   CHECK_FALSE(is_cuda_arch("sm_"));
   CHECK_FALSE(is_cuda_arch("sm_90x"));
 }
+
+TEST_CASE("the toolkit's CCCL headers (<cuda/std/...>, CUB) are found", "[cuda]") {
+  test::TempDir dir;
+  auto compiler = make_compiler();
+  CompileJob job = scale_job(dir, "sm_90");
+  job.source_path = dir.write("cccl/kernel.cu",
+                              "#include <cuda/std/type_traits>\n"
+                              "#include <cub/warp/warp_reduce.cuh>\n"
+                              "static_assert(cuda::std::is_same_v<KTUNE_DTYPE, float>, \"f32\");\n"
+                              "extern \"C\" __global__ void scale(KTUNE_DTYPE* x, int n) {\n"
+                              "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                              "  if (i < n) x[i] *= FACTOR;\n"
+                              "}\n")
+                        .string();
+  job.source_hash = "hash-of-cccl";
+  const CompileOutcome outcome = compiler->compile(job);
+  INFO(outcome.log);
+  CHECK(outcome.status == CandidateStatus::ok);
+}
+
+TEST_CASE("f16 and bf16 jobs get their type's header without including it", "[cuda]") {
+  test::TempDir dir;
+  auto compiler = make_compiler();
+  for (const auto& [dtype, convert] : {std::pair{"f16", "__float2half"}, std::pair{"bf16", "__float2bfloat16"}}) {
+    INFO(dtype);
+    CompileJob job = scale_job(dir, "sm_90");
+    job.dtype = dtype;
+    job.source_path = dir.write(std::string(dtype) + "/kernel.cu",
+                                std::string("extern \"C\" __global__ void scale(KTUNE_DTYPE* x, int n) {\n"
+                                            "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                            "  if (i < n) x[i] = x[i] * ") +
+                                    convert + "(1.0f * FACTOR);\n}\n")
+                          .string();
+    job.source_hash = std::string("hash-of-") + dtype;
+    const CompileOutcome outcome = compiler->compile(job);
+    INFO(outcome.log);
+    CHECK(outcome.status == CandidateStatus::ok);
+  }
+}

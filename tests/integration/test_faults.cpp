@@ -5,6 +5,7 @@
 #include "tests/support/paths.hpp"
 #include "client/client.hpp"
 #include "db/store.hpp"
+#include "tests/cuda/skip.hpp"
 #include "tests/integration/daemon_process.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -199,3 +200,38 @@ TEST_CASE("a candidate that writes past its output is blamed alone: the stencil 
     CHECK(job.at("winner").at("config").at("TX") != 256);
   }
 }
+
+TEST_CASE("a CUDA config that does not compile fails alone in a compile check's batches",
+          "[integration][faults]") {
+  TempDir home;
+  home.write("ktuned.toml", k_config);
+  DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
+                                    "--kernel-dir", ktune::test::source_path("/tests/faults")});
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto conn = Connection::connect(daemon.socket());
+  REQUIRE(conn.ok());
+  Connection& c = *conn;
+  if (!ok_result(c, {{"op", "kernels"}}).value("cuda_backend", false)) {
+    ktune::test::skip_test("ktune is built without the CUDA backend");
+  }
+  const json check = ok_result(c, {{"op", "compile_check"}, {"kernel", "cuda_compile_error"},
+                                   {"arch", {"sm_80", "sm_90"}}, {"shape", "N=4096"}},
+                               k_tune_timeout);
+  INFO(check.dump());
+  CHECK(check["compiled"] == 24);
+  CHECK(check["errors"] == 2);
+  int batched = 0;
+  for (const auto& row : check["rows"]) {
+    INFO(row.dump());
+    if (row["config"]["P"] == 7) {
+      CHECK(row["status"] == "compile_error");
+      CHECK_THAT(row["message"].get<std::string>(), Catch::Contains("on purpose"));
+    } else {
+      CHECK(row["status"] == "ok");
+      CHECK(row["registers"].get<int>() > 0);
+      if (row["batch_size"].get<int>() > 1) ++batched;
+    }
+  }
+  CHECK(batched > 0);  // the sizer moved on from single compiles
+}
+

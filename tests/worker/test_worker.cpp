@@ -697,7 +697,7 @@ TEST_CASE("A CUDA bench worker names the lane's device, which it sees as ordinal
   }
 }
 
-TEST_CASE("compile_batch compiles its CUDA jobs one by one, in job order with the host jobs",
+TEST_CASE("compile_batch compiles its CUDA jobs together, in job order with the host jobs",
           "[worker][batch]") {
   if (auto nvrtc = ktune::NvrtcCompiler::create(); !nvrtc) {
     ktune::test::skip_test("nvrtc cannot be loaded: " + nvrtc.error().message);
@@ -712,12 +712,15 @@ TEST_CASE("compile_batch compiles its CUDA jobs one by one, in job order with th
                          .string();
   cuda.defines = {{"FACTOR", 3}};
   cuda.dtype = "f32";
+  cuda.entry = "scale";
   cuda.source_hash = "scale";
   cuda.cache_dir = (dir.path() / "cache").string();
   cuda.arch = "sm_80";
   json jobs = json::array({host.to_json(), cuda.to_json()});
   host.defines = {{"VALUE", 4}};
+  cuda.defines = {{"FACTOR", 5}};
   jobs.push_back(host.to_json());
+  jobs.push_back(cuda.to_json());
 
   auto worker = WorkerProcess::with_role("compile");
   (void)worker.read_json();
@@ -725,11 +728,14 @@ TEST_CASE("compile_batch compiles its CUDA jobs one by one, in job order with th
   INFO(reply.dump());
   REQUIRE(reply["ok"] == true);
   const json& outcomes = reply["outcome"]["outcomes"];
-  REQUIRE(outcomes.size() == 3);
+  REQUIRE(outcomes.size() == 4);
   for (const auto& item : outcomes) CHECK(item["status"] == "ok");
-  CHECK(outcomes[1]["batch_size"] == 1);  // nvrtc: alone
-  CHECK(outcomes[1]["entry_symbol"] == "");
-  CHECK_THAT(outcomes[1]["artifact_path"].get<std::string>(), Catch::EndsWith(".cubin"));
+  for (const std::size_t i : {1, 3}) {  // the two CUDA configs, in one nvrtc program
+    CHECK(outcomes[i]["batch_size"] == 2);
+    CHECK_THAT(outcomes[i]["entry_symbol"].get<std::string>(), Catch::StartsWith("scale_k"));
+    CHECK_THAT(outcomes[i]["artifact_path"].get<std::string>(), Catch::EndsWith(".cubin"));
+  }
+  CHECK(outcomes[1]["entry_symbol"] != outcomes[3]["entry_symbol"]);
   CHECK(outcomes[0]["batch_size"] == 2);  // the two host configs, together
   CHECK(outcomes[2]["batch_size"] == 2);
 }
