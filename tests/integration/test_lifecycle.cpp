@@ -294,7 +294,13 @@ TEST_CASE("SIGTERM interrupts a running job and the next start resumes it",
 
 TEST_CASE("a resumed job runs with the options it was asked with", "[integration][lifecycle]") {
   TempDir home;
-  home.write("ktuned.toml", "[daemon]\nstop_grace_s = 5\n" + k_tiny_measure);
+  // Each candidate measures for at least 5 ms: the second job's compiles are all cached, and
+  // with tiny measurements its 35 candidates could all be stored between the poll that saw two
+  // done and the SIGTERM, leaving nothing to resume.
+  std::string measure = k_tiny_measure;
+  const std::string tiny = "max_time_s = 0.01\nmin_time_s = 0\n";
+  measure.replace(measure.find(tiny), tiny.size(), "max_time_s = 0.02\nmin_time_s = 0.005\n");
+  home.write("ktuned.toml", "[daemon]\nstop_grace_s = 5\n" + measure);
   std::int64_t first = 0;
   const std::int64_t again = interrupt_job(home, [&](Connection& c) {
     first = tune_reduce(c, false).at("job").get<std::int64_t>();
