@@ -583,19 +583,11 @@ int daemon_start(const GlobalOptions& global, const DaemonStartOptions& options,
   auto exe = daemon_executable();
   if (!exe) return report(io, exe.error(), socket);
 
-  std::error_code ec;
-  std::filesystem::create_directories(paths.log_dir, ec);
-  if (ec)
-    return report(io, make_error("io_error", "cannot create the log directory " + paths.log_dir +
-                                                 ": " + ec.message()),
-                  socket);
-  const std::string log_path = paths.log_dir + "/ktuned.log";
-  UniqueFd opened(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-  if (opened.get() < 0)
-    return report(io, make_error("io_error", "cannot open the log " + log_path + ": " +
-                                                 std::strerror(errno)),
-                  socket);
-  auto log = raise_fd(std::move(opened), "log file descriptor");
+  // The state and log directories 0700 whatever the umask, the log never through a link.
+  std::string log_path;
+  auto opened = open_daemon_log(paths, log_path);
+  if (!opened) return report(io, opened.error(), socket);
+  auto log = raise_fd(std::move(*opened), "log file descriptor");
   if (!log) return report(io, log.error(), socket);
 
   std::vector<std::string> args{*exe, "--ready-fd", std::to_string(k_ready_fd)};

@@ -3,6 +3,7 @@
 #include "core/hash.hpp"
 #include "core/protocol.hpp"
 #include "cuda/cuda_api.hpp"
+#include "jobs/artifact_cache.hpp"
 
 #include <unistd.h>
 
@@ -92,42 +93,6 @@ private:
   nvrtcProgram m_program = nullptr;
 };
 
-// Writes `bytes` to a unique temp file next to `final_path` and renames it into place.
-Result<void> write_atomically(const std::string& final_path, const std::string& bytes) {
-  const fs::path dir = fs::path(final_path).parent_path();
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return make_error("io_error", "cannot create cache directory " + dir.string() + ": " + ec.message());
-  std::string tmp_path = final_path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp_path.data());
-  if (fd < 0) {
-    return make_error("io_error", "cannot create a temp file in " + dir.string() + ": " + std::strerror(errno));
-  }
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp_path.c_str());
-      return make_error("io_error", "cannot write " + tmp_path + ": " + std::strerror(err));
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp_path.c_str());
-    return make_error("io_error", "cannot write " + tmp_path + ": " + std::strerror(err));
-  }
-  if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp_path.c_str());
-    return make_error("io_error", "cannot rename " + tmp_path + " to " + final_path + ": " + std::strerror(err));
-  }
-  return {};
-}
-
 } // namespace
 
 nlohmann::json NvrtcCompileResult::to_json() const {
@@ -139,7 +104,7 @@ nlohmann::json NvrtcCompileResult::to_json() const {
 }
 
 std::string cuda_artifact_path(const std::string& cache_dir, const std::string& key) {
-  return (fs::path(cache_dir) / key.substr(0, 2) / (key + ".cubin")).string();
+  return artifact_path(cache_dir, key, ".cubin");
 }
 
 Result<std::string> cuda_dtype_c_type(std::string_view dtype) {
@@ -265,20 +230,20 @@ NvrtcCompileResult NvrtcCompiler::compile_with_resources(const CompileJob& job) 
   }
 
   const std::string final_path = cuda_artifact_path(job.cache_dir, outcome.cache_key);
-  std::error_code ec;
-  if (fs::is_regular_file(final_path, ec)) {
-    if (const auto cached = read_file(final_path)) {
-      if (auto kernels = cuda::read_cubin_kernels(*cached)) {
-        outcome.status = CandidateStatus::ok;
-        outcome.artifact_path = final_path;
-        outcome.cached = true;
-        result.kernels = std::move(kernels).value();
-        summarize_resources(outcome, result.kernels);
-        return result;
-      }
-    }
-    // Not a readable CUBIN: compiled again below and replaced.
+  // A hit only when the CUBIN matches the content hash recorded with its key
+  // (jobs/artifact_cache.hpp); anything else is compiled again and replaced.
+  std::string cached;
+  if (const ArtifactCheck check = verify_artifact(final_path, &cached); !check.ok()) {
+    if (check.state != ArtifactState::missing) outcome.repaired = check.reason;
+  } else if (auto kernels = cuda::read_cubin_kernels(cached)) {
+    outcome.status = CandidateStatus::ok;
+    outcome.artifact_path = final_path;
+    outcome.cached = true;
+    result.kernels = std::move(kernels).value();
+    summarize_resources(outcome, result.kernels);
+    return result;
   }
+  // Missing, failed its check, or not a readable CUBIN: compiled again below and replaced.
 
   const auto source = read_file(job.source_path);
   if (!source) {
@@ -328,7 +293,7 @@ NvrtcCompileResult NvrtcCompiler::compile_with_resources(const CompileJob& job) 
                                         job.kernel + "': " + kernels.error().message + "\n" + log);
     return result;
   }
-  if (auto written = write_atomically(final_path, cubin); !written) {
+  if (auto written = store_artifact(final_path, cubin); !written) {
     outcome = failure(std::move(outcome), written.error().message);
     return result;
   }

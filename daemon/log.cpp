@@ -47,7 +47,7 @@ void rotate_locked(Rotation& r) {
       ::rename((path + "." + std::to_string(i)).c_str(), (path + "." + std::to_string(i + 1)).c_str());
     }
     ::rename(path.c_str(), (path + ".1").c_str());
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return; // keep writing to the renamed file rather than lose the log
     ::dup2(fd, STDERR_FILENO);
     ::close(fd);

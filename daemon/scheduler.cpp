@@ -776,6 +776,10 @@ void Scheduler::on_reference_compiled(ActiveJob& job, Result<nlohmann::json> rep
                   "): " + first_error_line(outcome->log));
     return;
   }
+  if (!outcome->repaired.empty()) {
+    KTUNE_LOG(warn) << "job " << job.plan.record.id << ": compiled " << name << " again: "
+                    << outcome->repaired;
+  }
   KTUNE_LOG(info) << "job " << job.plan.record.id << ": " << name << " compiled in "
                   << outcome->compile_ms << " ms" << (outcome->cached ? " (cached)" : "");
   ++(outcome->cached ? m_counters.compile_cache_hits : m_counters.compile_cache_misses);
@@ -914,6 +918,10 @@ void Scheduler::on_batch_compiled(ActiveJob& job, const std::vector<std::size_t>
 
 void Scheduler::on_outcome(ActiveJob& job, std::size_t index, const CompileOutcome& outcome) {
   if (!outcome.cached) ++job.timing.compiles;
+  if (!outcome.repaired.empty()) {
+    KTUNE_LOG(warn) << "job " << job.plan.record.id << ": compiled "
+                    << config_to_string(job.plan.configs[index]) << " again: " << outcome.repaired;
+  }
   ++(outcome.cached ? m_counters.compile_cache_hits : m_counters.compile_cache_misses);
   if (!outcome.infra.empty()) {
     // The host's failure, not the candidate's: never recorded (a later job compiles it again).
@@ -1042,6 +1050,10 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
                          candidate.compile_ms));
     return;
   }
+  if (!outcome->infra.empty()) {
+    on_bench_infra(job, candidate, outcome->infra, outcome->infra_artifact);
+    return;
+  }
   ResultRecord r;
   r.status = outcome->status;
   r.reason = outcome->reason;
@@ -1058,6 +1070,20 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
   if (r.status != CandidateStatus::ok) r.log = stderr_tail;
   if (r.status == CandidateStatus::ok) job.artifacts[candidate.index] = candidate;
   record(job, candidate.index, std::move(r));
+}
+
+void Scheduler::on_bench_infra(ActiveJob& job, const Compiled& candidate, const std::string& infra,
+                               const std::string& artifact) {
+  const std::string name = config_to_string(job.plan.configs[candidate.index]);
+  if (++job.infra_attempts[candidate.index] >= k_infra_attempts) {
+    fail(job, "the host failed, not the candidates: " + infra + " (measuring " + name +
+                  ", twice); the configs not measured are not recorded and run in a later job");
+    return;
+  }
+  KTUNE_LOG(warn) << "job " << job.plan.record.id << ": " << name << ": " << infra
+                  << "; compiling it again";
+  if (!artifact.empty() && artifact == job.reference_path) job.reference = ReferenceState::pending;
+  job.to_compile.push_back(candidate.index);
 }
 
 // One finalist measured in one round. A finalist that fails a round leaves the finals (its first

@@ -301,7 +301,9 @@ Result<Store> Store::open(const std::string& path, OpenMode mode) {
   }
 
   sqlite3* handle = nullptr;
-  const int flags = (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+  // The daemon's file is never reached through a link (ktuned opened it O_NOFOLLOW already).
+  const int flags = (read_only ? SQLITE_OPEN_READONLY
+                               : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW) |
                     SQLITE_OPEN_NOMUTEX;
   const int rc = sqlite3_open_v2(path.c_str(), &handle, flags, nullptr);
   Connection connection(handle);
@@ -378,7 +380,8 @@ Store::Store(Store&& other) noexcept
       m_mode(other.m_mode),
       m_path(std::move(other.m_path)),
       m_schema_version(other.m_schema_version),
-      m_statements(std::move(other.m_statements)) {}
+      m_statements(std::move(other.m_statements)),
+      m_write_check(std::move(other.m_write_check)) {}
 
 Store& Store::operator=(Store&& other) noexcept {
   if (this != &other) {
@@ -388,6 +391,7 @@ Store& Store::operator=(Store&& other) noexcept {
     m_path = std::move(other.m_path);
     m_schema_version = other.m_schema_version;
     m_statements = std::move(other.m_statements);
+    m_write_check = std::move(other.m_write_check);
   }
   return *this;
 }
@@ -406,11 +410,35 @@ void Store::set_busy_timeout(std::chrono::milliseconds timeout) {
 }
 
 bool is_transient(const Error& error) {
-  return error.code == "db_busy" || error.code == "db_full" || error.code == "db_io";
+  return error.code == "db_busy" || error.code == "db_full" || error.code == "db_io" ||
+         error.code == "db_gone";
+}
+
+Result<void> Store::verify(Verify depth) const {
+  const std::string_view op = depth == Verify::full ? "integrity_check" : "quick_check";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(
+      db, op, depth == Verify::full ? "PRAGMA integrity_check(5)" : "PRAGMA quick_check(5)");
+  const auto corrupt = [&](const std::string& findings) {
+    return make_error("db_corrupt", "the database " + m_path + " is damaged (SQLite's " +
+                                        std::string(op) + ": " + findings + ")");
+  };
+  if (!statement) return corrupt(statement.error().message);
+  std::string findings;
+  for (;;) {
+    const int rc = statement->step();
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) return corrupt(db.error(op).message);
+    const std::string line = statement->column_text(0);
+    if (line == "ok") return {};
+    findings += (findings.empty() ? "" : "; ") + line;
+  }
+  if (findings.empty()) return {};
+  return corrupt(findings);
 }
 
 Result<void> Store::require_writable(std::string_view op) const {
-  if (m_mode == OpenMode::read_write) return {};
+  if (m_mode == OpenMode::read_write) return m_write_check ? m_write_check() : Result<void>{};
   return DbRef{m_db, m_path}.error(op, "the store is open read-only (only ktuned writes)");
 }
 

@@ -114,7 +114,9 @@ struct WinnerRecord {
 };
 
 // Whether a store error passes by itself: the database is locked by another process ("db_busy"),
-// the disk is full ("db_full") or failing ("db_io"). A writer waits these out; other errors are final.
+// the disk is full ("db_full") or failing ("db_io"), or its file is no longer at its path
+// ("db_gone": deleted or replaced; writes wait until it is back). A writer waits these out; other
+// errors are final.
 [[nodiscard]] bool is_transient(const Error& error);
 
 class Store {
@@ -135,6 +137,15 @@ public:
   void set_busy_timeout(std::chrono::milliseconds timeout);
   [[nodiscard]] OpenMode mode() const { return m_mode; }
   [[nodiscard]] const std::string& path() const { return m_path; }
+  // Called before every write (read_write only): an error stops the write and is returned in its
+  // place (ktuned checks that the path still names the file it opened: daemon/database_file.hpp).
+  void set_write_check(std::function<Result<void>()> check) { m_write_check = std::move(check); }
+
+  // Whether the file is sound: quick: PRAGMA quick_check (every page read once); full: PRAGMA
+  // integrity_check (also every index against its table). Ok, else "db_corrupt" naming the
+  // file and SQLite's first findings (at most 5).
+  enum class Verify { quick, full };
+  [[nodiscard]] Result<void> verify(Verify depth) const;
 
   // Writes (read_write only; on a read-only store they return "db_error").
   // upsert_kernel/upsert_device keep the first created_at/first_seen and replace the rest.
@@ -231,6 +242,7 @@ private:
   std::string m_path;
   int m_schema_version = 0;
   std::unique_ptr<Statements, StatementsDeleter> m_statements;
+  std::function<Result<void>()> m_write_check;
 };
 
 } // namespace ktune

@@ -334,7 +334,9 @@ nlohmann::json BenchOutcome::to_json() const {
               {"pruned", pruned},
               {"stop", stop},
               {"samples_ms", samples_ms},
-              {"retaken", retaken}};
+              {"retaken", retaken},
+              {"infra", infra},
+              {"infra_artifact", infra_artifact}};
 }
 
 Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
@@ -370,6 +372,10 @@ Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
     }
   }
   if (auto r = read_int64(j, "retaken", what, o.retaken); !r) return r.error();
+  if (auto r = read_string(j, "infra", what, o.infra, Presence::optional); !r) return r.error();
+  if (auto r = read_string(j, "infra_artifact", what, o.infra_artifact, Presence::optional); !r) {
+    return r.error();
+  }
   return o;
 }
 

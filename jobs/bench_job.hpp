@@ -134,11 +134,18 @@ struct BenchOutcome {
   bool pruned = false;         // sampling stopped early: slower than BenchJob::prune_above_ms
   std::string stop;            // why sampling ended (SampleStop: converged, settled, capped, pruned)
   std::int64_t retaken = 0;    // samples dropped as preempted and taken again (bench/sampler.hpp)
+  // The host's failure, not the candidate's: an artifact of the compile cache failed its check
+  // before it was loaded (jobs/artifact_cache.hpp): why, and the path of that artifact (the
+  // candidate's or the reference's). Nothing was measured; the daemon compiles it again and
+  // never records the outcome. Empty otherwise.
+  std::string infra;
+  std::string infra_artifact;
 
   // {"status":"ok","reason":"","stats":{"n":..,"min_ms":..,"max_ms":..,"median_ms":..,
   //  "mean_ms":..,"stddev_ms":..,"q1_ms":..,"q3_ms":..},"gflops":..,"gbps":..,
   //  "registers":-1,"spills":-1,"shared_bytes":-1,"pruned":false,"stop":"converged",
-  //  "retaken":0,"samples_ms":[..]} (the last seven optional: -1, false, "", 0, [])
+  //  "retaken":0,"samples_ms":[..],"infra":"","infra_artifact":""} (the last nine optional:
+  //  -1, false, "", 0, [], "")
   [[nodiscard]] nlohmann::json to_json() const;
   // Errors: "bad_request" naming the field; status must be a known candidate status.
   [[nodiscard]] static Result<BenchOutcome> from_json(const nlohmann::json& j);
