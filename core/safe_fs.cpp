@@ -222,7 +222,8 @@ Result<UniqueFd> SafeDir::open_file(std::string_view name, int flags, FileCreate
                                     mode_t mode) const {
   const std::string path = file_path(name);
   if (!plain_name(name)) return make_error("io_error", "not a plain file name: " + path);
-  flags |= O_NOFOLLOW | O_CLOEXEC;
+  // O_NONBLOCK: a FIFO put here is refused below instead of blocking the open.
+  flags |= O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
   if (create == FileCreate::new_only) flags |= O_CREAT | O_EXCL;
   if (create == FileCreate::either) flags |= O_CREAT;
   const std::string leaf(name);
@@ -238,6 +239,10 @@ Result<UniqueFd> SafeDir::open_file(std::string_view name, int flags, FileCreate
   if (::fstat(fd.get(), &st) != 0) return io_error("cannot inspect", path, errno);
   if (!S_ISREG(st.st_mode)) {
     return make_error(k_unsafe_path, "refusing " + path + ": not a regular file");
+  }
+  if (::fcntl(fd.get(), F_SETFL, flags & ~(O_NONBLOCK | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC |
+                                           O_TRUNC | O_ACCMODE)) != 0) {
+    return io_error("cannot set the flags of", path, errno);
   }
   if (st.st_uid != ::geteuid()) {
     return make_error(k_unsafe_path, "refusing " + path + ": it is owned by " +

@@ -32,7 +32,15 @@ Result<std::string> read_marker(const SafeDir& dir, const std::string& marker) {
   return text.empty() ? std::string("(empty marker)") : text;
 }
 
-std::string restore_advice(const std::string& path, const std::string& marker_path) {
+// Ok when `name` is absent from `dir` or a regular file of ours. Errors: unsafe_path.
+Result<void> plain_or_absent(const SafeDir& dir, const std::string& name) {
+  if (!dir.contains(name)) return {};
+  auto fd = dir.open_file(name, O_RDONLY, FileCreate::existing);
+  if (!fd) return fd.error();
+  return {};
+}
+
+std::string restore_advice(const std::string& marker_path) {
   return "restore it (a copy made by `ktune db backup`, or the file moved back), or, to start "
          "with an empty database and no history, remove " + marker_path +
          " and start ktuned again";
@@ -66,6 +74,10 @@ Result<DatabaseFile> DatabaseFile::open(const SafeDir& dir, const std::string& n
   const std::string marker_path = dir.file_path(file.m_marker);
   auto marker = read_marker(dir, file.m_marker);
   if (!marker) return marker.error();
+  // SQLite opens its own files next to the database by name; none of them may be a link.
+  for (const char* suffix : {"-wal", "-shm", "-journal", "-spill"}) {
+    if (auto safe = plain_or_absent(dir, name + suffix); !safe) return safe.error();
+  }
 
   Result<UniqueFd> fd = make_error("io_error", "not opened");
   if (dir.contains(name)) {
@@ -75,7 +87,7 @@ Result<DatabaseFile> DatabaseFile::open(const SafeDir& dir, const std::string& n
       return make_error(k_database_missing,
                         "the database " + file.m_path + " is missing, but one was there before (" +
                             marker_path + " says " + *marker + "): it was deleted or moved away "
-                            "and its history with it; " + restore_advice(file.m_path, marker_path));
+                            "and its history with it; " + restore_advice(marker_path));
     }
     fd = dir.open_file(name, O_RDWR, FileCreate::new_only);
   }
@@ -103,7 +115,7 @@ Result<DatabaseFile> DatabaseFile::open(const SafeDir& dir, const std::string& n
                       "the database " + file.m_path + " is empty (0 bytes), but a database with "
                       "history was there (" + marker_path + " says " + *marker + "): it was "
                       "truncated or replaced by an empty file; " +
-                          restore_advice(file.m_path, marker_path));
+                          restore_advice(marker_path));
   }
   if (!marker->empty() && *marker != "ktune database " + to_string(file.m_id)) {
     file.m_note = "the database " + file.m_path + " is another file than the one ktuned last "
