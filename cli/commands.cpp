@@ -16,6 +16,8 @@
 #include "search/stop_condition.hpp"
 
 #include "cli/autostart.hpp"
+#include "cli/cache_command.hpp"
+#include "cli/db_command.hpp"
 #include "cli/table.hpp"
 #include "client/client.hpp"
 #include "core/paths.hpp"
@@ -1304,6 +1306,10 @@ int run_command(int argc, const char* const* argv, Output& io) {
   add_compare_command(app, compare_command);
   HistoryCommand history_command;
   add_history_command(app, history_command);
+  CacheCommand cache_command;
+  add_cache_command(app, cache_command);
+  DbCommand db_command;
+  add_db_command(app, db_command);
   ReproCommand repro_command;
   add_repro_command(app, repro_command);
   KernelCommands kernel_commands;
@@ -1459,8 +1465,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
              "query, kernels, devices, compile-check, import, sweep, daemon start) starts ktuned\n"
              "when none answers, and says so on stderr; it then exits after 600 s without\n"
              "clients or jobs. `daemon stop`, `daemon status`, `daemon log`, top, export,\n"
-             "compare, history, repro, report and replay never start one. KTUNE_NO_AUTOSTART=1\n"
-             "turns autostart off.\n\n"
+             "compare, history, repro, report, replay, cache and db never start one.\n"
+             "KTUNE_NO_AUTOSTART=1 turns autostart off.\n\n"
              "With --json every command prints one JSON document on stdout, an error too:\n"
              "{\"error\":{\"code\":...,\"message\":...}} with a non-zero exit.\n\nExamples:\n"
              "  ktune daemon start\n"
@@ -1523,6 +1529,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
     if (auto code = run_fleet_commands(fleet_commands, global, io)) return *code;
     if (auto code = run_compare_command(compare_command, global, io)) return *code;
     if (auto code = run_history_command(history_command, global, io)) return *code;
+    if (auto code = run_cache_command(cache_command, io)) return *code;
+    if (auto code = run_db_command(db_command, io)) return *code;
     if (auto code = run_repro_command(repro_command, global, io)) return *code;
     if (auto code = run_kernel_commands(kernel_commands, io)) return *code;
     if (auto code = run_report_command(report_command, io)) return *code;
