@@ -299,8 +299,20 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
                                                     "' must be a positive number of seconds, "
                                                     "found " + it->dump()));
     }
-    // A client may shorten a deadline or lengthen it up to the daemon's limit, never beyond: a
-    // hanging candidate must always be killed ([limits], ktuned.toml).
+    // A client may shorten a deadline down to the daemon's floor or lengthen it up to its
+    // limit, never beyond: a hanging candidate must always be killed, and a deadline no good
+    // config can meet would only fill the job with timeouts ([limits], ktuned.toml).
+    const double floor = i == 0 ? compile_timeout_floor_s(m_ctx.config.compile_timeout_s)
+                                : m_ctx.config.bench_timeout_min_s;
+    if (it->get<double>() < floor) {
+      return fail(make_error(code::bad_request,
+                             std::string("tune: field '") + deadline_fields[i] + "' is " +
+                                 it->dump() + " s, under this ktuned's minimum of " +
+                                 nlohmann::json(floor).dump() + " s (" +
+                                 (i == 0 ? "the smaller of 1 s and [limits] compile_timeout_s"
+                                         : "[limits] bench_timeout_min_s") +
+                                 " in ktuned.toml)"));
+    }
     const double limit = i == 0 ? compile_timeout_limit_s(m_ctx.config.compile_timeout_s)
                                 : m_ctx.config.bench_timeout_max_s;
     if (it->get<double>() > limit) {

@@ -98,10 +98,11 @@ std::string reference_name(const LoadedKernel& kernel) {
 
 std::chrono::milliseconds bench_deadline(const SchedulerSettings& settings,
                                          std::optional<double> override_s) {
-  // A job's own deadline is capped by the daemon's (a job stored by an older ktuned, which did
-  // not refuse 1e308, must not hang a lane either).
+  // A job's own deadline is kept within the daemon's bounds (a job stored by an older ktuned,
+  // which refused neither 1e308 nor 1e-6, must neither hang a lane nor time out every config).
   if (override_s && *override_s > 0) {
-    return seconds_to_ms(std::min(*override_s, std::max(settings.bench_timeout_max_s, 1.0)));
+    return seconds_to_ms(std::clamp(*override_s, settings.bench_timeout_min_s,
+                                    std::max(settings.bench_timeout_max_s, settings.bench_timeout_min_s)));
   }
   if (settings.bench_timeout_s > 0) return seconds_to_ms(settings.bench_timeout_s);
   const double estimate = 2.0 * (settings.measure.warmup_ms / 1000.0 + settings.measure.max_time_s) + 1.0;
@@ -1511,7 +1512,9 @@ void Scheduler::announce_end(std::int64_t job_id, JobState state) {
 std::chrono::milliseconds Scheduler::compile_deadline(const JobRecord& record) const {
   const std::optional<double>& compile_timeout_s = record.options.compile_timeout_s;
   const double seconds = compile_timeout_s && *compile_timeout_s > 0
-                             ? std::min(*compile_timeout_s, compile_timeout_limit_s(m_settings.compile_timeout_s))
+                             ? std::clamp(*compile_timeout_s,
+                                          compile_timeout_floor_s(m_settings.compile_timeout_s),
+                                          compile_timeout_limit_s(m_settings.compile_timeout_s))
                              : m_settings.compile_timeout_s;
   return seconds_to_ms(seconds);
 }

@@ -96,6 +96,13 @@ namespace ktune::daemon {
   return std::max(configured_s, 3600.0);
 }
 
+// The shortest compile deadline a job may ask for: 1 s, or [limits] compile_timeout_s where that
+// is shorter. A request under it is refused (RequestHandler); a stored job's deadline is raised to
+// it (compile_deadline).
+[[nodiscard]] inline double compile_timeout_floor_s(double configured_s) {
+  return std::min(configured_s, 1.0);
+}
+
 struct SchedulerSettings {
   std::string cache_dir;          // compile cache shared by every job
   MeasureSettings measure;        // prune_factor too

@@ -893,9 +893,11 @@ Result<std::set<std::string>> Store::quarantined_configs(const std::string& kern
   constexpr std::string_view op = "quarantined_configs";
   const DbRef db{m_db, m_path};
   auto statement = Statement::prepare(db, op,
-      "SELECT DISTINCT config FROM results WHERE kernel = ?1 AND source_hash = ?2 AND "
-      "fingerprint = ?3 AND job_id != ?4 AND status IN "
-      "('crash', 'timeout', 'compile_timeout', 'worker_lost')");
+      "SELECT DISTINCT r.config FROM results r LEFT JOIN jobs j ON j.id = r.job_id "
+      "WHERE r.kernel = ?1 AND r.source_hash = ?2 AND r.fingerprint = ?3 AND r.job_id != ?4 AND "
+      "(r.status IN ('crash', 'worker_lost') OR "
+      "(r.status = 'timeout' AND j.bench_timeout_s IS NULL) OR "
+      "(r.status = 'compile_timeout' AND j.compile_timeout_s IS NULL))");
   if (!statement) return statement.error();
   statement->bind_text(1, kernel);
   statement->bind_text(2, source_hash);

@@ -215,7 +215,9 @@ public:
 
   // Configs (canonical JSON text) whose result for this kernel source and device fingerprint has
   // status crash, timeout, compile_timeout or worker_lost in any job but `except_job` (0 = none):
-  // the quarantine a new job skips unless it asks to retry them.
+  // the quarantine a new job skips unless it asks to retry them. A timeout (compile_timeout) of a
+  // job that set its own bench (compile) deadline is that job's alone and quarantines nothing:
+  // no client's deadline decides for the others.
   [[nodiscard]] Result<std::set<std::string>> quarantined_configs(const std::string& kernel,
       const std::string& source_hash, const std::string& fingerprint,
       std::int64_t except_job = 0) const;
