@@ -30,6 +30,7 @@ inline constexpr const char* unsupported_version = "unsupported_version";
 inline constexpr const char* unknown_op = "unknown_op";
 inline constexpr const char* unknown_kernel = "unknown_kernel";
 inline constexpr const char* spec_error = "spec_error";
+inline constexpr const char* spec_too_large = "spec_too_large";
 inline constexpr const char* bad_shape = "bad_shape";
 inline constexpr const char* bad_dtype = "bad_dtype";
 inline constexpr const char* unknown_device = "unknown_device";

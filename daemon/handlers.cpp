@@ -95,6 +95,20 @@ RequestHandler::RequestHandler(HandlerContext context)
   }
   m_ctx.scheduler.set_job_end_hook(
       [this](std::int64_t job_id, JobState state) { on_job_end(job_id, state); });
+  // A family edited while ktuned runs is read (parsed, hashed) on the helper thread; lookups
+  // go on from the entry they had meanwhile.
+  m_kernel_cache.set_reload([this](std::string spec_path, std::string kernel_dir,
+                                   KernelCache::Done done) {
+    asio::post(m_offload, [this, spec_path = std::move(spec_path),
+                           kernel_dir = std::move(kernel_dir), done = std::move(done)]() mutable {
+      std::vector<FileStamp> inputs;
+      auto loaded = load_kernel(spec_path, kernel_dir, &inputs);
+      asio::post(m_ctx.io, [done = std::move(done), loaded = std::move(loaded),
+                            inputs = std::move(inputs)]() mutable {
+        done(std::move(loaded), std::move(inputs));
+      });
+    });
+  });
 }
 
 const std::vector<BrokenKernel>& RequestHandler::load_kernels() {

@@ -201,9 +201,7 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   for (const auto& broken : server->m_handler->load_kernels()) {
     KTUNE_LOG(warn) << "kernel family not loaded: " << broken.error.message;
   }
-  for (const auto& dir : server->m_handler->missing_kernel_dirs()) {
-    KTUNE_LOG(warn) << "kernel directory " << dir << " does not exist: no family is loaded from it";
-  }
+  for (const auto& problem : server->m_handler->kernel_dir_problems()) KTUNE_LOG(warn) << problem;
   KTUNE_LOG(debug) << "scanned kernel directories in " << log::elapsed_ms(start) << " ms";
   if (!cfg.table_dirs.empty()) {
     auto watch = TableWatch::create(

@@ -565,7 +565,12 @@ Result<void> Store::set_job_state(std::int64_t job_id, JobState state, const std
   const bool active = state == JobState::queued || state == JobState::running;
   statement->bind_int(1, job_id);
   statement->bind_text(2, to_string(state));
-  statement->bind_text(3, error);
+  // A job's error is a line for people, whatever its cause quoted (a spec, a compiler's output).
+  constexpr std::size_t k_max_job_error = 4096;
+  statement->bind_text(3, error.size() <= k_max_job_error
+                              ? error
+                              : error.substr(0, k_max_job_error) + "... (" +
+                                    std::to_string(error.size()) + " bytes)");
   statement->bind_int(4, starts ? 1 : 0);
   // ?5: 1 = stamp finished_at, 0 = clear it (the job is live again), 2 = keep it.
   statement->bind_int(5, finishes ? 1 : (active ? 0 : 2));

@@ -151,7 +151,7 @@ public:
   // upsert_kernel/upsert_device keep the first created_at/first_seen and replace the rest.
   // update_job_progress/set_job_state on a job id that does not exist return "unknown_job".
   // set_job_state records any state the caller decides (it does not police transitions), replaces
-  // `error` with the given text, sets started_at on the first move to running, sets finished_at
+  // `error` with the given text (clipped to 4 KiB), sets started_at on the first move to running, sets finished_at
   // on a move to done, failed or cancelled and clears it on a move to queued or running.
   [[nodiscard]] Result<void> upsert_kernel(const std::string& name, const std::string& source_hash,
                                            const std::string& spec_text);
