@@ -84,10 +84,15 @@ Result<DatabaseFile> DatabaseFile::open(const SafeDir& dir, const std::string& n
     fd = dir.open_file(name, O_RDONLY, FileCreate::existing);
   } else {
     if (!marker->empty()) {
+      const std::string rescued = name + ".rescued";
+      const std::string saved =
+          dir.contains(rescued) ? "ktuned saved its content in " + dir.file_path(rescued) +
+                                      " when it was deleted: move that to " + file.m_path + "; or "
+                                : std::string();
       return make_error(k_database_missing,
                         "the database " + file.m_path + " is missing, but one was there before (" +
                             marker_path + " says " + *marker + "): it was deleted or moved away "
-                            "and its history with it; " + restore_advice(marker_path));
+                            "and its history with it; " + saved + restore_advice(marker_path));
     }
     fd = dir.open_file(name, O_RDWR, FileCreate::new_only);
   }
@@ -129,13 +134,21 @@ Result<void> DatabaseFile::mark() const {
   return m_dir.write_atomic(m_marker, "ktune database " + to_string(m_id) + "\n");
 }
 
-Result<void> DatabaseFile::check() const {
+bool DatabaseFile::deleted() const {
   struct stat opened {};
-  if (::fstat(m_fd.get(), &opened) == 0 && opened.st_nlink == 0) {
-    return make_error("db_gone", "the database " + m_path + " was deleted while ktuned had it "
-                                 "open; nothing more is written into the deleted file (results "
-                                 "go to the spill journal): stop ktuned and restore the file, or "
-                                 "move it back");
+  return ::fstat(m_fd.get(), &opened) == 0 && opened.st_nlink == 0;
+}
+
+Result<void> DatabaseFile::check() const {
+  if (deleted()) {
+    return make_error("db_gone",
+                      "the database " + m_path + " was deleted while ktuned had it open; nothing "
+                      "more is written into the deleted file (results go to the spill journal " +
+                          m_path + "-spill, replayed at the next start): " +
+                          (m_rescued.empty()
+                               ? std::string("stop ktuned and restore the file")
+                               : "its content was saved in " + m_rescued +
+                                     "; stop ktuned and move that to " + m_path));
   }
   struct stat now {};
   if (::stat(m_path.c_str(), &now) != 0) {

@@ -39,6 +39,11 @@ public:
   // by another file", naming the path and what to do).
   [[nodiscard]] Result<void> check() const;
 
+  // Whether the file opened has no name left (deleted, or another file renamed over it).
+  [[nodiscard]] bool deleted() const;
+  // Where its content was saved after it was deleted; check()'s message names it from then on.
+  void set_rescued(std::string path) { m_rescued = std::move(path); }
+
   [[nodiscard]] const std::string& path() const { return m_path; }
   [[nodiscard]] FileId id() const { return m_id; }
   // A line for the log when the marker named another file (restored from a backup, copied in).
@@ -53,6 +58,7 @@ private:
   SafeDir m_dir;           // where the file and its marker live
   std::string m_marker;    // the marker's name in the directory
   std::string m_note;
+  std::string m_rescued;
 };
 
 // The pid holding an flock on the file (dev, ino), read from /proc/locks; "unknown" when none.

@@ -407,7 +407,8 @@ void Server::watch_database() {
     auto checked = m_db_file->check();
     if (!checked && !m_database_lost) {
       m_database_lost = true;
-      KTUNE_LOG(error) << checked.error().message;
+      if (m_db_file->deleted()) rescue_database();
+      KTUNE_LOG(error) << m_db_file->check().error().message;
       // A write that meets the check stalls the writer: stats and every job say why, new tunes
       // are refused (store_busy) and results go to the spill journal.
       m_scheduler->writer().submit("a check of the database file", [](Store& store) {
@@ -419,6 +420,21 @@ void Server::watch_database() {
     }
     watch_database();
   });
+}
+
+void Server::rescue_database() {
+  const std::string& db = m_db_file->path();
+  std::string path = db + ".rescued";
+  for (int n = 2; ::access(path.c_str(), F_OK) == 0; ++n) path = db + ".rescued." + std::to_string(n);
+  const auto start = std::chrono::steady_clock::now();
+  if (auto saved = m_store->backup_to(path); !saved) {
+    KTUNE_LOG(error) << "the database " << db << " was deleted, and its content could not be "
+                     << "saved from ktuned's open connection: " << saved.error().message;
+    return;
+  }
+  m_db_file->set_rescued(path);
+  KTUNE_LOG(warn) << "the database " << db << " was deleted while open; saved its content in "
+                  << path << " in " << log::elapsed_ms(start) << " ms";
 }
 
 int Server::run() {

@@ -77,6 +77,9 @@ private:
   // Every k_identity_period: whether the database path still names the file opened; the first
   // failure is logged and stalls the store's writes (daemon/database_file.hpp), a return too.
   void watch_database();
+  // Saves what the open connection still sees of a deleted database to <db>.rescued (SQLite's
+  // online backup), so that its history survives; the database's messages name the copy.
+  void rescue_database();
 
   DaemonConfig m_config;
   std::optional<InstanceLock> m_lock;          // released last

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include <sys/stat.h>
+
 namespace ktune {
 
 using db::DbRef;
@@ -412,6 +414,26 @@ void Store::set_busy_timeout(std::chrono::milliseconds timeout) {
 bool is_transient(const Error& error) {
   return error.code == "db_busy" || error.code == "db_full" || error.code == "db_io" ||
          error.code == "db_gone";
+}
+
+Result<void> Store::backup_to(const std::string& path) const {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) return make_error("io_error", path + " exists; not overwritten");
+  sqlite3* raw = nullptr;
+  const mode_t before = ::umask(077);
+  const int rc = sqlite3_open_v2(path.c_str(), &raw,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW,
+                                 nullptr);
+  ::umask(before);
+  Connection target(raw);
+  const DbRef to{raw, path};
+  if (rc != SQLITE_OK) return to.error("backup");
+  sqlite3_backup* backup = sqlite3_backup_init(raw, "main", m_db, "main");
+  if (backup == nullptr) return to.error("backup of " + m_path + " to");
+  const int stepped = sqlite3_backup_step(backup, -1);
+  sqlite3_backup_finish(backup);
+  if (stepped != SQLITE_DONE) return to.error("backup of " + m_path + " to");
+  return {};
 }
 
 Result<void> Store::verify(Verify depth) const {

@@ -222,6 +222,11 @@ public:
       const std::string& source_hash, const std::string& fingerprint,
       std::int64_t except_job = 0) const;
 
+  // Copies the database as this connection sees it (SQLite's online backup: the file and its
+  // WAL) to a new file `path`, also when the file itself was deleted meanwhile (ktuned's rescue).
+  // Errors: io_error (the path exists), db_error naming both files.
+  [[nodiscard]] Result<void> backup_to(const std::string& path) const;
+
   // Checkpoints the WAL into the main file and truncates it (used at shutdown). A reader that
   // keeps the checkpoint from completing makes it a "db_error"; nothing is lost then.
   [[nodiscard]] Result<void> checkpoint();
