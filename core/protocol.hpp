@@ -48,6 +48,7 @@ inline constexpr const char* too_many_connections = "too_many_connections";
 inline constexpr const char* permission_denied = "permission_denied";
 inline constexpr const char* shutting_down = "shutting_down";
 inline constexpr const char* store_busy = "store_busy";
+inline constexpr const char* out_of_resources = "out_of_resources";
 inline constexpr const char* internal = "internal";
 } // namespace code
 

@@ -226,6 +226,7 @@ Result<void> apply_limits_table(const toml::table& table, const FileReader& read
       KTUNE_CONFIG_SET(config.worker_memory_mb, reader.integer(node, name, 0, 1 << 30));
     } else if (key == "max_connections") {
       KTUNE_CONFIG_SET(config.max_connections, reader.integer(node, name, 1, 1 << 20));
+      config.max_connections_set = true;
     } else if (key == "message_timeout_s") {
       KTUNE_CONFIG_SET(config.message_timeout_s, reader.number(node, name, 0.0));
     } else if (key == "connection_idle_s") {

@@ -75,6 +75,8 @@ struct DaemonConfig {
   std::int64_t worker_memory_mb = 0;       // RLIMIT_AS of every worker; 0 = unlimited
   // Client connections (docs/protocol.md § Limits).
   std::size_t max_connections = 256;       // open at once; more get too_many_connections
+  bool max_connections_set = false;        // given in the config file (else lowered to fit the
+                                           // descriptors ktuned may open: daemon/descriptors.hpp)
   double message_timeout_s = 10;           // a started line must end within this; 0 = no deadline
   double connection_idle_s = 600;          // no request in flight and no byte for this long; 0 = never
   std::int64_t max_queued_jobs_per_client = 64; // queued or running tune jobs per client uid

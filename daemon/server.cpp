@@ -115,6 +115,17 @@ Server::~Server() {
 }
 
 Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
+  // Descriptors first: the soft limit raised, the connections fitted into it.
+  auto limit = raise_descriptor_limit();
+  if (!limit) return limit.error();
+  auto fitted = fit_connections(config, *limit);
+  if (!fitted) return fitted.error();
+  if (!fitted->empty()) KTUNE_LOG(warn) << *fitted;
+  KTUNE_LOG(info) << "file descriptors: " << limit->soft
+                  << (limit->soft != limit->raised_from
+                          ? " (raised from " + std::to_string(limit->raised_from) + ")"
+                          : std::string())
+                  << ", at most " << config.max_connections << " connections";
   std::unique_ptr<Server> server(new Server(std::move(config)));
   const DaemonConfig& cfg = server->m_config;
 
@@ -476,8 +487,21 @@ void Server::accept_next() {
     if (m_stopping) return;
     if (ec) {
       if (ec == asio::error::operation_aborted) return;
-      // Out of descriptors and the like: try again shortly instead of spinning.
-      KTUNE_LOG(warn) << "accept failed: " << ec.message();
+      if ((ec.value() == EMFILE || ec.value() == ENFILE) && refuse_waiting()) {
+        accept_next();
+        return;
+      }
+      // Anything else (or not even the reserve could answer): try again shortly instead of
+      // spinning.
+      ++m_accept_failures;
+      if (const auto now = std::chrono::steady_clock::now();
+          now - m_accept_logged >= DescriptorReserve::k_log_every) {
+        m_accept_logged = now;
+        KTUNE_LOG(warn) << "accept failed: " << ec.message() << " (" << m_accept_failures
+                        << " time(s) since the last report; retried every "
+                        << k_accept_retry.count() << " ms)";
+        m_accept_failures = 0;
+      }
       m_accept_retry.expires_after(k_accept_retry);
       m_accept_retry.async_wait([this](const boost::system::error_code& timer_ec) {
         if (!timer_ec && !m_stopping) accept_next();
@@ -487,6 +511,23 @@ void Server::accept_next() {
     admit(std::move(socket));
     accept_next();
   });
+}
+
+bool Server::refuse_waiting() {
+  const std::string line =
+      protocol::encode_error(nullptr, protocol::code::too_many_connections,
+                             "ktuned has no file descriptor left for another connection (" +
+                                 std::to_string(m_sessions.size()) +
+                                 " open; RLIMIT_NOFILE); try again later") +
+      "\n";
+  bool any = false;
+  while (m_reserve.refuse_one(m_acceptor.native_handle(), line)) any = true;
+  if (std::uint64_t count = 0; m_reserve.should_log(count)) {
+    KTUNE_LOG(warn) << "out of file descriptors: refused " << count << " connection(s) at once with "
+                    << "too_many_connections (" << m_sessions.size() << " open); logged at most "
+                    << "every " << DescriptorReserve::k_log_every.count() << " s";
+  }
+  return any;
 }
 
 void Server::admit(asio::local::stream_protocol::socket socket) {

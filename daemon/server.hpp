@@ -17,6 +17,7 @@
 #include "core/result.hpp"
 #include "daemon/config.hpp"
 #include "daemon/database_file.hpp"
+#include "daemon/descriptors.hpp"
 #include "daemon/devices.hpp"
 #include "daemon/handlers.hpp"
 #include "daemon/instance.hpp"
@@ -62,6 +63,9 @@ private:
   // Checks the peer's credentials and the connection limit, then starts a session or refuses
   // the connection with one error line.
   void admit(asio::local::stream_protocol::socket socket);
+  // Out of descriptors: every connection waiting in the backlog is accepted on the reserve, told
+  // too_many_connections and closed (daemon/descriptors.hpp). False when none could be.
+  bool refuse_waiting();
   // Why `peer` may not connect ([access]); nullopt when it may.
   [[nodiscard]] std::optional<std::string> access_refusal(int fd, const PeerCredentials& peer) const;
   static void send_and_close(int fd, const char* code, const std::string& message);
@@ -102,6 +106,9 @@ private:
   std::unique_ptr<MetricsHttp> m_metrics;      // [daemon].metrics; null when off
   std::set<std::shared_ptr<Session>> m_sessions;
   std::chrono::steady_clock::time_point m_started;
+  DescriptorReserve m_reserve;                 // answers connections when no descriptor is left
+  std::uint64_t m_accept_failures = 0;         // since the last report in the log
+  std::chrono::steady_clock::time_point m_accept_logged{};
   bool m_listening = false;                   // the socket file is ours to remove
   bool m_stopping = false;
 };

@@ -28,6 +28,9 @@ struct Reading {
   std::vector<FileStamp> inputs;
   std::uint64_t bytes = 0;
   std::set<std::string> dirs;   // stamped once each
+  // A file could not be opened for want of descriptors or memory: the host's trouble, passing,
+  // not the family's (load_kernel answers out_of_resources).
+  bool short_of_resources = false;
 
   void stamp_dir(const fs::path& dir) {
     if (dirs.insert(dir.string()).second) inputs.push_back(stamp_of(dir.string()));
@@ -63,6 +66,7 @@ bool read_text(const fs::path& path, std::string& text, std::string& reason, Rea
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     reason = std::strerror(errno);
+    if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) reading.short_of_resources = true;
     return false;
   }
   std::ostringstream out;
@@ -340,6 +344,11 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path, const std::string
                                  std::vector<FileStamp>* inputs) {
   Reading reading;
   auto kernel = load_kernel_reading(spec_path, kernel_dir, reading);
+  if (!kernel && reading.short_of_resources) {
+    kernel = make_error(protocol::code::out_of_resources,
+                        kernel.error().message + " (the process is short of file descriptors or "
+                        "memory; the family is read again later)");
+  }
   if (kernel) kernel->inputs = reading.inputs;
   if (inputs != nullptr) *inputs = std::move(reading.inputs);
   return kernel;
@@ -476,6 +485,14 @@ Result<LoadedKernel> KernelRegistry::install(const std::string& name, const std:
                                              Result<LoadedKernel> kernel,
                                              std::vector<FileStamp> inputs) {
   const std::string path = normalized_path(spec_path);
+  if (!kernel && kernel.error().code == protocol::code::out_of_resources) {
+    // Passing trouble of the host: the family as it was loaded last, else the error; never
+    // recorded as broken.
+    for (const auto& [key, loaded] : m_kernels) {
+      if (loaded.spec_path == path) return loaded;
+    }
+    return kernel.error();
+  }
   std::erase_if(m_broken, [&](const BrokenKernel& broken) { return broken.spec_path == path; });
   std::erase_if(m_kernels, [&](const auto& entry) {
     return entry.second.spec_path == path &&
