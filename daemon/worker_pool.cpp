@@ -30,6 +30,7 @@ public:
                std::chrono::milliseconds deadline) override {
     m_process->request(op, std::move(job), std::move(on_reply), deadline);
   }
+  void set_owner(std::string owner) override { m_process->set_owner(std::move(owner)); }
   [[nodiscard]] bool idle() const override { return m_process->idle(); }
   [[nodiscard]] const std::string& stderr_tail() const override {
     return m_process->stderr_tail();
@@ -343,6 +344,7 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
   }
   // The endpoint is held until the reply: a worker that died has left m_workers by then, and
   // its stderr tail is what the reply's failure needs.
+  worker.endpoint->set_owner(work.owner > 0 ? "job " + std::to_string(work.owner) : std::string());
   worker.endpoint->request(
       work.op, std::move(work.job),
       [this, weak, endpoint = worker.endpoint, lane, sent, key,

@@ -57,6 +57,8 @@ public:
   virtual void request(std::string_view op, nlohmann::json job,
                        WorkerProcess::ReplyHandler on_reply,
                        std::chrono::milliseconds deadline) = 0;
+  // Who the next request is for ("job 12"), for what its stderr leaves in the log.
+  virtual void set_owner(std::string /*owner*/) {}
   // Free for a request: alive, not closing, no request in flight.
   [[nodiscard]] virtual bool idle() const = 0;
   [[nodiscard]] virtual const std::string& stderr_tail() const = 0;
