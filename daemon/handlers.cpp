@@ -237,7 +237,15 @@ Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel
     }
   }
   auto device = m_ctx.devices.local(device_name);
-  if (!device) return device.error();
+  if (!device) {
+    // An unknown CPU (a worker could not run when asked): asked again, so that the next tune
+    // finds it once workers run again.
+    if (!cuda && m_ctx.devices.probe_again_if_unknown(m_ctx.workers)) {
+      return make_error(device.error().code,
+                        device.error().message + "; a worker is being asked again: try again");
+    }
+    return device.error();
+  }
   return Target{std::move(*kernel), std::move(*conformed), dtype, std::move(*device)};
 }
 

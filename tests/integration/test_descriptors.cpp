@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -150,4 +151,56 @@ TEST_CASE("a max_connections that cannot fit the descriptor limit stops the star
   INFO(text);
   CHECK_THAT(text, Catch::Contains("max_connections = 500 cannot fit"));
   CHECK_THAT(text, Catch::Contains("128 file descriptors"));
+}
+
+TEST_CASE("after a worker outage the CPU is found again by the next tunes, and a known CPU is "
+          "never forgotten",
+          "[integration][hostile][devices]") {
+  TempDir home;
+  home.write("ktuned.toml", "[daemon]\ncompile_workers = 1\nworker_idle_s = 0.2\n");
+  const std::string outage = home.str() + "/outage";
+  const auto worker = home.write("worker.sh", "#!/bin/sh\n[ -e " + outage + " ] && exit 1\nexec " +
+                                                  KTUNE_BIN_DIR "/ktune-worker \"$@\"\n");
+  fs::permissions(worker, fs::perms::owner_all);
+  std::ofstream(outage) << "down\n";
+  DaemonProcess daemon(home.str(), {"--config", home.str() + "/ktuned.toml", "--only-kernel-dir",
+                                    KTUNE_SOURCE_DIR "/kernels_src", "--worker", worker.string()});
+  REQUIRE(daemon.wait_ready(60s));
+  auto conn = Connection::connect(daemon.socket());
+  REQUIRE(conn.ok());
+  Connection& c = *conn;
+  const json tune = {{"op", "tune"}, {"kernel", "reduce_sum"}, {"shape", "N=4096"}, {"budget", 1}};
+  {
+    auto reply = c.request(tune, {}, 30s);
+    REQUIRE(reply.ok());
+    INFO(reply->dump());
+    CHECK(reply->at("error").at("code") == "no_device");
+  }
+  fs::remove(outage);
+  // Nobody asks for `devices`: the tunes themselves get the CPU found again.
+  bool accepted = false;
+  for (const auto until = std::chrono::steady_clock::now() + 20s;
+       !accepted && std::chrono::steady_clock::now() < until;) {
+    auto reply = c.request(tune, {}, 30s);
+    REQUIRE(reply.ok());
+    accepted = reply->value("ok", false);
+    if (!accepted) {
+      INFO(reply->dump());
+      CHECK(reply->at("error").at("code") == "no_device");
+      std::this_thread::sleep_for(250ms);
+    }
+  }
+  CHECK(accepted);
+  // Workers down again, and the devices asked for: the CPU found before stays.
+  std::ofstream(outage) << "down\n";
+  std::this_thread::sleep_for(500ms);  // the idle workers have exited
+  auto devices = c.request({{"op", "devices"}}, {}, 60s);
+  REQUIRE(devices.ok());
+  INFO(devices->dump());
+  CHECK(devices->dump().find("\"name\":\"cpu\"") != std::string::npos);
+  auto again = c.request({{"op", "tune"}, {"kernel", "reduce_sum"}, {"shape", "N=8192"}, {"budget", 1}},
+                         {}, 30s);
+  REQUIRE(again.ok());
+  INFO(again->dump());
+  CHECK(again->value("ok", false));
 }
