@@ -1025,7 +1025,8 @@ Result<nlohmann::json> RequestHandler::stats() const {
                   {"bench_timeout_s", m_ctx.config.bench_timeout_s},
                   {"bench_timeout_min_s", m_ctx.config.bench_timeout_min_s},
                   {"bench_timeout_max_s", m_ctx.config.bench_timeout_max_s},
-                  {"worker_memory_mb", m_ctx.config.worker_memory_mb}}},
+                  {"worker_memory_mb", m_ctx.config.worker_memory_mb},
+                  {"compile_memory_mb", m_ctx.config.compile_memory_mb}}},
       {"metrics", metrics.empty() ? nlohmann::json() : nlohmann::json(metrics)},
   };
 }

@@ -193,6 +193,7 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
       server->m_io, server->m_children, cfg.worker_path,
       static_cast<std::size_t>(cfg.compile_workers), seconds_to_ms(cfg.worker_idle_s),
       cfg.worker_memory_mb, cfg.lock_dir);
+  server->m_workers->set_compile_memory_mb(cfg.compile_memory_mb);
   server->m_scheduler = std::make_unique<Scheduler>(
       server->m_io, *server->m_store, *server->m_workers,
       SchedulerSettings{cfg.cache_dir, cfg.measure,

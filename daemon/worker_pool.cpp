@@ -165,8 +165,12 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
                       {"--measure-lock", m_lock_dir + "/ktune-measure-" + device + ".lock"});
   }
   // CUDA reserves a large virtual range at cuInit: a CUDA lane's worker runs without RLIMIT_AS.
-  if (m_memory_mb > 0 && !is_cuda_lane(slot.lane)) {
-    extra_args.insert(extra_args.end(), {"--memory-mb", std::to_string(m_memory_mb)});
+  std::int64_t memory_mb = m_memory_mb;
+  if (slot.role == WorkerRole::compile && m_compile_memory_mb > 0) {
+    memory_mb = memory_mb > 0 ? std::min(memory_mb, m_compile_memory_mb) : m_compile_memory_mb;
+  }
+  if (memory_mb > 0 && !is_cuda_lane(slot.lane)) {
+    extra_args.insert(extra_args.end(), {"--memory-mb", std::to_string(memory_mb)});
   }
   std::vector<std::string> env;
   if (is_cuda_lane(slot.lane)) env.push_back("CUDA_VISIBLE_DEVICES=" + visible_device(slot.lane));

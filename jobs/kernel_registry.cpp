@@ -79,6 +79,45 @@ bool read_text(const fs::path& path, std::string& text, std::string& reason, Rea
   return true;
 }
 
+// The names in every `#include <name>` line of `text`, in order.
+std::vector<std::string> angle_includes(const std::string& text) {
+  std::vector<std::string> names;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::size_t i = line.find_first_not_of(" \t");
+    if (i == std::string::npos || line[i] != '#') continue;
+    i = line.find_first_not_of(" \t", i + 1);
+    if (i == std::string::npos || line.compare(i, 7, "include") != 0) continue;
+    i = line.find_first_not_of(" \t", i + 7);
+    if (i == std::string::npos || line[i] != '<') continue;
+    const auto close = line.find('>', i + 1);
+    if (close == std::string::npos) continue;
+    names.push_back(line.substr(i + 1, close - i - 1));
+  }
+  return names;
+}
+
+// An `#include <name>` of `file` that could reach outside the include path: an absolute name
+// (`</dev/zero>`, `</etc/shadow>`) or one with a ".." component. Error: spec_error naming it.
+Result<void> confined_angle_includes(const fs::path& spec_file, const fs::path& file,
+                                     const std::string& text) {
+  for (const auto& name : angle_includes(text)) {
+    const fs::path path(name);
+    const bool climbs = std::any_of(path.begin(), path.end(), [](const fs::path& part) {
+      return part == "..";
+    });
+    if (path.is_absolute() || climbs) {
+      return make_error(protocol::code::spec_error,
+                        spec_file.string() + ": [kernel].source: #include <" + clip_quoted(name) +
+                            "> in " + file.string() + " names a file outside the include path " +
+                            "(an absolute path or '..'); include system headers by their plain "
+                            "name and the family's own with \"...\"");
+    }
+  }
+  return {};
+}
+
 // The names in every `#include "name"` line of `text`, in order.
 std::vector<std::string> quoted_includes(const std::string& text) {
   std::vector<std::string> names;
@@ -163,6 +202,7 @@ Result<void> hash_includes(Hasher& hasher, const fs::path& spec_file, const fs::
       }
       continue;
     }
+    if (auto r = confined_angle_includes(spec_file, found, header); !r) return r;
     hasher.update(found.lexically_relative(family_dir).string()).update(header);
     if (auto r = hash_includes(hasher, spec_file, family_dir, boundary, found, header, seen, reading);
         !r) {
@@ -233,6 +273,7 @@ Result<void> load_reference(KernelSpec& spec, LoadedKernel& kernel, const Bounda
       !r) {
     return r.error();
   }
+  if (auto r = confined_angle_includes(spec_file, source, text); !r) return r;
   hasher.update("reference").update(text);
   if (seen.insert(real).second) {
     if (auto r = hash_includes(hasher, spec_file, dir, boundary, source, text, seen, reading); !r) {
@@ -291,6 +332,7 @@ Result<LoadedKernel> load_kernel_reading(const std::string& spec_path, const std
                           (spec->source.empty() ? std::string("empty name") : reason));
   }
 
+  if (auto r = confined_angle_includes(spec_file, source_file, source_text); !r) return r.error();
   Hasher hasher;
   hasher.update(spec_text).update(source_text);
   std::set<fs::path> seen{real_source};

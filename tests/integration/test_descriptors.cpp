@@ -204,3 +204,15 @@ TEST_CASE("after a worker outage the CPU is found again by the next tunes, and a
   INFO(again->dump());
   CHECK(again->value("ok", false));
 }
+
+TEST_CASE("the shipped ktuned.toml starts under ulimit -n 64 (max_connections left to fit)",
+          "[integration][hostile][descriptors]") {
+  TempDir home;
+  const std::string log = home.str() + "/stderr.txt";
+  DaemonProcess daemon(home.str(),
+                       {"--config", KTUNE_SOURCE_DIR "/configs/ktuned.toml", "--only-kernel-dir",
+                        KTUNE_SOURCE_DIR "/kernels_src"},
+                       log, {"/usr/bin/prlimit", "--nofile=64:64", "--"});
+  INFO(read_text(log));
+  CHECK(daemon.wait_ready(60s));
+}

@@ -198,3 +198,43 @@ TEST_CASE("ktune check-kernel refuses a 100k-param kernel.toml naming the limit"
   CHECK(run.code != 0);
   CHECK_THAT(run.output, Catch::Contains("spec_too_large") || Catch::Contains("max_spec_bytes"));
 }
+
+TEST_CASE("#include <...> cannot reach outside the include path, and a compiler's memory is "
+          "bounded",
+          "[integration][hostile][spec]") {
+  TempDir home;
+  home.write("ktuned.toml", "[daemon]\ncompile_workers = 1\n[limits]\ncompile_memory_mb = 300\n"
+                            "[measure]\nmin_samples = 3\nmax_samples = 10\nmax_time_s = 0.01\n"
+                            "min_time_s = 0\nwarmup_ms = 0\nflush_cache = false\n");
+  home.write("kernels/zero/kernel.toml", family_spec("zero", 1));
+  home.write("kernels/zero/kernel.cpp", "#include </dev/zero>\n" + k_source);
+  home.write("kernels/shadow/kernel.toml", family_spec("shadow", 1));
+  home.write("kernels/shadow/kernel.cpp", "#include <../../../etc/shadow>\n" + k_source);
+  // A computed include is past any reading of the text: the compiler's memory bound stops it.
+  home.write("kernels/computed/kernel.toml", family_spec("computed", 1));
+  home.write("kernels/computed/kernel.cpp",
+             "#define ENDLESS </dev/zero>\n#include ENDLESS\n" + k_source);
+  DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
+                                    "--only-kernel-dir", (home.path() / "kernels").string()});
+  REQUIRE(daemon.wait_ready(60s));
+  auto conn = Connection::connect(daemon.socket());
+  REQUIRE(conn.ok());
+  Connection& c = *conn;
+  for (const char* name : {"zero", "shadow"}) {
+    const json reply = reply_of(c, {{"op", "lookup"}, {"kernel", name}, {"shape", "N=8"}});
+    INFO(reply.dump());
+    CHECK(reply.at("error").at("code") == "spec_error");
+    CHECK_THAT(reply.at("error").at("message").get<std::string>(),
+               Catch::Contains("outside the include path"));
+  }
+  const auto started = Clock::now();
+  auto done = c.request({{"op", "tune"}, {"kernel", "computed"}, {"shape", "N=8"}, {"wait", true}},
+                        {}, 300s);
+  REQUIRE(done.ok());
+  INFO(done->dump());
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  WARN("a compile reading /dev/zero under compile_memory_mb = 300 ended after " << seconds << " s");
+  const json job = done->at("result").at("job");
+  CHECK(job.at("state") == "failed");
+  CHECK_THAT(job.at("error").get<std::string>(), Catch::Contains("failed to compile"));
+}
