@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
@@ -338,4 +339,37 @@ TEST_CASE("a hard link or bind mount to the database from another home is refuse
   auto conn = Connection::connect(daemon->socket());
   REQUIRE(conn.ok());
   (void)ok_result(*conn, {{"op", "stats"}});
+}
+
+TEST_CASE("ktune db backup copies the database while ktuned writes, and refuses to overwrite",
+          "[integration][hostile][store]") {
+  Home home;
+  auto daemon = home.start();
+  REQUIRE(daemon->wait_ready(k_start_timeout));
+  auto conn = Connection::connect(daemon->socket());
+  REQUIRE(conn.ok());
+  // Writes go on meanwhile: a tune on another connection.
+  REQUIRE(conn->send_raw(json({{"v", 1}, {"id", 1}, {"op", "tune"}, {"kernel", "reduce_sum"},
+                               {"shape", "N=65536"}, {"budget", 8}, {"wait", true}})
+                             .dump() + "\n")
+              .ok());
+  std::this_thread::sleep_for(1s);
+  const std::string copy = home.dir.str() + "/copy.db";
+  const ToolRun backup = home.ktune({"db", "backup", copy});
+  INFO(backup.output);
+  REQUIRE(backup.code == 0);
+  CHECK_THAT(backup.output, Catch::Contains("checked"));
+  struct stat st {};
+  REQUIRE(::stat(copy.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0077) == 0);
+  // The copy is a ktune database another ktuned opens, with the job in it.
+  Home other;
+  auto second = other.start({"--db", copy});
+  REQUIRE(second->wait_ready(k_start_timeout));
+  auto c2 = Connection::connect(second->socket());
+  REQUIRE(c2.ok());
+  CHECK(ok_result(*c2, {{"op", "jobs"}}).at("jobs").size() == 1);
+  const ToolRun again = home.ktune({"db", "backup", copy});
+  CHECK(again.code != 0);
+  CHECK_THAT(again.output, Catch::Contains("exists"));
 }
