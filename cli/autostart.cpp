@@ -1,6 +1,7 @@
 #include "cli/autostart.hpp"
 
 #include "core/paths.hpp"
+#include "core/safe_fs.hpp"
 #include "core/unique_fd.hpp"
 
 #include <fcntl.h>
@@ -42,13 +43,13 @@ Error io_error(const std::string& what, int err) {
   return make_error("io_error", what + ": " + std::strerror(err));
 }
 
-// Creates `dir` and its parents, 0700 for the ones created here.
-bool make_private_dirs(const std::string& dir) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(dir, ec)) return true;
-  const auto parent = std::filesystem::path(dir).parent_path();
-  if (!parent.empty() && parent != dir && !make_private_dirs(parent.string())) return false;
-  return ::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST;
+// The socket's directory: the runtime directory itself, one made here (0700), or one that
+// exists and may be shared as ktuned accepts it (owned by us or root; sticky when others write).
+Result<SafeDir> open_socket_dir(const SafeDir& runtime, const std::string& dir) {
+  if (dir == runtime.path()) return runtime.duplicate();
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return SafeDir::open(dir, DirCreate::yes);
+  return SafeDir::open_shared(dir);
 }
 
 Result<std::string> daemon_executable() {
@@ -68,10 +69,12 @@ Result<std::string> daemon_executable() {
   return path;
 }
 
-// Takes an exclusive flock on `path`, waiting at most `timeout`.
-Result<UniqueFd> lock_file(const std::string& path, milliseconds timeout) {
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!fd.valid()) return io_error("cannot open the start lock " + path, errno);
+// Takes an exclusive flock on `name` in `dir`, waiting at most `timeout`.
+Result<UniqueFd> lock_file(const SafeDir& dir, const std::string& name, milliseconds timeout) {
+  const std::string path = dir.file_path(name);
+  auto opened = dir.open_file(name, O_RDWR, FileCreate::either);
+  if (!opened) return opened.error();
+  UniqueFd fd = std::move(*opened);
   const auto deadline = Clock::now() + timeout;
   while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) return io_error("cannot lock " + path, errno);
@@ -84,12 +87,14 @@ Result<UniqueFd> lock_file(const std::string& path, milliseconds timeout) {
   return fd;
 }
 
-// True when no process holds the instance lock, i.e. no ktuned runs for this instance.
-bool instance_free(const std::string& instance_lock) {
-  UniqueFd fd(::open(instance_lock.c_str(), O_RDWR | O_CLOEXEC));
-  if (!fd.valid()) return errno == ENOENT;
-  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return false;
-  ::flock(fd.get(), LOCK_UN);
+// True when no process holds the instance lock `name` in `dir`, i.e. no ktuned runs for this
+// instance.
+bool instance_free(const SafeDir& dir, const std::string& name) {
+  if (!dir.contains(name)) return true;
+  auto fd = dir.open_file(name, O_RDWR, FileCreate::existing);
+  if (!fd) return false;
+  if (::flock(fd->get(), LOCK_EX | LOCK_NB) != 0) return false;
+  ::flock(fd->get(), LOCK_UN);
   return true;
 }
 
@@ -121,9 +126,7 @@ struct Started {
 
 // Spawns ktuned detached and waits for its ready line.
 Result<Started> start_daemon(const std::string& exe, const std::vector<std::string>& args,
-                             const std::string& log_path, milliseconds ready_timeout) {
-  UniqueFd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-  if (!log.valid()) return io_error("cannot open the log " + log_path, errno);
+                             UniqueFd log, const std::string& log_path, milliseconds ready_timeout) {
   struct stat st {};
   const std::streamoff offset = ::fstat(log.get(), &st) == 0 ? st.st_size : 0;
 
@@ -222,6 +225,13 @@ Result<Connection> connect_within(const std::string& socket, milliseconds timeou
 
 } // namespace
 
+Result<UniqueFd> open_daemon_log(const InstancePaths& paths, std::string& path) {
+  auto dir = SafeDir::open(paths.log_dir, DirCreate::yes);
+  if (!dir) return dir.error();
+  path = dir->file_path("ktuned.log");
+  return dir->open_file("ktuned.log", O_WRONLY | O_APPEND, FileCreate::either);
+}
+
 Result<Connection> connect_or_start(const AutostartOptions& options) {
   const InstancePaths paths = resolve_paths(path_env_from_process());
   const std::string socket = options.socket.empty() ? paths.socket : options.socket;
@@ -233,22 +243,32 @@ Result<Connection> connect_or_start(const AutostartOptions& options) {
     return conn;
   }
 
-  const std::string socket_dir = std::filesystem::path(socket).parent_path().string();
-  if (!make_private_dirs(paths.runtime_dir) || !make_private_dirs(socket_dir)) {
-    return io_error("cannot create the runtime directory " + socket_dir, errno);
-  }
-  auto start_lock = lock_file(socket + ".start.lock", options.lock_timeout);
+  std::string socket_dir = std::filesystem::path(socket).parent_path().string();
+  if (socket_dir.empty()) socket_dir = ".";
+  // Checked before anything in them is opened: another user's /tmp/ktune-<uid> stops us here.
+  auto runtime = SafeDir::open(paths.runtime_dir, DirCreate::yes);
+  if (!runtime) return runtime.error();
+  auto sockets = open_socket_dir(*runtime, socket_dir);
+  if (!sockets) return sockets.error();
+  const std::string socket_name = std::filesystem::path(socket).filename().string();
+  auto start_lock = lock_file(*sockets, socket_name + ".start.lock", options.lock_timeout);
   if (!start_lock) return start_lock.error();
 
   // The previous holder may have started it while we waited.
   conn = Connection::connect(socket, k_connect_timeout);
   if (conn || conn.error().code != "not_running") return conn;
 
-  if (instance_free(paths.lock_file)) {
-    // No ktuned holds the instance: whatever a killed one left behind is stale.
+  const auto in_runtime = [](const std::string& path) {
+    return std::filesystem::path(path).filename().string();
+  };
+  if (instance_free(*runtime, in_runtime(paths.lock_file))) {
+    // No ktuned holds the instance: whatever a killed one left behind is stale (ours only).
     struct stat st {};
-    if (::lstat(socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(socket.c_str());
-    ::unlink(paths.pid_file.c_str());
+    if (::fstatat(sockets->fd(), socket_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISSOCK(st.st_mode) && st.st_uid == ::geteuid()) {
+      ::unlinkat(sockets->fd(), socket_name.c_str(), 0);
+    }
+    ::unlinkat(runtime->fd(), in_runtime(paths.pid_file).c_str(), 0);
   } else {
     // A daemon holds the instance lock but does not answer yet: it is starting.
     return connect_within(socket, options.ready_timeout);
@@ -256,9 +276,9 @@ Result<Connection> connect_or_start(const AutostartOptions& options) {
 
   auto exe = daemon_executable();
   if (!exe) return exe.error();
-  if (!make_private_dirs(paths.log_dir)) {
-    return io_error("cannot create the log directory " + paths.log_dir, errno);
-  }
+  std::string log_path;
+  auto log = open_daemon_log(paths, log_path);
+  if (!log) return log.error();
   double idle_s = options.idle_s;
   if (const char* env = std::getenv("KTUNE_AUTOSTART_IDLE_S"); env != nullptr && *env != '\0') {
     char* end = nullptr;
@@ -277,8 +297,7 @@ Result<Connection> connect_or_start(const AutostartOptions& options) {
     args.push_back("--socket");
     args.push_back(socket);
   }
-  const std::string log_path = paths.log_dir + "/ktuned.log";
-  auto started = start_daemon(*exe, args, log_path, options.ready_timeout);
+  auto started = start_daemon(*exe, args, std::move(*log), log_path, options.ready_timeout);
   if (!started) return started.error();
   if (!started->already_running && options.on_started) options.on_started(started->pid, log_path);
   return connect_within(socket, options.ready_timeout);

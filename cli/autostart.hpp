@@ -18,10 +18,15 @@
 //      `ready_timeout` for its "ready <pid>" line on the notify pipe; then connect.
 //   A daemon started concurrently by someone not using the start lock (`ktune daemon start`)
 //   makes ours exit with already_running; the starter then connects to that one.
+// The runtime, socket and log directories are opened and checked before anything in them is
+// (core/safe_fs.hpp): another user's directory, or a link planted in ours, stops the start with
+// unsafe_path; every file is opened O_NOFOLLOW relative to its checked directory.
 // The daemon binary is $KTUNE_DAEMON, else `ktuned` next to the running executable.
 // KTUNE_NO_AUTOSTART set (and not "0") turns step 2 onwards off: the connect error is returned.
 #include "client/client.hpp"
+#include "core/paths.hpp"
 #include "core/result.hpp"
+#include "core/unique_fd.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -39,7 +44,12 @@ struct AutostartOptions {
   std::function<void(std::int64_t pid, const std::string& log_path)> on_started;
 };
 
-// Errors: not_found (no ktuned executable), io_error (lock, log, pipe, spawn),
+// ktuned's log for a daemon the CLI starts: <log_dir>/ktuned.log, appended to, the directory
+// made 0700 (with the state directory) and checked, the file opened O_NOFOLLOW. Its path goes to
+// `path`. Errors: unsafe_path, io_error.
+[[nodiscard]] Result<UniqueFd> open_daemon_log(const InstancePaths& paths, std::string& path);
+
+// Errors: not_found (no ktuned executable), unsafe_path, io_error (lock, log, pipe, spawn),
 // daemon_failed (ktuned exited or did not report ready in time; the message carries the end of
 // its log), and Connection::connect's errors.
 [[nodiscard]] Result<Connection> connect_or_start(const AutostartOptions& options);

@@ -18,6 +18,8 @@
 #include "search/stop_condition.hpp"
 
 #include "cli/autostart.hpp"
+#include "cli/cache_command.hpp"
+#include "cli/db_command.hpp"
 #include "cli/table.hpp"
 #include "client/client.hpp"
 #include "core/paths.hpp"
@@ -585,19 +587,11 @@ int daemon_start(const GlobalOptions& global, const DaemonStartOptions& options,
   auto exe = daemon_executable();
   if (!exe) return report(io, exe.error(), socket);
 
-  std::error_code ec;
-  std::filesystem::create_directories(paths.log_dir, ec);
-  if (ec)
-    return report(io, make_error("io_error", "cannot create the log directory " + paths.log_dir +
-                                                 ": " + ec.message()),
-                  socket);
-  const std::string log_path = paths.log_dir + "/ktuned.log";
-  UniqueFd opened(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-  if (opened.get() < 0)
-    return report(io, make_error("io_error", "cannot open the log " + log_path + ": " +
-                                                 std::strerror(errno)),
-                  socket);
-  auto log = raise_fd(std::move(opened), "log file descriptor");
+  // The state and log directories 0700 whatever the umask, the log never through a link.
+  std::string log_path;
+  auto opened = open_daemon_log(paths, log_path);
+  if (!opened) return report(io, opened.error(), socket);
+  auto log = raise_fd(std::move(*opened), "log file descriptor");
   if (!log) return report(io, log.error(), socket);
 
   std::vector<std::string> args{*exe, "--ready-fd", std::to_string(k_ready_fd)};
@@ -1342,6 +1336,10 @@ int run_command(int argc, const char* const* argv, Output& io) {
   add_compare_command(app, compare_command);
   HistoryCommand history_command;
   add_history_command(app, history_command);
+  CacheCommand cache_command;
+  add_cache_command(app, cache_command);
+  DbCommand db_command;
+  add_db_command(app, db_command);
   ReproCommand repro_command;
   add_repro_command(app, repro_command);
   KernelCommands kernel_commands;
@@ -1499,8 +1497,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
              "query, kernels, devices, compile-check, import, sweep, daemon start) starts ktuned\n"
              "when none answers, and says so on stderr; it then exits after 600 s without\n"
              "clients or jobs. `daemon stop`, `daemon status`, `daemon log`, top, export,\n"
-             "compare, history, repro, report and replay never start one. KTUNE_NO_AUTOSTART=1\n"
-             "turns autostart off.\n\n"
+             "compare, history, repro, report, replay, cache and db never start one.\n"
+             "KTUNE_NO_AUTOSTART=1 turns autostart off.\n\n"
              "With --json every command prints one JSON document on stdout, an error too:\n"
              "{\"error\":{\"code\":...,\"message\":...}} with a non-zero exit.\n\nExamples:\n"
              "  ktune daemon start\n"
@@ -1572,6 +1570,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
     if (auto code = run_fleet_commands(fleet_commands, global, io)) return *code;
     if (auto code = run_compare_command(compare_command, global, io)) return *code;
     if (auto code = run_history_command(history_command, global, io)) return *code;
+    if (auto code = run_cache_command(cache_command, io)) return *code;
+    if (auto code = run_db_command(db_command, io)) return *code;
     if (auto code = run_repro_command(repro_command, global, io)) return *code;
     if (auto code = run_kernel_commands(kernel_commands, io)) return *code;
     if (auto code = run_report_command(report_command, io)) return *code;

@@ -7,6 +7,7 @@
 #include "cli/table.hpp"
 #include "core/hash.hpp"
 #include "core/paths.hpp"
+#include "core/safe_fs.hpp"
 #include "replay/file_reader.hpp"
 #include "sweep/sweep_file.hpp"
 #include "tableio/compare.hpp"
@@ -567,9 +568,8 @@ int submit_slurm_sweep(const GlobalOptions& global, const SweepOptions& options,
     return fail(w.error().code, w.error().message + " (array job " + std::to_string(*array_job) +
                                     " is submitted)");
   }
-  {
-    fs::create_directories(fs::path(last_fleet_file()).parent_path(), ec);
-    (void)write_file_atomic(last_fleet_file(), layout.dir + "\n");
+  if (auto state = SafeDir::open(resolve_paths(path_env_from_process()).state_dir, DirCreate::yes)) {
+    (void)state->write_atomic("last-fleet", layout.dir + "\n");
   }
   if (!merge_job) {
     return fail(merge_job.error().code, "array job " + std::to_string(*array_job) +

@@ -3,6 +3,7 @@
 #include "compiler/shared_object.hpp"
 #include "compiler/subprocess.hpp"
 #include "core/hash.hpp"
+#include "jobs/artifact_cache.hpp"
 #include "jobs/typed_entry.hpp"
 
 #include <algorithm>
@@ -230,16 +231,6 @@ private:
   std::string m_path;
 };
 
-// A new empty file next to `path` (`path`.tmp.XXXXXX); an empty path, errno saying why, when it
-// cannot be made.
-TempFile temp_file_next_to(const std::string& path) {
-  std::string tmp_path = path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp_path.data());
-  if (fd < 0) return TempFile();
-  ::close(fd);
-  return TempFile(std::move(tmp_path));
-}
-
 // Functions a shared object runs when loaded that are not its code: the C runtime's frame_dummy
 // (crtbeginS.o of GCC's runtime, which clang on Linux links too).
 constexpr std::size_t k_runtime_init_functions = 1;
@@ -297,14 +288,9 @@ private:
   Run compile_unit(std::span<Planned* const> unit) const {
     Run run;
     const fs::path dir = fs::path(unit.front()->final_path).parent_path();
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) return host_trouble("cannot create cache directory " + dir.string() + ": " + ec.message());
-    TempFile artifact = temp_file_next_to(unit.front()->final_path);
-    if (artifact.path().empty()) {
-      return host_trouble("cannot create a temp file in the compile cache " + dir.string() + ": " +
-                          std::strerror(errno));
-    }
+    auto temp = artifact_temp_file(unit.front()->final_path);
+    if (!temp) return host_trouble("cannot create a temp file in the compile cache: " + temp.error().message);
+    TempFile artifact(*temp);
     const std::string tmp_path = artifact.path();
     const std::string text = unit_text(unit);
     TempFile unit_file(text.empty() ? std::string() : tmp_path + ".cpp");
@@ -411,41 +397,24 @@ private:
     return true;
   }
 
-  // Links the built artifact to every config's path and fills in their outcomes.
+  // Publishes the built artifact under every config's key (compile cache: sealed once, then
+  // recorded and linked per key) and fills in their outcomes.
   static void publish(std::span<Planned* const> unit, const Run& run) {
+    auto record = seal_artifact(run.artifact.path());
     for (Planned* planned : unit) {
       CompileOutcome& outcome = planned->outcome;
       outcome.compile_ms = run.wall_ms / static_cast<double>(unit.size());
       outcome.batch_size = static_cast<int>(unit.size());
-      if (const std::string why = place(run.artifact.path(), planned->final_path); !why.empty()) {
-        outcome = host_failure(std::move(outcome), why);
+      auto published = record ? publish_artifact(run.artifact.path(), *record, planned->final_path)
+                              : Result<void>(record.error());
+      if (!published) {
+        outcome = host_failure(std::move(outcome), published.error().message);
         continue;
       }
       outcome.status = CandidateStatus::ok;
       outcome.artifact_path = planned->final_path;
       outcome.log = run.log.size() > k_max_log_bytes ? run.log.substr(0, k_max_log_bytes) : run.log;
     }
-  }
-
-  // Puts the artifact `built` at `final_path`: a hard link (a file already there is this key's
-  // artifact from a concurrent compile), else a copy renamed into place. "" or why it failed.
-  static std::string place(const std::string& built, const std::string& final_path) {
-    std::error_code ec;
-    fs::create_directories(fs::path(final_path).parent_path(), ec);
-    if (ec) return "cannot create the cache directory of " + final_path + ": " + ec.message();
-    if (::link(built.c_str(), final_path.c_str()) == 0 || errno == EEXIST) return {};
-    TempFile copy = temp_file_next_to(final_path);
-    if (copy.path().empty()) {
-      return "cannot create a temp file for " + final_path + ": " + std::strerror(errno);
-    }
-    const std::string copy_path = copy.path();
-    fs::copy_file(built, copy_path, fs::copy_options::overwrite_existing, ec);
-    if (ec) return "cannot copy " + built + " to " + copy_path + ": " + ec.message();
-    if (::rename(copy_path.c_str(), final_path.c_str()) != 0) {
-      return "cannot rename " + copy_path + " to " + final_path + ": " + std::strerror(errno);
-    }
-    copy.release();  // renamed into place
-    return {};
   }
 
   // Sets the outcome of a config whose unit failed.
@@ -488,7 +457,7 @@ void build_pending(std::vector<Planned>& planned, const std::string& cxx) {
 } // namespace
 
 std::string host_artifact_path(const std::string& cache_dir, const std::string& key) {
-  return (fs::path(cache_dir) / key.substr(0, 2) / (key + ".so")).string();
+  return artifact_path(cache_dir, key, ".so");
 }
 
 std::string host_compiler_version(const std::string& cxx) {
@@ -624,12 +593,15 @@ std::vector<CompileOutcome> HostCompiler::compile_batch(const std::vector<Compil
     }
     p.final_path = host_artifact_path(fs::absolute(job.cache_dir).lexically_normal().string(),
                                       p.outcome.cache_key);
-    std::error_code ec;
-    p.outcome.cached = fs::is_regular_file(p.final_path, ec);
+    // A hit only when the artifact matches the content hash recorded with its key; anything
+    // else (missing, truncated, replaced, unreadable) is compiled again and replaced.
+    const ArtifactCheck check = verify_artifact(p.final_path);
+    p.outcome.cached = check.ok();
     if (p.outcome.cached) {
       p.outcome.artifact_path = p.final_path;
     } else {
       p.pending = true;
+      if (check.state != ArtifactState::missing) p.outcome.repaired = check.reason;
     }
   }
 

@@ -5,6 +5,7 @@
 #include "core/protocol.hpp"
 #include "core/unique_fd.hpp"
 #include "cuda/cuda_api.hpp"
+#include "jobs/artifact_cache.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -131,42 +132,6 @@ private:
   const cuda::NvrtcApi& m_api;
   nvrtcProgram m_program = nullptr;
 };
-
-// Writes `bytes` to a unique temp file next to `final_path` and renames it into place.
-Result<void> write_atomically(const std::string& final_path, const std::string& bytes) {
-  const fs::path dir = fs::path(final_path).parent_path();
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return make_error("io_error", "cannot create cache directory " + dir.string() + ": " + ec.message());
-  std::string tmp_path = final_path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp_path.data());
-  if (fd < 0) {
-    return make_error("io_error", "cannot create a temp file in " + dir.string() + ": " + std::strerror(errno));
-  }
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp_path.c_str());
-      return make_error("io_error", "cannot write " + tmp_path + ": " + std::strerror(err));
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp_path.c_str());
-    return make_error("io_error", "cannot write " + tmp_path + ": " + std::strerror(err));
-  }
-  if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp_path.c_str());
-    return make_error("io_error", "cannot rename " + tmp_path + " to " + final_path + ": " + std::strerror(err));
-  }
-  return {};
-}
 
 // The header names of a text's #include lines, each with whether it was quoted.
 std::vector<std::pair<std::string, bool>> includes_of(std::string_view text) {
@@ -618,13 +583,22 @@ private:
     return run;
   }
 
-  // Writes the CUBIN once, links it to every config's path and fills in their results.
+  // Writes the CUBIN once, sealed with its content hash, publishes it under every config's key
+  // (jobs/artifact_cache.hpp: a hard link where it can) and fills in their results.
   void publish(std::span<Planned* const> unit, const Run& run) {
-    std::string shared = unit.front()->final_path + ".tmp.XXXXXX";
     std::string trouble;
-    if (auto written = write_temp(shared, run.cubin); !written) {
-      trouble = written.error().message;
-      shared.clear();
+    std::string shared, record;
+    if (auto temp = artifact_temp_file(unit.front()->final_path); !temp) {
+      trouble = temp.error().message;
+    } else {
+      shared = std::move(temp).value();
+      if (auto written = write_temp(shared, run.cubin); !written) {
+        trouble = written.error().message;
+      } else if (auto sealed = seal_artifact(shared); !sealed) {
+        trouble = sealed.error().message;
+      } else {
+        record = std::move(sealed).value();
+      }
     }
     for (Planned* planned : unit) {
       NvrtcCompileResult& result = planned->result;
@@ -632,7 +606,11 @@ private:
       outcome.compile_ms = run.wall_ms / static_cast<double>(unit.size());
       outcome.batch_size = static_cast<int>(unit.size());
       std::string why = trouble;
-      if (why.empty()) why = place(shared, planned->final_path, run.cubin);
+      if (why.empty()) {
+        if (auto published = publish_artifact(shared, record, planned->final_path); !published) {
+          why = published.error().message;
+        }
+      }
       if (!why.empty()) {
         outcome = host_failure(std::move(outcome), why);
         continue;
@@ -646,46 +624,17 @@ private:
     if (!shared.empty()) ::unlink(shared.c_str());
   }
 
-  // Writes `bytes` to a new temp file made from the mkstemp template `path`.
-  static Result<void> write_temp(std::string& path, const std::string& bytes) {
-    const fs::path dir = fs::path(path).parent_path();
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) return make_error("io_error", "cannot create cache directory " + dir.string() + ": " + ec.message());
-    const int fd = ::mkstemp(path.data());
-    if (fd < 0) {
-      return make_error("io_error", "cannot create a temp file in the compile cache " + dir.string() + ": " +
-                                        std::strerror(errno));
-    }
+  // Writes `bytes` into the empty temp file `path` (artifact_temp_file made it, 0600).
+  static Result<void> write_temp(const std::string& path, const std::string& bytes) {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd.valid()) return make_error("io_error", "cannot open " + path + ": " + std::strerror(errno));
     std::size_t written = 0;
     while (written < bytes.size()) {
-      const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+      const ssize_t n = ::write(fd.get(), bytes.data() + written, bytes.size() - written);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        const int err = errno;
-        ::close(fd);
-        ::unlink(path.c_str());
-        return make_error("io_error", "cannot write " + path + ": " + std::strerror(err));
-      }
+      if (n < 0) return make_error("io_error", "cannot write " + path + ": " + std::strerror(errno));
       written += static_cast<std::size_t>(n);
     }
-    if (::close(fd) != 0) {
-      const int err = errno;
-      ::unlink(path.c_str());
-      return make_error("io_error", "cannot write " + path + ": " + std::strerror(err));
-    }
-    return {};
-  }
-
-  // Puts the CUBIN at `final_path`: a hard link of `shared`, else (links not possible, or a
-  // file already there: a concurrent compile's, or a corrupt one) `bytes` renamed into place.
-  // "" or why it failed.
-  static std::string place(const std::string& shared, const std::string& final_path, const std::string& bytes) {
-    std::error_code ec;
-    fs::create_directories(fs::path(final_path).parent_path(), ec);
-    if (ec) return "cannot create the cache directory of " + final_path + ": " + ec.message();
-    if (::link(shared.c_str(), final_path.c_str()) == 0) return {};
-    if (auto written = write_atomically(final_path, bytes); !written) return written.error().message;
     return {};
   }
 
@@ -715,7 +664,7 @@ nlohmann::json NvrtcCompileResult::to_json() const {
 }
 
 std::string cuda_artifact_path(const std::string& cache_dir, const std::string& key) {
-  return (fs::path(cache_dir) / key.substr(0, 2) / (key + ".cubin")).string();
+  return artifact_path(cache_dir, key, ".cubin");
 }
 
 Result<std::string> cuda_dtype_c_type(std::string_view dtype) {
@@ -870,20 +819,19 @@ std::vector<NvrtcCompileResult> NvrtcCompiler::compile_batch(const std::vector<C
     }
     p.options = std::move(opts).value();
     p.final_path = cuda_artifact_path(job.cache_dir, outcome.cache_key);
-    std::error_code ec;
-    if (fs::is_regular_file(p.final_path, ec)) {
-      if (const auto cached = read_file(p.final_path)) {
-        auto kernels = cuda::read_cubin_kernels(*cached);
-        if (kernels && (!renamed || has_kernel(*kernels, outcome.entry_symbol))) {
-          outcome.status = CandidateStatus::ok;
-          outcome.artifact_path = p.final_path;
-          outcome.cached = true;
-          p.result.kernels = kernels_of(*kernels, p);
-          summarize_resources(outcome, p.result.kernels);
-          continue;
-        }
-      }
-      // Not a readable CUBIN with the entry: compiled again below and replaced.
+    // A hit only when the CUBIN matches the content hash recorded with its key
+    // (jobs/artifact_cache.hpp) and holds the entry; anything else is compiled again and replaced.
+    std::string cached;
+    if (const ArtifactCheck check = verify_artifact(p.final_path, &cached); !check.ok()) {
+      if (check.state != ArtifactState::missing) outcome.repaired = check.reason;
+    } else if (auto kernels = cuda::read_cubin_kernels(cached);
+               kernels && (!renamed || has_kernel(*kernels, outcome.entry_symbol))) {
+      outcome.status = CandidateStatus::ok;
+      outcome.artifact_path = p.final_path;
+      outcome.cached = true;
+      p.result.kernels = kernels_of(*kernels, p);
+      summarize_resources(outcome, p.result.kernels);
+      continue;
     }
     if (!p.source->readable) {
       outcome = failure(std::move(outcome), "cannot read source " + job.source_path + " of kernel '" +

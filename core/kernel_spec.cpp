@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <unordered_set>
 #include <array>
 #include <cmath>
 #include <initializer_list>
@@ -46,7 +47,21 @@ constexpr std::array<std::string_view, 5> k_dtypes{"f32", "f64", "f16", "i32", "
 // Raised inside parse_kernel_spec only and turned into its Error before it returns.
 struct SpecFailure {
   std::string message;
+  const char* code = "spec_error";
 };
+
+// `text` cut to SpecLimits::max_message_bytes, saying how long it was.
+std::string clipped(std::string text) {
+  if (text.size() <= SpecLimits::max_message_bytes) return text;
+  const std::size_t size = text.size();
+  text.resize(SpecLimits::max_message_bytes);
+  return text + "... (" + std::to_string(size) + " bytes)";
+}
+
+std::string too_large(std::size_t found, std::size_t limit, const char* what, const char* name) {
+  return std::to_string(found) + " " + what + ", more than the " + std::to_string(limit) +
+         " a kernel family may have (limit " + name + "; fix: split the family or narrow it)";
+}
 
 bool is_identifier(std::string_view name) {
   if (name.empty()) return false;
@@ -110,14 +125,19 @@ public:
   explicit SpecReader(std::string_view label) : m_label(label) {}
 
   [[noreturn]] void fail(const std::string& key, const std::string& reason) const {
-    throw SpecFailure{m_label + ": " + key + ": " + reason};
+    throw SpecFailure{clipped(m_label + ": " + key + ": " + reason)};
+  }
+
+  // A limit of SpecLimits passed: spec_too_large.
+  [[noreturn]] void too_large(const std::string& key, const std::string& reason) const {
+    throw SpecFailure{clipped(m_label + ": " + key + ": " + reason), k_spec_too_large};
   }
 
   // As fail(), with the line of `node` after the file name.
   [[noreturn]] void fail_at(const toml::node& node, const std::string& key,
                             const std::string& reason) const {
-    throw SpecFailure{m_label + ":" + std::to_string(node.source().begin.line) + ": " + key + ": " +
-                      reason};
+    throw SpecFailure{clipped(m_label + ":" + std::to_string(node.source().begin.line) + ": " +
+                              key + ": " + reason)};
   }
 
   void only_keys(const toml::table& table, const std::string& where,
@@ -175,6 +195,10 @@ public:
     if (!node.is_string()) fail(key, "expected an expression string, found " + type_name(node));
     std::string text = node.as_string()->get();
     if (text.find_first_not_of(" \t") == std::string::npos) fail(key, "empty expression");
+    if (text.size() > SpecLimits::max_expression_bytes) {
+      too_large(key, ::ktune::too_large(text.size(), SpecLimits::max_expression_bytes,
+                                        "bytes in one expression", "max_expression_bytes"));
+    }
     return text;
   }
 
@@ -300,6 +324,9 @@ void read_dtypes(const SpecReader& r, const toml::node& dtypes, KernelSpec& spec
 void read_params(const SpecReader& r, const toml::table& root, KernelSpec& spec) {
   const toml::table* params = r.optional_table(root, "params", "[params]");
   if (params == nullptr) return;
+  if (params->size() > SpecLimits::max_params) {
+    r.too_large("[params]", too_large(params->size(), SpecLimits::max_params, "params", "max_params"));
+  }
   for (const auto& [name, node] : in_file_order(*params)) {
     const std::string key = "[params]." + name;
     if (!is_identifier(name)) r.fail(key, "expected an identifier as the param name");
@@ -308,15 +335,18 @@ void read_params(const SpecReader& r, const toml::table& root, KernelSpec& spec)
     }
     const toml::array& values = r.array(*node, key);
     if (values.empty()) r.fail(key, "expected a non-empty array of integers");
+    if (values.size() > SpecLimits::max_param_values) {
+      r.too_large(key, too_large(values.size(), SpecLimits::max_param_values, "values",
+                                 "max_param_values"));
+    }
     ParamSpec param{name, {}};
+    std::unordered_set<std::int64_t> seen;
     for (std::size_t i = 0; i < values.size(); ++i) {
       const toml::node& v = *values.get(i);
       const std::string item_key = key + "[" + std::to_string(i) + "]";
       if (!v.is_integer()) r.fail(item_key, "expected an integer, found " + type_name(v));
       const std::int64_t value = v.as_integer()->get();
-      if (std::find(param.values.begin(), param.values.end(), value) != param.values.end()) {
-        r.fail(item_key, "duplicate value " + std::to_string(value));
-      }
+      if (!seen.insert(value).second) r.fail(item_key, "duplicate value " + std::to_string(value));
       param.values.push_back(value);
     }
     spec.params.push_back(std::move(param));
@@ -356,6 +386,10 @@ void read_space(const SpecReader& r, const ExpressionChecker& checker, const tom
   const toml::node* constraints = space->get("constraints");
   if (constraints == nullptr) return;
   const toml::array& items = r.array(*constraints, "[space].constraints");
+  if (items.size() > SpecLimits::max_constraints) {
+    r.too_large("[space].constraints", too_large(items.size(), SpecLimits::max_constraints,
+                                                 "constraints", "max_constraints"));
+  }
   for (std::size_t i = 0; i < items.size(); ++i) {
     const std::string key = "[space].constraints[" + std::to_string(i) + "]";
     const toml::node& item = *items.get(i);
@@ -409,6 +443,9 @@ void read_args(const SpecReader& r, const ExpressionChecker& checker, const toml
     r.fail("[[args]]", "expected an array of tables ([[args]]), found " + type_name(*args));
   }
   const toml::array& items = *args->as_array();
+  if (items.size() > SpecLimits::max_args) {
+    r.too_large("[[args]]", too_large(items.size(), SpecLimits::max_args, "args", "max_args"));
+  }
   for (std::size_t i = 0; i < items.size(); ++i) {
     const std::string where = "args[" + std::to_string(i) + "]";
     const toml::table& t = *items.get(i)->as_table();
@@ -616,8 +653,10 @@ void read_default(const SpecReader& r, const toml::table& root, KernelSpec& spec
     if (!spec.params.empty()) r.fail("[default]", "missing table (a value for every param is required)");
     return;
   }
+  std::unordered_set<std::string_view> declared_names;
+  for (const auto& param : spec.params) declared_names.insert(param.name);
   for (const auto& [name, node] : in_file_order(*defaults)) {
-    if (spec.find_param(name) == nullptr) r.fail("[default]." + name, "unknown param (not declared in [params])");
+    if (declared_names.count(name) == 0) r.fail("[default]." + name, "unknown param (not declared in [params])");
   }
   for (const auto& param : spec.params) {
     const std::string key = "[default]." + param.name;
@@ -627,7 +666,13 @@ void read_default(const SpecReader& r, const toml::table& root, KernelSpec& spec
     const std::int64_t value = node->as_integer()->get();
     if (std::find(param.values.begin(), param.values.end(), value) == param.values.end()) {
       std::string declared;
-      for (auto v : param.values) declared += (declared.empty() ? "" : ", ") + std::to_string(v);
+      for (auto v : param.values) {
+        if (declared.size() > 200) {
+          declared += ", ... (" + std::to_string(param.values.size()) + " values)";
+          break;
+        }
+        declared += (declared.empty() ? "" : ", ") + std::to_string(v);
+      }
       r.fail(key, "expected one of the declared values [" + declared + "], found " + std::to_string(value));
     }
     spec.default_config.emplace_back(param.name, value);
@@ -770,13 +815,19 @@ Result<void> apply_signature(KernelSpec& spec, const Signature& signature,
 
 Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_view file_label) {
   const std::string label(file_label);
+  if (toml_text.size() > SpecLimits::max_spec_bytes) {
+    return make_error(k_spec_too_large, label + ": " + too_large(toml_text.size(),
+                                                                 SpecLimits::max_spec_bytes,
+                                                                 "bytes", "max_spec_bytes"));
+  }
   toml::table root;
   try {
     root = toml::parse(toml_text, label);
   } catch (const toml::parse_error& error) {
     const auto& at = error.source().begin;
-    return make_error("spec_error", label + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) +
-                                        ": " + std::string(error.description()));
+    return make_error("spec_error", clipped(label + ":" + std::to_string(at.line) + ":" +
+                                            std::to_string(at.column) + ": " +
+                                            std::string(error.description())));
   }
 
   const SpecReader reader(label);
@@ -817,7 +868,7 @@ Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_vie
       if (auto settled = settle_dtype_axis(label, spec); !settled) return settled.error();
     }
   } catch (const SpecFailure& failure) {
-    return make_error("spec_error", failure.message);
+    return make_error(failure.code, failure.message);
   }
   return spec;
 }

@@ -94,9 +94,28 @@ struct KernelSpec {
   [[nodiscard]] const ParamSpec* find_param(std::string_view name) const;
 };
 
+// What a family may declare; beyond it loading fails with "spec_too_large", naming the limit.
+// Within them a spec parses in linear time and loads in milliseconds (docs/kernel-spec.md
+// § Limits): a kernel.toml of 100k params froze ktuned for seconds per lookup.
+struct SpecLimits {
+  static constexpr std::size_t max_spec_bytes = 256 * 1024;      // kernel.toml
+  static constexpr std::size_t max_params = 128;
+  static constexpr std::size_t max_param_values = 4096;          // per param
+  static constexpr std::size_t max_constraints = 1024;
+  static constexpr std::size_t max_args = 256;
+  static constexpr std::size_t max_expression_bytes = 4096;      // one expression
+  // The files hashed for a family (its source, reference source and headers): each, and together.
+  static constexpr std::uint64_t max_source_bytes = 16ull << 20;
+  static constexpr std::uint64_t max_family_bytes = 64ull << 20;
+  // Error messages quote at most this much of what they found (a value list, an expression).
+  static constexpr std::size_t max_message_bytes = 2048;
+};
+inline constexpr const char* k_spec_too_large = "spec_too_large";
+
 // Parses and validates a kernel.toml. Every expression is compiled against the variables it may
 // use (shape dims and params), so a bad expression fails here, not in the middle of a tune.
-// Errors have code "spec_error" and name `file_label`, the key (e.g. "args[2].count") and, for
+// A spec beyond SpecLimits is "spec_too_large" naming the limit. Other errors have code
+// "spec_error" (messages clipped to SpecLimits::max_message_bytes) and name `file_label`, the key (e.g. "args[2].count") and, for
 // expressions, the expression text: "kernels/gemm/kernel.toml: [space].constraints[1]: 'K % BK ==':
 // syntax error ...". Array indices in keys count from 0. TOML syntax errors read
 // "<file_label>:<line>:<column>: <reason>". Unknown tables and keys are errors naming the key.

@@ -30,6 +30,7 @@ inline constexpr const char* unsupported_version = "unsupported_version";
 inline constexpr const char* unknown_op = "unknown_op";
 inline constexpr const char* unknown_kernel = "unknown_kernel";
 inline constexpr const char* spec_error = "spec_error";
+inline constexpr const char* spec_too_large = "spec_too_large";
 inline constexpr const char* bad_shape = "bad_shape";
 inline constexpr const char* bad_dtype = "bad_dtype";
 inline constexpr const char* unknown_device = "unknown_device";
@@ -47,6 +48,7 @@ inline constexpr const char* too_many_connections = "too_many_connections";
 inline constexpr const char* permission_denied = "permission_denied";
 inline constexpr const char* shutting_down = "shutting_down";
 inline constexpr const char* store_busy = "store_busy";
+inline constexpr const char* out_of_resources = "out_of_resources";
 inline constexpr const char* internal = "internal";
 } // namespace code
 

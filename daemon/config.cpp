@@ -224,8 +224,11 @@ Result<void> apply_limits_table(const toml::table& table, const FileReader& read
       KTUNE_CONFIG_SET(config.bench_timeout_max_s, reader.number(node, name, 0.001));
     } else if (key == "worker_memory_mb") {
       KTUNE_CONFIG_SET(config.worker_memory_mb, reader.integer(node, name, 0, 1 << 30));
+    } else if (key == "compile_memory_mb") {
+      KTUNE_CONFIG_SET(config.compile_memory_mb, reader.integer(node, name, 0, 1 << 30));
     } else if (key == "max_connections") {
       KTUNE_CONFIG_SET(config.max_connections, reader.integer(node, name, 1, 1 << 20));
+      config.max_connections_set = true;
     } else if (key == "message_timeout_s") {
       KTUNE_CONFIG_SET(config.message_timeout_s, reader.number(node, name, 0.0));
     } else if (key == "connection_idle_s") {
@@ -234,7 +237,7 @@ Result<void> apply_limits_table(const toml::table& table, const FileReader& read
       KTUNE_CONFIG_SET(config.max_queued_jobs_per_client, reader.integer(node, name, 1, 1 << 30));
     } else {
       return reader.error(name, "unknown key (expected compile_timeout_s, bench_timeout_s, "
-                                "bench_timeout_min_s, bench_timeout_max_s, worker_memory_mb, "
+                                "bench_timeout_min_s, bench_timeout_max_s, worker_memory_mb, compile_memory_mb, "
                                 "max_connections, message_timeout_s, connection_idle_s or "
                                 "max_queued_jobs_per_client)");
     }

@@ -7,7 +7,7 @@
 //             compile_ahead, search_batch, serial, max_message_bytes, idle_s, worker_idle_s, stop_grace_s,
 //             log_max_mb, log_keep, lock_dir, metrics
 //   [limits]  compile_timeout_s, bench_timeout_s, bench_timeout_min_s, bench_timeout_max_s,
-//             worker_memory_mb, max_connections, message_timeout_s, connection_idle_s,
+//             worker_memory_mb, compile_memory_mb, max_connections, message_timeout_s, connection_idle_s,
 //             max_queued_jobs_per_client
 //   [access]  allow_uids, allow_gids, allow_root
 //   [measure] min_samples, max_samples, target_rsd, target_error, min_time_s, max_time_s,
@@ -73,8 +73,11 @@ struct DaemonConfig {
   double bench_timeout_min_s = 10;
   double bench_timeout_max_s = 600;
   std::int64_t worker_memory_mb = 0;       // RLIMIT_AS of every worker; 0 = unlimited
+  std::int64_t compile_memory_mb = 4096;   // RLIMIT_AS of compile workers and their compilers
   // Client connections (docs/protocol.md § Limits).
   std::size_t max_connections = 256;       // open at once; more get too_many_connections
+  bool max_connections_set = false;        // given in the config file (else lowered to fit the
+                                           // descriptors ktuned may open: daemon/descriptors.hpp)
   double message_timeout_s = 10;           // a started line must end within this; 0 = no deadline
   double connection_idle_s = 600;          // no request in flight and no byte for this long; 0 = never
   std::int64_t max_queued_jobs_per_client = 64; // queued or running tune jobs per client uid

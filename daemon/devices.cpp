@@ -92,7 +92,18 @@ void DeviceRegistry::remember(const DeviceInfo& device) {
 
 DeviceRegistry::DeviceRegistry() : m_cpu{"cpu", "", {{"kind", "cpu"}}, ""} {}
 
+bool DeviceRegistry::probe_again_if_unknown(WorkerPool& pool) {
+  if (m_cpu_unknown.empty() || m_probing) return m_probing;
+  const auto now = std::chrono::steady_clock::now();
+  if (m_last_retry && now - *m_last_retry < k_reprobe_every) return false;
+  m_last_retry = now;
+  KTUNE_LOG(info) << "the CPU is unknown (" << m_cpu_unknown << "); asking a worker again";
+  probe(pool);
+  return true;
+}
+
 void DeviceRegistry::probe(WorkerPool& pool, std::function<void()> done) {
+  m_probing = true;
   Work work;
   work.op = "devices";
   work.priority = std::numeric_limits<int>::max();
@@ -100,8 +111,16 @@ void DeviceRegistry::probe(WorkerPool& pool, std::function<void()> done) {
   work.on_reply = [this, &pool, done = std::move(done)](Result<nlohmann::json> reply,
                                                         const Delivery&) {
     m_probed = true;
+    m_probing = false;
     auto probe = reply ? probe_from_json(*reply) : Result<DeviceProbe>(as_reply_error(reply.error()));
     if (!probe) {
+      if (!m_cpu.fingerprint.empty()) {
+        // A worker outage says nothing new of the devices: what an earlier probe found stays.
+        KTUNE_LOG(warn) << "device probe failed (" << probe.error().message
+                        << "); keeping the devices found before";
+        if (done) done();
+        return;
+      }
       m_cpu_unknown = probe.error().message;
       m_cuda = probe.error();
       KTUNE_LOG(warn) << "devices unknown: " << m_cpu_unknown;

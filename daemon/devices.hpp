@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
@@ -59,7 +60,13 @@ public:
   // own process. `done` runs once, on the io thread, never inside this call. A probe that fails
   // (the worker cannot run) leaves the CPU unknown: lookups for cpu answer defaults and a tune
   // on cpu is a no_device error naming why.
+  // A probe that fails after one succeeded keeps what that one found (a worker outage is no
+  // news of the devices).
   void probe(WorkerPool& pool, std::function<void()> done = {});
+  // While the CPU is unknown (the probes so far failed), asks a worker again, at most once per
+  // k_reprobe_every (a tune on cpu calls it). True when a probe is on its way.
+  static constexpr auto k_reprobe_every = std::chrono::seconds(2);
+  bool probe_again_if_unknown(WorkerPool& pool);
 
   // Remembers a device's kind by fingerprint (the store's devices, imported ones).
   void remember(const DeviceInfo& device);
@@ -94,6 +101,8 @@ private:
   DeviceInfo m_cpu;
   std::string m_cpu_unknown = "not probed yet"; // why the CPU is not known; "" once it is
   bool m_probed = false;
+  bool m_probing = false;
+  std::optional<std::chrono::steady_clock::time_point> m_last_retry;
   bool m_cuda_backend = false;
   Result<std::vector<DeviceInfo>> m_cuda{make_error("no_device", "not probed yet")};
   std::unordered_map<std::string, std::pair<std::string, Language>> m_known; // fp -> name, kind

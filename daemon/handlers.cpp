@@ -96,6 +96,20 @@ RequestHandler::RequestHandler(HandlerContext context)
   for (const auto& warning : m_kernel_dirs.warnings()) KTUNE_LOG(warn) << "kernel dirs: " << warning;
   m_ctx.scheduler.set_job_end_hook(
       [this](std::int64_t job_id, JobState state) { on_job_end(job_id, state); });
+  // A family edited while ktuned runs is read (parsed, hashed) on the helper thread; lookups
+  // go on from the entry they had meanwhile.
+  m_kernel_cache.set_reload([this](std::string spec_path, std::string kernel_dir,
+                                   KernelCache::Done done) {
+    asio::post(m_offload, [this, spec_path = std::move(spec_path),
+                           kernel_dir = std::move(kernel_dir), done = std::move(done)]() mutable {
+      std::vector<FileStamp> inputs;
+      auto loaded = load_kernel(spec_path, kernel_dir, &inputs);
+      asio::post(m_ctx.io, [done = std::move(done), loaded = std::move(loaded),
+                            inputs = std::move(inputs)]() mutable {
+        done(std::move(loaded), std::move(inputs));
+      });
+    });
+  });
 }
 
 const std::vector<BrokenKernel>& RequestHandler::load_kernels() {
@@ -228,7 +242,15 @@ Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel
     }
   }
   auto device = m_ctx.devices.local(device_name);
-  if (!device) return device.error();
+  if (!device) {
+    // An unknown CPU (a worker could not run when asked): asked again, so that the next tune
+    // finds it once workers run again.
+    if (!cuda && m_ctx.devices.probe_again_if_unknown(m_ctx.workers)) {
+      return make_error(device.error().code,
+                        device.error().message + "; a worker is being asked again: try again");
+    }
+    return device.error();
+  }
   return Target{std::move(*kernel), std::move(*conformed), dtype, std::move(*device)};
 }
 
@@ -304,8 +326,20 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
                                                     "' must be a positive number of seconds, "
                                                     "found " + it->dump()));
     }
-    // A client may shorten a deadline or lengthen it up to the daemon's limit, never beyond: a
-    // hanging candidate must always be killed ([limits], ktuned.toml).
+    // A client may shorten a deadline down to the daemon's floor or lengthen it up to its
+    // limit, never beyond: a hanging candidate must always be killed, and a deadline no good
+    // config can meet would only fill the job with timeouts ([limits], ktuned.toml).
+    const double floor = i == 0 ? compile_timeout_floor_s(m_ctx.config.compile_timeout_s)
+                                : m_ctx.config.bench_timeout_min_s;
+    if (it->get<double>() < floor) {
+      return fail(make_error(code::bad_request,
+                             std::string("tune: field '") + deadline_fields[i] + "' is " +
+                                 it->dump() + " s, under this ktuned's minimum of " +
+                                 nlohmann::json(floor).dump() + " s (" +
+                                 (i == 0 ? "the smaller of 1 s and [limits] compile_timeout_s"
+                                         : "[limits] bench_timeout_min_s") +
+                                 " in ktuned.toml)"));
+    }
     const double limit = i == 0 ? compile_timeout_limit_s(m_ctx.config.compile_timeout_s)
                                 : m_ctx.config.bench_timeout_max_s;
     if (it->get<double>() > limit) {
@@ -1013,7 +1047,8 @@ Result<nlohmann::json> RequestHandler::stats() const {
                   {"bench_timeout_s", m_ctx.config.bench_timeout_s},
                   {"bench_timeout_min_s", m_ctx.config.bench_timeout_min_s},
                   {"bench_timeout_max_s", m_ctx.config.bench_timeout_max_s},
-                  {"worker_memory_mb", m_ctx.config.worker_memory_mb}}},
+                  {"worker_memory_mb", m_ctx.config.worker_memory_mb},
+                  {"compile_memory_mb", m_ctx.config.compile_memory_mb}}},
       {"metrics", metrics.empty() ? nlohmann::json() : nlohmann::json(metrics)},
   };
 }

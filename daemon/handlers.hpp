@@ -57,6 +57,11 @@ public:
   [[nodiscard]] const std::vector<std::string>& missing_kernel_dirs() const {
     return m_registry.missing_dirs();
   }
+  // Why kernel directories of the last load_kernels() gave no family (missing, not a
+  // directory, a family given as a kernel directory), one line each.
+  [[nodiscard]] const std::vector<std::string>& kernel_dir_problems() const {
+    return m_registry.dir_problems();
+  }
 
   void handle(const std::shared_ptr<Session>& session, std::string_view line);
 

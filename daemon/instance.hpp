@@ -3,7 +3,10 @@
 // the instance's lock file, held for the daemon's lifetime, plus a pid file for people and
 // scripts. The kernel drops the lock when the process dies, so a crashed daemon never leaves a
 // lock behind; the lock file itself is kept (removing it would race with a starting daemon).
+// Both files are opened relative to the checked runtime directory (core/safe_fs.hpp), never
+// through a link.
 #include "core/result.hpp"
+#include "core/safe_fs.hpp"
 #include "core/unique_fd.hpp"
 
 #include <string>
@@ -12,19 +15,14 @@
 namespace ktune::daemon {
 
 inline constexpr const char* k_already_running = "already_running";
-inline constexpr const char* k_database_in_use = "database_in_use";
 
 class InstanceLock {
 public:
-  // Takes the lock without waiting and writes this process's pid into the lock file and the
-  // pid file. Errors: already_running ("ktuned already running (pid N)", the pid read from the
-  // lock file), io_error naming the file.
-  [[nodiscard]] static Result<InstanceLock> acquire(const std::string& lock_file,
-                                                    const std::string& pid_file);
-
-  // One daemon per database, whatever its instance: the same lock on `<db_path>.lock` (no pid
-  // file). Errors: database_in_use naming the database and the holder's pid, io_error.
-  [[nodiscard]] static Result<InstanceLock> acquire_database(const std::string& db_path);
+  // Takes the lock on `dir`/`lock_name` without waiting and writes this process's pid into it
+  // and (atomically) into `dir`/`pid_name`. Errors: already_running ("ktuned already running
+  // (pid N)", the pid read from the lock file), unsafe_path (a link planted there), io_error.
+  [[nodiscard]] static Result<InstanceLock> acquire(const SafeDir& dir, const std::string& lock_name,
+                                                    const std::string& pid_name);
 
   InstanceLock(InstanceLock&&) noexcept = default;
   InstanceLock& operator=(InstanceLock&&) noexcept = default;
@@ -37,11 +35,11 @@ private:
   std::string m_pid_file;
 };
 
+// Takes an exclusive flock on `fd` without waiting; on EWOULDBLOCK the pid written in the file
+// (or "unknown") goes into `holder`. Errors: already_running, io_error naming `path`.
+[[nodiscard]] Result<void> lock_now(int fd, const std::string& path, std::string& holder);
+
 // Writes all of `text` to `fd`, retrying short writes and EINTR. False on an error (errno set).
 [[nodiscard]] bool write_all(int fd, std::string_view text);
-
-// Creates `dir` and missing parents; directories it creates get mode 0700, existing ones are
-// left as they are. Errors: io_error naming the directory.
-[[nodiscard]] Result<void> ensure_private_dir(const std::string& dir);
 
 } // namespace ktune::daemon

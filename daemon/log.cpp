@@ -47,7 +47,7 @@ void rotate_locked(Rotation& r) {
       ::rename((path + "." + std::to_string(i)).c_str(), (path + "." + std::to_string(i + 1)).c_str());
     }
     ::rename(path.c_str(), (path + ".1").c_str());
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return; // keep writing to the renamed file rather than lose the log
     ::dup2(fd, STDERR_FILENO);
     ::close(fd);
@@ -130,6 +130,46 @@ std::optional<std::string> rotate_stderr_file(std::uint64_t max_bytes, int keep)
   r.on = true;
   if (r.size > r.max_bytes) rotate_locked(r);
   return r.path;
+}
+
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto escape = [&](unsigned char byte) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "\\x%02x", byte);
+    out += hex;
+  };
+  for (std::size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte == '\t' || (byte >= 0x20 && byte < 0x7f)) {
+      out += static_cast<char>(byte);
+      ++i;
+      continue;
+    }
+    // A well-formed UTF-8 sequence of 2 to 4 bytes (no overlong form, no surrogate, no C1
+    // control) is kept; anything else is escaped byte by byte.
+    std::size_t length = byte >= 0xc2 && byte <= 0xdf ? 2 : byte >= 0xe0 && byte <= 0xef ? 3
+                         : byte >= 0xf0 && byte <= 0xf4                                   ? 4
+                                                                                          : 0;
+    bool valid = length > 0 && i + length <= text.size();
+    std::uint32_t code = valid ? byte & (0x7f >> length) : 0;
+    for (std::size_t k = 1; valid && k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      valid = (next & 0xc0) == 0x80;
+      code = (code << 6) | (next & 0x3f);
+    }
+    valid = valid && !(length == 3 && code < 0x800) && !(length == 4 && (code < 0x10000 || code > 0x10ffff)) &&
+            !(code >= 0xd800 && code <= 0xdfff) && !(code >= 0x80 && code <= 0x9f);
+    if (!valid) {
+      escape(byte);
+      ++i;
+      continue;
+    }
+    out.append(text.substr(i, length));
+    i += length;
+  }
+  return out;
 }
 
 double elapsed_ms(std::chrono::steady_clock::time_point start) {

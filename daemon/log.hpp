@@ -25,8 +25,12 @@ void set_level(Level level);
 [[nodiscard]] Level level();
 [[nodiscard]] inline bool enabled(Level l) { return static_cast<int>(l) >= static_cast<int>(level()); }
 
-// Writes `text` to the log as it is (a worker's stderr), counted for rotation like records.
+// Writes `text` to the log as it is, counted for rotation like records.
 void write_raw(std::string_view text);
+
+// `text` safe to put in one record: valid UTF-8 and tabs kept, every other control byte
+// (newlines included), DEL, C1 controls and bytes that are not UTF-8 written as \xNN.
+[[nodiscard]] std::string printable(std::string_view text);
 
 // Size-based rotation of a log that is a regular file on stderr (how `ktune daemon start` runs
 // ktuned): once `max_bytes` have been written past the file's size, it is renamed <path>.1

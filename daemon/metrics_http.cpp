@@ -28,10 +28,28 @@ using boost::system::error_code;
 
 // What the listener and its connections share; connections may outlive the listener briefly.
 struct Shared {
+  struct Open {
+    std::function<void()> close;
+    std::function<bool()> waiting;   // still waiting for (the rest of) a request
+  };
   std::function<std::string()> render;
-  std::map<std::uint64_t, std::function<void()>> open; // connection -> closes it
+  std::map<std::uint64_t, Open> open; // by connection id: the oldest first
   std::uint64_t next_id = 0;
   bool stopped = false;
+
+  // Closes the oldest connection that is still waiting for its request (a client sending
+  // slowly, or not at all), making room for a new one. False when every one is being answered.
+  bool evict_oldest_waiting() {
+    for (auto& [id, entry] : open) {
+      if (entry.waiting && entry.waiting()) {
+        const auto close = entry.close;
+        close();
+        open.erase(id);
+        return true;
+      }
+    }
+    return false;
+  }
 };
 
 template <class Protocol>
@@ -45,7 +63,10 @@ public:
   HttpConnection(const HttpConnection&) = delete;
   HttpConnection& operator=(const HttpConnection&) = delete;
 
+  [[nodiscard]] bool waiting() const { return m_waiting; }
+
   void read_next() {
+    m_waiting = true;
     m_parser.emplace();
     m_parser->header_limit(MetricsHttp::k_max_request_bytes);
     m_deadline.expires_after(MetricsHttp::k_read_deadline);
@@ -69,6 +90,7 @@ public:
 
 private:
   void on_read(const error_code& ec) {
+    m_waiting = false;
     m_deadline.cancel();
     if (m_shared->stopped || ec == http::error::end_of_stream ||
         ec == asio::error::operation_aborted) {
@@ -163,6 +185,7 @@ private:
   std::optional<http::request_parser<http::empty_body>> m_parser;
   std::shared_ptr<Shared> m_shared;
   std::uint64_t m_id;
+  bool m_waiting = false;
 };
 
 } // namespace
@@ -210,7 +233,10 @@ public:
         });
         return;
       }
-      if (self->m_shared->open.size() >= MetricsHttp::k_max_connections) {
+      // Full: the connection that has waited longest for a request makes room, so that clients
+      // holding slots without asking cannot keep a scrape out.
+      if (self->m_shared->open.size() >= MetricsHttp::k_max_connections &&
+          !self->m_shared->evict_oldest_waiting()) {
         error_code ignored;
         socket.close(ignored);
       } else {
@@ -218,9 +244,14 @@ public:
         auto connection =
             std::make_shared<HttpConnection<Protocol>>(std::move(socket), self->m_shared, id);
         std::weak_ptr<HttpConnection<Protocol>> weak = connection;
-        self->m_shared->open[id] = [weak] {
-          if (auto c = weak.lock()) c->close();
-        };
+        self->m_shared->open[id] = Shared::Open{
+            [weak] {
+              if (auto c = weak.lock()) c->close();
+            },
+            [weak] {
+              auto c = weak.lock();
+              return c && c->waiting();
+            }};
         connection->read_next();
       }
       self->accept_next();
@@ -233,7 +264,7 @@ public:
     error_code ignored;
     m_acceptor.close(ignored);
     m_retry.cancel();
-    for (const auto& [id, close] : std::map(m_shared->open)) close();
+    for (const auto& [id, entry] : std::map(m_shared->open)) entry.close();
     if (!m_path.empty()) ::unlink(m_path.c_str());
   }
 

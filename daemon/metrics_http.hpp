@@ -8,8 +8,9 @@
 // `text/plain; version=0.0.4`; another method on /metrics answers 405, any other path 404, a
 // request Beast cannot parse or one larger than k_max_request_bytes 400 (then the connection is
 // closed). A request must arrive within k_read_deadline of the connection's previous reply (or of
-// its opening), else the connection is closed; at most k_max_connections are open at once (more
-// are closed at once). Connections are kept alive as HTTP/1.1 asks. `render` runs on the io
+// its opening), else the connection is closed; at most k_max_connections are open at once: a
+// new one then closes the oldest connection still waiting for its request (clients dribbling or
+// silent cannot keep a scrape out), or is closed at once when every one is being answered. Connections are kept alive as HTTP/1.1 asks. `render` runs on the io
 // thread and must not block. Not thread-safe: io thread only.
 #include "core/result.hpp"
 

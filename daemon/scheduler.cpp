@@ -98,10 +98,11 @@ std::string reference_name(const LoadedKernel& kernel) {
 
 std::chrono::milliseconds bench_deadline(const SchedulerSettings& settings,
                                          std::optional<double> override_s) {
-  // A job's own deadline is capped by the daemon's (a job stored by an older ktuned, which did
-  // not refuse 1e308, must not hang a lane either).
+  // A job's own deadline is kept within the daemon's bounds (a job stored by an older ktuned,
+  // which refused neither 1e308 nor 1e-6, must neither hang a lane nor time out every config).
   if (override_s && *override_s > 0) {
-    return seconds_to_ms(std::min(*override_s, std::max(settings.bench_timeout_max_s, 1.0)));
+    return seconds_to_ms(std::clamp(*override_s, settings.bench_timeout_min_s,
+                                    std::max(settings.bench_timeout_max_s, settings.bench_timeout_min_s)));
   }
   if (settings.bench_timeout_s > 0) return seconds_to_ms(settings.bench_timeout_s);
   const double estimate = 2.0 * (settings.measure.warmup_ms / 1000.0 + settings.measure.max_time_s) + 1.0;
@@ -841,6 +842,10 @@ void Scheduler::on_reference_compiled(ActiveJob& job, Result<nlohmann::json> rep
                   "): " + first_error_line(outcome->log));
     return;
   }
+  if (!outcome->repaired.empty()) {
+    KTUNE_LOG(warn) << "job " << job.plan.record.id << ": compiled " << name << " again: "
+                    << outcome->repaired;
+  }
   KTUNE_LOG(info) << "job " << job.plan.record.id << ": " << name << " compiled in "
                   << outcome->compile_ms << " ms" << (outcome->cached ? " (cached)" : "");
   ++(outcome->cached ? m_counters.compile_cache_hits : m_counters.compile_cache_misses);
@@ -978,6 +983,10 @@ void Scheduler::on_batch_compiled(ActiveJob& job, const std::vector<std::size_t>
 
 void Scheduler::on_outcome(ActiveJob& job, std::size_t index, const CompileOutcome& outcome) {
   if (!outcome.cached) ++job.timing.compiles;
+  if (!outcome.repaired.empty()) {
+    KTUNE_LOG(warn) << "job " << job.plan.record.id << ": compiled "
+                    << config_to_string(job.plan.configs[index]) << " again: " << outcome.repaired;
+  }
   ++(outcome.cached ? m_counters.compile_cache_hits : m_counters.compile_cache_misses);
   if (!outcome.infra.empty()) {
     // The host's failure, not the candidate's: never recorded (a later job compiles it again).
@@ -1106,6 +1115,10 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
                          candidate.compile_ms));
     return;
   }
+  if (!outcome->infra.empty()) {
+    on_bench_infra(job, candidate, outcome->infra, outcome->infra_artifact);
+    return;
+  }
   ResultRecord r;
   r.status = outcome->status;
   r.reason = outcome->reason;
@@ -1125,6 +1138,20 @@ void Scheduler::on_benched(ActiveJob& job, const Compiled& candidate, Result<nlo
   if (r.status != CandidateStatus::ok) r.log = stderr_tail;
   if (r.status == CandidateStatus::ok) job.artifacts[candidate.index] = candidate;
   record(job, candidate.index, std::move(r));
+}
+
+void Scheduler::on_bench_infra(ActiveJob& job, const Compiled& candidate, const std::string& infra,
+                               const std::string& artifact) {
+  const std::string name = config_to_string(job.plan.configs[candidate.index]);
+  if (++job.infra_attempts[candidate.index] >= k_infra_attempts) {
+    fail(job, "the host failed, not the candidates: " + infra + " (measuring " + name +
+                  ", twice); the configs not measured are not recorded and run in a later job");
+    return;
+  }
+  KTUNE_LOG(warn) << "job " << job.plan.record.id << ": " << name << ": " << infra
+                  << "; compiling it again";
+  if (!artifact.empty() && artifact == job.reference_path) job.reference = ReferenceState::pending;
+  job.to_compile.push_back(candidate.index);
 }
 
 // One finalist measured in one round. A finalist that fails a round leaves the finals (its first
@@ -1562,7 +1589,9 @@ void Scheduler::announce_end(std::int64_t job_id, JobState state) {
 std::chrono::milliseconds Scheduler::compile_deadline(const JobRecord& record) const {
   const std::optional<double>& compile_timeout_s = record.options.compile_timeout_s;
   const double seconds = compile_timeout_s && *compile_timeout_s > 0
-                             ? std::min(*compile_timeout_s, compile_timeout_limit_s(m_settings.compile_timeout_s))
+                             ? std::clamp(*compile_timeout_s,
+                                          compile_timeout_floor_s(m_settings.compile_timeout_s),
+                                          compile_timeout_limit_s(m_settings.compile_timeout_s))
                              : m_settings.compile_timeout_s;
   return seconds_to_ms(seconds);
 }

@@ -97,6 +97,13 @@ namespace ktune::daemon {
   return std::max(configured_s, 3600.0);
 }
 
+// The shortest compile deadline a job may ask for: 1 s, or [limits] compile_timeout_s where that
+// is shorter. A request under it is refused (RequestHandler); a stored job's deadline is raised to
+// it (compile_deadline).
+[[nodiscard]] inline double compile_timeout_floor_s(double configured_s) {
+  return std::min(configured_s, 1.0);
+}
+
 struct SchedulerSettings {
   std::string cache_dir;          // compile cache shared by every job
   MeasureSettings measure;        // prune_factor too
@@ -285,6 +292,11 @@ private:
   void on_benched(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply,
                   const std::string& stderr_tail);
   void on_final_measured(ActiveJob& job, const Compiled& candidate, Result<nlohmann::json> reply);
+  // A bench outcome the host caused (an artifact that failed its check before it was loaded):
+  // never recorded; the artifact's compile is asked for again (the reference's, when it was the
+  // reference), and a second time for one config ends the job with the cause.
+  void on_bench_infra(ActiveJob& job, const Compiled& candidate, const std::string& infra,
+                      const std::string& artifact);
   [[nodiscard]] std::vector<std::size_t> tie_set(const ActiveJob& job,
                                                  const std::vector<ResultRecord>& rows) const;
   [[nodiscard]] std::chrono::milliseconds compile_deadline(const JobRecord& record) const;

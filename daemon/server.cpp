@@ -32,21 +32,48 @@ namespace ktune::daemon {
 namespace {
 
 constexpr auto k_accept_retry = std::chrono::milliseconds(100);
+constexpr auto k_identity_period = std::chrono::seconds(1);
+// Databases up to this size get integrity_check at start (indexes checked against their tables
+// too); larger ones quick_check, which reads every page once.
+constexpr std::uintmax_t k_integrity_check_bytes = 64ull << 20;
 
 Error io_error(const std::string& message) { return make_error("io_error", message); }
 
-std::string parent_dir(const std::string& path) { return fs::path(path).parent_path().string(); }
+std::string parent_dir(const std::string& path) {
+  const std::string parent = fs::path(path).parent_path().string();
+  return parent.empty() ? "." : parent;
+}
 
-// "uid 1000 (alice)", or "uid 1000" when the user has no name.
-std::string user_text(uid_t uid) {
-  std::string text = "uid " + std::to_string(uid);
-  passwd entry{};
-  passwd* found = nullptr;
-  std::vector<char> buffer(16384);
-  if (::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
-    text += std::string(" (") + found->pw_name + ")";
-  }
-  return text;
+std::string file_name(const std::string& path) { return fs::path(path).filename().string(); }
+
+std::uintmax_t file_size(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  return ec ? 0 : size;
+}
+
+// A directory that does not exist is made 0700 (and checked); one that exists is left to the
+// check that fits its use (check_socket_dir).
+Result<void> make_missing_dir(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) return {};
+  auto made = SafeDir::open(dir, DirCreate::yes);
+  if (!made) return made.error();
+  return {};
+}
+
+// A database SQLite or the check at start found damaged: the reason, then what to do.
+Error damaged_advice(const Error& error, const std::string& db) {
+  const bool damaged = error.code == "db_corrupt" ||
+                       error.message.find("malformed") != std::string::npos ||
+                       error.message.find("not a database") != std::string::npos;
+  if (!damaged) return error;
+  return make_error("db_corrupt",
+                    error.message + ". ktuned does not start on a damaged database. Either restore "
+                    "a backup over it (`ktune db backup` makes one while ktuned runs), or run `ktune "
+                    "db recover " + db + " NEW.db` to copy what can still be read into a new file "
+                    "and move that into place, or move " + db + " aside and remove " + db +
+                    ".identity to start with an empty database");
 }
 
 // The socket's directory must be ktuned's user's (or root's), and writable by nobody else
@@ -80,7 +107,7 @@ std::chrono::milliseconds seconds_to_ms(double seconds) {
 
 Server::Server(DaemonConfig config)
     : m_config(std::move(config)), m_signals(m_io), m_acceptor(m_io), m_accept_retry(m_io),
-      m_idle_timer(m_io), m_started(std::chrono::steady_clock::now()) {}
+      m_idle_timer(m_io), m_identity_timer(m_io), m_started(std::chrono::steady_clock::now()) {}
 
 Server::~Server() {
   // A start that failed after binding, or a stop cut short by an exception: leave no socket file.
@@ -88,20 +115,37 @@ Server::~Server() {
 }
 
 Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
+  // Descriptors first: the soft limit raised, the connections fitted into it.
+  auto limit = raise_descriptor_limit();
+  if (!limit) return limit.error();
+  auto fitted = fit_connections(config, *limit);
+  if (!fitted) return fitted.error();
+  if (!fitted->empty()) KTUNE_LOG(warn) << *fitted;
+  KTUNE_LOG(info) << "file descriptors: " << limit->soft
+                  << (limit->soft != limit->raised_from
+                          ? " (raised from " + std::to_string(limit->raised_from) + ")"
+                          : std::string())
+                  << ", at most " << config.max_connections << " connections";
   std::unique_ptr<Server> server(new Server(std::move(config)));
   const DaemonConfig& cfg = server->m_config;
 
-  if (auto r = ensure_private_dir(cfg.paths.runtime_dir); !r) return r.error();
-  if (auto r = ensure_private_dir(parent_dir(cfg.socket)); !r) return r.error();
-  auto lock = InstanceLock::acquire(cfg.paths.lock_file, cfg.paths.pid_file);
+  // Every directory ktuned makes files in is opened and checked before anything in it is touched
+  // (core/safe_fs.hpp): another user's runtime directory stops the start here.
+  auto runtime = SafeDir::open(cfg.paths.runtime_dir, DirCreate::yes);
+  if (!runtime) return runtime.error();
+  if (auto r = make_missing_dir(parent_dir(cfg.socket)); !r) return r.error();
+  auto lock = InstanceLock::acquire(*runtime, file_name(cfg.paths.lock_file),
+                                    file_name(cfg.paths.pid_file));
   if (!lock) return lock.error();
   server->m_lock.emplace(std::move(*lock));
 
-  if (auto r = ensure_private_dir(parent_dir(cfg.db)); !r) return r.error();
-  if (auto r = ensure_private_dir(cfg.cache_dir); !r) return r.error();
-  auto db_lock = InstanceLock::acquire_database(cfg.db);
-  if (!db_lock) return db_lock.error();
-  server->m_db_lock.emplace(std::move(*db_lock));
+  auto db_dir = SafeDir::open(parent_dir(cfg.db), DirCreate::yes);
+  if (!db_dir) return db_dir.error();
+  if (auto cache = SafeDir::open(cfg.cache_dir, DirCreate::yes); !cache) return cache.error();
+  auto db_file = DatabaseFile::open(*db_dir, file_name(cfg.db));
+  if (!db_file) return db_file.error();
+  server->m_db_file.emplace(std::move(*db_file));
+  if (!server->m_db_file->note().empty()) KTUNE_LOG(warn) << server->m_db_file->note();
   auto start = std::chrono::steady_clock::now();
   auto store = Store::open(cfg.db, OpenMode::read_write);
   if (!store) {
@@ -110,10 +154,20 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
                                        " (another process has held a lock on the database for "
                                        "more than 5 s; ktuned cannot start on it)");
     }
-    return store.error();
+    return damaged_advice(store.error(), cfg.db);
   }
   server->m_store.emplace(std::move(*store));
   KTUNE_LOG(info) << "opened " << cfg.db << " in " << log::elapsed_ms(start) << " ms";
+  start = std::chrono::steady_clock::now();
+  if (auto sound = server->m_store->verify(file_size(cfg.db) <= k_integrity_check_bytes
+                                               ? Store::Verify::full
+                                               : Store::Verify::quick);
+      !sound) {
+    return damaged_advice(sound.error(), cfg.db);
+  }
+  KTUNE_LOG(info) << "checked " << cfg.db << " in " << log::elapsed_ms(start) << " ms";
+  if (auto marked = server->m_db_file->mark(); !marked) return marked.error();
+  server->m_store->set_write_check([file = &*server->m_db_file] { return file->check(); });
   // Results an earlier ktuned acknowledged while its database took no writes.
   if (auto replayed = StoreWriter::replay_spill(*server->m_store); !replayed) {
     return replayed.error();
@@ -139,6 +193,7 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
       server->m_io, server->m_children, cfg.worker_path,
       static_cast<std::size_t>(cfg.compile_workers), seconds_to_ms(cfg.worker_idle_s),
       cfg.worker_memory_mb, cfg.lock_dir);
+  server->m_workers->set_compile_memory_mb(cfg.compile_memory_mb);
   server->m_scheduler = std::make_unique<Scheduler>(
       server->m_io, *server->m_store, *server->m_workers,
       SchedulerSettings{cfg.cache_dir, cfg.measure,
@@ -158,9 +213,7 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   for (const auto& broken : server->m_handler->load_kernels()) {
     KTUNE_LOG(warn) << "kernel family not loaded: " << broken.error.message;
   }
-  for (const auto& dir : server->m_handler->missing_kernel_dirs()) {
-    KTUNE_LOG(warn) << "kernel directory " << dir << " does not exist: no family is loaded from it";
-  }
+  for (const auto& problem : server->m_handler->kernel_dir_problems()) KTUNE_LOG(warn) << problem;
   KTUNE_LOG(debug) << "scanned kernel directories in " << log::elapsed_ms(start) << " ms";
   if (!cfg.table_dirs.empty()) {
     auto watch = TableWatch::create(
@@ -359,11 +412,49 @@ void Server::watch_idle() {
   });
 }
 
+void Server::watch_database() {
+  m_identity_timer.expires_after(k_identity_period);
+  m_identity_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || m_stopping) return;
+    auto checked = m_db_file->check();
+    if (!checked && !m_database_lost) {
+      m_database_lost = true;
+      if (m_db_file->deleted()) rescue_database();
+      KTUNE_LOG(error) << m_db_file->check().error().message;
+      // A write that meets the check stalls the writer: stats and every job say why, new tunes
+      // are refused (store_busy) and results go to the spill journal.
+      m_scheduler->writer().submit("a check of the database file", [](Store& store) {
+        return store.in_transaction([] { return Result<void>{}; });
+      });
+    } else if (checked && m_database_lost) {
+      m_database_lost = false;
+      KTUNE_LOG(info) << "the database " << m_db_file->path() << " is back at its path";
+    }
+    watch_database();
+  });
+}
+
+void Server::rescue_database() {
+  const std::string& db = m_db_file->path();
+  std::string path = db + ".rescued";
+  for (int n = 2; ::access(path.c_str(), F_OK) == 0; ++n) path = db + ".rescued." + std::to_string(n);
+  const auto start = std::chrono::steady_clock::now();
+  if (auto saved = m_store->backup_to(path); !saved) {
+    KTUNE_LOG(error) << "the database " << db << " was deleted, and its content could not be "
+                     << "saved from ktuned's open connection: " << saved.error().message;
+    return;
+  }
+  m_db_file->set_rescued(path);
+  KTUNE_LOG(warn) << "the database " << db << " was deleted while open; saved its content in "
+                  << path << " in " << log::elapsed_ms(start) << " ms";
+}
+
 int Server::run() {
   // Accepting starts when the device probe answers (create()).
   wait_signal();
   m_last_busy = std::chrono::steady_clock::now();
   watch_idle();
+  watch_database();
   KTUNE_LOG(info) << "ktuned " << KTUNE_VERSION << " listening on " << m_config.socket << " (pid "
                   << ::getpid() << ", " << m_config.compile_workers << " compile worker(s), "
                   << "kernel dirs: " << m_config.kernel_dirs.size() << ")";
@@ -374,7 +465,7 @@ int Server::run() {
   m_scheduler.reset();
   m_workers.reset();
   m_store.reset();
-  m_db_lock.reset();
+  m_db_file.reset();
   m_lock.reset();
   KTUNE_LOG(info) << "ktuned stopped";
   return 0;
@@ -397,8 +488,21 @@ void Server::accept_next() {
     if (m_stopping) return;
     if (ec) {
       if (ec == asio::error::operation_aborted) return;
-      // Out of descriptors and the like: try again shortly instead of spinning.
-      KTUNE_LOG(warn) << "accept failed: " << ec.message();
+      if ((ec.value() == EMFILE || ec.value() == ENFILE) && refuse_waiting()) {
+        accept_next();
+        return;
+      }
+      // Anything else (or not even the reserve could answer): try again shortly instead of
+      // spinning.
+      ++m_accept_failures;
+      if (const auto now = std::chrono::steady_clock::now();
+          now - m_accept_logged >= DescriptorReserve::k_log_every) {
+        m_accept_logged = now;
+        KTUNE_LOG(warn) << "accept failed: " << ec.message() << " (" << m_accept_failures
+                        << " time(s) since the last report; retried every "
+                        << k_accept_retry.count() << " ms)";
+        m_accept_failures = 0;
+      }
       m_accept_retry.expires_after(k_accept_retry);
       m_accept_retry.async_wait([this](const boost::system::error_code& timer_ec) {
         if (!timer_ec && !m_stopping) accept_next();
@@ -408,6 +512,23 @@ void Server::accept_next() {
     admit(std::move(socket));
     accept_next();
   });
+}
+
+bool Server::refuse_waiting() {
+  const std::string line =
+      protocol::encode_error(nullptr, protocol::code::too_many_connections,
+                             "ktuned has no file descriptor left for another connection (" +
+                                 std::to_string(m_sessions.size()) +
+                                 " open; RLIMIT_NOFILE); try again later") +
+      "\n";
+  bool any = false;
+  while (m_reserve.refuse_one(m_acceptor.native_handle(), line)) any = true;
+  if (std::uint64_t count = 0; m_reserve.should_log(count)) {
+    KTUNE_LOG(warn) << "out of file descriptors: refused " << count << " connection(s) at once with "
+                    << "too_many_connections (" << m_sessions.size() << " open); logged at most "
+                    << "every " << DescriptorReserve::k_log_every.count() << " s";
+  }
+  return any;
 }
 
 void Server::admit(asio::local::stream_protocol::socket socket) {
@@ -530,6 +651,7 @@ void Server::stop() {
   m_acceptor.close(ignored);
   m_accept_retry.cancel();
   m_idle_timer.cancel();
+  m_identity_timer.cancel();
   // Jobs first (the candidate in flight may finish, bounded by stop_grace_s), so that clients
   // waiting on one get its final state before their connection closes.
   m_scheduler->stop(seconds_to_ms(m_config.stop_grace_s), [this] {

@@ -16,6 +16,8 @@
 #include "core/device.hpp"
 #include "core/result.hpp"
 #include "daemon/config.hpp"
+#include "daemon/database_file.hpp"
+#include "daemon/descriptors.hpp"
 #include "daemon/devices.hpp"
 #include "daemon/handlers.hpp"
 #include "daemon/instance.hpp"
@@ -42,7 +44,9 @@ namespace ktune::daemon {
 
 class Server {
 public:
-  // Errors: already_running, io_error (directories, socket), db_error, config_error.
+  // Errors: already_running, unsafe_path (a directory or file another user could have planted),
+  // io_error (directories, socket), database_in_use, database_missing, db_corrupt, db_error,
+  // config_error.
   [[nodiscard]] static Result<std::unique_ptr<Server>> create(DaemonConfig config);
 
   // Announces readiness (--ready-fd), serves until a graceful stop, returns the exit code.
@@ -59,6 +63,9 @@ private:
   // Checks the peer's credentials and the connection limit, then starts a session or refuses
   // the connection with one error line.
   void admit(asio::local::stream_protocol::socket socket);
+  // Out of descriptors: every connection waiting in the backlog is accepted on the reserve, told
+  // too_many_connections and closed (daemon/descriptors.hpp). False when none could be.
+  bool refuse_waiting();
   // Why `peer` may not connect ([access]); nullopt when it may.
   [[nodiscard]] std::optional<std::string> access_refusal(int fd, const PeerCredentials& peer) const;
   static void send_and_close(int fd, const char* code, const std::string& message);
@@ -71,15 +78,23 @@ private:
   // queued); jobs that cannot resume are marked failed.
   [[nodiscard]] std::vector<JobPlan> resume_jobs();
   void watch_idle();
+  // Every k_identity_period: whether the database path still names the file opened; the first
+  // failure is logged and stalls the store's writes (daemon/database_file.hpp), a return too.
+  void watch_database();
+  // Saves what the open connection still sees of a deleted database to <db>.rescued (SQLite's
+  // online backup), so that its history survives; the database's messages name the copy.
+  void rescue_database();
 
   DaemonConfig m_config;
   std::optional<InstanceLock> m_lock;          // released last
-  std::optional<InstanceLock> m_db_lock;       // one daemon per database (<db>.lock)
+  std::optional<DatabaseFile> m_db_file;      // one daemon per database file; closed after m_store
   asio::io_context m_io;
   asio::signal_set m_signals;
   asio::local::stream_protocol::acceptor m_acceptor;
   asio::steady_timer m_accept_retry;
   asio::steady_timer m_idle_timer;
+  asio::steady_timer m_identity_timer;         // checks that the database is still at its path
+  bool m_database_lost = false;
   std::chrono::steady_clock::time_point m_last_busy;
   std::optional<Store> m_store;
   std::unique_ptr<DeviceRegistry> m_devices;
@@ -91,6 +106,9 @@ private:
   std::unique_ptr<MetricsHttp> m_metrics;      // [daemon].metrics; null when off
   std::set<std::shared_ptr<Session>> m_sessions;
   std::chrono::steady_clock::time_point m_started;
+  DescriptorReserve m_reserve;                 // answers connections when no descriptor is left
+  std::uint64_t m_accept_failures = 0;         // since the last report in the log
+  std::chrono::steady_clock::time_point m_accept_logged{};
   bool m_listening = false;                   // the socket file is ours to remove
   bool m_stopping = false;
 };

@@ -100,6 +100,7 @@ Result<ResultRecord> row_from_json(const json& line, const std::string& where) {
 std::string stall_reason(const Error& error) {
   if (error.code == "db_busy") return "database busy (another process holds its lock): " + error.message;
   if (error.code == "db_full") return "database full (no space left on its disk): " + error.message;
+  if (error.code == "db_gone") return "database file gone: " + error.message;
   return "database I/O error: " + error.message;
 }
 
@@ -225,7 +226,7 @@ void StoreWriter::end_stall() {
 bool StoreWriter::spill(const Pending& pending) {
   const std::string path = spill_path(m_store.path());
   if (m_spill_fd < 0) {
-    m_spill_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    m_spill_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (m_spill_fd < 0) {
       KTUNE_LOG(error) << "cannot open the spill journal " << path << ": " << std::strerror(errno)
                        << "; results are acknowledged only once the database takes them";

@@ -135,7 +135,23 @@ Result<const CachedKernel*> KernelCache::get(const std::string& name, Language l
   key += name;
   key += language == Language::cpp ? '\x01' : '\x02';
   auto it = m_kernels.find(key);
-  if (it != m_kernels.end() && now - it->second.checked_at < k_kernel_refresh) return &it->second;
+  if (it != m_kernels.end()) {
+    CachedKernel& cached = it->second;
+    if (now - cached.checked_at < k_kernel_refresh || cached.reloading) return &cached;
+    if (unchanged(cached.inputs)) {
+      cached.checked_at = now;
+      return &cached;
+    }
+    if (m_reload) {
+      cached.reloading = true;
+      m_reload(cached.spec_path, m_registry.kernel_dir_of(cached.spec_path),
+               [this, key, name, language, spec_path = cached.spec_path](
+                   Result<LoadedKernel> loaded, std::vector<FileStamp> inputs) {
+                 finish_reload(key, name, language, spec_path, std::move(loaded), std::move(inputs));
+               });
+      return &cached;
+    }
+  }
   auto loaded = m_registry.find(name, language);
   if (!loaded) {
     if (it != m_kernels.end()) m_kernels.erase(it);
@@ -150,9 +166,36 @@ Result<const CachedKernel*> KernelCache::get(const std::string& name, Language l
   entry.runs_on_cpu = loaded->spec.language == Language::cpp;
   entry.default_config = config_json_text(loaded->spec.default_config);
   entry.checked_at = now;
+  entry.spec_path = loaded->spec_path;
+  entry.inputs = loaded->inputs;
   auto& slot = m_kernels[key];
   slot = std::move(entry);
   return &slot;
+}
+
+void KernelCache::finish_reload(const std::string& key, const std::string& name, Language language,
+                                const std::string& spec_path, Result<LoadedKernel> loaded,
+                                std::vector<FileStamp> inputs) {
+  auto installed = m_registry.install(name, spec_path, std::move(loaded), std::move(inputs));
+  const auto it = m_kernels.find(key);
+  if (it == m_kernels.end()) return;
+  // Broken, renamed or another language now: the next lookup asks the registry (which holds
+  // the error already, without reading a file).
+  if (!installed || installed->spec.name != name || installed->spec.language != language) {
+    m_kernels.erase(it);
+    return;
+  }
+  CachedKernel& entry = it->second;
+  entry.source_hash = installed->source_hash;
+  entry.dims = installed->spec.shape_dims;
+  entry.dtypes = installed->spec.dtypes;
+  entry.dtype_axis = installed->spec.dtype_axis;
+  entry.runs_on_cpu = installed->spec.language == Language::cpp;
+  entry.default_config = config_json_text(installed->spec.default_config);
+  entry.checked_at = std::chrono::steady_clock::now();
+  entry.spec_path = installed->spec_path;
+  entry.inputs = installed->inputs;
+  entry.reloading = false;
 }
 
 std::string_view rung_name(Rung rung) {

@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -79,22 +80,41 @@ struct CachedKernel {
   bool runs_on_cpu = true;         // language cpp
   std::string default_config;      // JSON object text, params order
   std::chrono::steady_clock::time_point checked_at;
+  std::string spec_path;           // the family's kernel.toml
+  std::vector<FileStamp> inputs;   // what it was loaded from (KernelRegistry)
+  bool reloading = false;          // read again off the loop; this entry answers meanwhile
 };
 
 class KernelCache {
 public:
   static constexpr auto k_kernel_refresh = std::chrono::seconds(1);
 
+  // Reads a family again away from the event loop: runs load_kernel(spec_path, kernel_dir) on a
+  // helper thread and calls `done` on the event loop with what it returned and read.
+  using Done = std::function<void(Result<LoadedKernel>, std::vector<FileStamp>)>;
+  using Reload = std::function<void(std::string spec_path, std::string kernel_dir, Done done)>;
+
   explicit KernelCache(KernelRegistry& registry) : m_registry(registry) {}
-  // The cached entry of the family `name` written in `language`, re-read through the registry
-  // when missing or older than k_kernel_refresh. Errors: the registry's (unknown_kernel,
-  // spec_error).
+  // Without one, a changed family is read again inline (tests).
+  void set_reload(Reload reload) { m_reload = std::move(reload); }
+
+  // The cached entry of the family `name` written in `language`. Older than k_kernel_refresh,
+  // its files are checked (stat only); when one changed, the family is read again through
+  // `reload` while this entry keeps answering, and replaced (or dropped, when it broke) once
+  // read. A family not cached yet is found through the registry inline (its limits bound that:
+  // core/kernel_spec.hpp SpecLimits). Errors: the registry's (unknown_kernel, spec_error,
+  // spec_too_large).
   [[nodiscard]] Result<const CachedKernel*> get(const std::string& name, Language language,
                                                 std::chrono::steady_clock::time_point now);
   void invalidate() { m_kernels.clear(); }
 
 private:
+  void finish_reload(const std::string& key, const std::string& name, Language language,
+                     const std::string& spec_path, Result<LoadedKernel> loaded,
+                     std::vector<FileStamp> inputs);
+
   KernelRegistry& m_registry;
+  Reload m_reload;
   std::unordered_map<std::string, CachedKernel> m_kernels; // name + language
 };
 

@@ -31,6 +31,7 @@ public:
                std::chrono::milliseconds deadline) override {
     m_process->request(op, std::move(job), std::move(on_reply), deadline);
   }
+  void set_owner(std::string owner) override { m_process->set_owner(std::move(owner)); }
   [[nodiscard]] bool idle() const override { return m_process->idle(); }
   [[nodiscard]] const std::string& stderr_tail() const override {
     return m_process->stderr_tail();
@@ -198,8 +199,12 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
     extra_args.insert(extra_args.end(), {"--measure-lock", measure_lock_path(slot.lane)});
   }
   // CUDA reserves a large virtual range at cuInit: a CUDA lane's worker runs without RLIMIT_AS.
-  if (m_memory_mb > 0 && !is_cuda_lane(slot.lane)) {
-    extra_args.insert(extra_args.end(), {"--memory-mb", std::to_string(m_memory_mb)});
+  std::int64_t memory_mb = m_memory_mb;
+  if (slot.role == WorkerRole::compile && m_compile_memory_mb > 0) {
+    memory_mb = memory_mb > 0 ? std::min(memory_mb, m_compile_memory_mb) : m_compile_memory_mb;
+  }
+  if (memory_mb > 0 && !is_cuda_lane(slot.lane)) {
+    extra_args.insert(extra_args.end(), {"--memory-mb", std::to_string(memory_mb)});
   }
   std::vector<std::string> env;
   if (is_cuda_lane(slot.lane)) {
@@ -380,6 +385,7 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
   }
   // The endpoint is held until the reply: a worker that died has left m_workers by then, and
   // its stderr tail is what the reply's failure needs.
+  worker.endpoint->set_owner(work.owner > 0 ? "job " + std::to_string(work.owner) : std::string());
   worker.endpoint->request(
       work.op, std::move(work.job),
       [this, weak, endpoint = worker.endpoint, lane, sent, key,

@@ -57,6 +57,8 @@ public:
   virtual void request(std::string_view op, nlohmann::json job,
                        WorkerProcess::ReplyHandler on_reply,
                        std::chrono::milliseconds deadline) = 0;
+  // Who the next request is for ("job 12"), for what its stderr leaves in the log.
+  virtual void set_owner(std::string /*owner*/) {}
   // Free for a request: alive, not closing, no request in flight.
   [[nodiscard]] virtual bool idle() const = 0;
   [[nodiscard]] virtual const std::string& stderr_tail() const = 0;
@@ -144,6 +146,11 @@ public:
              std::size_t compile_workers,
              std::chrono::milliseconds worker_idle = std::chrono::milliseconds(0),
              std::int64_t memory_mb = 0, std::string lock_dir = {});
+  // RLIMIT_AS of compile workers and the compilers they run (`--memory-mb`), when memory_mb
+  // above does not set a smaller one; 0 = none. A compile that would exhaust the machine (an
+  // include of /dev/zero, a runaway template) fails its candidate instead.
+  void set_compile_memory_mb(std::int64_t mb) { m_compile_memory_mb = mb; }
+
   // A pool over endpoints of the caller's making (tests); with `bench_cpu`, compiles may borrow
   // that CPU as above.
   WorkerPool(asio::io_context& io, WorkerSpawner spawner, std::size_t compile_workers,
@@ -268,6 +275,7 @@ private:
   std::size_t m_compile_limit;
   std::chrono::milliseconds m_worker_idle{0};
   std::int64_t m_memory_mb = 0;
+  std::int64_t m_compile_memory_mb = 0;
   std::optional<int> m_bench_cpu;          // the cpu lane worker's CPU, when pinned
   std::string m_lock_dir;                  // "" = no cross-instance locks
   UniqueFd m_cpu_claim;                    // ktune-cpu<N>.claim of m_bench_cpu

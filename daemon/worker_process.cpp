@@ -1,5 +1,7 @@
 #include "daemon/worker_process.hpp"
 
+#include "core/quote.hpp"
+
 #include "daemon/log.hpp"
 #include "core/unique_fd.hpp"
 #include "jobs/bench_job.hpp"
@@ -211,6 +213,34 @@ Result<std::shared_ptr<WorkerProcess>> WorkerProcess::spawn(
   return worker;
 }
 
+namespace {
+
+// "job 12 compile reduce_sum LANES=1,CHUNK=256": who a request is for (`owner`, set by the
+// pool) and the candidate it names.
+std::string request_label(const std::string& owner, std::string_view op, const nlohmann::json& job) {
+  std::string label = owner.empty() ? std::string(op) : owner + " " + std::string(op);
+  const nlohmann::json& first = job.is_array() && !job.empty() ? job.front() : job;
+  if (!first.is_object()) return label;
+  if (auto kernel = first.find("kernel"); kernel != first.end() && kernel->is_string()) {
+    label += ' ' + clip_quoted(kernel->get<std::string>());
+  }
+  if (job.is_array()) return label + " (" + std::to_string(job.size()) + " configs)";
+  if (auto defines = first.find("defines"); defines != first.end() && defines->is_object()) {
+    std::string config;
+    for (const auto& [name, value] : defines->items()) {
+      config += (config.empty() ? "" : ",") + name + "=" + value.dump();
+    }
+    label += ' ' + clip_quoted(config);
+  } else if (auto artifact = first.find("artifact_path"); artifact != first.end() && artifact->is_string()) {
+    // A measurement: the artifact names the candidate (its cache key).
+    const std::string path = artifact->get<std::string>();
+    label += ' ' + clip_quoted(path.substr(path.find_last_of('/') + 1));
+  }
+  return label;
+}
+
+} // namespace
+
 void WorkerProcess::read_stderr() {
   m_stderr.async_read_some(
       asio::buffer(m_stderr_buffer),
@@ -222,21 +252,42 @@ void WorkerProcess::read_stderr() {
 }
 
 void WorkerProcess::append_stderr(std::string_view text) {
-  // The daemon's own stderr is its log: keep the worker's messages there too, up to
-  // k_stderr_log_bytes per request.
-  const std::size_t room =
-      m_stderr_logged < k_stderr_log_bytes ? k_stderr_log_bytes - m_stderr_logged : 0;
-  const std::size_t copy = std::min(room, text.size());
-  if (copy > 0) log::write_raw(text.substr(0, copy));
-  m_stderr_logged += copy;
-  m_stderr_dropped += text.size() - copy;
+  // The daemon's own stderr is its log: keep the worker's messages there too, a record per
+  // line, up to k_stderr_log_bytes per request.
+  m_stderr_line.append(text);
+  for (auto end = m_stderr_line.find('\n'); end != std::string::npos; end = m_stderr_line.find('\n')) {
+    log_stderr_line(std::string_view(m_stderr_line).substr(0, end));
+    m_stderr_line.erase(0, end + 1);
+  }
+  if (m_stderr_line.size() >= k_stderr_tail_bytes) {  // a line without an end: cut
+    log_stderr_line(m_stderr_line);
+    m_stderr_line.clear();
+  }
   m_stderr_tail.append(text);
   if (m_stderr_tail.size() > k_stderr_tail_bytes) {
     m_stderr_tail.erase(0, m_stderr_tail.size() - k_stderr_tail_bytes);
   }
 }
 
+void WorkerProcess::log_stderr_line(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  const std::size_t room =
+      m_stderr_logged < k_stderr_log_bytes ? k_stderr_log_bytes - m_stderr_logged : 0;
+  if (line.size() > room) {
+    m_stderr_dropped += line.size() + 1;
+    return;
+  }
+  m_stderr_logged += line.size() + 1;
+  KTUNE_LOG(info) << to_string(m_role) << " worker " << m_pid
+                  << (m_label.empty() ? std::string() : " [" + m_label + "]") << ": "
+                  << log::printable(line);
+}
+
 void WorkerProcess::note_dropped_stderr() {
+  if (!m_stderr_line.empty()) {
+    log_stderr_line(m_stderr_line);
+    m_stderr_line.clear();
+  }
   if (m_stderr_dropped > 0) {
     KTUNE_LOG(warn) << to_string(m_role) << " worker " << m_pid << " wrote " << m_stderr_dropped
                     << " more bytes to stderr than the log keeps per request ("
@@ -289,6 +340,7 @@ void WorkerProcess::request(std::string_view op, nlohmann::json job, ReplyHandle
   m_request_deadline = deadline;
   m_paused_for = {};
   if (deadline.count() > 0) arm_deadline(deadline);
+  m_label = request_label(m_owner, op, job);
   nlohmann::json message = {{"id", m_pending_id}, {"op", op}};
   message[op == k_compile_batch ? "jobs" : "job"] = std::move(job);
   m_out = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -104,12 +104,17 @@ public:
   void request(std::string_view op, nlohmann::json job, ReplyHandler on_reply,
                std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
 
+  // Who the next request is for ("job 12"), for the lines its stderr leaves in ktuned's log.
+  void set_owner(std::string owner) { m_owner = std::move(owner); }
+
   // What the worker (and the compilers it started) wrote to stderr since the last request was
   // sent, at most the last k_stderr_tail_bytes. Complete once the reply handler runs.
   [[nodiscard]] const std::string& stderr_tail() const { return m_stderr_tail; }
   static constexpr std::size_t k_stderr_tail_bytes = 4096;
   // What of a worker's stderr per request is copied into ktuned's log; the rest is counted and
-  // said in one line (a candidate writing a gigabyte must not fill the log).
+  // said in one line (a candidate writing a gigabyte must not fill the log). Each line becomes
+  // a record of its own, prefixed with the worker, the job and the candidate, its control bytes
+  // and invalid UTF-8 escaped (\xNN): a candidate cannot forge a line of ktuned's log.
   static constexpr std::size_t k_stderr_log_bytes = 16 * 1024;
 
   // Closes the socket (the worker exits on EOF) and sends SIGTERM to the process group. A request
@@ -166,6 +171,10 @@ private:
   std::string m_stderr_tail;
   std::size_t m_stderr_logged = 0;     // bytes of this request's stderr copied into the log
   std::size_t m_stderr_dropped = 0;    // and not copied
+  std::string m_stderr_line;           // the start of a line not ended yet
+  std::string m_owner;                 // set_owner's
+  std::string m_label;                 // the request in flight: owner, op, candidate
+  void log_stderr_line(std::string_view line);
   asio::steady_timer m_deadline;
   asio::steady_timer m_idle_timer;
   std::chrono::milliseconds m_idle_timeout{0};

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include <sys/stat.h>
+
 namespace ktune {
 
 using db::DbRef;
@@ -305,7 +307,9 @@ Result<Store> Store::open(const std::string& path, OpenMode mode) {
   }
 
   sqlite3* handle = nullptr;
-  const int flags = (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+  // The daemon's file is never reached through a link (ktuned opened it O_NOFOLLOW already).
+  const int flags = (read_only ? SQLITE_OPEN_READONLY
+                               : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW) |
                     SQLITE_OPEN_NOMUTEX;
   const int rc = sqlite3_open_v2(path.c_str(), &handle, flags, nullptr);
   Connection connection(handle);
@@ -382,7 +386,8 @@ Store::Store(Store&& other) noexcept
       m_mode(other.m_mode),
       m_path(std::move(other.m_path)),
       m_schema_version(other.m_schema_version),
-      m_statements(std::move(other.m_statements)) {}
+      m_statements(std::move(other.m_statements)),
+      m_write_check(std::move(other.m_write_check)) {}
 
 Store& Store::operator=(Store&& other) noexcept {
   if (this != &other) {
@@ -392,6 +397,7 @@ Store& Store::operator=(Store&& other) noexcept {
     m_path = std::move(other.m_path);
     m_schema_version = other.m_schema_version;
     m_statements = std::move(other.m_statements);
+    m_write_check = std::move(other.m_write_check);
   }
   return *this;
 }
@@ -410,11 +416,55 @@ void Store::set_busy_timeout(std::chrono::milliseconds timeout) {
 }
 
 bool is_transient(const Error& error) {
-  return error.code == "db_busy" || error.code == "db_full" || error.code == "db_io";
+  return error.code == "db_busy" || error.code == "db_full" || error.code == "db_io" ||
+         error.code == "db_gone";
+}
+
+Result<void> Store::backup_to(const std::string& path) const {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) return make_error("io_error", path + " exists; not overwritten");
+  sqlite3* raw = nullptr;
+  const mode_t before = ::umask(077);
+  const int rc = sqlite3_open_v2(path.c_str(), &raw,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW,
+                                 nullptr);
+  ::umask(before);
+  Connection target(raw);
+  const DbRef to{raw, path};
+  if (rc != SQLITE_OK) return to.error("backup");
+  sqlite3_backup* backup = sqlite3_backup_init(raw, "main", m_db, "main");
+  if (backup == nullptr) return to.error("backup of " + m_path + " to");
+  const int stepped = sqlite3_backup_step(backup, -1);
+  sqlite3_backup_finish(backup);
+  if (stepped != SQLITE_DONE) return to.error("backup of " + m_path + " to");
+  return {};
+}
+
+Result<void> Store::verify(Verify depth) const {
+  const std::string_view op = depth == Verify::full ? "integrity_check" : "quick_check";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(
+      db, op, depth == Verify::full ? "PRAGMA integrity_check(5)" : "PRAGMA quick_check(5)");
+  const auto corrupt = [&](const std::string& findings) {
+    return make_error("db_corrupt", "the database " + m_path + " is damaged (SQLite's " +
+                                        std::string(op) + ": " + findings + ")");
+  };
+  if (!statement) return corrupt(statement.error().message);
+  std::string findings;
+  for (;;) {
+    const int rc = statement->step();
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) return corrupt(db.error(op).message);
+    const std::string line = statement->column_text(0);
+    if (line == "ok") return {};
+    findings += (findings.empty() ? "" : "; ") + line;
+  }
+  if (findings.empty()) return {};
+  return corrupt(findings);
 }
 
 Result<void> Store::require_writable(std::string_view op) const {
-  if (m_mode == OpenMode::read_write) return {};
+  if (m_mode == OpenMode::read_write) return m_write_check ? m_write_check() : Result<void>{};
   return DbRef{m_db, m_path}.error(op, "the store is open read-only (only ktuned writes)");
 }
 
@@ -541,7 +591,12 @@ Result<void> Store::set_job_state(std::int64_t job_id, JobState state, const std
   const bool active = state == JobState::queued || state == JobState::running;
   statement->bind_int(1, job_id);
   statement->bind_text(2, to_string(state));
-  statement->bind_text(3, error);
+  // A job's error is a line for people, whatever its cause quoted (a spec, a compiler's output).
+  constexpr std::size_t k_max_job_error = 4096;
+  statement->bind_text(3, error.size() <= k_max_job_error
+                              ? error
+                              : error.substr(0, k_max_job_error) + "... (" +
+                                    std::to_string(error.size()) + " bytes)");
   statement->bind_int(4, starts ? 1 : 0);
   // ?5: 1 = stamp finished_at, 0 = clear it (the job is live again), 2 = keep it.
   statement->bind_int(5, finishes ? 1 : (active ? 0 : 2));
@@ -895,9 +950,11 @@ Result<std::set<std::string>> Store::quarantined_configs(const std::string& kern
   constexpr std::string_view op = "quarantined_configs";
   const DbRef db{m_db, m_path};
   auto statement = Statement::prepare(db, op,
-      "SELECT DISTINCT config FROM results WHERE kernel = ?1 AND source_hash = ?2 AND "
-      "fingerprint = ?3 AND job_id != ?4 AND status IN "
-      "('crash', 'timeout', 'compile_timeout', 'worker_lost')");
+      "SELECT DISTINCT r.config FROM results r LEFT JOIN jobs j ON j.id = r.job_id "
+      "WHERE r.kernel = ?1 AND r.source_hash = ?2 AND r.fingerprint = ?3 AND r.job_id != ?4 AND "
+      "(r.status IN ('crash', 'worker_lost') OR "
+      "(r.status = 'timeout' AND j.bench_timeout_s IS NULL) OR "
+      "(r.status = 'compile_timeout' AND j.compile_timeout_s IS NULL))");
   if (!statement) return statement.error();
   statement->bind_text(1, kernel);
   statement->bind_text(2, source_hash);

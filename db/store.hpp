@@ -132,7 +132,9 @@ struct WinnerRecord {
 };
 
 // Whether a store error passes by itself: the database is locked by another process ("db_busy"),
-// the disk is full ("db_full") or failing ("db_io"). A writer waits these out; other errors are final.
+// the disk is full ("db_full") or failing ("db_io"), or its file is no longer at its path
+// ("db_gone": deleted or replaced; writes wait until it is back). A writer waits these out; other
+// errors are final.
 [[nodiscard]] bool is_transient(const Error& error);
 
 class Store {
@@ -153,12 +155,21 @@ public:
   void set_busy_timeout(std::chrono::milliseconds timeout);
   [[nodiscard]] OpenMode mode() const { return m_mode; }
   [[nodiscard]] const std::string& path() const { return m_path; }
+  // Called before every write (read_write only): an error stops the write and is returned in its
+  // place (ktuned checks that the path still names the file it opened: daemon/database_file.hpp).
+  void set_write_check(std::function<Result<void>()> check) { m_write_check = std::move(check); }
+
+  // Whether the file is sound: quick: PRAGMA quick_check (every page read once); full: PRAGMA
+  // integrity_check (also every index against its table). Ok, else "db_corrupt" naming the
+  // file and SQLite's first findings (at most 5).
+  enum class Verify { quick, full };
+  [[nodiscard]] Result<void> verify(Verify depth) const;
 
   // Writes (read_write only; on a read-only store they return "db_error").
   // upsert_kernel/upsert_device keep the first created_at/first_seen and replace the rest.
   // update_job_progress/set_job_state on a job id that does not exist return "unknown_job".
   // set_job_state records any state the caller decides (it does not police transitions), replaces
-  // `error` with the given text, sets started_at on the first move to running, sets finished_at
+  // `error` with the given text (clipped to 4 KiB), sets started_at on the first move to running, sets finished_at
   // on a move to done, failed or cancelled and clears it on a move to queued or running.
   [[nodiscard]] Result<void> upsert_kernel(const std::string& name, const std::string& source_hash,
                                            const std::string& spec_text);
@@ -223,10 +234,17 @@ public:
 
   // Configs (canonical JSON text) whose result for this kernel source and device fingerprint has
   // status crash, timeout, compile_timeout or worker_lost in any job but `except_job` (0 = none):
-  // the quarantine a new job skips unless it asks to retry them.
+  // the quarantine a new job skips unless it asks to retry them. A timeout (compile_timeout) of a
+  // job that set its own bench (compile) deadline is that job's alone and quarantines nothing:
+  // no client's deadline decides for the others.
   [[nodiscard]] Result<std::set<std::string>> quarantined_configs(const std::string& kernel,
       const std::string& source_hash, const std::string& fingerprint,
       std::int64_t except_job = 0) const;
+
+  // Copies the database as this connection sees it (SQLite's online backup: the file and its
+  // WAL) to a new file `path`, also when the file itself was deleted meanwhile (ktuned's rescue).
+  // Errors: io_error (the path exists), db_error naming both files.
+  [[nodiscard]] Result<void> backup_to(const std::string& path) const;
 
   // Checkpoints the WAL into the main file and truncates it (used at shutdown). A reader that
   // keeps the checkpoint from completing makes it a "db_error"; nothing is lost then.
@@ -250,6 +268,7 @@ private:
   std::string m_path;
   int m_schema_version = 0;
   std::unique_ptr<Statements, StatementsDeleter> m_statements;
+  std::function<Result<void>()> m_write_check;
 };
 
 } // namespace ktune

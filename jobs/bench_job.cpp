@@ -336,7 +336,9 @@ nlohmann::json BenchOutcome::to_json() const {
               {"stop", stop},
               {"samples_ms", samples_ms},
               {"retaken", retaken},
-              {"conditions", conditions}};
+              {"conditions", conditions},
+              {"infra", infra},
+              {"infra_artifact", infra_artifact}};
   if (!unlocked.empty()) out["unlocked"] = unlocked;
   return out;
 }
@@ -379,6 +381,10 @@ Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
     o.conditions = *it;
   }
   if (auto r = read_string(j, "unlocked", what, o.unlocked, Presence::optional); !r) return r.error();
+  if (auto r = read_string(j, "infra", what, o.infra, Presence::optional); !r) return r.error();
+  if (auto r = read_string(j, "infra_artifact", what, o.infra_artifact, Presence::optional); !r) {
+    return r.error();
+  }
   return o;
 }
 

@@ -145,12 +145,19 @@ struct BenchOutcome {
   // Why the device's machine-wide measurement lock was not held while this was measured (it
   // could not be opened or taken: worker/worker.hpp); "" when it was held or there is none.
   std::string unlocked;
+  // The host's failure, not the candidate's: an artifact of the compile cache failed its check
+  // before it was loaded (jobs/artifact_cache.hpp): why, and the path of that artifact (the
+  // candidate's or the reference's). Nothing was measured; the daemon compiles it again and
+  // never records the outcome. Empty otherwise.
+  std::string infra;
+  std::string infra_artifact;
 
   // {"status":"ok","reason":"","stats":{"n":..,"min_ms":..,"max_ms":..,"median_ms":..,
   //  "mean_ms":..,"stddev_ms":..,"q1_ms":..,"q3_ms":..},"gflops":..,"gbps":..,
   //  "registers":-1,"spills":-1,"shared_bytes":-1,"pruned":false,"stop":"converged",
-  //  "retaken":0,"samples_ms":[..],"conditions":{..},"unlocked":".."} (the last nine optional: -1,
-  //  false, "", 0, [], {}, ""; "unlocked" only written when not empty)
+  //  "retaken":0,"samples_ms":[..],"conditions":{..},"infra":"","infra_artifact":"",
+  //  "unlocked":".."} (the last eleven optional: -1, false, "", 0, [], {}, "", "", ""; "unlocked"
+  //  only written when not empty)
   [[nodiscard]] nlohmann::json to_json() const;
   // Errors: "bad_request" naming the field; status must be a known candidate status.
   [[nodiscard]] static Result<BenchOutcome> from_json(const nlohmann::json& j);

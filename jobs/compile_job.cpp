@@ -159,7 +159,8 @@ json CompileOutcome::to_json() const {
               {"infra", infra},
               {"entry_symbol", entry_symbol},
               {"batch_size", batch_size},
-              {"batch_error", batch_error}};
+              {"batch_error", batch_error},
+              {"repaired", repaired}};
 }
 
 Result<CompileOutcome> CompileOutcome::from_json(const json& j) {
@@ -201,6 +202,9 @@ Result<CompileOutcome> CompileOutcome::from_json(const json& j) {
   auto batch_error = get_optional_string(k_outcome, j, "batch_error");
   if (!batch_error) return batch_error.error();
   outcome.batch_error = std::move(*batch_error);
+  auto repaired = get_optional_string(k_outcome, j, "repaired");
+  if (!repaired) return repaired.error();
+  outcome.repaired = std::move(*repaired);
   outcome.batch_size = 1;
   for (auto [key, field] : {std::pair{"registers", &outcome.registers},
                             std::pair{"spills", &outcome.spills},

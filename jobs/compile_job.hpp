@@ -71,10 +71,14 @@ struct CompileOutcome {
   // each compiled without the others (the batch's first error line). Empty otherwise, also when
   // a config's own compile error explains why a batch failed.
   std::string batch_error;
+  // Why the artifact the cache held for this key was not used (it failed its check against the
+  // content hash recorded with the key: truncated, replaced, unreadable; jobs/artifact_cache.hpp),
+  // so it was compiled again and replaced. Empty for a plain miss or a hit.
+  std::string repaired;
 
   // {"status":"ok","artifact_path":..,"cache_key":..,"cached":false,"compile_ms":..,"log":..,
   //  "registers":-1,"spills":-1,"shared_bytes":-1,"infra":"","entry_symbol":"","batch_size":1,
-  //  "batch_error":""} (the last seven optional; an absent batch_size is 1)
+  //  "batch_error":"","repaired":""} (the last eight optional; an absent batch_size is 1)
   // Required: status (a candidate status name), and artifact_path when status is ok.
   // Errors: "bad_request" naming the field.
   [[nodiscard]] nlohmann::json to_json() const;

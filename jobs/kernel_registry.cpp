@@ -14,6 +14,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <sys/stat.h>
 
 namespace ktune {
 namespace {
@@ -22,16 +23,51 @@ namespace fs = std::filesystem;
 
 constexpr const char* k_spec_file = "kernel.toml";
 
-// Reads a whole file; false when it cannot be opened or read.
-bool read_text(const fs::path& path, std::string& text, std::string& reason) {
+// What loading one family has read so far: every input's stamp, and the bytes hashed (bounded by
+// SpecLimits::max_family_bytes).
+struct Reading {
+  std::vector<FileStamp> inputs;
+  std::uint64_t bytes = 0;
+  std::set<std::string> dirs;   // stamped once each
+  // A file could not be opened for want of descriptors or memory: the host's trouble, passing,
+  // not the family's (load_kernel answers out_of_resources).
+  bool short_of_resources = false;
+
+  void stamp_dir(const fs::path& dir) {
+    if (dirs.insert(dir.string()).second) inputs.push_back(stamp_of(dir.string()));
+  }
+};
+
+// Reads a whole file of at most `limit` bytes (SpecLimits); false when it cannot be opened or
+// read, or is larger (then `too_large` is set and `reason` says so, naming the limit). The file
+// is stamped into `reading` either way.
+bool read_text(const fs::path& path, std::string& text, std::string& reason, Reading& reading,
+               std::uint64_t limit = SpecLimits::max_source_bytes, bool* too_large = nullptr,
+               const char* limit_name = "max_source_bytes") {
+  const FileStamp stamp = stamp_of(path.string());
+  reading.inputs.push_back(stamp);
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) {
     reason = ec ? ec.message() : "not a regular file (or missing)";
     return false;
   }
+  const std::uint64_t family_left =
+      reading.bytes < SpecLimits::max_family_bytes ? SpecLimits::max_family_bytes - reading.bytes : 0;
+  if (stamp.size > limit || stamp.size > family_left) {
+    const bool file_limit = stamp.size > limit;
+    reason = std::to_string(stamp.size) + " bytes, more than the " +
+             std::to_string(file_limit ? limit : family_left) + " " +
+             (file_limit ? "one file of a kernel family may have (limit " + std::string(limit_name)
+                         : "left of what a kernel family may read (limit max_family_bytes") +
+             "); not read";
+    if (too_large != nullptr) *too_large = true;
+    return false;
+  }
+  reading.bytes += stamp.size;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     reason = std::strerror(errno);
+    if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) reading.short_of_resources = true;
     return false;
   }
   std::ostringstream out;
@@ -42,6 +78,45 @@ bool read_text(const fs::path& path, std::string& text, std::string& reason) {
   }
   text = out.str();
   return true;
+}
+
+// The names in every `#include <name>` line of `text`, in order.
+std::vector<std::string> angle_includes(const std::string& text) {
+  std::vector<std::string> names;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::size_t i = line.find_first_not_of(" \t");
+    if (i == std::string::npos || line[i] != '#') continue;
+    i = line.find_first_not_of(" \t", i + 1);
+    if (i == std::string::npos || line.compare(i, 7, "include") != 0) continue;
+    i = line.find_first_not_of(" \t", i + 7);
+    if (i == std::string::npos || line[i] != '<') continue;
+    const auto close = line.find('>', i + 1);
+    if (close == std::string::npos) continue;
+    names.push_back(line.substr(i + 1, close - i - 1));
+  }
+  return names;
+}
+
+// An `#include <name>` of `file` that could reach outside the include path: an absolute name
+// (`</dev/zero>`, `</etc/shadow>`) or one with a ".." component. Error: spec_error naming it.
+Result<void> confined_angle_includes(const fs::path& spec_file, const fs::path& file,
+                                     const std::string& text) {
+  for (const auto& name : angle_includes(text)) {
+    const fs::path path(name);
+    const bool climbs = std::any_of(path.begin(), path.end(), [](const fs::path& part) {
+      return part == "..";
+    });
+    if (path.is_absolute() || climbs) {
+      return make_error(protocol::code::spec_error,
+                        spec_file.string() + ": [kernel].source: #include <" + clip_quoted(name) +
+                            "> in " + file.string() + " names a file outside the include path " +
+                            "(an absolute path or '..'); include system headers by their plain "
+                            "name and the family's own with \"...\"");
+    }
+  }
+  return {};
 }
 
 // The names in every `#include "name"` line of `text`, in order.
@@ -95,10 +170,13 @@ struct Boundary {
 // kernel reads nothing but its own directory, or its kernel directory.
 Result<void> hash_includes(Hasher& hasher, const fs::path& spec_file, const fs::path& family_dir,
                            const Boundary& boundary, const fs::path& file,
-                           const std::string& text, std::set<fs::path>& seen) {
+                           const std::string& text, std::set<fs::path>& seen, Reading& reading) {
   for (const auto& name : quoted_includes(text)) {
     std::error_code ec;
     fs::path found;
+    // A header that appears in a searched directory later changes the directory's stamp.
+    reading.stamp_dir(file.parent_path());
+    reading.stamp_dir(family_dir);
     for (const auto& base : {file.parent_path(), family_dir}) {
       const fs::path candidate = (base / name).lexically_normal();
       if (fs::is_regular_file(candidate, ec)) {
@@ -117,9 +195,18 @@ Result<void> hash_includes(Hasher& hasher, const fs::path& spec_file, const fs::
     }
     if (!seen.insert(real).second) continue;
     std::string header, reason;
-    if (!read_text(found, header, reason)) continue;
+    bool too_large = false;
+    if (!read_text(found, header, reason, reading, SpecLimits::max_source_bytes, &too_large)) {
+      if (too_large) {
+        return make_error(k_spec_too_large, spec_file.string() + ": [kernel].source: #include \"" +
+                                                name + "\" in " + file.string() + ": " + reason);
+      }
+      continue;
+    }
+    if (auto r = confined_angle_includes(spec_file, found, header); !r) return r;
     hasher.update(found.lexically_relative(family_dir).string()).update(header);
-    if (auto r = hash_includes(hasher, spec_file, family_dir, boundary, found, header, seen); !r) {
+    if (auto r = hash_includes(hasher, spec_file, family_dir, boundary, found, header, seen, reading);
+        !r) {
       return r;
     }
   }
@@ -153,14 +240,15 @@ std::string family_dir_name(const std::string& spec_path) {
 
 // Reads, checks and hashes the reference function of `spec` into `kernel`.
 Result<void> load_reference(KernelSpec& spec, LoadedKernel& kernel, const Boundary& boundary,
-                            Hasher& hasher, std::set<fs::path>& seen) {
+                            Hasher& hasher, std::set<fs::path>& seen, Reading& reading) {
   const fs::path spec_file(kernel.spec_path);
   const fs::path dir(kernel.dir);
   const fs::path source = (dir / spec.check.source).lexically_normal();
   const std::string where = kernel.spec_path + ":" + std::to_string(spec.check.line) + ": ";
   std::string text, reason;
-  if (!read_text(source, text, reason)) {
-    return make_error(protocol::code::spec_error,
+  bool too_large = false;
+  if (!read_text(source, text, reason, reading, SpecLimits::max_source_bytes, &too_large)) {
+    return make_error(too_large ? k_spec_too_large : protocol::code::spec_error,
                       where + "[check].source: '" + spec.check.source + "' cannot be read at " +
                           source.string() + ": " + reason +
                           " (fix: name the file that defines " + spec.check.function +
@@ -186,9 +274,12 @@ Result<void> load_reference(KernelSpec& spec, LoadedKernel& kernel, const Bounda
       !r) {
     return r.error();
   }
+  if (auto r = confined_angle_includes(spec_file, source, text); !r) return r;
   hasher.update("reference").update(text);
   if (seen.insert(real).second) {
-    if (auto r = hash_includes(hasher, spec_file, dir, boundary, source, text, seen); !r) return r;
+    if (auto r = hash_includes(hasher, spec_file, dir, boundary, source, text, seen, reading); !r) {
+      return r;
+    }
   }
   kernel.reference_path = source.string();
   kernel.reference_signature = std::move(signature).value();
@@ -197,15 +288,21 @@ Result<void> load_reference(KernelSpec& spec, LoadedKernel& kernel, const Bounda
 
 } // namespace
 
-Result<LoadedKernel> load_kernel(const std::string& spec_path, const std::string& kernel_dir) {
+namespace {
+
+Result<LoadedKernel> load_kernel_reading(const std::string& spec_path, const std::string& kernel_dir,
+                                         Reading& reading) {
   const fs::path spec_file = fs::absolute(spec_path).lexically_normal();
   const Boundary boundary =
       kernel_dir.empty()
           ? Boundary{spec_file.parent_path(), "the family directory"}
           : Boundary{fs::absolute(kernel_dir).lexically_normal(), "the kernel directory"};
+  reading.stamp_dir(spec_file.parent_path());
   std::string spec_text, reason;
-  if (!read_text(spec_file, spec_text, reason)) {
-    return make_error(protocol::code::spec_error,
+  bool too_large = false;
+  if (!read_text(spec_file, spec_text, reason, reading, SpecLimits::max_spec_bytes, &too_large,
+                 "max_spec_bytes")) {
+    return make_error(too_large ? k_spec_too_large : protocol::code::spec_error,
                       spec_file.string() + ": cannot read the kernel spec: " + reason);
   }
   auto spec = parse_kernel_spec(spec_text, spec_file.string());
@@ -228,18 +325,20 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path, const std::string
   }
 
   std::string source_text;
-  if (spec->source.empty() || !read_text(source_file, source_text, reason)) {
-    return make_error(protocol::code::spec_error,
+  if (spec->source.empty() ||
+      !read_text(source_file, source_text, reason, reading, SpecLimits::max_source_bytes, &too_large)) {
+    return make_error(too_large ? k_spec_too_large : protocol::code::spec_error,
                       kernel.spec_path + ": [kernel].source: '" + spec->source +
                           "' cannot be read at " + kernel.source_path + ": " +
                           (spec->source.empty() ? std::string("empty name") : reason));
   }
 
+  if (auto r = confined_angle_includes(spec_file, source_file, source_text); !r) return r.error();
   Hasher hasher;
   hasher.update(spec_text).update(source_text);
   std::set<fs::path> seen{real_source};
   if (auto r = hash_includes(hasher, spec_file, spec_file.parent_path(), boundary, source_file,
-                             source_text, seen);
+                             source_text, seen, reading);
       !r) {
     return r.error();
   }
@@ -261,7 +360,7 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path, const std::string
     }
   }
   if (spec->check.reference == ReferenceKind::function) {
-    auto reference = load_reference(*spec, kernel, boundary, hasher, seen);
+    auto reference = load_reference(*spec, kernel, boundary, hasher, seen, reading);
     if (!reference) return reference.error();
   }
   // Data files (expected values, file inits) become absolute paths inside the boundary.
@@ -291,6 +390,41 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path, const std::string
   kernel.source_hash = hasher.hex_digest();
   kernel.spec = std::move(*spec);
   return kernel;
+}
+
+} // namespace
+
+Result<LoadedKernel> load_kernel(const std::string& spec_path, const std::string& kernel_dir,
+                                 std::vector<FileStamp>* inputs) {
+  Reading reading;
+  auto kernel = load_kernel_reading(spec_path, kernel_dir, reading);
+  if (!kernel && reading.short_of_resources) {
+    kernel = make_error(protocol::code::out_of_resources,
+                        kernel.error().message + " (the process is short of file descriptors or "
+                        "memory; the family is read again later)");
+  }
+  if (kernel) kernel->inputs = reading.inputs;
+  if (inputs != nullptr) *inputs = std::move(reading.inputs);
+  return kernel;
+}
+
+FileStamp stamp_of(const std::string& path) {
+  FileStamp stamp;
+  stamp.path = path;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return stamp;
+  stamp.exists = true;
+  stamp.dev = static_cast<std::uint64_t>(st.st_dev);
+  stamp.ino = static_cast<std::uint64_t>(st.st_ino);
+  stamp.size = static_cast<std::uint64_t>(st.st_size);
+  stamp.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  return stamp;
+}
+
+bool unchanged(const std::vector<FileStamp>& inputs) {
+  if (inputs.empty()) return false;
+  return std::all_of(inputs.begin(), inputs.end(),
+                     [](const FileStamp& stamp) { return stamp_of(stamp.path) == stamp; });
 }
 
 std::vector<fs::path> KernelRegistry::family_dirs(const std::string& dir) {
@@ -348,13 +482,29 @@ void KernelRegistry::load(const std::vector<std::string>& dirs) {
   m_kernels.clear();
   m_broken.clear();
   m_missing_dirs.clear();
+  m_dir_problems.clear();
   for (const auto& dir : dirs) {
-    if (std::error_code ec; !fs::is_directory(dir, ec)) m_missing_dirs.push_back(dir);
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) {
+      m_missing_dirs.push_back(dir);
+      m_dir_problems.push_back("kernel directory " + dir + " " +
+                               (fs::exists(dir, ec) ? "is not a directory"
+                                                    : "does not exist") +
+                               ": no family is loaded from it");
+      continue;
+    }
+    if (fs::is_regular_file(fs::path(dir) / k_spec_file, ec)) {
+      m_dir_problems.push_back(
+          "kernel directory " + dir + " is itself a kernel family (it holds " + k_spec_file +
+          "): a kernel directory holds families, one directory each; give its parent, " +
+          fs::absolute(dir).lexically_normal().parent_path().string() + ", instead");
+    }
     for (const auto& family : family_dirs(dir)) {
       const std::string spec_path = (family / k_spec_file).string();
-      auto kernel = load_kernel(spec_path, dir);
+      std::vector<FileStamp> inputs;
+      auto kernel = load_kernel(spec_path, dir, &inputs);
       if (!kernel) {
-        m_broken.push_back(BrokenKernel{normalized_path(spec_path), kernel.error()});
+        m_broken.push_back(BrokenKernel{normalized_path(spec_path), kernel.error(), std::move(inputs)});
         continue;
       }
       const Key key{kernel->spec.name, kernel->spec.language};
@@ -372,15 +522,38 @@ void KernelRegistry::load(const std::vector<std::string>& dirs) {
 }
 
 Result<LoadedKernel> KernelRegistry::reload(const std::string& name, const std::string& spec_path) {
-  auto kernel = load_kernel(spec_path, kernel_dir_of(spec_path));
   const std::string path = normalized_path(spec_path);
+  // Nothing it read has changed: the family (or its error) as it was, without reading a file.
+  for (const auto& [key, kernel] : m_kernels) {
+    if (kernel.spec_path == path && unchanged(kernel.inputs)) return kernel;
+  }
+  for (const auto& broken : m_broken) {
+    if (broken.spec_path == path && unchanged(broken.inputs)) return broken.error;
+  }
+  std::vector<FileStamp> inputs;
+  auto kernel = load_kernel(spec_path, kernel_dir_of(spec_path), &inputs);
+  return install(name, spec_path, std::move(kernel), std::move(inputs));
+}
+
+Result<LoadedKernel> KernelRegistry::install(const std::string& name, const std::string& spec_path,
+                                             Result<LoadedKernel> kernel,
+                                             std::vector<FileStamp> inputs) {
+  const std::string path = normalized_path(spec_path);
+  if (!kernel && kernel.error().code == protocol::code::out_of_resources) {
+    // Passing trouble of the host: the family as it was loaded last, else the error; never
+    // recorded as broken.
+    for (const auto& [key, loaded] : m_kernels) {
+      if (loaded.spec_path == path) return loaded;
+    }
+    return kernel.error();
+  }
   std::erase_if(m_broken, [&](const BrokenKernel& broken) { return broken.spec_path == path; });
   std::erase_if(m_kernels, [&](const auto& entry) {
     return entry.second.spec_path == path &&
            (!kernel || entry.first != Key{kernel->spec.name, kernel->spec.language});
   });
   if (!kernel) {
-    m_broken.push_back(BrokenKernel{path, kernel.error()});
+    m_broken.push_back(BrokenKernel{path, kernel.error(), std::move(inputs)});
     return kernel.error();
   }
   if (kernel->spec.name == name) {

@@ -8,6 +8,7 @@
 #include "compiler/host_compiler.hpp"
 #include "compiler/subprocess.hpp"
 #include "core/protocol.hpp"
+#include "jobs/artifact_cache.hpp"
 
 #ifdef KTUNE_HAVE_CUDA
 #include "bench/cuda_device.hpp"
@@ -26,6 +27,7 @@
 #include <exception>
 #include <fcntl.h>
 #include <memory>
+#include <optional>
 #include <sched.h>
 #include <string>
 #include <sys/prctl.h>
@@ -370,9 +372,29 @@ private:
     return lock;
   }
 
+  // The artifacts a bench job names (the candidate's, the reference's) checked against the
+  // content hashes recorded with their keys; an outcome saying which failed, or nothing.
+  static std::optional<BenchOutcome> unverified_artifact(const BenchJob& job) {
+    for (const std::string* path : {&job.artifact_path, &job.reference_path}) {
+      if (path->empty()) continue;
+      const ArtifactCheck check = verify_artifact(*path);
+      if (check.ok()) continue;
+      BenchOutcome outcome;
+      outcome.status = CandidateStatus::runtime_error;
+      outcome.reason = check.reason;
+      outcome.infra = check.reason;
+      outcome.infra_artifact = *path;
+      return outcome;
+    }
+    return std::nullopt;
+  }
+
   std::string bench(const json& id, const json& job_json) {
     auto job = BenchJob::from_json(job_json);
     if (!job) return error_reply(id, job.error().code, job.error().message);
+    // Nothing of an artifact the cache cannot vouch for is loaded: the host's fault, not the
+    // candidate's (the daemon compiles it again).
+    if (auto refused = unverified_artifact(*job)) return ok_reply(id, refused->to_json());
     auto locked = lock_device();
     if (!locked) return error_reply(id, locked.error().code, locked.error().message);
     const auto flagged = [&](json outcome) {

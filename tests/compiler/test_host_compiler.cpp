@@ -53,11 +53,22 @@ CompileJob probe_job(const ktune::test::TempDir& dir) {
 }
 
 // Every file under `dir`, recursively.
+// The files under `dir` but the compile cache's records of content hashes (<artifact>.sum),
+// which records_under counts.
 std::vector<fs::path> files_under(const fs::path& dir) {
   std::vector<fs::path> files;
   if (!fs::exists(dir)) return files;
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-    if (entry.is_regular_file()) files.push_back(entry.path());
+    if (entry.is_regular_file() && entry.path().extension() != ".sum") files.push_back(entry.path());
+  }
+  return files;
+}
+
+std::vector<fs::path> records_under(const fs::path& dir) {
+  std::vector<fs::path> files;
+  if (!fs::exists(dir)) return files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".sum") files.push_back(entry.path());
   }
   return files;
 }
@@ -121,6 +132,10 @@ TEST_CASE("HostCompiler compiles into the cache and reuses the artifact", "[comp
     const auto files = files_under(job.cache_dir);
     REQUIRE(files.size() == 1);
     CHECK(files.front() == fs::path(first.artifact_path));
+    // ... and the artifact has its record.
+    const auto records = records_under(job.cache_dir);
+    REQUIRE(records.size() == 1);
+    CHECK(records.front() == fs::path(first.artifact_path + ".sum"));
   }
 }
 

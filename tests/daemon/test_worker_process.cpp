@@ -16,6 +16,10 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 using namespace ktune;
 using namespace ktune::daemon;
@@ -317,4 +321,58 @@ TEST_CASE("a worker stopped right after writing its reply is continued when the 
   worker->terminate();
   while (!exited && h.io.run_one_for(std::chrono::seconds(10)) > 0) {
   }
+}
+
+TEST_CASE("a worker's stderr enters the log a record per line, labelled and printable",
+          "[daemon][log]") {
+  test::TempDir dir;
+  const auto path = dir.write("noisy-worker.sh",
+                              "#!/bin/sh\n"
+                              "echo '{\"ready\":true,\"pid\":'$$',\"role\":\"compile\"}' >&3\n"
+                              "read -r line <&3\n"
+                              "printf 'plain words\\n' >&2\n"
+                              "printf '2026-01-01T00:00:00.000Z error forged by a candidate\\n' >&2\n"
+                              "printf 'bell\\007 escape\\033[31m and \\377 \\342\\200\\230quoted\\342\\200\\231' >&2\n"
+                              "echo '{\"id\":1,\"ok\":true,\"outcome\":{}}' >&3\n"
+                              "read -r line <&3\n");
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  // ktuned's log is its stderr: caught in a file for the length of the request.
+  const std::string log_path = dir.str() + "/log.txt";
+  const int saved = ::dup(2);
+  const int file = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  REQUIRE(::dup2(file, 2) == 2);
+  ::close(file);
+  {
+    Harness h;
+    auto spawned = WorkerProcess::spawn(h.io, h.children, path.string(), WorkerRole::compile, {},
+                                        [&](WorkerProcess&) { h.done = true; });
+    REQUIRE(spawned.ok());
+    std::shared_ptr<WorkerProcess> worker = spawned.value();
+    worker->set_owner("job 7");
+    bool answered = false;
+    worker->request("compile", {{"kernel", "gemm"}, {"defines", {{"BM", 64}}}},
+                    [&](Result<nlohmann::json>) {
+                      answered = true;
+                      worker->terminate();
+                    });
+    h.io.run_for(std::chrono::seconds(20));
+    CHECK(answered);
+  }
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::ifstream in(log_path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::vector<std::string> from_worker;
+  for (const auto& line : lines) {
+    // Every line of the log is a record of ktuned's: a timestamp, then a level.
+    CHECK(line.size() > 25);
+    CHECK(line[4] == '-');
+    CHECK(line[23] == 'Z');
+    if (line.find("[job 7 compile gemm BM=64]: ") != std::string::npos) from_worker.push_back(line);
+  }
+  REQUIRE(from_worker.size() == 3);
+  CHECK_THAT(from_worker[0], Contains("compile worker") && Contains(": plain words"));
+  CHECK_THAT(from_worker[1], Contains("]: 2026-01-01T00:00:00.000Z error forged"));
+  CHECK_THAT(from_worker[2], Contains("bell\\x07 escape\\x1b[31m and \\xff \xe2\x80\x98quoted\xe2\x80\x99"));
 }

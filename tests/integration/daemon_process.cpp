@@ -17,13 +17,14 @@ extern char** environ;
 namespace ktune::test {
 
 DaemonProcess::DaemonProcess(const std::string& home, std::vector<std::string> args,
-                             const std::string& stderr_path)
+                             const std::string& stderr_path, std::vector<std::string> wrapper)
     : m_home(home) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   m_ready_fd = pipe_fds[0];
 
-  std::vector<std::string> argv_text = {ktune::test::bin_path("/ktuned")};
+  std::vector<std::string> argv_text = std::move(wrapper);
+  argv_text.push_back(ktune::test::bin_path("/ktuned"));
   argv_text.insert(argv_text.end(), args.begin(), args.end());
   argv_text.push_back("--ready-fd");
   argv_text.push_back("3");

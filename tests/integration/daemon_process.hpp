@@ -15,8 +15,9 @@ class DaemonProcess {
 public:
   // Starts bin_dir()/ktuned (tests/support/paths.hpp) with `args` plus --ready-fd, KTUNE_HOME=`home`; its stderr goes
   // to `stderr_path` when given (else the test's), its stdout to /dev/null.
+  // `wrapper`, when given, runs ktuned (e.g. {"/usr/bin/prlimit", "--nofile=64:64", "--"}).
   DaemonProcess(const std::string& home, std::vector<std::string> args,
-                const std::string& stderr_path = "");
+                const std::string& stderr_path = "", std::vector<std::string> wrapper = {});
   ~DaemonProcess();
   DaemonProcess(const DaemonProcess&) = delete;
   DaemonProcess& operator=(const DaemonProcess&) = delete;

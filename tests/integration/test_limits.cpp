@@ -111,7 +111,9 @@ TEST_CASE("bench deadline: the override then the fixed setting then the clamped 
   CHECK(bench_deadline(s) == 2000ms);           // clamped up
   s.bench_timeout_s = 0.25;
   CHECK(bench_deadline(s) == 250ms);            // fixed in the config
-  CHECK(bench_deadline(s, 1.5) == 1500ms);      // per job
+  CHECK(bench_deadline(s, 3.5) == 3500ms);      // per job
+  CHECK(bench_deadline(s, 1e-6) == 2000ms);     // per job, raised to bench_timeout_min_s
+  CHECK(bench_deadline(s, 1e308) == 6000ms);    // per job, capped at bench_timeout_max_s
 }
 
 TEST_CASE("quarantine: crashed and hung configs of the same source and device",
@@ -177,6 +179,19 @@ TEST_CASE("quarantine: crashed and hung configs of the same source and device",
   REQUIRE(configs.size() == 2);
   CHECK(ktune::daemon::config_json_text(configs[0]) == R"({"FAULT":0})");
   CHECK(ktune::daemon::config_json_text(configs[1]) == R"({"FAULT":2})");
+
+  // A job that set its own deadlines: its timeouts are its own and quarantine nothing.
+  ktune::JobRecord hurried = job;
+  hurried.options.bench_timeout_s = 0.001;
+  hurried.options.compile_timeout_s = 0.001;
+  auto second = store->create_job(hurried);
+  REQUIRE(second.ok());
+  insert(*second, R"({"FAULT":0})", CandidateStatus::timeout);
+  insert(*second, R"({"FAULT":2})", CandidateStatus::compile_timeout);
+  insert(*second, R"({"FAULT":7})", CandidateStatus::crash);
+  auto after = store->quarantined_configs("faults", "src-1", "fp-1");
+  REQUIRE(after.ok());
+  CHECK(*after == std::set<std::string>{R"({"FAULT":1})", R"({"FAULT":3})", R"({"FAULT":7})"});
 }
 
 TEST_CASE("connection limits and access settings", "[daemon][limits][hardening]") {

@@ -711,3 +711,21 @@ P = 1
   CHECK(started >= now_s - 3600);
   CHECK(after.value("process_cpu_seconds_total", {}) > 0);
 }
+TEST_CASE("/metrics: 32 dribbling connections do not keep a scrape out", "[integration][metrics]") {
+  TempDir home;
+  const std::string path = (home.path() / "metrics.sock").string();
+  auto daemon = start(home, "metrics = \"" + path + "\"\n");
+  asio::io_context io;
+  std::vector<asio::local::stream_protocol::socket> dribblers;
+  for (int i = 0; i < 40; ++i) {
+    dribblers.emplace_back(io);
+    dribblers.back().connect(asio::local::stream_protocol::endpoint(path));
+    asio::write(dribblers.back(), asio::buffer(std::string("GET /metr")));
+  }
+  std::this_thread::sleep_for(200ms);  // accepted, every slot held by a request never finished
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const HttpAnswer answer = unix_get_metrics(path);
+    CHECK(answer.status == 200);
+    CHECK(answer.body.find("ktune_lookups_total") != std::string::npos);
+  }
+}

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <poll.h>
 #include <sched.h>
 #include <set>
@@ -394,6 +395,36 @@ TEST_CASE("A bench worker measures a compiled candidate", "[worker]") {
     CHECK(outcome->status == ktune::CandidateStatus::ok);
     CHECK(outcome->stats.n >= 3);
     CHECK(outcome->stats.median_ms > 0);
+  }
+
+  SECTION("an artifact that no longer matches its record is not loaded: the host's fault") {
+    const std::string bytes = [&] {
+      std::ifstream in(compiled.artifact_path, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    }();
+    {
+      // Truncated as a power loss leaves it: loading it would SIGBUS the worker.
+      std::ofstream out(compiled.artifact_path, std::ios::binary | std::ios::trunc);
+      out << bytes.substr(0, bytes.size() / 2);
+    }
+    const json reply = worker.request({{"id", 4}, {"op", "bench"}, {"job", bench_job->to_json()}});
+    INFO(reply.dump());
+    REQUIRE(reply["ok"] == true);
+    auto outcome = ktune::BenchOutcome::from_json(reply["outcome"]);
+    REQUIRE(outcome.ok());
+    CHECK_THAT(outcome->infra, Catch::Contains("is not what was compiled"));
+    CHECK(outcome->infra_artifact == compiled.artifact_path);
+    CHECK(outcome->stats.n == 0);
+    // The worker is still there and measures once the artifact is sound again.
+    {
+      std::ofstream out(compiled.artifact_path, std::ios::binary | std::ios::trunc);
+      out << bytes;
+    }
+    const json again = worker.request({{"id", 5}, {"op", "bench"}, {"job", bench_job->to_json()}});
+    auto measured = ktune::BenchOutcome::from_json(again["outcome"]);
+    REQUIRE(measured.ok());
+    CHECK(measured->infra.empty());
+    CHECK(measured->status == ktune::CandidateStatus::ok);
   }
 
   SECTION("a malformed bench job is a bad request") {
