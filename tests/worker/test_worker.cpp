@@ -5,6 +5,7 @@
 #include "bench/runner.hpp"
 #include "compiler/compiler.hpp"
 #include "compiler/host_compiler.hpp"
+#include "jobs/artifact_cache.hpp"
 #include "jobs/kernel_registry.hpp"
 #include "core/hash.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -694,7 +695,9 @@ TEST_CASE("A CUDA bench worker names the lane's device, which it sees as ordinal
   job.args = {{"OUT", "out", "f32", 64, "zero", 0}};
   job.launch = ktune::CudaLaunch{};
   job.launch->block[0] = 4096; // more threads than any device allows per block
-  job.artifact_path = (dir.path() / "none.cubin").string();
+  // A cache entry that passes the worker's check (jobs/artifact_cache.hpp); no GPU gets further.
+  job.artifact_path = ktune::artifact_path((dir.path() / "cache").string(), "00placeholder", ".cubin");
+  REQUIRE(ktune::store_artifact(job.artifact_path, "not a CUBIN").ok());
   if (auto devices = ktune::list_cuda_devices(); devices) {
     auto compiler = ktune::NvrtcCompiler::create();
     REQUIRE(compiler.ok());
