@@ -17,6 +17,7 @@
 #include "daemon/session.hpp"
 #include "daemon/winner_index.hpp"
 #include "db/store.hpp"
+#include "jobs/source_archive.hpp"
 
 #include <boost/asio/thread_pool.hpp>
 
@@ -163,7 +164,7 @@ private:
   bool m_stopping = false;
   WinnerIndex m_index;
   KernelCache m_kernel_cache{m_registry};
-  Planner m_planner{m_ctx.store};
+  Planner m_planner{m_ctx.store, source_archive_dir(m_ctx.config.cache_dir)};
   LookupCounters m_lookups;
   bool m_tune_on_miss_policy = false;               // KTUNE_TUNE_ON_MISS=1 in ktuned's environment
   // Tune-on-miss keys with a queued or running job, so that a repeated miss skips planning.

@@ -95,7 +95,8 @@ struct Boundary {
 // kernel reads nothing but its own directory, or its kernel directory.
 Result<void> hash_includes(Hasher& hasher, const fs::path& spec_file, const fs::path& family_dir,
                            const Boundary& boundary, const fs::path& file,
-                           const std::string& text, std::set<fs::path>& seen) {
+                           const std::string& text, std::set<fs::path>& seen,
+                           std::vector<std::string>& files) {
   for (const auto& name : quoted_includes(text)) {
     std::error_code ec;
     fs::path found;
@@ -119,7 +120,9 @@ Result<void> hash_includes(Hasher& hasher, const fs::path& spec_file, const fs::
     std::string header, reason;
     if (!read_text(found, header, reason)) continue;
     hasher.update(found.lexically_relative(family_dir).string()).update(header);
-    if (auto r = hash_includes(hasher, spec_file, family_dir, boundary, found, header, seen); !r) {
+    files.push_back(found.string());
+    if (auto r = hash_includes(hasher, spec_file, family_dir, boundary, found, header, seen, files);
+        !r) {
       return r;
     }
   }
@@ -187,8 +190,12 @@ Result<void> load_reference(KernelSpec& spec, LoadedKernel& kernel, const Bounda
     return r.error();
   }
   hasher.update("reference").update(text);
+  kernel.files.push_back(source.string());
   if (seen.insert(real).second) {
-    if (auto r = hash_includes(hasher, spec_file, dir, boundary, source, text, seen); !r) return r;
+    if (auto r = hash_includes(hasher, spec_file, dir, boundary, source, text, seen, kernel.files);
+        !r) {
+      return r;
+    }
   }
   kernel.reference_path = source.string();
   kernel.reference_signature = std::move(signature).value();
@@ -237,9 +244,11 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path, const std::string
 
   Hasher hasher;
   hasher.update(spec_text).update(source_text);
+  kernel.root = boundary.dir.string();
+  kernel.files = {spec_file.string(), source_file.string()};
   std::set<fs::path> seen{real_source};
   if (auto r = hash_includes(hasher, spec_file, spec_file.parent_path(), boundary, source_file,
-                             source_text, seen);
+                             source_text, seen, kernel.files);
       !r) {
     return r.error();
   }
@@ -274,6 +283,7 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path, const std::string
                             boundary.what + " " + boundary.dir.string());
     }
     file = path.string();
+    kernel.files.push_back(file);
     return {};
   };
   for (std::size_t i = 0; i < spec->args.size(); ++i) {

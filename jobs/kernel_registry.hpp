@@ -38,6 +38,11 @@ struct LoadedKernel {
   // [check] reference = "function": the reference's source (absolute) and its declaration.
   std::string reference_path;
   std::optional<Signature> reference_signature;
+  // Where the family may read files (its kernel directory, or its own when loaded alone) and
+  // every file it was loaded from, absolute: the spec, the source, the headers the hash covers,
+  // the reference source and data files (jobs/source_archive.hpp keeps copies of them).
+  std::string root;
+  std::vector<std::string> files;
 };
 
 struct BrokenKernel {
