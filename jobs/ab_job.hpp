@@ -5,7 +5,7 @@
 // with the device's measurement lock held from the first round to the last. What decides is
 // core/ab_judge.hpp on the rounds' medians (daemon/ab_service.hpp).
 //
-//   daemon -> worker: {"id":N,"op":"bench_ab","a":<BenchJob>,"b":<BenchJob>,"rounds":R}
+//   daemon -> worker: {"id":N,"op":"bench_ab","job":{"a":<BenchJob>,"b":<BenchJob>,"rounds":R}}
 //   worker -> daemon: {"id":N,"ok":true,"outcome":<AbOutcome>}
 #include "core/result.hpp"
 #include "core/status.hpp"

@@ -228,7 +228,6 @@ public:
     }
     try {
       if (op == "compile_batch") return compile_batch(id, request);
-      if (op == "bench_ab") return bench_ab(id, request);
       auto job_it = request.find("job");
       if (job_it == request.end() || !job_it->is_object()) {
         return error_reply(id, protocol::code::bad_request,
@@ -237,6 +236,7 @@ public:
                                : std::string("field 'job' must be an object, found ") +
                                      job_it->type_name());
       }
+      if (op == "bench_ab") return bench_ab(id, *job_it);
       return m_role == Role::compile ? compile(id, *job_it) : bench(id, *job_it);
     } catch (const std::exception& e) {
       return error_reply(id, protocol::code::internal,
@@ -413,8 +413,8 @@ private:
   }
 
   // bench_ab (jobs/ab_job.hpp): the rounds under one hold of the device's measurement lock.
-  std::string bench_ab(const json& id, const json& request) {
-    auto ab = AbRequest::from_json(request);
+  std::string bench_ab(const json& id, const json& job_json) {
+    auto ab = AbRequest::from_json(job_json);
     if (!ab) return error_reply(id, ab.error().code, ab.error().message);
     auto locked = lock_device();
     if (!locked) return error_reply(id, locked.error().code, locked.error().message);

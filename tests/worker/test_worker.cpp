@@ -449,9 +449,7 @@ TEST_CASE("A bench worker measures two candidates in interleaved rounds (bench_a
   CHECK(worker.read_json()["role"] == "bench");
 
   SECTION("every round measures both, the order alternating") {
-    json message = request.to_json();
-    message["id"] = 1;
-    message["op"] = "bench_ab";
+    json message{{"id", 1}, {"op", "bench_ab"}, {"job", request.to_json()}};
     const json reply = worker.request(message);
     INFO(reply.dump());
     REQUIRE(reply["ok"] == true);
@@ -469,9 +467,7 @@ TEST_CASE("A bench worker measures two candidates in interleaved rounds (bench_a
 
   SECTION("a side that fails ends the A/B with its status, side and reason") {
     request.b.artifact_path = (dir.path() / "gone.so").string();
-    json message = request.to_json();
-    message["id"] = 2;
-    message["op"] = "bench_ab";
+    json message{{"id", 2}, {"op", "bench_ab"}, {"job", request.to_json()}};
     const json reply = worker.request(message);
     INFO(reply.dump());
     REQUIRE(reply["ok"] == true);
@@ -484,15 +480,13 @@ TEST_CASE("A bench worker measures two candidates in interleaved rounds (bench_a
   }
 
   SECTION("bad rounds and a missing side are bad requests naming the field") {
-    json message = request.to_json();
-    message["id"] = 3;
-    message["op"] = "bench_ab";
-    message["rounds"] = 0;
+    json message{{"id", 3}, {"op", "bench_ab"}, {"job", request.to_json()}};
+    message["job"]["rounds"] = 0;
     json reply = worker.request(message);
     CHECK(reply["error"]["code"] == "bad_request");
     CHECK_THAT(reply["error"]["message"].get<std::string>(), Catch::Contains("'rounds'"));
-    message.erase("rounds");
-    message.erase("b");
+    message["job"].erase("rounds");
+    message["job"].erase("b");
     reply = worker.request(message);
     CHECK(reply["error"]["code"] == "bad_request");
     CHECK_THAT(reply["error"]["message"].get<std::string>(), Catch::Contains("'b'"));
