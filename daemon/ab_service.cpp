@@ -20,6 +20,10 @@ namespace {
 
 using nlohmann::json;
 
+// The least a side measures per round: a microsecond kernel's few samples are noise on a busy
+// machine, and ten milliseconds of them cost an A/B of 20 rounds 0.4 s.
+constexpr double k_min_round_s = 0.01;
+
 Error bad(const std::string& message) { return make_error(code::bad_request, "confirm: " + message); }
 
 std::string short_hash(const std::string& hash) { return hash.substr(0, 12); }
@@ -234,8 +238,8 @@ void AbService::confirm(const std::shared_ptr<Session>& session, const protocol:
   MeasureSettings& s = run->round_settings;
   s = m_config.measure;
   const int rounds = std::max(1, run->request.rounds);
-  s.min_time_s /= rounds;
-  s.max_time_s = std::max(s.min_time_s, s.max_time_s / rounds);
+  s.min_time_s = std::max(s.min_time_s / rounds, k_min_round_s);
+  s.max_time_s = std::max(4 * s.min_time_s, s.max_time_s / rounds);
   s.target_error *= std::sqrt(static_cast<double>(rounds));
   KTUNE_LOG(info) << "confirm " << run->request.kernel << " " << run->request.shape << " on "
                   << run->device.name << ": A/B of " << short_hash(run->sides[0].source_hash)

@@ -15,7 +15,7 @@
 // (the same source, config and compiler) or builds it again. The A/B runs `rounds` rounds (at
 // least k_min_ab_rounds); an ambiguous verdict gets as many rounds more once, judged on all.
 // Each side's measurement in a round takes the daemon's [measure] settings with a round's share
-// of max_time_s and of the precision (as a round of the finals does).
+// of min_time_s (at least 10 ms), max_time_s and the precision (as a round of the finals does).
 //
 // The reply: {"kernel","shape","dtype","device","fingerprint","verdict":"regressed|improved|
 //   same|ambiguous","why":"..","ratio":1.1,"ratio_interval":[lo,hi],"rounds":N,
