@@ -295,6 +295,8 @@ KeyComparison compare_with_history(const TableRow& row, const RunPoint& current,
   k.baseline = before;
   if (current.result_id != 0) k.current_result = current.result_id;
   if (!baseline.empty() && baseline.back().result_id != 0) k.baseline_result = baseline.back().result_id;
+  k.source_changed = !baseline.empty() && !current.source_hash.empty() &&
+                     baseline.back().source_hash != current.source_hash;
   if (baseline.size() < k_min_history_runs || before.median_ms <= 0 || k.baseline_range->low <= 0) {
     return k; // unknown, Method::none
   }
@@ -339,6 +341,7 @@ std::vector<std::size_t> last_good_runs(const std::vector<RunPoint>& series,
 
 bool needs_confirmation(const KeyComparison& k, const CompareOptions& options) {
   if (k.presence != Presence::both) return false;
+  if (k.source_changed) return true;
   if (k.verdict == Verdict::regressed || k.verdict == Verdict::improved) return true;
   const auto beyond = [&](const std::optional<double>& ratio) {
     return ratio && (*ratio > 1 + options.min_effect || *ratio < 1 / (1 + options.min_effect));

@@ -107,6 +107,8 @@ struct KeyComparison {
   // which an A/B measures again; nullopt for rows of table files (their source hash and config
   // name the builds instead).
   std::optional<std::int64_t> current_result, baseline_result;
+  // History: the current run's source hash is not the last baseline run's (the kernel changed).
+  bool source_changed = false;
   // ratio / the machine's factor (tableio/canary.hpp), when the device's canary is known.
   std::optional<double> normalized_ratio;
   // Set by apply_ab(): the A/B that gave `verdict`.
@@ -171,7 +173,8 @@ inline constexpr std::size_t k_min_history_runs = 3;
                                                       const CompareOptions& options,
                                                       std::size_t runs = k_history_runs);
 
-// Whether a key in both tables looks changed enough to be confirmed by an A/B: its rule said
+// Whether a key in both tables looks changed enough to be confirmed by an A/B: its kernel's source
+// changed since the baseline run (a changed kernel is what a nightly judges), its rule said
 // regressed or improved, or its ratio -- raw, or normalised by the machine's canary -- is beyond
 // the minimum effect either way.
 [[nodiscard]] bool needs_confirmation(const KeyComparison& key, const CompareOptions& options);

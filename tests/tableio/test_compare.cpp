@@ -425,6 +425,14 @@ TEST_CASE("history selects the keys an A/B confirms; the A/B decides", "[tableio
   REQUIRE(comparison.regressions() == 1);
   CHECK(tableio::needs_confirmation(comparison.keys[0], options));
   CHECK_FALSE(tableio::needs_confirmation(comparison.keys[1], options));
+  SECTION("a changed source is confirmed even inside the noise") {
+    auto changed = run_at(6, 1.08);
+    changed.source_hash = "def";
+    const auto k = tableio::compare_with_history(other_row, changed, history, options);
+    CHECK(k.source_changed);
+    CHECK(k.verdict == tableio::Verdict::same);
+    CHECK(tableio::needs_confirmation(k, options));
+  }
   SECTION("an A/B that finds the two builds the same clears it") {
     tableio::AbFigures ab;
     ab.verdict = tableio::Verdict::same;
