@@ -6,7 +6,8 @@
 #  2. the kernel made 10% slower (another source hash) is reported regressed (exit 1) for both
 #     keys, each with its A/B figures: the old build (rebuilt or found from the source archive)
 #     against the new, interleaved in rounds, ratio about 1.10, in --json and in the JUnit file;
-#  3. the speed canary was read at each sweep's start and end and is in the table (--out).
+#  3. the speed canary was read at each sweep's start and end and is in the table (--out), and
+#     ktuned read it on its own every canary_interval_s while the lane had work.
 #
 #   tests/integration/nightly.sh BIN_DIR
 set -euo pipefail
@@ -25,6 +26,9 @@ fail() { echo "FAILED: $*" >&2; exit 1; }
 
 mkdir -p "$work/home"
 cat >"$work/ktuned.toml" <<TOML
+[daemon]
+canary_interval_s = 1
+
 [measure]
 min_samples = 5
 max_samples = 200
@@ -134,6 +138,13 @@ for k in keys:  # what an A/B found of two builds of one source
 assert [r["context"] for r in s["canary"]] == ["sweep nightly start", "sweep nightly end"], s["canary"]
 PY
 grep -q '"canary"' "$work/t1.json" || fail "the table does not carry the canary's readings"
+python3 - "$work/home/ktune.db" <<'PY' || fail "no periodic canary reading was stored"
+import sqlite3, sys
+db = sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True)
+contexts = [c for (c,) in db.execute("SELECT context FROM canary_readings ORDER BY taken_at")]
+assert contexts.count("periodic") >= 1, contexts
+assert contexts.count("sweep nightly start") == 4 == contexts.count("sweep nightly end"), contexts
+PY
 "$bin/ktune" daemon stop >/dev/null
 
 # 2. The kernel made 10% slower.
