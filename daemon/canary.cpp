@@ -111,7 +111,14 @@ void Canary::measure(const DeviceInfo& device, std::string context,
   reading->row.context = std::move(context);
   reading->done = std::move(done);
   const auto finish = [this, reading](int which, Result<double> median) {
-    if (!median && !reading->error) reading->error = median.error();
+    if (!median && !reading->error) {
+      // Every code a client sees is the protocol's: a canary that fails is ktuned's own fault.
+      const Error& e = median.error();
+      reading->error = e.code == code::spec_error || e.code == code::no_device || e.code == code::internal
+                           ? e
+                           : make_error(code::internal, "the speed canary on " + reading->row.device +
+                                                            ": " + e.code + ": " + e.message);
+    }
     if (median) (which == 0 ? reading->row.compute_ms : reading->row.memory_ms) = *median;
     if (--reading->left > 0) return;
     if (reading->error) return reading->done(*reading->error);
