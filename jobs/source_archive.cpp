@@ -86,6 +86,10 @@ Result<bool> archive_kernel(const LoadedKernel& kernel, const std::string& root)
       return fail("cannot archive " + from.string() + " to " + to.string() + ": " +
                   (ec ? ec.message() : std::string("copy failed")));
     }
+    // The copy is the archive's, private like everything else under the cache (whatever the
+    // family's files allow).
+    fs::permissions(to, fs::perms::owner_read | fs::perms::owner_write, ec);
+    if (ec) return fail("cannot restrict " + to.string() + ": " + ec.message());
   }
   const nlohmann::json manifest{{"kernel", kernel.spec.name},
                                 {"source_hash", kernel.source_hash},
