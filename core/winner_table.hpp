@@ -47,6 +47,8 @@ struct DeviceEntry {
   std::string fingerprint;
   Family family = Family::cpp;
   bool local = false;        // a device of ktuned's machine
+
+  bool operator==(const DeviceEntry&) const = default;
 };
 
 struct KernelEntry {
@@ -57,6 +59,8 @@ struct KernelEntry {
   std::vector<std::string> dtypes;  // the dtypes a lookup accepts, spec order
   bool dtype_axis = true;    // false: "f32" stands for dtypes.front()
   std::string default_config;       // flat JSON object of integers, params order
+
+  bool operator==(const KernelEntry&) const = default;
 };
 
 struct WinnerEntry {

@@ -1015,6 +1015,7 @@ Result<nlohmann::json> RequestHandler::stats() const {
                   {"bench_timeout_max_s", m_ctx.config.bench_timeout_max_s},
                   {"worker_memory_mb", m_ctx.config.worker_memory_mb}}},
       {"metrics", metrics.empty() ? nlohmann::json() : nlohmann::json(metrics)},
+      {"table", table_status_json(m_publisher.status())},
   };
 }
 

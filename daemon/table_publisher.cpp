@@ -1,0 +1,287 @@
+#include "daemon/table_publisher.hpp"
+
+#include "daemon/log.hpp"
+#include "jobs/dtype.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ktune::daemon {
+
+namespace {
+
+constexpr double k_slow_publish_ms = 100.0;
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Writes all of `bytes` to `fd`.
+bool write_all(int fd, const std::vector<std::byte>& bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+} // namespace
+
+TableFile table_file_for(const DaemonConfig& config) {
+  TableFile file;
+  file.path = table::table_path_for_socket(config.socket);
+  if (config.allow_uids.empty() && config.allow_gids.empty()) {
+    file.mode = 0600;
+  } else if (config.allow_uids.empty() && config.allow_gids.size() == 1) {
+    file.mode = 0640;
+    file.group = static_cast<gid_t>(config.allow_gids.front());
+  } else {
+    file.mode = 0644;
+  }
+  return file;
+}
+
+TablePublisher::TablePublisher(asio::io_context& io, TableFile file, TableSources sources,
+                               WinnerIndex& index)
+    : m_io(io), m_file(std::move(file)), m_sources(sources), m_index(index), m_timer(io) {
+  m_index.for_each([this](const WinnerRecord& record) { winner_changed(record); });
+  m_index.set_observer([this](const WinnerRecord& record) { winner_changed(record); });
+  m_thread = std::thread([this] { run(); });
+  schedule_refresh(std::chrono::milliseconds(0));
+}
+
+TablePublisher::~TablePublisher() {
+  m_index.set_observer(nullptr);
+  m_timer.cancel();
+  {
+    std::lock_guard lock(m_mutex);
+    m_stop = true;
+  }
+  m_wake.notify_one();
+  m_thread.join();
+}
+
+void TablePublisher::winner_changed(const WinnerRecord& record) {
+  {
+    std::lock_guard lock(m_mutex);
+    m_pending.push_back(record);
+  }
+  m_wake.notify_one();
+  // A device not named by any winner so far may need its own entry.
+  if (m_fingerprints.insert(record.fingerprint).second && m_started) refresh();
+}
+
+void TablePublisher::schedule_refresh(std::chrono::steady_clock::duration after) {
+  m_timer.expires_after(after);
+  m_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    if (!m_started && !m_sources.devices.probed()) {
+      schedule_refresh(k_probe_poll);
+      return;
+    }
+    m_started = true;
+    refresh();
+    schedule_refresh(k_refresh);
+  });
+}
+
+void TablePublisher::refresh() {
+  Meta meta = gather();
+  if (m_last_meta && *m_last_meta == meta) return;
+  m_last_meta = meta;
+  {
+    std::lock_guard lock(m_mutex);
+    m_pending_meta = std::move(meta);
+  }
+  m_wake.notify_one();
+}
+
+TablePublisher::Meta TablePublisher::gather() const {
+  Meta meta;
+  meta.flags = m_sources.tune_on_miss_everywhere ? table::k_flag_tune_on_miss : 0;
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [name, language] : m_sources.registry.families()) {
+    auto cached = m_sources.kernels.get(name, language, now);
+    if (!cached) continue;
+    const CachedKernel& k = **cached;
+    table::KernelEntry entry;
+    entry.name = k.name;
+    entry.family = language == Language::cuda ? table::Family::cuda : table::Family::cpp;
+    entry.source_hash = k.source_hash;
+    entry.dims = k.dims;
+    entry.dtype_axis = k.dtype_axis;
+    // What a lookup accepts (RequestHandler::climb): a CPU family needs a C type for the dtype.
+    for (const auto& dtype : k.dtypes) {
+      if (!k.runs_on_cpu || dtype_c_type(dtype)) entry.dtypes.push_back(dtype);
+    }
+    if (!k.dtype_axis && !k.dtypes.empty() &&
+        (entry.dtypes.empty() || entry.dtypes.front() != k.dtypes.front())) {
+      entry.dtypes.clear();   // its one dtype is not answerable: ktuned says why
+    }
+    entry.default_config = k.default_config;
+    meta.kernels.push_back(std::move(entry));
+  }
+  // Devices by every name a lookup may give, resolved as ktuned resolves them.
+  std::set<std::string> named;
+  auto add = [&](const std::string& name) {
+    if (!named.insert(name).second) return;
+    auto resolved = m_sources.devices.resolve(name, Language::cuda);
+    if (!resolved || resolved->fingerprint.empty()) return;
+    meta.devices.push_back(table::DeviceEntry{
+        name, std::string(resolved->fingerprint),
+        resolved->language == Language::cuda ? table::Family::cuda : table::Family::cpp,
+        resolved->local});
+  };
+  for (const auto& device : m_sources.devices.all_local()) {
+    add(device.name);
+    if (device.name == "cuda:0") add("cuda");
+    add(device.fingerprint);
+  }
+  for (const auto& fingerprint : m_fingerprints) add(fingerprint);
+  return meta;
+}
+
+void TablePublisher::run() {
+  std::unique_lock lock(m_mutex);
+  while (true) {
+    m_wake.wait(lock, [this] { return m_stop || m_pending_meta || !m_pending.empty(); });
+    if (!m_stop) {
+      // Changes that come together are published together.
+      lock.unlock();
+      std::this_thread::sleep_for(k_coalesce);
+      lock.lock();
+    }
+    std::vector<WinnerRecord> changes;
+    changes.swap(m_pending);
+    std::optional<Meta> meta;
+    meta.swap(m_pending_meta);
+    const bool stop = m_stop;
+    lock.unlock();
+    apply(changes);
+    if (meta) m_meta = std::move(meta);
+    // At a stop, only what changed since the last table is published.
+    if (m_meta && (!stop || !changes.empty())) publish(*m_meta);
+    lock.lock();
+    if (stop) return;
+  }
+}
+
+void TablePublisher::apply(std::vector<WinnerRecord>& changes) {
+  std::string key;
+  for (auto& r : changes) {
+    key.assign(r.kernel).push_back('\x1f');
+    key.append(r.dtype).push_back('\x1f');
+    key.append(r.fingerprint);
+    const auto [group_it, new_group] = m_group_of.try_emplace(key, m_groups.size());
+    if (new_group) m_groups.push_back(table::WinnerGroup{r.kernel, r.dtype, r.fingerprint, {}});
+    auto& winners = m_groups[group_it->second].winners;
+    key.push_back('\x1f');
+    key.append(r.shape).push_back('\x1f');
+    key.append(r.source_hash);
+    table::WinnerEntry entry{std::move(r.shape), std::move(r.source_hash), std::move(r.config),
+                             r.median_ms, r.gflops, r.job_id};
+    const auto [winner_it, new_winner] = m_winner_of.try_emplace(key, winners.size());
+    if (new_winner) {
+      winners.push_back(std::move(entry));
+      ++m_winner_count;
+    } else {
+      winners[winner_it->second] = std::move(entry);
+    }
+  }
+}
+
+void TablePublisher::publish(const Meta& meta) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!m_current.valid() && m_generation == 0) {
+    // The table an earlier ktuned left: continue its generations, mark it superseded.
+    UniqueFd old(::open(m_file.path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+    struct stat st {};
+    char head[24] = {};
+    if (old.valid() && ::fstat(old.get(), &st) == 0 && S_ISREG(st.st_mode) &&
+        st.st_uid == ::geteuid() && ::pread(old.get(), head, sizeof head, 0) == sizeof head &&
+        std::memcmp(head, table::k_magic, sizeof table::k_magic) == 0) {
+      std::memcpy(&m_generation, head + 16, sizeof m_generation);
+      m_current = std::move(old);
+    }
+  }
+  table::TableContent content;
+  content.generation = ++m_generation;
+  content.published_unix_ms = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  content.flags = meta.flags;
+  content.devices = meta.devices;
+  content.kernels = meta.kernels;
+  auto bytes = table::encode(content, m_groups);
+  if (!bytes) {
+    KTUNE_LOG(error) << "winner table not published: " << bytes.error().message;
+    return;
+  }
+  const std::string tmp = m_file.path + ".new";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, m_file.mode));
+  if (!fd.valid()) {
+    KTUNE_LOG(error) << "winner table not published: cannot create " << tmp << ": " << errno_text();
+    return;
+  }
+  if (::fchmod(fd.get(), m_file.mode) != 0 ||
+      (m_file.group != static_cast<gid_t>(-1) && ::fchown(fd.get(), static_cast<uid_t>(-1), m_file.group) != 0)) {
+    KTUNE_LOG(error) << "winner table not published: cannot set the mode or group of " << tmp
+                     << " ([access]): " << errno_text();
+    ::unlink(tmp.c_str());
+    return;
+  }
+  if (!write_all(fd.get(), *bytes) || ::fsync(fd.get()) != 0) {
+    KTUNE_LOG(error) << "winner table not published: cannot write " << tmp << ": " << errno_text();
+    ::unlink(tmp.c_str());
+    return;
+  }
+  if (::rename(tmp.c_str(), m_file.path.c_str()) != 0) {
+    KTUNE_LOG(error) << "winner table not published: cannot rename " << tmp << " to "
+                     << m_file.path << ": " << errno_text();
+    ::unlink(tmp.c_str());
+    return;
+  }
+  if (m_current.valid()) {
+    const std::uint64_t next = content.generation;
+    if (::pwrite(m_current.get(), &next, sizeof next, table::k_superseded_offset) != sizeof next) {
+      KTUNE_LOG(warn) << "cannot mark the previous winner table superseded: " << errno_text()
+                      << " (its readers notice the new one when they reopen it)";
+    }
+  }
+  m_current = std::move(fd);
+  const double elapsed_ms = ms_since(start);
+  m_published_generation = content.generation;
+  m_published_winners = m_winner_count;
+  m_publish_ms = elapsed_ms;
+  if (elapsed_ms > k_slow_publish_ms) {
+    KTUNE_LOG(info) << "winner table generation " << content.generation << " (" << m_winner_count
+                    << " winners, " << bytes->size() << " bytes) published in " << elapsed_ms << " ms";
+  } else {
+    KTUNE_LOG(debug) << "winner table generation " << content.generation << " (" << m_winner_count
+                     << " winners, " << bytes->size() << " bytes) published in " << elapsed_ms << " ms";
+  }
+}
+
+TablePublisher::Status TablePublisher::status() const {
+  return Status{m_published_generation.load(), m_published_winners.load(), m_publish_ms.load(),
+                m_file.path};
+}
+
+nlohmann::json table_status_json(const TablePublisher::Status& status) {
+  return {{"path", status.path},
+          {"generation", status.generation},
+          {"winners", status.winners},
+          {"publish_ms", status.publish_ms}};
+}
+
+} // namespace ktune::daemon
