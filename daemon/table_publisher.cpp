@@ -16,23 +16,7 @@ namespace {
 
 constexpr double k_slow_publish_ms = 100.0;
 
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
 std::string errno_text() { return std::strerror(errno); }
-
-// Writes all of `bytes` to `fd`.
-bool write_all(int fd, const std::vector<std::byte>& bytes) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
 
 } // namespace
 
@@ -52,7 +36,7 @@ TableFile table_file_for(const DaemonConfig& config) {
 
 TablePublisher::TablePublisher(asio::io_context& io, TableFile file, TableSources sources,
                                WinnerIndex& index)
-    : m_io(io), m_file(std::move(file)), m_sources(sources), m_index(index), m_timer(io) {
+    : m_io(io), m_sources(sources), m_index(index), m_timer(io), m_writer(std::move(file)) {
   m_index.for_each([this](const WinnerRecord& record) { winner_changed(record); });
   m_index.set_observer([this](const WinnerRecord& record) { winner_changed(record); });
   m_thread = std::thread([this] { run(); });
@@ -199,19 +183,61 @@ void TablePublisher::apply(std::vector<WinnerRecord>& changes) {
   }
 }
 
+std::uint64_t TableFileWriter::adopt_existing() {
+  UniqueFd old(::open(m_file.path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+  struct stat st {};
+  char head[24] = {};
+  if (!old.valid() || ::fstat(old.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_uid != ::geteuid() || ::pread(old.get(), head, sizeof head, 0) != sizeof head ||
+      std::memcmp(head, table::k_magic, sizeof table::k_magic) != 0) {
+    return 0;
+  }
+  std::uint64_t generation = 0;
+  std::memcpy(&generation, head + 16, sizeof generation);
+  m_current = std::move(old);
+  return generation;
+}
+
+Result<void> TableFileWriter::write(std::span<const std::byte> bytes, std::uint64_t generation) {
+  const std::string tmp = m_file.path + ".new";
+  auto fail = [&](const std::string& what) {
+    Error error = make_error("io_error", what + ": " + errno_text());
+    ::unlink(tmp.c_str());
+    return error;
+  };
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, m_file.mode));
+  if (!fd.valid()) return make_error("io_error", "cannot create " + tmp + ": " + errno_text());
+  if (::fchmod(fd.get(), m_file.mode) != 0) return fail("cannot set the mode of " + tmp);
+  if (m_file.group != static_cast<gid_t>(-1) &&
+      ::fchown(fd.get(), static_cast<uid_t>(-1), m_file.group) != 0) {
+    return fail("cannot give " + tmp + " to group " + std::to_string(m_file.group) + " ([access])");
+  }
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail("cannot write " + tmp);
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) return fail("cannot sync " + tmp);
+  if (::rename(tmp.c_str(), m_file.path.c_str()) != 0) {
+    return fail("cannot rename " + tmp + " to " + m_file.path);
+  }
+  if (m_current.valid() &&
+      ::pwrite(m_current.get(), &generation, sizeof generation, table::k_superseded_offset) !=
+          sizeof generation) {
+    KTUNE_LOG(warn) << "cannot mark the previous winner table superseded: " << errno_text()
+                    << " (its readers see the new one when they open it again)";
+  }
+  m_current = std::move(fd);
+  return {};
+}
+
 void TablePublisher::publish(const Meta& meta) {
   const auto start = std::chrono::steady_clock::now();
-  if (!m_current.valid() && m_generation == 0) {
-    // The table an earlier ktuned left: continue its generations, mark it superseded.
-    UniqueFd old(::open(m_file.path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
-    struct stat st {};
-    char head[24] = {};
-    if (old.valid() && ::fstat(old.get(), &st) == 0 && S_ISREG(st.st_mode) &&
-        st.st_uid == ::geteuid() && ::pread(old.get(), head, sizeof head, 0) == sizeof head &&
-        std::memcmp(head, table::k_magic, sizeof table::k_magic) == 0) {
-      std::memcpy(&m_generation, head + 16, sizeof m_generation);
-      m_current = std::move(old);
-    }
+  if (!m_adopted) {
+    m_adopted = true;
+    m_generation = m_writer.adopt_existing();
   }
   table::TableContent content;
   content.generation = ++m_generation;
@@ -227,54 +253,28 @@ void TablePublisher::publish(const Meta& meta) {
     KTUNE_LOG(error) << "winner table not published: " << bytes.error().message;
     return;
   }
-  const std::string tmp = m_file.path + ".new";
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, m_file.mode));
-  if (!fd.valid()) {
-    KTUNE_LOG(error) << "winner table not published: cannot create " << tmp << ": " << errno_text();
+  if (auto written = m_writer.write(*bytes, content.generation); !written) {
+    KTUNE_LOG(error) << "winner table not published: " << written.error().message;
     return;
   }
-  if (::fchmod(fd.get(), m_file.mode) != 0 ||
-      (m_file.group != static_cast<gid_t>(-1) && ::fchown(fd.get(), static_cast<uid_t>(-1), m_file.group) != 0)) {
-    KTUNE_LOG(error) << "winner table not published: cannot set the mode or group of " << tmp
-                     << " ([access]): " << errno_text();
-    ::unlink(tmp.c_str());
-    return;
-  }
-  if (!write_all(fd.get(), *bytes) || ::fsync(fd.get()) != 0) {
-    KTUNE_LOG(error) << "winner table not published: cannot write " << tmp << ": " << errno_text();
-    ::unlink(tmp.c_str());
-    return;
-  }
-  if (::rename(tmp.c_str(), m_file.path.c_str()) != 0) {
-    KTUNE_LOG(error) << "winner table not published: cannot rename " << tmp << " to "
-                     << m_file.path << ": " << errno_text();
-    ::unlink(tmp.c_str());
-    return;
-  }
-  if (m_current.valid()) {
-    const std::uint64_t next = content.generation;
-    if (::pwrite(m_current.get(), &next, sizeof next, table::k_superseded_offset) != sizeof next) {
-      KTUNE_LOG(warn) << "cannot mark the previous winner table superseded: " << errno_text()
-                      << " (its readers notice the new one when they reopen it)";
-    }
-  }
-  m_current = std::move(fd);
-  const double elapsed_ms = ms_since(start);
+  const double elapsed_ms = log::elapsed_ms(start);
   m_published_generation = content.generation;
   m_published_winners = m_winner_count;
   m_publish_ms = elapsed_ms;
   if (elapsed_ms > k_slow_publish_ms) {
     KTUNE_LOG(info) << "winner table generation " << content.generation << " (" << m_winner_count
-                    << " winners, " << bytes->size() << " bytes) published in " << elapsed_ms << " ms";
+                    << " winners, " << bytes->size() << " bytes) published in " << elapsed_ms
+                    << " ms";
   } else {
     KTUNE_LOG(debug) << "winner table generation " << content.generation << " (" << m_winner_count
-                     << " winners, " << bytes->size() << " bytes) published in " << elapsed_ms << " ms";
+                     << " winners, " << bytes->size() << " bytes) published in " << elapsed_ms
+                     << " ms";
   }
 }
 
 TablePublisher::Status TablePublisher::status() const {
   return Status{m_published_generation.load(), m_published_winners.load(), m_publish_ms.load(),
-                m_file.path};
+                m_writer.file().path};
 }
 
 nlohmann::json table_status_json(const TablePublisher::Status& status) {

@@ -59,6 +59,24 @@ struct TableFile {
 };
 [[nodiscard]] TableFile table_file_for(const DaemonConfig& config);
 
+// Writes successive tables to one path: <path>.new (mode and group of the TableFile), fsync,
+// rename over <path>, then the superseded word of the table it replaced set to the new
+// generation, in place. Any thread, one at a time.
+class TableFileWriter {
+public:
+  explicit TableFileWriter(TableFile file) : m_file(std::move(file)) {}
+  // Takes over the table an earlier writer left at the path (a regular file of ours with the
+  // table magic), so that the next write marks it superseded; its generation, 0 when none.
+  [[nodiscard]] std::uint64_t adopt_existing();
+  // Errors: io_error naming the file and the failed step; the published table stays as it was.
+  [[nodiscard]] Result<void> write(std::span<const std::byte> bytes, std::uint64_t generation);
+  [[nodiscard]] const TableFile& file() const { return m_file; }
+
+private:
+  TableFile m_file;
+  UniqueFd m_current;   // the published file, for its superseded mark
+};
+
 // What the table says besides the winners; read on the io thread. References outlive the
 // publisher.
 struct TableSources {
@@ -107,7 +125,6 @@ private:
   void publish(const Meta& meta);
 
   asio::io_context& m_io;
-  TableFile m_file;
   TableSources m_sources;
   WinnerIndex& m_index;
   asio::steady_timer m_timer;
@@ -128,8 +145,9 @@ private:
   std::unordered_map<std::string, std::size_t> m_winner_of;       // full winner key -> position
   std::size_t m_winner_count = 0;
   std::optional<Meta> m_meta;
-  UniqueFd m_current;                     // the published file, to mark it superseded
+  TableFileWriter m_writer;
   std::uint64_t m_generation = 0;
+  bool m_adopted = false;                 // the table an earlier ktuned left was looked at
 
   std::atomic<std::uint64_t> m_published_generation{0};
   std::atomic<std::size_t> m_published_winners{0};
