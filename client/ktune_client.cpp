@@ -429,7 +429,8 @@ struct ktune_client {
   // same table is mapped.
   ktune_answer table_last{};
   std::uint64_t table_last_epoch = 0;      // 0: none
-  std::string table_last_kernel, table_last_shape, table_last_dtype, table_last_device;
+  std::string table_last_key;              // kernel, shape, dtype, device, each NUL-ended
+  const std::byte* table_params_of = nullptr;  // the config blob table_params was made from
 
   ~ktune_client() { disconnect(); }
 
@@ -442,26 +443,40 @@ struct ktune_client {
                          const char* device, ktune_answer* out) {
     const ktune::table::TableView* view = table.view();
     if (view == nullptr) return TableAnswer::not_answered;
-    if (table_last_epoch == table.epoch() && std::strcmp(shape, table_last_shape.c_str()) == 0 &&
-        std::strcmp(kernel, table_last_kernel.c_str()) == 0 &&
-        std::strcmp(dtype, table_last_dtype.c_str()) == 0 &&
-        std::strcmp(device, table_last_device.c_str()) == 0) {
-      *out = table_last;
-      return tune_on_miss_applies(*view, out->rung) ? TableAnswer::ask_daemon : TableAnswer::answered;
+    const std::string_view parts[4] = {kernel, shape, dtype, device};
+    if (table_last_epoch == table.epoch()) {
+      std::size_t at = 0;
+      bool same = true;
+      for (const std::string_view part : parts) {
+        if (table_last_key.size() - at < part.size() + 1 ||
+            std::memcmp(table_last_key.data() + at, part.data(), part.size() + 1) != 0) {
+          same = false;
+          break;
+        }
+        at += part.size() + 1;
+      }
+      if (same && at == table_last_key.size()) {
+        *out = table_last;
+        return tune_on_miss_applies(*view, out->rung) ? TableAnswer::ask_daemon : TableAnswer::answered;
+      }
     }
     ktune::table::Answer a;
     const auto outcome =
-        view->answer(ktune::table::Query{kernel, shape, dtype, device}, a, table_scratch);
+        view->answer(ktune::table::Query{parts[0], parts[1], parts[2], parts[3]}, a, table_scratch);
     if (outcome != ktune::table::Outcome::answered) {
       if (outcome == ktune::table::Outcome::damaged) {
         error = "winner table " + table.path() + ": a damaged entry (a check failed); asking ktuned";
       }
       return TableAnswer::not_answered;
     }
-    table_params.resize(a.param_count);
-    for (std::uint32_t i = 0; i < a.param_count; ++i) {
-      const ktune::table::Param p = view->param(a, i);
-      table_params[i] = ktune_param{p.name.data() != nullptr ? p.name.data() : "", p.value};
+    // Configs are shared by many winners: the params of the last one are kept.
+    if (a.params != table_params_of || table_last_epoch != table.epoch()) {
+      table_params.resize(a.param_count);
+      for (std::uint32_t i = 0; i < a.param_count; ++i) {
+        const ktune::table::Param p = view->param(a, i);
+        table_params[i] = ktune_param{p.name.data() != nullptr ? p.name.data() : "", p.value};
+      }
+      table_params_of = a.params;
     }
     out->rung = a.rung == ktune::table::Rung::exact     ? KTUNE_RUNG_EXACT
                 : a.rung == ktune::table::Rung::nearest ? KTUNE_RUNG_NEAREST
@@ -478,10 +493,14 @@ struct ktune_client {
     out->tune_job = 0;
     table_last = *out;
     table_last_epoch = table.epoch();
-    table_last_kernel = kernel;
-    table_last_shape = shape;
-    table_last_dtype = dtype;
-    table_last_device = device;
+    std::size_t size = 0;
+    for (const std::string_view part : parts) size += part.size() + 1;
+    table_last_key.resize(size);
+    char* at = table_last_key.data();
+    for (const std::string_view part : parts) {
+      std::memcpy(at, part.data(), part.size() + 1);
+      at += part.size() + 1;
+    }
     return tune_on_miss_applies(*view, out->rung) ? TableAnswer::ask_daemon : TableAnswer::answered;
   }
 

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <charconv>
 #include <cmath>
@@ -86,6 +87,11 @@ void store(std::byte* p, T v) {
 }
 
 std::string_view family_word(Family family) { return family == Family::cuda ? "cuda" : "cpp"; }
+
+// Offset, from the blob's start, of the NUL that ends a config blob's text.
+std::uint64_t blob_text_end(const std::byte* arena, std::uint32_t offset) {
+  return 8 + 16 * std::uint64_t{load_u32(arena + offset)} + load_u32(arena + offset + 4);
+}
 
 // ---- encoding ----
 
@@ -206,7 +212,7 @@ public:
     for (const auto& [name, value] : m_params) names.push_back(intern(name));
     align(8);
     const std::size_t at = m_bytes.size();
-    m_bytes.resize(at + 8 + 16 * m_params.size() + text.size() + 1);
+    m_bytes.resize(at + (8 + 16 * m_params.size() + text.size() + 1 + 7) / 8 * 8);
     std::byte* p = m_bytes.data() + at;
     store(p, static_cast<std::uint32_t>(m_params.size()));
     store(p + 4, static_cast<std::uint32_t>(text.size()));
@@ -224,7 +230,7 @@ public:
                                                   std::string_view shape) {
     align(8);
     const std::size_t at = m_bytes.size();
-    const std::size_t bytes = 8 * logs.size() + 4 + shape.size() + 1;
+    const std::size_t bytes = (8 * logs.size() + 4 + shape.size() + 1 + 7) / 8 * 8;
     m_bytes.resize(at + bytes);
     std::byte* p = m_bytes.data() + at;
     for (std::size_t i = 0; i < logs.size(); ++i) store(p + 8 * i, logs[i]);
@@ -234,6 +240,7 @@ public:
   }
   [[nodiscard]] std::size_t size() const { return m_bytes.size(); }
   [[nodiscard]] const std::vector<std::byte>& bytes() const { return m_bytes; }
+  void finish() { align(8); }
   void reserve(std::size_t n) { m_bytes.reserve(n); }
 
 private:
@@ -245,8 +252,11 @@ private:
   std::vector<std::pair<std::string_view, std::int64_t>> m_params;
 };
 
+std::uint64_t align8(std::uint64_t n) { return (n + 7) / 8 * 8; }
+
+// A config blob's size: its fields, text and NUL, padded to 8 bytes.
 std::uint64_t blob_size(const std::byte* arena, std::uint32_t offset) {
-  return 8 + 16 * std::uint64_t{load_u32(arena + offset)} + load_u32(arena + offset + 4) + 1;
+  return align8(blob_text_end(arena, offset) + 1);
 }
 
 std::uint32_t slot_capacity(std::size_t entries) {
@@ -396,8 +406,6 @@ Result<std::vector<std::byte>> encode(const TableContent& content,
     store(ge + 28, static_cast<std::uint32_t>(r));
     store(ge + 32, static_cast<std::uint32_t>(group.winners.size()));
     ++g;
-    key.push_back(k_sep);
-    const std::size_t key_prefix = key.size();
     for (const auto& w : group.winners) {
       if (!shape_logs(w.shape, logs) || logs.size() > k_max_dims) {
         return bad_table("winner of " + group.kernel + " " + group.dtype + ": shape '" + w.shape +
@@ -408,9 +416,7 @@ Result<std::vector<std::byte>> encode(const TableContent& content,
         return bad_table("winner of " + group.kernel + " " + w.shape + " " + group.dtype +
                          ": config " + w.config + " is not a flat JSON object of integers");
       }
-      key.resize(key_prefix);
-      key.append(w.shape);
-      const std::uint64_t rh = hash64(key.data(), key.size());
+      const std::uint64_t rh = hash64(w.shape.data(), w.shape.size(), gh);
       record_hashes.push_back(rh);
       const auto [payload, payload_bytes] = arena.payload(logs, w.shape);
       std::byte* re = records.data() + r * k_record_bytes;
@@ -430,6 +436,7 @@ Result<std::vector<std::byte>> encode(const TableContent& content,
       ++r;
     }
   }
+  arena.finish();
   if (arena.size() >= std::numeric_limits<std::uint32_t>::max()) {
     return bad_table("the table's strings need " + std::to_string(arena.size()) +
                      " bytes; a table holds at most 4 GiB");
@@ -571,7 +578,9 @@ Result<TableView> TableView::open(std::span<const std::byte> bytes) {
       return bad_table("winner table section " + std::to_string(i) + " lies outside the file");
     }
   }
+  static std::atomic<std::uint64_t> instances{0};
   TableView view;
+  view.m_instance = ++instances;
   view.m_bytes = bytes;
   view.m_generation = load_u64(h + 16);
   view.m_published_unix_ms = load_u64(h + 32);
@@ -609,9 +618,10 @@ bool TableView::string_at(std::uint32_t ref, std::string_view& out) const {
 
 bool TableView::blob_at(std::uint32_t offset, std::uint64_t& bytes) const {
   if (offset > m_arena_bytes || m_arena_bytes - offset < 8) return false;
-  bytes = blob_size(m_arena, offset);
+  const std::uint64_t nul = blob_text_end(m_arena, offset);
+  bytes = align8(nul + 1);
   if (bytes > m_arena_bytes - offset) return false;
-  return m_arena[offset + bytes - 1] == std::byte{0};
+  return m_arena[offset + nul] == std::byte{0};
 }
 
 const std::byte* TableView::entry(const Section& section, std::uint32_t index) const {
@@ -789,8 +799,7 @@ bool canonical_shape(std::string_view shape, std::string_view dims, std::string&
 
 } // namespace
 
-Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
-  a = Answer{};
+Outcome TableView::resolve(const Query& q, Resolved& r, Scratch& s) const {
   // The device.
   const std::byte* device = nullptr;
   {
@@ -807,9 +816,9 @@ Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
   }
   if (device == nullptr) return Outcome::unknown_device;
   if (!plain_sound(device, m_devices)) return Outcome::damaged;
-  std::string_view fingerprint;
-  if (!string_at(load_u32(device + 20), fingerprint)) return Outcome::damaged;
-  const std::uint32_t device_flags = load_u32(device + 28);
+  r.fingerprint_ref = load_u32(device + 20);
+  if (!string_at(r.fingerprint_ref, r.fingerprint)) return Outcome::damaged;
+  r.device_flags = load_u32(device + 28);
   auto family = static_cast<Family>(load_u32(device + 24));
 
   // The kernel family of the device's kind; a device of another machine falls back to the
@@ -817,7 +826,7 @@ Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
   const std::byte* kernel = nullptr;
   for (int attempt = 0; attempt < 2 && kernel == nullptr; ++attempt) {
     if (attempt == 1) {
-      if ((device_flags & k_device_local) != 0 || family != Family::cuda) break;
+      if ((r.device_flags & k_device_local) != 0 || family != Family::cuda) break;
       family = Family::cpp;
     }
     s.key.assign(q.kernel).push_back(k_sep);
@@ -836,11 +845,47 @@ Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
   }
   if (kernel == nullptr) return Outcome::unknown_kernel;
   if (!kernel_sound(kernel)) return Outcome::damaged;
-  std::string_view source_hash, dims, dtypes, tuned_on;
-  if (!string_at(load_u32(kernel + 24), source_hash) || !string_at(load_u32(kernel + 28), dims) ||
-      !string_at(load_u32(kernel + 32), dtypes) || !string_at(load_u32(kernel + 40), tuned_on)) {
+  if (!string_at(load_u32(kernel + 24), r.source_hash) || !string_at(load_u32(kernel + 28), r.dims) ||
+      !string_at(load_u32(kernel + 32), r.dtypes) || !string_at(load_u32(kernel + 40), r.tuned_on)) {
     return Outcome::damaged;
   }
+  r.kernel = kernel;
+  r.kernel_ref = load_u32(kernel + 16);
+  r.source_ref = load_u32(kernel + 24);
+  return Outcome::answered;
+}
+
+Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
+  a = Answer{};
+  if (s.resolved_in != m_instance || s.resolved_device != q.device || s.resolved_kernel != q.kernel) {
+    s.resolved_in = 0;
+    s.group_valid = false;
+    if (const Outcome outcome = resolve(q, s.resolved, s); outcome != Outcome::answered) {
+      return outcome;
+    }
+    s.resolved_in = m_instance;
+    s.resolved_device.assign(q.device);
+    s.resolved_kernel.assign(q.kernel);
+  }
+  if (s.verified_in != m_instance) {
+    s.verified.assign((m_records.count + 63) / 64, 0);
+    s.verified_in = m_instance;
+  }
+  // The record's check, once per table.
+  const auto sound = [&](const std::byte* e) {
+    const std::uint64_t index = static_cast<std::uint64_t>(e - entry(m_records, 0)) / m_records.entry_bytes;
+    std::uint64_t& word = s.verified[index / 64];
+    const std::uint64_t bit = std::uint64_t{1} << (index % 64);
+    if ((word & bit) != 0) return true;
+    if (!record_sound(e)) return false;
+    word |= bit;
+    return true;
+  };
+  const Resolved& r = s.resolved;
+  const std::byte* kernel = r.kernel;
+  const std::string_view fingerprint = r.fingerprint, source_hash = r.source_hash, dims = r.dims,
+                         dtypes = r.dtypes, tuned_on = r.tuned_on;
+  const std::uint32_t device_flags = r.device_flags;
 
   // The dtype.
   std::string_view dtype = q.dtype;
@@ -857,11 +902,24 @@ Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
 
   // exact: every record of the key; one under the current source answers.
   bool source_changed = false;
-  s.key.assign(q.kernel).push_back(k_sep);
-  s.key.append(dtype).push_back(k_sep);
-  const std::size_t group_key_size = s.key.size() + fingerprint.size();
-  s.key.append(fingerprint).push_back(k_sep);
-  s.key.append(shape);
+  // The group's key hash seeds the record's.
+  if (!s.group_valid || s.group_dtype != dtype) {
+    s.key.resize(q.kernel.size() + dtype.size() + fingerprint.size() + 2);
+    char* k = s.key.data();
+    for (const std::string_view part : {q.kernel, dtype, fingerprint}) {
+      std::memcpy(k, part.data(), part.size());
+      k += part.size();
+      if (k != s.key.data() + s.key.size()) *k++ = k_sep;
+    }
+    s.group_hash = hash64(s.key.data(), s.key.size());
+    s.group_dtype.assign(dtype);
+    s.group_valid = true;
+  }
+  // Strings the table interns compare by reference first.
+  const auto same = [&](std::uint32_t ref, std::uint32_t known, std::string_view wanted) {
+    std::string_view text;
+    return ref == known || (string_at(ref, text) && text == wanted);
+  };
   const auto shape_of = [&](const std::byte* e, std::string_view& out) {
     const std::uint32_t payload = load_u32(e + 32);
     const std::uint64_t ndims = load_u16(e + 44);
@@ -880,22 +938,25 @@ Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
     a.job = load_i64(e + 64);
   };
   {
-    const std::uint64_t h = hash64(s.key.data(), s.key.size());
+    const std::uint64_t h = hash64(shape.data(), shape.size(), s.group_hash);
     std::uint64_t cursor = 0;
     for (std::int64_t i; (i = probe(m_record_slots, h, cursor, m_records.count)) >= 0;) {
       const std::byte* e = entry(m_records, static_cast<std::uint32_t>(i));
-      std::string_view k, d, f, sh, src;
-      if (load_u64(e + 8) != h || !string_at(load_u32(e + 16), k) || k != q.kernel ||
-          !string_at(load_u32(e + 20), d) || d != dtype || !string_at(load_u32(e + 24), f) ||
-          f != fingerprint || !shape_of(e, sh) || sh != shape) {
+      std::string_view d, sh;
+      if (load_u64(e + 8) != h || !same(load_u32(e + 16), r.kernel_ref, q.kernel) ||
+          !string_at(load_u32(e + 20), d) || d != dtype ||
+          !same(load_u32(e + 24), r.fingerprint_ref, fingerprint) || !shape_of(e, sh) ||
+          sh != shape) {
         continue;
       }
-      if (!string_at(load_u32(e + 28), src)) return Outcome::damaged;
-      if (src != source_hash) {
+      const std::uint32_t source_ref = load_u32(e + 28);
+      std::string_view source;
+      if (source_ref != r.source_ref && !string_at(source_ref, source)) return Outcome::damaged;
+      if (source_ref != r.source_ref && source != source_hash) {
         source_changed = true;
         continue;
       }
-      if (!record_sound(e)) return Outcome::damaged;
+      if (!sound(e)) return Outcome::damaged;
       a.rung = Rung::exact;
       fill_winner(e);
       return Outcome::answered;
@@ -905,7 +966,7 @@ Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
   // nearest: the closest tuned shape of the group under the current source.
   bool group_found = false;
   {
-    const std::uint64_t h = hash64(s.key.data(), group_key_size);
+    const std::uint64_t h = s.group_hash;
     std::uint64_t cursor = 0;
     const std::byte* group = nullptr;
     for (std::int64_t i; (i = probe(m_group_slots, h, cursor, m_groups.count)) >= 0;) {
@@ -950,7 +1011,7 @@ Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
         }
       }
       if (best != nullptr) {
-        if (!record_sound(best)) return Outcome::damaged;
+        if (!sound(best)) return Outcome::damaged;
         a.rung = Rung::nearest;
         fill_winner(best);
         a.from_shape = best_shape;
@@ -1009,7 +1070,7 @@ std::size_t TableView::verify_all() const {
       const std::uint64_t ndims = load_u16(e + 44);
       ok = 8 * ndims + 4 <= m_arena_bytes - payload &&
            string_at(static_cast<std::uint32_t>(payload + 8 * ndims + 4), text) &&
-           payload + 8 * ndims + 4 + text.size() + 1 == std::uint64_t{payload} + load_u32(e + 36);
+           align8(8 * ndims + 4 + text.size() + 1) == load_u32(e + 36);
     }
     if (!ok) ++bad;
   }

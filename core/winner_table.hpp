@@ -129,11 +129,31 @@ struct Answer {
   const std::byte* params = nullptr;  // use TableView::param()
 };
 
-// Buffers reused across lookups, so that a lookup allocates nothing once they have grown.
+// A device and kernel family resolved in one table (pointers into it).
+struct Resolved {
+  std::uint32_t kernel_ref = 0, fingerprint_ref = 0, source_ref = 0;  // their string refs
+  std::string_view fingerprint;
+  std::uint32_t device_flags = 0;
+  const std::byte* kernel = nullptr;
+  std::string_view source_hash, dims, dtypes, tuned_on;
+};
+
+// Buffers reused across lookups, so that a lookup allocates nothing once they have grown, and
+// the last device and kernel resolved (a runtime asks about one device and few kernels).
 struct Scratch {
   std::string key;
   std::string shape;
   std::vector<double> log_dims;
+  std::uint64_t resolved_in = 0;   // TableView::instance() of `resolved`; 0: none
+  std::string resolved_device, resolved_kernel;
+  Resolved resolved;
+  bool group_valid = false;        // group_hash is that of (resolved kernel, group_dtype, device)
+  std::string group_dtype;
+  std::uint64_t group_hash = 0;
+  // Records whose check passed in the table `verified_in`: a mapped table never changes (only
+  // its superseded word does), so each record is verified once per mapping.
+  std::uint64_t verified_in = 0;
+  std::vector<std::uint64_t> verified;
 };
 
 class TableView {
@@ -145,6 +165,8 @@ public:
   [[nodiscard]] static Result<TableView> open(std::span<const std::byte> bytes);
 
   [[nodiscard]] std::uint64_t generation() const { return m_generation; }
+  // Unique to each open() in this process (copies share it): what Scratch memos are keyed by.
+  [[nodiscard]] std::uint64_t instance() const { return m_instance; }
   [[nodiscard]] std::uint32_t flags() const { return m_flags; }
   [[nodiscard]] std::uint64_t published_unix_ms() const { return m_published_unix_ms; }
   [[nodiscard]] std::size_t winner_count() const { return m_records.count; }
@@ -168,6 +190,7 @@ public:
   };
 
 private:
+  [[nodiscard]] Outcome resolve(const Query& query, Resolved& out, Scratch& scratch) const;
   [[nodiscard]] bool string_at(std::uint32_t ref, std::string_view& out) const;
   [[nodiscard]] bool blob_at(std::uint32_t offset, std::uint64_t& bytes) const;
   // Index of the entry of `section` whose key hashes to `hash`, starting the probe after
@@ -184,6 +207,7 @@ private:
   const std::byte* m_arena = nullptr;
   std::uint64_t m_arena_bytes = 0;
   std::uint64_t m_generation = 0;
+  std::uint64_t m_instance = 0;
   std::uint64_t m_published_unix_ms = 0;
   std::uint32_t m_flags = 0;
   Section m_devices, m_device_slots, m_kernels, m_kernel_slots, m_groups, m_group_slots,
