@@ -88,9 +88,14 @@ void store(std::byte* p, T v) {
 
 std::string_view family_word(Family family) { return family == Family::cuda ? "cuda" : "cpp"; }
 
+// A config blob: u64 check (XXH64 of the rest), u32 param count, u32 text length, {u32 name,
+// u32 0, i64 value} per param, the text, NUL, zeros to a multiple of 8 bytes.
+constexpr std::size_t k_blob_head = 16;
+
 // Offset, from the blob's start, of the NUL that ends a config blob's text.
 std::uint64_t blob_text_end(const std::byte* arena, std::uint32_t offset) {
-  return 8 + 16 * std::uint64_t{load_u32(arena + offset)} + load_u32(arena + offset + 4);
+  return k_blob_head + 16 * std::uint64_t{load_u32(arena + offset + 8)} +
+         load_u32(arena + offset + 12);
 }
 
 // ---- encoding ----
@@ -155,8 +160,14 @@ bool parse_flat_config(std::string_view text, std::vector<std::pair<std::string_
   }
 }
 
+// The last value seen at each dim position and its log: shapes of one kernel share dims.
+struct LogMemo {
+  std::int64_t value[k_max_dims] = {};
+  double log[k_max_dims] = {};
+};
+
 // Logs of the values of a canonical shape "M=1,N=2"; false when it does not parse.
-bool shape_logs(std::string_view shape, std::vector<double>& out) {
+bool shape_logs(std::string_view shape, std::vector<double>& out, LogMemo* memo = nullptr) {
   out.clear();
   while (!shape.empty()) {
     const auto comma = shape.find(',');
@@ -169,7 +180,16 @@ bool shape_logs(std::string_view shape, std::vector<double>& out) {
       value = value * 10 + (c - '0');
     }
     if (value <= 0) return false;
-    out.push_back(std::log(static_cast<double>(value)));
+    const std::size_t at = out.size();
+    if (memo != nullptr && at < k_max_dims) {
+      if (memo->value[at] != value) {
+        memo->value[at] = value;
+        memo->log[at] = std::log(static_cast<double>(value));
+      }
+      out.push_back(memo->log[at]);
+    } else {
+      out.push_back(std::log(static_cast<double>(value)));
+    }
     if (comma == std::string_view::npos) break;
     shape.remove_prefix(comma + 1);
   }
@@ -201,28 +221,44 @@ public:
     m_strings.emplace(std::string(s), ref);
     return ref;
   }
-  // A config blob: u32 param count, u32 text length, {u32 name, u32 0, i64 value} per param,
-  // the text, NUL. Interned by text. 0 when the text is not a flat object of integers.
+  // intern() for a string that is often the same as the last one asked for this way.
+  std::uint32_t intern_repeated(std::string_view s) {
+    if (m_last_ref != 0 && s == m_last_text) return m_last_ref;
+    m_last_ref = intern(s);
+    m_last_text = m_strings.find(s)->first;
+    return m_last_ref;
+  }
+  // A config blob (k_blob_head), interned by text; 0 when the text is not a flat object of
+  // integers.
   std::uint32_t config(std::string_view text) {
+    if (m_last_config != 0 && text == m_last_config_text) return m_last_config;
     const auto it = m_configs.find(text);
-    if (it != m_configs.end()) return it->second;
+    if (it != m_configs.end()) {
+      m_last_config = it->second;
+      m_last_config_text = it->first;
+      return it->second;
+    }
     if (!parse_flat_config(text, m_params)) return 0;
     std::vector<std::uint32_t> names;
     names.reserve(m_params.size());
     for (const auto& [name, value] : m_params) names.push_back(intern(name));
     align(8);
     const std::size_t at = m_bytes.size();
-    m_bytes.resize(at + (8 + 16 * m_params.size() + text.size() + 1 + 7) / 8 * 8);
+    const std::size_t size = (k_blob_head + 16 * m_params.size() + text.size() + 1 + 7) / 8 * 8;
+    m_bytes.resize(at + size);
     std::byte* p = m_bytes.data() + at;
-    store(p, static_cast<std::uint32_t>(m_params.size()));
-    store(p + 4, static_cast<std::uint32_t>(text.size()));
+    store(p + 8, static_cast<std::uint32_t>(m_params.size()));
+    store(p + 12, static_cast<std::uint32_t>(text.size()));
     for (std::size_t i = 0; i < m_params.size(); ++i) {
-      store(p + 8 + 16 * i, names[i]);
-      store(p + 8 + 16 * i + 4, std::uint32_t{0});
-      store(p + 8 + 16 * i + 8, m_params[i].second);
+      store(p + k_blob_head + 16 * i, names[i]);
+      store(p + k_blob_head + 16 * i + 4, std::uint32_t{0});
+      store(p + k_blob_head + 16 * i + 8, m_params[i].second);
     }
-    std::memcpy(p + 8 + 16 * m_params.size(), text.data(), text.size());
-    m_configs.emplace(std::string(text), static_cast<std::uint32_t>(at));
+    std::memcpy(p + k_blob_head + 16 * m_params.size(), text.data(), text.size());
+    store(p, hash64(p + 8, size - 8));
+    const auto [slot, added] = m_configs.emplace(std::string(text), static_cast<std::uint32_t>(at));
+    m_last_config = slot->second;
+    m_last_config_text = slot->first;
     return static_cast<std::uint32_t>(at);
   }
   // A record payload: f64 log dims, then the shape as a string. Returns its offset and size.
@@ -249,15 +285,16 @@ private:
   std::vector<std::byte> m_bytes;
   std::unordered_map<std::string, std::uint32_t, TransparentHash, std::equal_to<>> m_strings;
   std::unordered_map<std::string, std::uint32_t, TransparentHash, std::equal_to<>> m_configs;
+  std::uint32_t m_last_ref = 0;           // intern_repeated's last string
+  std::string_view m_last_text;
+  std::uint32_t m_last_config = 0;        // the last blob asked for, and its text (in m_configs)
+  std::string_view m_last_config_text;
   std::vector<std::pair<std::string_view, std::int64_t>> m_params;
 };
 
 std::uint64_t align8(std::uint64_t n) { return (n + 7) / 8 * 8; }
 
-// A config blob's size: its fields, text and NUL, padded to 8 bytes.
-std::uint64_t blob_size(const std::byte* arena, std::uint32_t offset) {
-  return align8(blob_text_end(arena, offset) + 1);
-}
+
 
 std::uint32_t slot_capacity(std::size_t entries) {
   if (entries == 0) return 0;
@@ -387,6 +424,7 @@ Result<std::vector<std::byte>> encode(const TableContent& content,
   std::vector<std::uint64_t> record_hashes;
   record_hashes.reserve(winner_count);
   std::vector<double> logs;
+  LogMemo log_memo;
   std::size_t g = 0, r = 0;
   for (const auto& group : groups) {
     if (group.winners.empty()) continue;
@@ -407,7 +445,7 @@ Result<std::vector<std::byte>> encode(const TableContent& content,
     store(ge + 32, static_cast<std::uint32_t>(group.winners.size()));
     ++g;
     for (const auto& w : group.winners) {
-      if (!shape_logs(w.shape, logs) || logs.size() > k_max_dims) {
+      if (!shape_logs(w.shape, logs, &log_memo) || logs.size() > k_max_dims) {
         return bad_table("winner of " + group.kernel + " " + group.dtype + ": shape '" + w.shape +
                          "' is not a canonical shape");
       }
@@ -424,7 +462,7 @@ Result<std::vector<std::byte>> encode(const TableContent& content,
       store(re + 16, kernel);
       store(re + 20, dtype);
       store(re + 24, fingerprint);
-      store(re + 28, arena.intern(w.source_hash));
+      store(re + 28, arena.intern_repeated(w.source_hash));
       store(re + 32, payload);
       store(re + 36, payload_bytes);
       store(re + 40, blob);
@@ -450,8 +488,7 @@ Result<std::vector<std::byte>> encode(const TableContent& content,
   }
   for (std::size_t i = 0; i < content.kernels.size(); ++i) {
     std::byte* e = kernels.data() + i * k_kernel_bytes;
-    const std::uint32_t blob = load_u32(e + 36);
-    store(e, hash64(a + blob, blob_size(a, blob), hash64(e + 8, k_kernel_bytes - 8)));
+    store(e, hash64(e + 8, k_kernel_bytes - 8, load_u64(a + load_u32(e + 36))));
   }
   for (std::size_t i = 0; i < group_count; ++i) {
     std::byte* e = group_bytes.data() + i * k_group_bytes;
@@ -459,10 +496,8 @@ Result<std::vector<std::byte>> encode(const TableContent& content,
   }
   for (std::size_t i = 0; i < winner_count; ++i) {
     std::byte* e = records.data() + i * k_record_bytes;
-    const std::uint64_t h1 = hash64(e + 8, k_record_bytes - 8);
-    const std::uint64_t h2 = hash64(a + load_u32(e + 32), load_u32(e + 36), h1);
-    const std::uint32_t blob = load_u32(e + 40);
-    store(e, hash64(a + blob, blob_size(a, blob), h2));
+    const std::uint64_t h1 = hash64(e + 8, k_record_bytes - 8, load_u64(a + load_u32(e + 40)));
+    store(e, hash64(a + load_u32(e + 32), load_u32(e + 36), h1));
   }
 
   // Layout: header, then each section 8-aligned, the arena last.
@@ -617,7 +652,7 @@ bool TableView::string_at(std::uint32_t ref, std::string_view& out) const {
 }
 
 bool TableView::blob_at(std::uint32_t offset, std::uint64_t& bytes) const {
-  if (offset > m_arena_bytes || m_arena_bytes - offset < 8) return false;
+  if (offset > m_arena_bytes || m_arena_bytes - offset < k_blob_head) return false;
   const std::uint64_t nul = blob_text_end(m_arena, offset);
   bytes = align8(nul + 1);
   if (bytes > m_arena_bytes - offset) return false;
@@ -658,24 +693,26 @@ bool TableView::plain_sound(const std::byte* e, const Section& section) const {
   return load_u64(e) == entry_hash(e, section);
 }
 
-bool TableView::kernel_sound(const std::byte* e) const {
+bool TableView::blob_sound(std::uint32_t blob) const {
   std::uint64_t bytes = 0;
+  return blob_at(blob, bytes) && load_u64(m_arena + blob) == hash64(m_arena + blob + 8, bytes - 8);
+}
+
+bool TableView::kernel_sound(const std::byte* e) const {
   const std::uint32_t blob = load_u32(e + 36);
-  if (!blob_at(blob, bytes)) return false;
-  return load_u64(e) == hash64(m_arena + blob, bytes, entry_hash(e, m_kernels));
+  return blob_sound(blob) &&
+         load_u64(e) == hash64(e + 8, m_kernels.entry_bytes - 8, load_u64(m_arena + blob));
 }
 
 bool TableView::record_sound(const std::byte* e) const {
   const std::uint32_t payload = load_u32(e + 32);
   const std::uint32_t payload_bytes = load_u32(e + 36);
   const std::uint32_t blob = load_u32(e + 40);
-  std::uint64_t blob_bytes = 0;
-  if (payload > m_arena_bytes || payload_bytes > m_arena_bytes - payload || !blob_at(blob, blob_bytes)) {
+  if (payload > m_arena_bytes || payload_bytes > m_arena_bytes - payload || !blob_sound(blob)) {
     return false;
   }
-  const std::uint64_t h1 = entry_hash(e, m_records);
-  const std::uint64_t h2 = hash64(m_arena + payload, payload_bytes, h1);
-  return load_u64(e) == hash64(m_arena + blob, blob_bytes, h2);
+  const std::uint64_t h1 = hash64(e + 8, m_records.entry_bytes - 8, load_u64(m_arena + blob));
+  return load_u64(e) == hash64(m_arena + payload, payload_bytes, h1);
 }
 
 Param TableView::param(const Answer& answer, std::uint32_t i) const {
@@ -928,10 +965,10 @@ Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
   };
   const auto fill_winner = [&](const std::byte* e) {
     const std::uint32_t blob = load_u32(e + 40);
-    a.param_count = load_u32(m_arena + blob);
-    a.params = m_arena + blob + 8;
+    a.param_count = load_u32(m_arena + blob + 8);
+    a.params = m_arena + blob + k_blob_head;
     a.config = std::string_view(reinterpret_cast<const char*>(a.params + 16 * std::size_t{a.param_count}),
-                                load_u32(m_arena + blob + 4));
+                                load_u32(m_arena + blob + 12));
     const double median = load_f64(e + 48), gflops = load_f64(e + 56);
     a.median_ms = std::isfinite(median) ? median : 0;
     a.gflops = std::isfinite(gflops) ? gflops : 0;
@@ -1024,10 +1061,10 @@ Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
   // default: the kernel's [default].
   a.rung = Rung::fallback_default;
   const std::uint32_t blob = load_u32(kernel + 36);
-  a.param_count = load_u32(m_arena + blob);
-  a.params = m_arena + blob + 8;
+  a.param_count = load_u32(m_arena + blob + 8);
+  a.params = m_arena + blob + k_blob_head;
   a.config = std::string_view(reinterpret_cast<const char*>(a.params + 16 * std::size_t{a.param_count}),
-                              load_u32(m_arena + blob + 4));
+                              load_u32(m_arena + blob + 12));
   if (source_changed || group_found) {
     a.reason = k_reason_source_changed;
   } else if ((device_flags & k_device_has_winners) == 0) {

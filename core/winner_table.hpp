@@ -198,6 +198,7 @@ private:
   [[nodiscard]] std::int64_t probe(const Section& slots, std::uint64_t hash,
                                    std::uint64_t& cursor, std::uint32_t limit) const;
   [[nodiscard]] const std::byte* entry(const Section& section, std::uint32_t index) const;
+  [[nodiscard]] bool blob_sound(std::uint32_t blob) const;
   [[nodiscard]] bool record_sound(const std::byte* record) const;
   [[nodiscard]] bool kernel_sound(const std::byte* kernel) const;
   [[nodiscard]] bool plain_sound(const std::byte* entry, const Section& section) const;

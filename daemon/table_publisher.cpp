@@ -57,6 +57,7 @@ TablePublisher::~TablePublisher() {
 void TablePublisher::winner_changed(const WinnerRecord& record) {
   {
     std::lock_guard lock(m_mutex);
+    if (m_pending.empty()) m_pending_since = std::chrono::steady_clock::now();
     m_pending.push_back(record);
   }
   m_wake.notify_one();
@@ -146,6 +147,7 @@ void TablePublisher::run() {
     }
     std::vector<WinnerRecord> changes;
     changes.swap(m_pending);
+    const auto since = m_pending_since;
     std::optional<Meta> meta;
     meta.swap(m_pending_meta);
     const bool stop = m_stop;
@@ -153,7 +155,9 @@ void TablePublisher::run() {
     apply(changes);
     if (meta) m_meta = std::move(meta);
     // At a stop, only what changed since the last table is published.
-    if (m_meta && (!stop || !changes.empty())) publish(*m_meta);
+    if (m_meta && (!stop || !changes.empty())) {
+      publish(*m_meta, changes.empty() ? std::nullopt : std::optional(since));
+    }
     lock.lock();
     if (stop) return;
   }
@@ -219,7 +223,6 @@ Result<void> TableFileWriter::write(std::span<const std::byte> bytes, std::uint6
     if (n <= 0) return fail("cannot write " + tmp);
     done += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd.get()) != 0) return fail("cannot sync " + tmp);
   if (::rename(tmp.c_str(), m_file.path.c_str()) != 0) {
     return fail("cannot rename " + tmp + " to " + m_file.path);
   }
@@ -233,7 +236,8 @@ Result<void> TableFileWriter::write(std::span<const std::byte> bytes, std::uint6
   return {};
 }
 
-void TablePublisher::publish(const Meta& meta) {
+void TablePublisher::publish(const Meta& meta,
+                             std::optional<std::chrono::steady_clock::time_point> since) {
   const auto start = std::chrono::steady_clock::now();
   if (!m_adopted) {
     m_adopted = true;
@@ -261,6 +265,7 @@ void TablePublisher::publish(const Meta& meta) {
   m_published_generation = content.generation;
   m_published_winners = m_winner_count;
   m_publish_ms = elapsed_ms;
+  if (since) m_visible_ms = log::elapsed_ms(*since);
   if (elapsed_ms > k_slow_publish_ms) {
     KTUNE_LOG(info) << "winner table generation " << content.generation << " (" << m_winner_count
                     << " winners, " << bytes->size() << " bytes) published in " << elapsed_ms
@@ -274,14 +279,15 @@ void TablePublisher::publish(const Meta& meta) {
 
 TablePublisher::Status TablePublisher::status() const {
   return Status{m_published_generation.load(), m_published_winners.load(), m_publish_ms.load(),
-                m_writer.file().path};
+                m_visible_ms.load(), m_writer.file().path};
 }
 
 nlohmann::json table_status_json(const TablePublisher::Status& status) {
   return {{"path", status.path},
           {"generation", status.generation},
           {"winners", status.winners},
-          {"publish_ms", status.publish_ms}};
+          {"publish_ms", status.publish_ms},
+          {"visible_ms", status.visible_ms}};
 }
 
 } // namespace ktune::daemon

@@ -12,10 +12,13 @@
 //
 // Publishing runs on a thread of its own, never on the io thread: the changes of the last
 // k_coalesce are taken together, the table is encoded, written to <path>.new (mode and group
-// from TableFile), fsync'd and renamed over <path>; then the superseded word of the table it
-// replaced (also one an earlier ktuned left) is set to the new generation, in place, so that a
-// mapped reader notices with one load per lookup and no system call. A reader still holding the
-// old file keeps a consistent old answer. Generations count up from the one found in the file.
+// from TableFile) and renamed over <path>; then the superseded word of the table it replaced
+// (also one an earlier ktuned left) is set to the new generation, in place, so that a mapped
+// reader notices with one load per lookup and no system call. A reader still holding the old
+// file keeps a consistent old answer. Generations count up from the one found in the file.
+// No fsync: the table is derived from the database and rewritten at every start, and a reader
+// checks every byte it uses, so a table torn by a power cut is refused (the clients ask ktuned
+// or the database), never misread; an fsync would only add its latency to every publish.
 //
 // io thread: the constructor, the destructor, winner_changed(); status() from any thread.
 #include "core/unique_fd.hpp"
@@ -59,9 +62,9 @@ struct TableFile {
 };
 [[nodiscard]] TableFile table_file_for(const DaemonConfig& config);
 
-// Writes successive tables to one path: <path>.new (mode and group of the TableFile), fsync,
-// rename over <path>, then the superseded word of the table it replaced set to the new
-// generation, in place. Any thread, one at a time.
+// Writes successive tables to one path: <path>.new (mode and group of the TableFile), renamed
+// over <path>, then the superseded word of the table it replaced set to the new generation, in
+// place. Any thread, one at a time.
 class TableFileWriter {
 public:
   explicit TableFileWriter(TableFile file) : m_file(std::move(file)) {}
@@ -104,7 +107,8 @@ public:
   struct Status {
     std::uint64_t generation = 0;      // of the last table published; 0 before the first
     std::size_t winners = 0;
-    double publish_ms = 0;             // the last publish: encode, write, fsync, rename
+    double publish_ms = 0;             // the last publish: encode, write, rename
+    double visible_ms = 0;             // its oldest winner: from winner_changed() to the rename
     std::string path;
   };
   [[nodiscard]] Status status() const;
@@ -122,7 +126,8 @@ private:
   void refresh();
   void run();                          // the publishing thread
   void apply(std::vector<WinnerRecord>& changes);
-  void publish(const Meta& meta);
+  // `since`: when the oldest change it includes arrived (none: a refresh of the kernels).
+  void publish(const Meta& meta, std::optional<std::chrono::steady_clock::time_point> since);
 
   asio::io_context& m_io;
   TableSources m_sources;
@@ -136,6 +141,7 @@ private:
   mutable std::mutex m_mutex;
   std::condition_variable m_wake;
   std::vector<WinnerRecord> m_pending;
+  std::chrono::steady_clock::time_point m_pending_since;   // of m_pending's first record
   std::optional<Meta> m_pending_meta;
   bool m_stop = false;
 
@@ -152,6 +158,7 @@ private:
   std::atomic<std::uint64_t> m_published_generation{0};
   std::atomic<std::size_t> m_published_winners{0};
   std::atomic<double> m_publish_ms{0};
+  std::atomic<double> m_visible_ms{0};
 
   std::thread m_thread;                   // last: started once everything above exists
 };

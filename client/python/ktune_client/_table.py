@@ -166,6 +166,11 @@ class TableView:
         self.published_unix_ms = published
         self._arena, self._arena_bytes, _ = self._sections[8]
         self._strings: dict[int, str] = {}
+        # What was verified or resolved in this table (it never changes while mapped).
+        self._sound_blobs: dict[int, int] = {}   # blob offset -> its check
+        self._sound_records: set[int] = set()
+        self._resolved: dict[tuple[str, str], tuple] = {}
+        self._group_hashes: dict[str, int] = {}
 
     def superseded(self) -> bool:
         return _U64.unpack_from(self.buf, SUPERSEDED_OFFSET)[0] != 0
@@ -188,22 +193,28 @@ class TableView:
         self._strings[ref] = text
         return text
 
-    def _blob(self, offset: int) -> tuple[int, int]:
-        """(start in the file, bytes) of a config blob."""
-        if offset > self._arena_bytes or self._arena_bytes - offset < 8:
+    def _blob(self, offset: int) -> tuple[int, int, int]:
+        """(start in the file, bytes, check) of a config blob whose own check holds."""
+        if offset > self._arena_bytes or self._arena_bytes - offset < 16:
             raise Damaged()
-        count, text = struct.unpack_from("<II", self.buf, self._arena + offset)
-        size = 8 + 16 * count + text + 1
-        if size > self._arena_bytes - offset or self.buf[self._arena + offset + size - 1] != 0:
+        start = self._arena + offset
+        check, count, text = struct.unpack_from("<QII", self.buf, start)
+        nul = 16 + 16 * count + text
+        size = (nul + 1 + 7) // 8 * 8
+        if size > self._arena_bytes - offset or self.buf[start + nul] != 0:
             raise Damaged()
-        return self._arena + offset, size
+        if self._sound_blobs.get(offset) != check:
+            if check != xxh64(bytes(self.buf[start + 8:start + size])):
+                raise Damaged()
+            self._sound_blobs[offset] = check
+        return start, size, check
 
     def _config(self, offset: int) -> dict[str, int]:
-        start, _ = self._blob(offset)
-        count = _U32.unpack_from(self.buf, start)[0]
+        start, _, _ = self._blob(offset)
+        count = _U32.unpack_from(self.buf, start + 8)[0]
         config = {}
         for i in range(count):
-            name_ref, _, value = struct.unpack_from("<IIq", self.buf, start + 8 + 16 * i)
+            name_ref, _, value = struct.unpack_from("<IIq", self.buf, start + 16 + 16 * i)
             config[self._string(name_ref)] = value
         return config
 
@@ -239,20 +250,25 @@ class TableView:
         return self._string(payload + 8 * ndims + 4)
 
     def _record_sound(self, at: int) -> bool:
+        if at in self._sound_records:
+            return True
         payload, payload_bytes, blob = struct.unpack_from("<III", self.buf, at + 32)
         if payload > self._arena_bytes or payload_bytes > self._arena_bytes - payload:
             return False
-        start, size = self._blob(blob)
-        h = self._entry_hash(6, at)
-        h = xxh64(bytes(self.buf[self._arena + payload:self._arena + payload + payload_bytes]), h)
-        return _U64.unpack_from(self.buf, at)[0] == xxh64(bytes(self.buf[start:start + size]), h)
+        _, _, blob_check = self._blob(blob)
+        size = self._sections[6][2]
+        h = xxh64(bytes(self.buf[at + 8:at + size]), blob_check)
+        start = self._arena + payload
+        if _U64.unpack_from(self.buf, at)[0] != xxh64(bytes(self.buf[start:start + payload_bytes]), h):
+            return False
+        self._sound_records.add(at)
+        return True
 
     # -- the ladder ---------------------------------------------------------------------------
 
-    def answer(self, kernel: str, shape: str, dtype: str, device: str) -> Optional[dict]:
-        """The answer as ktuned gives it ({"rung", "config", "from_shape", "reason",
-        "median_ms", "job"}), or None when the table cannot answer (a device, kernel, dtype or
-        shape it cannot vouch for). Raises Damaged when a bound or a check fails."""
+    def _resolve(self, kernel: str, device: str) -> Optional[tuple]:
+        """The device and the kernel family it runs, as ktuned resolves them; None when the
+        table lacks either."""
         buf = self.buf
         found = None
         device_hash = xxh64(device.encode())
@@ -267,7 +283,6 @@ class TableView:
             raise Damaged()
         fp_ref, family, device_flags = struct.unpack_from("<III", buf, found + 20)
         fingerprint = self._string(fp_ref)
-
         kernel_at = None
         for attempt in range(2):
             if attempt == 1:
@@ -288,14 +303,29 @@ class TableView:
             return None
         source_ref, dims_ref, dtypes_ref, default_blob, tuned_ref, kernel_flags = \
             struct.unpack_from("<IIIIII", buf, kernel_at + 24)
-        start, size = self._blob(default_blob)
-        if _U64.unpack_from(buf, kernel_at)[0] != xxh64(bytes(buf[start:start + size]),
-                                                         self._entry_hash(2, kernel_at)):
+        _, _, blob_check = self._blob(default_blob)
+        size = self._sections[2][2]
+        if _U64.unpack_from(buf, kernel_at)[0] != xxh64(bytes(buf[kernel_at + 8:kernel_at + size]),
+                                                         blob_check):
             raise Damaged()
-        source_hash = self._string(source_ref)
-        dims = self._string(dims_ref).split(",")
-        dtypes = self._string(dtypes_ref).split(",") if self._string(dtypes_ref) else []
-        tuned_on = self._string(tuned_ref).split(",")
+        dtypes_text = self._string(dtypes_ref)
+        return (fingerprint, device_flags, kernel_flags, self._string(source_ref),
+                self._string(dims_ref).split(","), dtypes_text.split(",") if dtypes_text else [],
+                self._string(tuned_ref).split(","), default_blob)
+
+    def answer(self, kernel: str, shape: str, dtype: str, device: str) -> Optional[dict]:
+        """The answer as ktuned gives it ({"rung", "config", "from_shape", "reason",
+        "median_ms", "job"}), or None when the table cannot answer (a device, kernel, dtype or
+        shape it cannot vouch for). Raises Damaged when a bound or a check fails."""
+        buf = self.buf
+        resolved = self._resolved.get((device, kernel))
+        if resolved is None:
+            resolved = self._resolve(kernel, device)
+            if resolved is None:
+                return None
+            self._resolved[(device, kernel)] = resolved
+        fingerprint, device_flags, kernel_flags, source_hash, dims, dtypes, tuned_on, \
+            default_blob = resolved
 
         if not kernel_flags & _KERNEL_DTYPE_AXIS and dtype == "f32" and dtypes:
             dtype = dtypes[0]
@@ -314,7 +344,10 @@ class TableView:
 
         source_changed = False
         group_key = kernel + _SEP + dtype + _SEP + fingerprint
-        key_hash = xxh64((group_key + _SEP + canonical).encode())
+        group_hash = self._group_hashes.get(group_key)
+        if group_hash is None:
+            group_hash = self._group_hashes[group_key] = xxh64(group_key.encode())
+        key_hash = xxh64(canonical.encode(), group_hash)
         for at in self._probe(7, 6, key_hash):
             k_ref, d_ref, f_ref, s_ref = struct.unpack_from("<IIII", buf, at + 16)
             if _U64.unpack_from(buf, at + 8)[0] != key_hash or self._string(k_ref) != kernel or \
@@ -329,7 +362,6 @@ class TableView:
             return winner(at, "exact")
 
         group_found = False
-        group_hash = xxh64(group_key.encode())
         for at in self._probe(5, 4, group_hash):
             k_ref, d_ref, f_ref, first, count = struct.unpack_from("<IIIII", buf, at + 16)
             if _U64.unpack_from(buf, at + 8)[0] != group_hash or self._string(k_ref) != kernel or \
