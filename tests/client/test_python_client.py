@@ -1,10 +1,12 @@
 """The Python client (client/python, package ktune_client), run with `python3 -m pytest`:
-against a real ktuned the ladder, then the fallbacks, and a connection ktuned closed as idle
-replaced at the next lookup; against a scripted socket a slow first connect retried before any
+against a real ktuned the ladder, then the fallbacks, the winner table answering first (also with
+ktuned stopped or killed, and field for field as ktuned on random winners), and a connection
+ktuned closed as idle replaced at the next lookup; against a scripted socket a slow first connect retried before any
 fallback and a late answer that leaves no backoff behind; [default] read as TOML."""
 import builtins
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -193,6 +195,64 @@ class PythonClientTest(unittest.TestCase):
         again.wait(30)
         all_from_table(mapped)
         self.assertEqual(oct(os.stat(os.path.join(home, "ktuned.table")).st_mode & 0o777), "0o600")
+
+    def test_winner_table_agrees_with_ktuned_on_random_winners(self):
+        # Random winners imported into ktuned (some under an older source), then random lookups
+        # of the Python reader of its table and of ktuned itself: every field agrees.
+        daemon, sock_path, db_path = self.start_daemon()
+        asked = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None,
+                                    table_path="")
+        config = asked.lookup("gemm", "M=32,N=32,K=32").config   # [default], params order
+        source_hash = next(k["source_hash"]
+                           for k in request(sock_path, {"op": "kernels"})["result"]["kernels"]
+                           if k["name"] == "gemm" and k["language"] == "cpp")
+        fingerprint = request(sock_path, {"op": "stats"})["result"]["device"]["fingerprint"]
+        rng = random.Random(37)
+
+        def shape():
+            return ",".join(f"{d}={1 << rng.randrange(3, 13)}" for d in ("M", "N", "K"))
+
+        rows, keys = [], set()
+        for i in range(300):
+            row = {"kernel": "gemm", "shape": shape(), "dtype": rng.choice(("f32", "f64")),
+                   "fingerprint": fingerprint,
+                   "source_hash": source_hash if rng.random() < 0.8 else "0ld",
+                   "config": dict(config, BM=rng.choice((16, 32, 64))),
+                   "median_ms": round(rng.uniform(0.001, 2.0), 6), "time_ms": 1700000000000 + i,
+                   "device": {"name": "cpu", "details": {"kind": "cpu"}}}
+            key = (row["shape"], row["dtype"], row["source_hash"])
+            if key not in keys:
+                rows.append(row)
+                keys.add(key)
+        before = request(sock_path, {"op": "stats"})["result"]["table"]["winners"]
+        imported = request(sock_path, {"op": "import", "policy": "newer", "table": {
+            "format": "ktune-table", "schema_version": 1, "host": "test", "rows": rows}})
+        self.assertTrue(imported["ok"], imported)
+        deadline = time.monotonic() + 30
+        while request(sock_path, {"op": "stats"})["result"]["table"]["winners"] < before + len(keys):
+            self.assertLess(time.monotonic(), deadline, "the imported winners never reached the table")
+            time.sleep(0.01)
+
+        mapped = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None)
+        rungs = set()
+        for _ in range(400):
+            dims = shape().split(",")
+            rng.shuffle(dims)
+            query = (", " if rng.random() < 0.2 else ",").join(dims)
+            dtype = rng.choice(("f32", "f64"))
+            from_daemon = asked.lookup("gemm", query, dtype)
+            from_map = mapped.lookup("gemm", query, dtype)
+            self.assertEqual((from_daemon.source, from_map.source), ("daemon", "map"), query)
+            for field in ("rung", "config", "from_shape", "reason", "median_ms", "job"):
+                self.assertEqual(getattr(from_map, field), getattr(from_daemon, field),
+                                 (query, dtype, field))
+            self.assertEqual(list(from_map.config), list(from_daemon.config))
+            rungs.add(from_map.rung)
+        self.assertEqual(rungs, {"exact", "nearest"})
+        asked.close()
+        mapped.close()
+        self.assertTrue(request(sock_path, {"op": "shutdown"})["ok"])
+        self.assertEqual(daemon.wait(30), 0)
 
     def test_reconnects_after_an_idle_close(self):
         daemon, sock_path, db_path = self.start_daemon("[limits]\nconnection_idle_s = 0.2\n")
