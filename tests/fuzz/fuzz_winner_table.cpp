@@ -1,5 +1,7 @@
 // Fuzzes TableView (core/winner_table.hpp), the reader of the winner table every client maps:
 // arbitrary bytes opened as a table, every entry verified, then lookups over every rung.
+// Each input is read twice: as given, and with its header check recomputed, so that mutations
+// past the header check reach the section, index and entry readers.
 // Properties: nothing crashes or reads outside the input (the sanitizers); open() refuses with
 // code bad_table or unknown_layout; every string of an answer lies inside the input.
 #include "core/winner_table.hpp"
@@ -18,18 +20,17 @@ bool inside(std::string_view text, const std::byte* data, std::size_t size) {
   return text.empty() || (p >= data && p + text.size() < data + size);  // and its NUL
 }
 
-} // namespace
+// The offset of the header check (docs/protocol.md § Winner table): XXH64 of the bytes before it.
+constexpr std::size_t k_header_check_offset = 192;
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* raw, std::size_t size) {
-  // A mapping is page-aligned: so is this copy (and its length exact, for ASan).
-  std::vector<std::byte> bytes(size);
-  if (size != 0) std::memcpy(bytes.data(), raw, size);
+void read_table(const std::vector<std::byte>& bytes) {
   const std::byte* data = bytes.data();
+  const std::size_t size = bytes.size();
   auto view = ktune::table::TableView::open(bytes);
   if (!view) {
     FUZZ_CHECK(view.error().code == "bad_table" || view.error().code == "unknown_layout",
                "open errors use code bad_table or unknown_layout");
-    return 0;
+    return;
   }
   (void)view->verify_all();
   (void)view->superseded();
@@ -52,6 +53,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* raw, std::size_t size)
         FUZZ_CHECK(inside(param.name, data, size), "a param's name lies inside the table");
       }
     }
+  }
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* raw, std::size_t size) {
+  // A copy of exact length (ASan sees a read past the end), 16-byte aligned like the
+  // allocator's blocks (a mapping is page-aligned).
+  std::vector<std::byte> bytes(size);
+  if (size != 0) std::memcpy(bytes.data(), raw, size);
+  read_table(bytes);
+  if (size >= ktune::table::k_header_bytes) {
+    const std::uint64_t check = ktune::table::hash64(bytes.data(), k_header_check_offset);
+    std::memcpy(bytes.data() + k_header_check_offset, &check, sizeof check);
+    read_table(bytes);
   }
   return 0;
 }
