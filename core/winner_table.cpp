@@ -924,23 +924,16 @@ Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
                          dtypes = r.dtypes, tuned_on = r.tuned_on;
   const std::uint32_t device_flags = r.device_flags;
 
-  // The dtype.
-  std::string_view dtype = q.dtype;
-  if ((load_u32(kernel + 44) & k_kernel_dtype_axis) == 0 && dtype == "f32") {
-    dtype = dtypes.substr(0, dtypes.find(','));
-  }
-  if (dtype.empty() || !any_item(dtypes, [&](std::string_view d) { return d == dtype; })) {
-    return Outcome::not_accepted;
-  }
-
-  // The shape, canonical.
-  std::string_view shape;
-  if (!canonical_shape(q.shape, dims, s.shape, shape)) return Outcome::not_accepted;
-
-  // exact: every record of the key; one under the current source answers.
-  bool source_changed = false;
-  // The group's key hash seeds the record's.
-  if (!s.group_valid || s.group_dtype != dtype) {
+  // The dtype, accepted, and the group's key hash (which seeds the record's): memoized for the
+  // dtype the lookup gave.
+  if (!s.group_valid || s.group_query_dtype != q.dtype) {
+    std::string_view dtype = q.dtype;
+    if ((load_u32(kernel + 44) & k_kernel_dtype_axis) == 0 && dtype == "f32") {
+      dtype = dtypes.substr(0, dtypes.find(','));
+    }
+    if (dtype.empty() || !any_item(dtypes, [&](std::string_view d) { return d == dtype; })) {
+      return Outcome::not_accepted;
+    }
     s.key.resize(q.kernel.size() + dtype.size() + fingerprint.size() + 2);
     char* k = s.key.data();
     for (const std::string_view part : {q.kernel, dtype, fingerprint}) {
@@ -950,12 +943,22 @@ Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
     }
     s.group_hash = hash64(s.key.data(), s.key.size());
     s.group_dtype.assign(dtype);
+    s.group_query_dtype.assign(q.dtype);
+    s.dtype_ref = 0;
     s.group_valid = true;
   }
+  const std::string_view dtype = s.group_dtype;
+
+  // The shape, canonical.
+  std::string_view shape;
+  if (!canonical_shape(q.shape, dims, s.shape, shape)) return Outcome::not_accepted;
+
+  // exact: every record of the key; one under the current source answers.
+  bool source_changed = false;
   // Strings the table interns compare by reference first.
   const auto same = [&](std::uint32_t ref, std::uint32_t known, std::string_view wanted) {
     std::string_view text;
-    return ref == known || (string_at(ref, text) && text == wanted);
+    return (known != 0 && ref == known) || (string_at(ref, text) && text == wanted);
   };
   const auto shape_of = [&](const std::byte* e, std::string_view& out) {
     const std::uint32_t payload = load_u32(e + 32);
@@ -979,13 +982,15 @@ Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
     std::uint64_t cursor = 0;
     for (std::int64_t i; (i = probe(m_record_slots, h, cursor, m_records.count)) >= 0;) {
       const std::byte* e = entry(m_records, static_cast<std::uint32_t>(i));
-      std::string_view d, sh;
+      std::string_view sh;
+      const std::uint32_t dtype_ref = load_u32(e + 20);
       if (load_u64(e + 8) != h || !same(load_u32(e + 16), r.kernel_ref, q.kernel) ||
-          !string_at(load_u32(e + 20), d) || d != dtype ||
+          !same(dtype_ref, s.dtype_ref, dtype) ||
           !same(load_u32(e + 24), r.fingerprint_ref, fingerprint) || !shape_of(e, sh) ||
           sh != shape) {
         continue;
       }
+      s.dtype_ref = dtype_ref;
       const std::uint32_t source_ref = load_u32(e + 28);
       std::string_view source;
       if (source_ref != r.source_ref && !string_at(source_ref, source)) return Outcome::damaged;

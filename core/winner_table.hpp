@@ -148,7 +148,9 @@ struct Scratch {
   std::string resolved_device, resolved_kernel;
   Resolved resolved;
   bool group_valid = false;        // group_hash is that of (resolved kernel, group_dtype, device)
-  std::string group_dtype;
+  std::string group_dtype;         // accepted; group_query_dtype as the lookup gave it
+  std::string group_query_dtype;
+  std::uint32_t dtype_ref = 0;     // a record's string ref of group_dtype; 0: none seen yet
   std::uint64_t group_hash = 0;
   // Records whose check passed in the table `verified_in`: a mapped table never changes (only
   // its superseded word does), so each record is verified once per mapping.
