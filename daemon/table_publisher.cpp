@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
 #include <cstring>
 
 namespace ktune::daemon {
@@ -17,6 +18,13 @@ namespace {
 constexpr double k_slow_publish_ms = 100.0;
 
 std::string errno_text() { return std::strerror(errno); }
+
+// CPU time of the calling thread, ms.
+double thread_cpu_ms() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+}
 
 } // namespace
 
@@ -239,6 +247,7 @@ Result<void> TableFileWriter::write(std::span<const std::byte> bytes, std::uint6
 void TablePublisher::publish(const Meta& meta,
                              std::optional<std::chrono::steady_clock::time_point> since) {
   const auto start = std::chrono::steady_clock::now();
+  const double start_cpu_ms = thread_cpu_ms();
   if (!m_adopted) {
     m_adopted = true;
     m_generation = m_writer.adopt_existing();
@@ -265,6 +274,7 @@ void TablePublisher::publish(const Meta& meta,
   m_published_generation = content.generation;
   m_published_winners = m_winner_count;
   m_publish_ms = elapsed_ms;
+  m_publish_cpu_ms = thread_cpu_ms() - start_cpu_ms;
   if (since) m_visible_ms = log::elapsed_ms(*since);
   if (elapsed_ms > k_slow_publish_ms) {
     KTUNE_LOG(info) << "winner table generation " << content.generation << " (" << m_winner_count
@@ -279,7 +289,7 @@ void TablePublisher::publish(const Meta& meta,
 
 TablePublisher::Status TablePublisher::status() const {
   return Status{m_published_generation.load(), m_published_winners.load(), m_publish_ms.load(),
-                m_visible_ms.load(), m_writer.file().path};
+                m_publish_cpu_ms.load(), m_visible_ms.load(), m_writer.file().path};
 }
 
 nlohmann::json table_status_json(const TablePublisher::Status& status) {
@@ -287,6 +297,7 @@ nlohmann::json table_status_json(const TablePublisher::Status& status) {
           {"generation", status.generation},
           {"winners", status.winners},
           {"publish_ms", status.publish_ms},
+          {"publish_cpu_ms", status.publish_cpu_ms},
           {"visible_ms", status.visible_ms}};
 }
 

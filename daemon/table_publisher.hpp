@@ -108,6 +108,7 @@ public:
     std::uint64_t generation = 0;      // of the last table published; 0 before the first
     std::size_t winners = 0;
     double publish_ms = 0;             // the last publish: encode, write, rename
+    double publish_cpu_ms = 0;         // the publishing thread's CPU time in it
     double visible_ms = 0;             // its oldest winner: from winner_changed() to the rename
     std::string path;
   };
@@ -158,12 +159,14 @@ private:
   std::atomic<std::uint64_t> m_published_generation{0};
   std::atomic<std::size_t> m_published_winners{0};
   std::atomic<double> m_publish_ms{0};
+  std::atomic<double> m_publish_cpu_ms{0};
   std::atomic<double> m_visible_ms{0};
 
   std::thread m_thread;                   // last: started once everything above exists
 };
 
-// {"path":..,"generation":..,"winners":..,"publish_ms":..}: the `table` of the stats reply.
+// {"path":..,"generation":..,"winners":..,"publish_ms":..,"publish_cpu_ms":..,"visible_ms":..}:
+// the `table` of the stats reply.
 [[nodiscard]] nlohmann::json table_status_json(const TablePublisher::Status& status);
 
 } // namespace ktune::daemon
