@@ -11,10 +11,11 @@
 // probed.
 //
 // Publishing runs on a thread of its own, never on the io thread: the changes of the last
-// k_coalesce are taken together, the table is encoded, written to <path>.new (mode and group
-// from TableFile) and renamed over <path>; then the superseded word of the table it replaced
-// (also one an earlier ktuned left) is set to the new generation, in place, so that a mapped
-// reader notices with one load per lookup and no system call. A reader still holding the old
+// k_coalesce (after a publish that took longer: of as long as it took) are taken together, the
+// table is encoded, written to <path>.new (mode and group from TableFile) and renamed over
+// <path>; then the superseded word of the table it replaced (also one an earlier ktuned left)
+// is set to the new generation, in place, so that a mapped reader notices with one load per
+// lookup and no system call. A reader still holding the old
 // file keeps a consistent old answer. Generations count up from the one found in the file.
 // No fsync: the table is derived from the database and rewritten at every start, and a reader
 // checks every byte it uses, so a table torn by a power cut is refused (the clients ask ktuned
@@ -154,6 +155,8 @@ private:
   std::optional<Meta> m_meta;
   TableFileWriter m_writer;
   std::uint64_t m_generation = 0;
+  std::chrono::steady_clock::time_point m_last_publish_end{};
+  std::chrono::steady_clock::duration m_last_publish_took{};
   bool m_adopted = false;                 // the table an earlier ktuned left was looked at
 
   std::atomic<std::uint64_t> m_published_generation{0};
