@@ -1,7 +1,9 @@
 // libktune_client: the C API of client/include/ktune/client.h.
 #include "ktune/client.h"
 
+#include "client/mapped_table.hpp"
 #include "core/paths.hpp"
+#include "core/winner_table.hpp"
 
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
@@ -419,7 +421,93 @@ struct ktune_client {
   std::string reply_line;
   std::string error;
 
+  // The winner table (docs/protocol.md § Winner table), asked before anything else.
+  ktune::client::MappedTable table;
+  ktune::table::Scratch table_scratch;
+  std::vector<ktune_param> table_params;   // the last table answer's params (names in the map)
+  // The previous table answer and its key: a repeated key is answered without a probe while the
+  // same table is mapped.
+  ktune_answer table_last{};
+  std::uint64_t table_last_epoch = 0;      // 0: none
+  std::string table_last_key;              // kernel, shape, dtype, device, each NUL-ended
+  const std::byte* table_params_of = nullptr;  // the config blob table_params was made from
+
   ~ktune_client() { disconnect(); }
+
+  enum class TableAnswer { answered, ask_daemon, not_answered };
+
+  // The answer of the mapped table into `out` (source KTUNE_SOURCE_MAP). ask_daemon: answered,
+  // but not exactly, and ktuned should see the miss (tune-on-miss, by this handle or by ktuned's
+  // policy); not_answered: the table cannot answer (no table, a key it lacks, a damaged entry).
+  TableAnswer from_table(const char* kernel, const char* shape, const char* dtype,
+                         const char* device, ktune_answer* out) {
+    const ktune::table::TableView* view = table.view();
+    if (view == nullptr) return TableAnswer::not_answered;
+    const std::string_view parts[4] = {kernel, shape, dtype, device};
+    if (table_last_epoch == table.epoch()) {
+      std::size_t at = 0;
+      bool same = true;
+      for (const std::string_view part : parts) {
+        if (table_last_key.size() - at < part.size() + 1 ||
+            std::memcmp(table_last_key.data() + at, part.data(), part.size() + 1) != 0) {
+          same = false;
+          break;
+        }
+        at += part.size() + 1;
+      }
+      if (same && at == table_last_key.size()) {
+        *out = table_last;
+        return tune_on_miss_applies(*view, out->rung) ? TableAnswer::ask_daemon : TableAnswer::answered;
+      }
+    }
+    ktune::table::Answer a;
+    const auto outcome =
+        view->answer(ktune::table::Query{parts[0], parts[1], parts[2], parts[3]}, a, table_scratch);
+    if (outcome != ktune::table::Outcome::answered) {
+      if (outcome == ktune::table::Outcome::damaged) {
+        error = "winner table " + table.path() + ": a damaged entry (a check failed); asking ktuned";
+      }
+      return TableAnswer::not_answered;
+    }
+    // Configs are shared by many winners: the params of the last one are kept.
+    if (a.params != table_params_of || table_last_epoch != table.epoch()) {
+      table_params.resize(a.param_count);
+      for (std::uint32_t i = 0; i < a.param_count; ++i) {
+        const ktune::table::Param p = view->param(a, i);
+        table_params[i] = ktune_param{p.name.data() != nullptr ? p.name.data() : "", p.value};
+      }
+      table_params_of = a.params;
+    }
+    out->rung = a.rung == ktune::table::Rung::exact     ? KTUNE_RUNG_EXACT
+                : a.rung == ktune::table::Rung::nearest ? KTUNE_RUNG_NEAREST
+                                                        : KTUNE_RUNG_DEFAULT;
+    out->exact = a.rung == ktune::table::Rung::exact ? 1 : 0;
+    out->source = KTUNE_SOURCE_MAP;
+    out->config_json = a.config.data();
+    out->params = table_params.data();
+    out->param_count = table_params.size();
+    out->from_shape = a.from_shape.empty() ? "" : a.from_shape.data();
+    out->reason = a.reason.empty() ? "" : a.reason.data();
+    out->median_ms = a.median_ms;
+    out->job = a.job;
+    out->tune_job = 0;
+    table_last = *out;
+    table_last_epoch = table.epoch();
+    std::size_t size = 0;
+    for (const std::string_view part : parts) size += part.size() + 1;
+    table_last_key.resize(size);
+    char* at = table_last_key.data();
+    for (const std::string_view part : parts) {
+      std::memcpy(at, part.data(), part.size() + 1);
+      at += part.size() + 1;
+    }
+    return tune_on_miss_applies(*view, out->rung) ? TableAnswer::ask_daemon : TableAnswer::answered;
+  }
+
+  [[nodiscard]] bool tune_on_miss_applies(const ktune::table::TableView& view, ktune_rung rung) const {
+    return rung != KTUNE_RUNG_EXACT &&
+           (tune_on_miss || (view.flags() & ktune::table::k_flag_tune_on_miss) != 0);
+  }
 
   void remember(Entry* entry, const char* kernel, const char* shape, const char* dtype,
                 const char* device) {
@@ -700,6 +788,7 @@ ktune_status ktune_connect(const ktune_options* options, ktune_client** out) {
     client->cache_ttl = std::chrono::milliseconds(o.cache_ttl_ms > 0 ? o.cache_ttl_ms
                                                                     : k_default_cache_ttl_ms);
     client->tune_on_miss = o.tune_on_miss != 0;
+    client->table.set_path(ktune::table::table_path_for_socket(client->socket_path));
     *out = client.release();
     return KTUNE_OK;
   } catch (const std::bad_alloc&) {
@@ -716,6 +805,22 @@ ktune_status ktune_lookup(ktune_client* client, const char* kernel, const char* 
   if (!dtype || !*dtype) dtype = "f32";
   if (!device || !*device) device = "cpu";
   try {
+    const auto mapped = client->from_table(kernel, shape, dtype, device, out);
+    if (mapped == ktune_client::TableAnswer::answered) return KTUNE_OK;
+    if (mapped == ktune_client::TableAnswer::ask_daemon) {
+      // The miss goes to ktuned (which queues the tune); its answer carries tune_job. Without
+      // ktuned the table's answer stands.
+      const ktune_answer from_map = *out;
+      Entry& entry = client->scratch;
+      const int asked = client->ask_daemon(kernel, shape, dtype, device, Clock::now(), entry);
+      if (asked < 0) return KTUNE_E_REJECTED;
+      if (asked == 0) {
+        *out = from_map;
+        return KTUNE_OK;
+      }
+      entry.fill(out, KTUNE_SOURCE_DAEMON);
+      return KTUNE_OK;
+    }
     const ktune_time now = Clock::now();
     // The same key as the previous lookup (the common case in a runtime's loop): no hashing.
     if (Entry* last = client->last_entry;
@@ -769,6 +874,18 @@ ktune_status ktune_lookup(ktune_client* client, const char* kernel, const char* 
   }
 }
 
+ktune_status ktune_set_table(ktune_client* client, const char* path) {
+  if (!client) return KTUNE_E_INVALID_ARGUMENT;
+  try {
+    client->table.set_path(path ? std::string(path)
+                                : ktune::table::table_path_for_socket(client->socket_path));
+    client->table_last_epoch = 0;
+    return KTUNE_OK;
+  } catch (const std::bad_alloc&) {
+    return KTUNE_E_NO_MEMORY;
+  }
+}
+
 void ktune_clear_cache(ktune_client* client) {
   if (!client) return;
   client->last_entry = nullptr;
@@ -803,6 +920,7 @@ const char* ktune_source_string(ktune_source source) {
   case KTUNE_SOURCE_CACHE: return "cache";
   case KTUNE_SOURCE_DATABASE: return "database";
   case KTUNE_SOURCE_SPEC: return "spec";
+  case KTUNE_SOURCE_MAP: return "map";
   }
   return "unknown";
 }

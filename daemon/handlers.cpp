@@ -1055,6 +1055,7 @@ Result<nlohmann::json> RequestHandler::stats() const {
                   {"worker_memory_mb", m_ctx.config.worker_memory_mb},
                   {"compile_memory_mb", m_ctx.config.compile_memory_mb}}},
       {"metrics", metrics.empty() ? nlohmann::json() : nlohmann::json(metrics)},
+      {"table", table_status_json(m_publisher.status())},
   };
 }
 

@@ -17,6 +17,7 @@
 #include "daemon/scheduler.hpp"
 #include "daemon/table_import.hpp"
 #include "daemon/session.hpp"
+#include "daemon/table_publisher.hpp"
 #include "daemon/winner_index.hpp"
 #include "db/store.hpp"
 #include "jobs/source_archive.hpp"
@@ -184,6 +185,11 @@ private:
   // Tune-on-miss keys with a queued or running job, so that a repeated miss skips planning.
   std::map<std::string, std::int64_t> m_pending_tunes;  // key -> job id (0: being planned)
   std::multimap<std::int64_t, std::string> m_pending_jobs; // job id -> keys
+  // The winner table runtimes map (table_publisher.hpp): follows m_index.
+  TablePublisher m_publisher{m_ctx.io, table_file_for(m_ctx.config),
+                             TableSources{m_registry, m_kernel_cache, m_ctx.devices,
+                                          m_tune_on_miss_policy},
+                             m_index};
   // One thread for pure work too slow for the io thread (decoding an imported table,
   // enumerating a search space of more than k_inline_enumeration combinations). Declared
   // last, so it is joined before anything its tasks use is destroyed.

@@ -189,6 +189,14 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
     KTUNE_LOG(warn) << "worker executable " << cfg.worker_path << " is not runnable ("
                     << std::strerror(errno) << "); tune jobs will fail until it is";
   }
+  // Signals are caught before the first child starts: a worker that exits at once (the device
+  // probe's, when workers cannot run) must not send its SIGCHLD before anyone listens, or it is
+  // never reaped and the probe, and with it the start, waits for good.
+  boost::system::error_code ec;
+  for (int sig : {SIGTERM, SIGINT, SIGCHLD}) {
+    server->m_signals.add(sig, ec);
+    if (ec) return io_error("cannot handle signal " + std::to_string(sig) + ": " + ec.message());
+  }
   server->m_workers = std::make_unique<WorkerPool>(
       server->m_io, server->m_children, cfg.worker_path,
       static_cast<std::size_t>(cfg.compile_workers), seconds_to_ms(cfg.worker_idle_s),
@@ -261,11 +269,6 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
                                           : "http://" + at + "/metrics");
   }
 
-  boost::system::error_code ec;
-  for (int sig : {SIGTERM, SIGINT, SIGCHLD}) {
-    server->m_signals.add(sig, ec);
-    if (ec) return io_error("cannot handle signal " + std::to_string(sig) + ": " + ec.message());
-  }
   return server;
 }
 

@@ -72,6 +72,7 @@ void WinnerIndex::clear() {
 }
 
 void WinnerIndex::put(const WinnerRecord& record) {
+  if (m_observer) m_observer(record);
   auto& group = m_groups[group_key(record.kernel, record.dtype, record.fingerprint)];
   IndexedWinner entry{record.shape,        shape_log_dims(record.shape), record.source_hash,
                       record.config,       record.median_ms,             record.gflops,
@@ -86,6 +87,25 @@ void WinnerIndex::put(const WinnerRecord& record) {
   ++m_kernel_device[pair_key(record.kernel, record.fingerprint)];
   ++m_devices[record.fingerprint];
   ++m_size;
+}
+
+void WinnerIndex::for_each(const std::function<void(const WinnerRecord&)>& visit) const {
+  WinnerRecord record;
+  for (const auto& [key, winners] : m_groups) {
+    const auto first = key.find(k_sep), second = key.find(k_sep, first + 1);
+    record.kernel = key.substr(0, first);
+    record.dtype = key.substr(first + 1, second - first - 1);
+    record.fingerprint = key.substr(second + 1);
+    for (const auto& w : winners) {
+      record.shape = w.shape;
+      record.source_hash = w.source_hash;
+      record.config = w.config;
+      record.median_ms = w.median_ms;
+      record.gflops = w.gflops;
+      record.job_id = w.job_id;
+      visit(record);
+    }
+  }
 }
 
 const std::vector<IndexedWinner>* WinnerIndex::group(std::string_view kernel, std::string_view dtype,

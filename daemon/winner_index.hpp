@@ -22,6 +22,7 @@
 #include "db/store.hpp"
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -48,6 +49,13 @@ public:
   // Replaces the winner of the record's key (kernel, source hash, shape, dtype, fingerprint).
   void put(const WinnerRecord& record);
   [[nodiscard]] std::size_t size() const { return m_size; }
+  // Called with the record of every put() from now on (the winner table's TablePublisher); one
+  // observer, nullptr removes it.
+  void set_observer(std::function<void(const WinnerRecord&)> observer) {
+    m_observer = std::move(observer);
+  }
+  // Every winner, as a record (result_id and updated_at 0).
+  void for_each(const std::function<void(const WinnerRecord&)>& visit) const;
 
   // All winners of (kernel, dtype, fingerprint), any source hash; nullptr when none.
   [[nodiscard]] const std::vector<IndexedWinner>* group(std::string_view kernel,
@@ -64,6 +72,7 @@ private:
   std::unordered_map<std::string, int> m_kernel_device;   // "kernel\x1f fingerprint" -> count
   std::unordered_map<std::string, int> m_devices;         // fingerprint -> count
   std::size_t m_size = 0;
+  std::function<void(const WinnerRecord&)> m_observer;
 };
 
 // The log-space distance between two shapes of one kernel (same dims, same order).

@@ -4,7 +4,7 @@
 #   scripts/fuzz.sh [TARGET...] [--time S] [--runs N] [--jobs J]
 #
 # TARGET is a target name with or without its "fuzz_" prefix (protocol, shape, expr, kernel_spec,
-# recorded_space, file_reader); none means every target. Each runs until S seconds (default 600)
+# recorded_space, file_reader, winner_table); none means every target. Each runs until S seconds (default 600)
 # or N executions (default 10000000), whichever comes first, J targets at a time (default 1).
 # Builds build/fuzz with clang (the "fuzz" preset) when needed. The corpus grows in
 # build/fuzz/fuzz-corpus/<target>/, logs go to build/fuzz/fuzz-logs/<target>.log and crashes to

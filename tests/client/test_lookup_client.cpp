@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -40,7 +41,10 @@ flush_cache = false
 struct Handle {
   ktune_client* client = nullptr;
   std::string m_kernel_dirs = ktune::test::source_path("/kernels_src");
-  Handle(const std::string& socket, const std::string& db, int cache_ttl_ms, bool tune_on_miss) {
+  // `table`: the winner table to answer from first (nullptr: the one next to the socket);
+  // "" (the default here) leaves it out, for the cases about the other rungs.
+  Handle(const std::string& socket, const std::string& db, int cache_ttl_ms, bool tune_on_miss,
+         const char* table = "") {
     ktune_options o;
     ktune_options_init(&o);
     o.socket_path = socket.c_str();
@@ -50,14 +54,15 @@ struct Handle {
     o.cache_ttl_ms = cache_ttl_ms;
     o.tune_on_miss = tune_on_miss ? 1 : 0;
     REQUIRE(ktune_connect(&o, &client) == KTUNE_OK);
+    REQUIRE(ktune_set_table(client, table) == KTUNE_OK);
   }
   ~Handle() { ktune_close(client); }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
 
-  ktune_answer lookup(const char* shape, const char* dtype = "f32") {
+  ktune_answer lookup(const char* shape, const char* dtype = "f32", const char* device = "cpu") {
     ktune_answer a{};
-    const ktune_status status = ktune_lookup(client, "gemm", shape, dtype, "cpu", &a);
+    const ktune_status status = ktune_lookup(client, "gemm", shape, dtype, device, &a);
     INFO(ktune_last_error(client));
     REQUIRE(status == KTUNE_OK);
     return a;
@@ -168,8 +173,14 @@ TEST_CASE("lookup client: ladder, tune-on-miss, daemon and database fallbacks") 
 
     // The in-process cache answers the second lookup.
     {
-      ktune::Client cached({daemon.socket(), db, ktune::test::source_path("/kernels_src"),
-                            k_test_timeout_us, 60'000, false});
+      ktune::Client::Options options;
+      options.socket_path = daemon.socket();
+      options.db_path = db;
+      options.kernel_dirs = ktune::test::source_path("/kernels_src");
+      options.timeout_us = k_test_timeout_us;
+      options.cache_ttl_ms = 60'000;
+      options.use_table = false;
+      ktune::Client cached(options);
       ktune::LookupAnswer first, second;
       REQUIRE(cached.lookup("gemm", tuned, first));
       REQUIRE(cached.lookup("gemm", tuned, second));
@@ -262,4 +273,153 @@ TEST_CASE("lookup client: the [default] table is read as TOML, as ktuned reads i
   CHECK(ktune_lookup(client, "gemm", "M=8,N=8,K=8", nullptr, nullptr, &answer) == KTUNE_OK);
   CHECK(answer.rung == KTUNE_RUNG_DEFAULT);
   ktune_close(client);
+}
+
+TEST_CASE("lookup client: the winner table answers first, the same as ktuned, also with ktuned "
+          "stopped or killed") {
+  TempDir home;
+  home.write("ktuned.toml", k_tiny_measure);
+  const std::string db = (home.path() / "ktune.db").string();
+  const std::string socket = (home.path() / "ktuned.sock").string();
+  const std::vector<std::string> args = {"--config", (home.path() / "ktuned.toml").string(),
+                                         "--kernel-dir", ktune::test::source_path("/kernels_src")};
+  const std::string tuned = "M=32,N=32,K=32";
+  // Keys over every rung: exact, the same shape written otherwise, nearest, other dtype.
+  const std::vector<std::pair<std::string, std::string>> keys = {
+      {tuned, "f32"}, {"K=32, N=32, M=32", "f32"}, {"M=40,N=32,K=32", "f32"},
+      {"M=4096,N=8,K=8", "f32"}, {tuned, "f64"}};
+  struct Seen {
+    ktune_rung rung;
+    std::string config, from_shape, reason;
+    double median_ms;
+    std::int64_t job;
+  };
+  std::vector<Seen> from_daemon;
+  auto seen = [](const ktune_answer& a) {
+    return Seen{a.rung, a.config_json, a.from_shape, a.reason, a.median_ms, a.job};
+  };
+  auto same = [](const Seen& a, const Seen& b) {
+    CHECK(a.rung == b.rung);
+    CHECK(a.config == b.config);
+    CHECK(a.from_shape == b.from_shape);
+    CHECK(a.reason == b.reason);
+    CHECK(a.median_ms == b.median_ms);
+    CHECK(a.job == b.job);
+  };
+
+  Handle mapped(socket, db, -1, false, nullptr);
+  {
+    DaemonProcess daemon(home.str(), args);
+    REQUIRE(daemon.wait_ready(k_start_timeout));
+    auto conn = Connection::connect(daemon.socket());
+    REQUIRE(conn.ok());
+    Handle asked(socket, db, -1, false);
+
+    // Published at start, before anything is tuned: the default, as ktuned says it.
+    auto first = mapped.lookup(tuned.c_str());
+    for (int i = 0; i < 200 && first.source != KTUNE_SOURCE_MAP; ++i) {
+      std::this_thread::sleep_for(10ms);
+      first = mapped.lookup(tuned.c_str());
+    }
+    CHECK(first.source == KTUNE_SOURCE_MAP);
+    same(seen(first), seen(asked.lookup(tuned.c_str())));
+    CHECK(std::string(first.reason) == "device_never_tuned");
+
+    json summary = ok_result(*conn, {{"op", "tune"}, {"kernel", "gemm"}, {"shape", tuned},
+                                     {"wait", true}},
+                             k_tune_timeout);
+    REQUIRE(summary.at("job").at("state") == "done");
+    const std::int64_t job = summary.at("job").at("id").get<std::int64_t>();
+    // Visible in the table within moments of the job's end (the publisher coalesces for 1 ms).
+    ktune_answer exact = mapped.lookup(tuned.c_str());
+    for (int i = 0; i < 500 && exact.rung != KTUNE_RUNG_EXACT; ++i) {
+      std::this_thread::sleep_for(2ms);
+      exact = mapped.lookup(tuned.c_str());
+    }
+    REQUIRE(exact.rung == KTUNE_RUNG_EXACT);
+    CHECK(exact.source == KTUNE_SOURCE_MAP);
+    CHECK(exact.job == job);
+    CHECK(json::parse(std::string(exact.config_json)) == summary.at("winner").at("config"));
+    for (const auto& [shape, dtype] : keys) {
+      INFO(shape << " " << dtype);
+      const ktune_answer a = mapped.lookup(shape.c_str(), dtype.c_str());
+      CHECK(a.source == KTUNE_SOURCE_MAP);
+      from_daemon.push_back(seen(asked.lookup(shape.c_str(), dtype.c_str())));
+      same(seen(a), from_daemon.back());
+    }
+    // What the table cannot answer goes to ktuned, which says why.
+    ktune_answer ignored{};
+    CHECK(ktune_lookup(mapped.client, "no_such_kernel", tuned.c_str(), nullptr, nullptr,
+                       &ignored) == KTUNE_E_REJECTED);
+    CHECK(ktune_lookup(mapped.client, "gemm", "M=32", nullptr, nullptr, &ignored) ==
+          KTUNE_E_REJECTED);
+    CHECK(std::string(ktune_last_error(mapped.client)).find("bad_shape") != std::string::npos);
+    // Tune-on-miss: the miss is ktuned's to see; it answers with the job.
+    Handle eager(socket, db, -1, true, nullptr);
+    const ktune_answer missed = eager.lookup("M=16,N=16,K=16");
+    CHECK(missed.source == KTUNE_SOURCE_DAEMON);
+    CHECK(missed.tune_job > 0);
+    ok_result(*conn, {{"op", "cancel"}, {"job", missed.tune_job}});
+
+    ok_result(*conn, {{"op", "shutdown"}});
+    REQUIRE(daemon.wait_exit(30s) == std::optional<int>(0));
+  }
+  auto all_from_table = [&](Handle& h) {
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      INFO(keys[k].first << " " << keys[k].second);
+      const ktune_answer a = h.lookup(keys[k].first.c_str(), keys[k].second.c_str());
+      CHECK(a.source == KTUNE_SOURCE_MAP);
+      same(seen(a), from_daemon[k]);
+    }
+  };
+  // Stopped: the last table answers, nearest included, through the handle that mapped it and
+  // through a new one.
+  all_from_table(mapped);
+  {
+    Handle fresh(socket, db, -1, false, nullptr);
+    all_from_table(fresh);
+    // With tune-on-miss and no ktuned, the table's answer stands.
+    Handle eager(socket, db, -1, true, nullptr);
+    const ktune_answer near = eager.lookup("M=40,N=32,K=32");
+    CHECK(near.source == KTUNE_SOURCE_MAP);
+    CHECK(near.rung == KTUNE_RUNG_NEAREST);
+  }
+  // Started again, then killed: the new daemon's table replaces the old one under the mapped
+  // handle, and stays after SIGKILL.
+  {
+    DaemonProcess daemon(home.str(), args);
+    REQUIRE(daemon.wait_ready(k_start_timeout));
+    auto conn = Connection::connect(daemon.socket());
+    REQUIRE(conn.ok());
+    json before = ok_result(*conn, {{"op", "stats"}}).at("table");
+    for (int i = 0; i < 500 && before.at("generation") == 0; ++i) {
+      std::this_thread::sleep_for(10ms);
+      before = ok_result(*conn, {{"op", "stats"}}).at("table");
+    }
+    const auto generation = before.at("generation").get<std::uint64_t>();
+    CHECK(before.at("winners") == 1);
+    CHECK(before.at("path") == (home.path() / "ktuned.table").string());
+    CHECK(generation > 1);   // counted on from the table the first daemon left
+    daemon.signal(SIGKILL);
+    REQUIRE(daemon.wait_exit(30s).has_value());
+  }
+  all_from_table(mapped);
+  {
+    ktune::Client::Options options;
+    options.socket_path = socket;
+    options.db_path = db;
+    options.timeout_us = k_test_timeout_us;
+    ktune::Client cpp(options);
+    ktune::LookupAnswer answer;
+    ktune::LookupError error;
+    REQUIRE(cpp.lookup("gemm", tuned, answer, &error));
+    CHECK(answer.source == KTUNE_SOURCE_MAP);
+    CHECK(answer.exact);
+    CHECK(answer.config_json == from_daemon.front().config);
+    CHECK(answer.param("BM").has_value());
+  }
+  // The table is private to the daemon's user, like the socket.
+  CHECK((std::filesystem::status(home.path() / "ktuned.table").permissions() &
+         std::filesystem::perms::all) ==
+        (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
 }

@@ -1,10 +1,12 @@
 """The Python client (client/python, package ktune_client), run with `python3 -m pytest`:
-against a real ktuned the ladder, then the fallbacks, and a connection ktuned closed as idle
-replaced at the next lookup; against a scripted socket a slow first connect retried before any
+against a real ktuned the ladder, then the fallbacks, the winner table answering first (also with
+ktuned stopped or killed, and field for field as ktuned on random winners), and a connection
+ktuned closed as idle replaced at the next lookup; against a scripted socket a slow first connect retried before any
 fallback and a late answer that leaves no backoff behind; [default] read as TOML."""
 import builtins
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -71,7 +73,9 @@ class PythonClientTest(unittest.TestCase):
     def test_ladder_and_fallbacks(self):
         daemon, sock_path, db_path = self.start_daemon()
 
-        client = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None)
+        # table_path="": the socket's rungs (the winner table has its own test).
+        client = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None,
+                                     table_path="")
         before = client.lookup("gemm", "M=32,N=32,K=32")
         self.assertEqual(before.rung, "default")
         self.assertEqual(before.reason, "device_never_tuned")
@@ -95,14 +99,16 @@ class PythonClientTest(unittest.TestCase):
             client.lookup("no_such_kernel", "M=32,N=32,K=32")
         self.assertEqual(refused.exception.code, "unknown_kernel")
 
-        cached = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=60)
+        cached = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=60,
+                                     table_path="")
         self.assertEqual(cached.lookup("gemm", "M=32,N=32,K=32").source, "daemon")
         self.assertEqual(cached.lookup("gemm", "M=32,N=32,K=32").source, "cache")
 
         self.assertTrue(request(sock_path, {"op": "shutdown"})["ok"])
         self.assertEqual(daemon.wait(30), 0)
 
-        offline = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None)
+        offline = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None,
+                                      table_path="")
         from_db = offline.lookup("gemm", "N=32,M=32,K=32")
         self.assertEqual((from_db.rung, from_db.source), ("exact", "database"))
         self.assertEqual(from_db.config, winner)
@@ -112,7 +118,8 @@ class PythonClientTest(unittest.TestCase):
         offline.close()
 
         os.rename(db_path, db_path + ".away")
-        bare = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None)
+        bare = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None,
+                                   table_path="")
         spec = bare.lookup("gemm", "M=32,N=32,K=32")
         self.assertEqual((spec.rung, spec.source), ("default", "spec"))
         self.assertEqual(spec.config["UNROLL"], 4)
@@ -120,9 +127,137 @@ class PythonClientTest(unittest.TestCase):
             bare.lookup("no_such_kernel", "M=1")
         self.assertEqual(nothing.exception.code, "no_answer")
 
+    def test_winner_table_answers_first_also_with_ktuned_stopped_or_killed(self):
+        daemon, sock_path, db_path = self.start_daemon()
+        keys = [("M=32,N=32,K=32", "f32"), ("K=32, N=32, M=32", "f32"), ("M=40,N=32,K=32", "f32"),
+                ("M=4096,N=8,K=8", "f32"), ("M=32,N=32,K=32", "f64")]
+        fields = ("rung", "config", "from_shape", "reason", "median_ms", "job")
+        asked = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None,
+                                    table_path="")
+        mapped = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None)
+        tuned = request(sock_path, {"op": "tune", "kernel": "gemm", "shape": "M=32,N=32,K=32",
+                                    "wait": True})
+        self.assertTrue(tuned["ok"], tuned)
+        deadline = time.monotonic() + 10
+        while mapped.lookup("gemm", "M=32,N=32,K=32").rung != "exact":
+            self.assertLess(time.monotonic(), deadline, "the winner never reached the table")
+            time.sleep(0.005)
+        expected = []
+        for shape, dtype in keys:
+            from_daemon = asked.lookup("gemm", shape, dtype)
+            from_map = mapped.lookup("gemm", shape, dtype)
+            self.assertEqual(from_map.source, "map", (shape, dtype))
+            self.assertEqual(from_daemon.source, "daemon")
+            for field in fields:
+                self.assertEqual(getattr(from_map, field), getattr(from_daemon, field),
+                                 (shape, dtype, field))
+            self.assertEqual(list(from_map.config), list(from_daemon.config))  # params order
+            expected.append(from_daemon)
+        # What the table cannot answer goes to ktuned, which says why.
+        with self.assertRaises(ktune_client.LookupError) as refused:
+            mapped.lookup("gemm", "M=32")
+        self.assertEqual(refused.exception.code, "bad_shape")
+        eager = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None,
+                                    tune_on_miss=True)
+        missed = eager.lookup("gemm", "M=16,N=16,K=16")
+        self.assertEqual(missed.source, "daemon")
+        self.assertGreater(missed.tune_job, 0)
+        self.assertTrue(request(sock_path, {"op": "cancel", "job": missed.tune_job})["ok"])
+
+        def all_from_table(client):
+            for (shape, dtype), want in zip(keys, expected):
+                got = client.lookup("gemm", shape, dtype)
+                self.assertEqual(got.source, "map", (shape, dtype))
+                for field in fields:
+                    self.assertEqual(getattr(got, field), getattr(want, field), (shape, dtype))
+
+        self.assertTrue(request(sock_path, {"op": "shutdown"})["ok"])
+        self.assertEqual(daemon.wait(30), 0)
+        all_from_table(mapped)
+        all_from_table(ktune_client.Client(sock_path, db_path, [KERNELS], cache_ttl=None))
+        self.assertEqual(eager.lookup("gemm", "M=40,N=32,K=32").source, "map")
+
+        # Started again in the same home, then killed: its table replaces the old one under the
+        # mapped client and stays after SIGKILL.
+        home = os.path.dirname(sock_path)
+        read_fd, write_fd = os.pipe()
+        again = subprocess.Popen(
+            [os.path.join(BIN_DIR, "ktuned"), "--config", os.path.join(home, "ktuned.toml"),
+             "--kernel-dir", KERNELS, "--ready-fd", str(write_fd)],
+            env=dict(os.environ, KTUNE_HOME=home), pass_fds=(write_fd,))
+        os.close(write_fd)
+        self.addCleanup(lambda: again.poll() is not None or again.kill())
+        with os.fdopen(read_fd) as ready:
+            self.assertTrue(ready.readline().startswith("ready"))
+        while request(sock_path, {"op": "stats"})["result"]["table"]["generation"] == 0:
+            time.sleep(0.01)
+        again.kill()
+        again.wait(30)
+        all_from_table(mapped)
+        self.assertEqual(oct(os.stat(os.path.join(home, "ktuned.table")).st_mode & 0o777), "0o600")
+
+    def test_winner_table_agrees_with_ktuned_on_random_winners(self):
+        # Random winners imported into ktuned (some under an older source), then random lookups
+        # of the Python reader of its table and of ktuned itself: every field agrees.
+        daemon, sock_path, db_path = self.start_daemon()
+        asked = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None,
+                                    table_path="")
+        config = asked.lookup("gemm", "M=32,N=32,K=32").config   # [default], params order
+        source_hash = next(k["source_hash"]
+                           for k in request(sock_path, {"op": "kernels"})["result"]["kernels"]
+                           if k["name"] == "gemm" and k["language"] == "cpp")
+        fingerprint = request(sock_path, {"op": "stats"})["result"]["device"]["fingerprint"]
+        rng = random.Random(37)
+
+        def shape():
+            return ",".join(f"{d}={1 << rng.randrange(3, 13)}" for d in ("M", "N", "K"))
+
+        rows, keys = [], set()
+        for i in range(300):
+            row = {"kernel": "gemm", "shape": shape(), "dtype": rng.choice(("f32", "f64")),
+                   "fingerprint": fingerprint,
+                   "source_hash": source_hash if rng.random() < 0.8 else "0ld",
+                   "config": dict(config, BM=rng.choice((16, 32, 64))),
+                   "median_ms": round(rng.uniform(0.001, 2.0), 6), "time_ms": 1700000000000 + i,
+                   "device": {"name": "cpu", "details": {"kind": "cpu"}}}
+            key = (row["shape"], row["dtype"], row["source_hash"])
+            if key not in keys:
+                rows.append(row)
+                keys.add(key)
+        before = request(sock_path, {"op": "stats"})["result"]["table"]["winners"]
+        imported = request(sock_path, {"op": "import", "policy": "newer", "table": {
+            "format": "ktune-table", "schema_version": 1, "host": "test", "rows": rows}})
+        self.assertTrue(imported["ok"], imported)
+        deadline = time.monotonic() + 30
+        while request(sock_path, {"op": "stats"})["result"]["table"]["winners"] < before + len(keys):
+            self.assertLess(time.monotonic(), deadline, "the imported winners never reached the table")
+            time.sleep(0.01)
+
+        mapped = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None)
+        rungs = set()
+        for _ in range(400):
+            dims = shape().split(",")
+            rng.shuffle(dims)
+            query = (", " if rng.random() < 0.2 else ",").join(dims)
+            dtype = rng.choice(("f32", "f64"))
+            from_daemon = asked.lookup("gemm", query, dtype)
+            from_map = mapped.lookup("gemm", query, dtype)
+            self.assertEqual((from_daemon.source, from_map.source), ("daemon", "map"), query)
+            for field in ("rung", "config", "from_shape", "reason", "median_ms", "job"):
+                self.assertEqual(getattr(from_map, field), getattr(from_daemon, field),
+                                 (query, dtype, field))
+            self.assertEqual(list(from_map.config), list(from_daemon.config))
+            rungs.add(from_map.rung)
+        self.assertEqual(rungs, {"exact", "nearest"})
+        asked.close()
+        mapped.close()
+        self.assertTrue(request(sock_path, {"op": "shutdown"})["ok"])
+        self.assertEqual(daemon.wait(30), 0)
+
     def test_reconnects_after_an_idle_close(self):
         daemon, sock_path, db_path = self.start_daemon("[limits]\nconnection_idle_s = 0.2\n")
-        client = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None)
+        client = ktune_client.Client(sock_path, db_path, [KERNELS], timeout=TIMEOUT, cache_ttl=None,
+                                     table_path="")
         self.assertEqual(client.lookup("gemm", "M=32,N=32,K=32").source, "daemon")
         # ktuned closes the client's idle connection: only the stats request's own connection
         # stays open.

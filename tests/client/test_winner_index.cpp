@@ -1,9 +1,14 @@
-// daemon/winner_index: the in-memory winners and the fallback ladder over them.
+// daemon/winner_index: the in-memory winners and the fallback ladder over them; the winner
+// table's ladder (core/winner_table) checked against it.
 #include "daemon/winner_index.hpp"
+
+#include "core/winner_table.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
+#include <random>
 
 using namespace ktune;
 using namespace ktune::daemon;
@@ -108,4 +113,75 @@ TEST_CASE("winner index: shapes and result text") {
   CHECK(json.at("median_ms") == 1.5);
   CHECK(json.at("job") == 7);
   CHECK(json.at("tune_job") == 12);
+}
+
+TEST_CASE("winner table: answers as ktuned's ladder does, on random winners and lookups") {
+  // The same winners in a WinnerIndex (ktuned's lookups) and in an encoded table (the clients'),
+  // then the same lookups of both: every field of every answer agrees.
+  std::mt19937 rng(37);
+  auto pick = [&](std::initializer_list<const char*> items) {
+    return std::string(*(items.begin() + rng() % items.size()));
+  };
+  auto shape = [&] {
+    auto dim = [&] { return std::to_string(1 << (rng() % 12)) ; };
+    return "M=" + dim() + ",N=" + dim() + ",K=" + dim();
+  };
+  const std::vector<std::string> fingerprints = {"fp0", "fp1", "fp2"};
+  CachedKernel kernel = gemm();   // source h1, dtypes f32 f64
+  for (int round = 0; round < 20; ++round) {
+    WinnerIndex index;
+    std::map<std::string, table::WinnerGroup> groups;
+    const int winners = 1 + static_cast<int>(rng() % 60);
+    for (int i = 0; i < winners; ++i) {
+      WinnerRecord w = winner(shape(), "{\"BM\":" + std::to_string(rng() % 256) + "}",
+                              pick({"h1", "h1", "h1", "old"}), pick({"f32", "f64"}),
+                              fingerprints[rng() % 2], pick({"gemm", "gemm", "reduce_sum"}));
+      w.median_ms = 0.001 * static_cast<double>(rng() % 1000);
+      w.job_id = i + 1;
+      index.put(w);
+      auto& g = groups[w.kernel + "/" + w.dtype + "/" + w.fingerprint];
+      g.kernel = w.kernel;
+      g.dtype = w.dtype;
+      g.fingerprint = w.fingerprint;
+      bool replaced = false;
+      for (auto& existing : g.winners) {
+        if (existing.shape == w.shape && existing.source_hash == w.source_hash) {
+          existing = table::WinnerEntry{w.shape, w.source_hash, w.config, w.median_ms, 0, w.job_id};
+          replaced = true;
+        }
+      }
+      if (!replaced) {
+        g.winners.push_back(table::WinnerEntry{w.shape, w.source_hash, w.config, w.median_ms, 0, w.job_id});
+      }
+    }
+    table::TableContent content;
+    for (const auto& fp : fingerprints) content.devices.push_back({fp, fp, table::Family::cpp, true});
+    content.kernels.push_back({kernel.name, table::Family::cpp, kernel.source_hash, kernel.dims,
+                               kernel.dtypes, true, kernel.default_config});
+    std::vector<table::WinnerGroup> ordered;
+    for (auto& [key, g] : groups) ordered.push_back(std::move(g));
+    auto bytes = table::encode(content, ordered);
+    REQUIRE(bytes.ok());
+    auto view = table::TableView::open(*bytes);
+    REQUIRE(view.ok());
+    table::Scratch scratch;
+    for (int q = 0; q < 200; ++q) {
+      const std::string s = shape(), dtype = pick({"f32", "f64"}), fp = fingerprints[rng() % 3];
+      const LadderAnswer expected = climb_ladder(index, kernel, s, dtype, fp);
+      table::Answer got;
+      INFO("round " << round << ": " << s << " " << dtype << " " << fp);
+      REQUIRE(view->answer(table::Query{"gemm", s, dtype, fp}, got, scratch) ==
+              table::Outcome::answered);
+      CHECK(static_cast<int>(got.rung) == static_cast<int>(expected.rung));
+      CHECK(got.config == *expected.config);
+      CHECK(got.reason == expected.reason);
+      if (expected.winner != nullptr) {
+        CHECK(got.job == expected.winner->job_id);
+        CHECK(got.median_ms == expected.winner->median_ms);
+        if (expected.rung == Rung::nearest) CHECK(got.from_shape == expected.winner->shape);
+      } else {
+        CHECK(got.job == 0);
+      }
+    }
+  }
 }

@@ -3,11 +3,18 @@
  * A runtime asks for the tuned config of (kernel, shape, dtype, device) and always gets an answer
  * within the per-call timeout (default 5 ms), following the fallback ladder (docs/protocol.md
  * § lookup):
- *   1. the in-process cache of earlier answers (entries live cache_ttl_ms);
- *   2. ktuned over its Unix socket: exact winner, else the nearest tuned shape, else [default];
- *   3. when ktuned cannot be reached or does not answer in time: a read-only open of the SQLite
+ *   1. the winner table ktuned publishes next to its socket (<socket without .sock>.table),
+ *      mapped read-only: the same ladder and fields as ktuned's answer (exact, nearest,
+ *      [default]), in well under a microsecond, no system call; also while ktuned is down (the
+ *      last table it published). Source KTUNE_SOURCE_MAP. What the table cannot answer (a key,
+ *      kernel or device it lacks, a dtype or shape ktuned would refuse) goes on to 2-5; with
+ *      tune_on_miss (or ktuned's KTUNE_TUNE_ON_MISS=1) a non-exact answer is asked of ktuned, so
+ *      that it queues the tune, and the table's answer stands when ktuned does not answer;
+ *   2. the in-process cache of earlier answers from 3-5 (entries live cache_ttl_ms);
+ *   3. ktuned over its Unix socket: exact winner, else the nearest tuned shape, else [default];
+ *   4. when ktuned cannot be reached or does not answer in time: a read-only open of the SQLite
  *      database, exact winners only, as of the kernel's newest job recorded there;
- *   4. the kernel's [default] config, from the spec text stored in the database, else from
+ *   5. the kernel's [default] config, from the spec text stored in the database, else from
  *      <kernel dir>/<kernel>/kernel.toml.
  * A fresh connection's first request may take connect_timeout_us (default 100 ms) on top of the
  * lookup timeout, and a fresh connection that gets no answer is made once more before step 3.
@@ -16,7 +23,8 @@
  * that is up but answered late is asked again at the next lookup, never skipped by the backoff.
  *
  * Thread safety: one ktune_client handle is used by one thread at a time; open one per thread.
- * Strings in a ktune_answer stay valid until the next ktune_lookup or ktune_close on the handle.
+ * Strings in a ktune_answer stay valid until the next ktune_lookup, ktune_set_table or
+ * ktune_close on the handle.
  */
 #ifndef KTUNE_CLIENT_H
 #define KTUNE_CLIENT_H
@@ -54,7 +62,8 @@ typedef enum ktune_source {
   KTUNE_SOURCE_DAEMON = 0,
   KTUNE_SOURCE_CACHE = 1,
   KTUNE_SOURCE_DATABASE = 2,
-  KTUNE_SOURCE_SPEC = 3
+  KTUNE_SOURCE_SPEC = 3,
+  KTUNE_SOURCE_MAP = 4      /* the winner table ktuned published (step 1 above) */
 } ktune_source;
 
 typedef struct ktune_param {
@@ -101,6 +110,10 @@ KTUNE_API ktune_status ktune_connect(const ktune_options* options, struct ktune_
  * On KTUNE_OK `out` holds the answer; otherwise ktune_last_error() says why. */
 KTUNE_API ktune_status ktune_lookup(struct ktune_client* client, const char* kernel, const char* shape,
                           const char* dtype, const char* device, ktune_answer* out);
+
+/* The winner table the handle answers from first: NULL = the one next to the socket (the
+ * default), "" = none (every lookup takes steps 2-5), else that file. */
+KTUNE_API ktune_status ktune_set_table(struct ktune_client* client, const char* path);
 
 /* Drops the cached answers of this handle. */
 KTUNE_API void ktune_clear_cache(struct ktune_client* client);

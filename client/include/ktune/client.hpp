@@ -49,6 +49,8 @@ public:
     int connect_timeout_us = 100000;  // extra for the first request on a new connection
     int cache_ttl_ms = 1000;   // < 0: no cache
     bool tune_on_miss = false;
+    bool use_table = true;     // false: no winner table (ktune_set_table(h, ""))
+    std::string table_path = {};  // empty: the table next to the socket
   };
 
   Client() : Client(Options{}) {}
@@ -63,6 +65,9 @@ public:
     o.cache_ttl_ms = options.cache_ttl_ms;
     o.tune_on_miss = options.tune_on_miss ? 1 : 0;
     m_status = ktune_connect(&o, &m_handle);
+    if (m_handle && (!options.use_table || !options.table_path.empty())) {
+      m_status = ktune_set_table(m_handle, options.use_table ? options.table_path.c_str() : "");
+    }
   }
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

@@ -9,11 +9,16 @@ Kernel Tuner scripts switch with one import: `from ktune_client.kernel_tuner imp
 The lookup client:
 
 Same ladder as libktune_client (docs/protocol.md, section lookup):
-  1. the in-process cache of earlier answers (entries live `cache_ttl` seconds);
-  2. ktuned over its Unix socket: exact winner, else the nearest tuned shape, else [default];
-  3. when ktuned cannot be reached or does not answer in time: a read-only open of the SQLite
+  1. the winner table ktuned publishes next to its socket (<socket without .sock>.table),
+     mapped read-only (ktune_client._table): the same ladder and fields as ktuned's answer,
+     source "map", also while ktuned is down (its last table). What the table cannot answer goes
+     on to 2-5; with tune_on_miss (or ktuned's KTUNE_TUNE_ON_MISS=1) a non-exact answer is asked
+     of ktuned, so that it queues the tune, and the table's answer stands when ktuned is down;
+  2. the in-process cache of earlier answers from 3-5 (entries live `cache_ttl` seconds);
+  3. ktuned over its Unix socket: exact winner, else the nearest tuned shape, else [default];
+  4. when ktuned cannot be reached or does not answer in time: a read-only open of the SQLite
      database, exact winners only, as of the kernel's newest job;
-  4. the kernel's [default], from the spec text stored in the database, else from
+  5. the kernel's [default], from the spec text stored in the database, else from
      <kernel dir>/<kernel>/kernel.toml (read with tomllib, as ktuned reads it with toml++).
 
 Timeouts: a lookup on an open connection waits at most `timeout` seconds (default 5 ms). The
@@ -45,6 +50,7 @@ import time
 import tomllib
 from typing import Any, Iterable, Optional
 
+from ._table import FLAG_TUNE_ON_MISS, Damaged, MappedTable, table_path_for_socket
 from .errors import *  # noqa: F401,F403 (the exception classes are the package's)
 from .errors import KtuneError
 from .errors import __all__ as _error_names
@@ -70,8 +76,8 @@ class LookupError(KtuneError, builtins.LookupError):  # noqa: A001 (the name the
 class Answer:
     """One lookup's answer.
 
-    rung: "exact", "nearest" or "default"; exact: rung == "exact"; source: "cache", "daemon",
-    "database" or "spec"; config: parameter name -> int in the kernel's order; from_shape: the
+    rung: "exact", "nearest" or "default"; exact: rung == "exact"; source: "map", "cache",
+    "daemon", "database" or "spec"; config: parameter name -> int in the kernel's order; from_shape: the
     tuned shape of a nearest answer; reason: why not exact; median_ms and job: the winner's.
     """
 
@@ -164,13 +170,14 @@ class Client:
     kernel.toml files are read for the last rung; None means $KTUNE_KERNEL_DIRS (':'-separated);
     the shipped families (shipped_kernel_dirs()) are searched after them. cache_ttl: seconds an
     answer is reused; None or < 0 turns the cache off. tune_on_miss: ask ktuned to tune a key
-    it has no exact winner for.
+    it has no exact winner for. table_path: the winner table to answer from first; None means
+    the one next to the socket, "" none.
     """
 
     def __init__(self, socket_path: Optional[str] = None, db_path: Optional[str] = None,
                  kernel_dirs: Optional[Iterable[str]] = None, timeout: float = 0.005,
                  cache_ttl: Optional[float] = 1.0, tune_on_miss: bool = False,
-                 connect_timeout: float = 0.1) -> None:
+                 connect_timeout: float = 0.1, table_path: Optional[str] = None) -> None:
         default_socket, default_db = default_paths()
         self.socket_path = socket_path or default_socket
         self.db_path = db_path or default_db
@@ -190,10 +197,13 @@ class Client:
         self._backoff = 0.0
         self._db: Optional[sqlite3.Connection] = None
         self._cache: dict[tuple[str, str, str, str], tuple[float, Answer]] = {}
+        self._table = MappedTable(table_path_for_socket(self.socket_path)
+                                  if table_path is None else table_path)
 
     def close(self) -> None:
-        """Closes the connection and the database."""
+        """Closes the connection, the database and the winner table."""
         self._disconnect()
+        self._table.close()
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -210,6 +220,15 @@ class Client:
 
     def lookup(self, kernel: str, shape: str, dtype: str = "f32", device: str = "cpu") -> Answer:
         """An Answer; raises LookupError when ktuned refuses the request or nothing answers."""
+        mapped = self._from_table(kernel, shape, dtype, device)
+        if mapped is not None:
+            answer, ask = mapped
+            if not ask:
+                return answer
+            # The miss is ktuned's to see (it queues the tune); without ktuned the table answers.
+            self.last_error = ""
+            asked = self._ask_daemon(kernel, shape, dtype, device, time.monotonic())
+            return asked if asked is not None else answer
         now = time.monotonic()
         key = (kernel, shape, dtype, device)
         use_cache = self.cache_ttl is not None and self.cache_ttl >= 0
@@ -232,6 +251,28 @@ class Client:
             assert self.cache_ttl is not None
             self._cache[key] = (now + self.cache_ttl, answer)
         return answer
+
+    # the winner table -------------------------------------------------------------------------
+
+    def _from_table(self, kernel: str, shape: str, dtype: str,
+                    device: str) -> Optional[tuple[Answer, bool]]:
+        """The table's answer and whether ktuned should be asked too (a non-exact answer with
+        tune-on-miss); None when the table cannot answer."""
+        view = self._table.view()
+        if view is None:
+            return None
+        try:
+            found = view.answer(kernel, shape, dtype, device)
+        except Damaged:
+            self.last_error = f"winner table {self._table.path}: a damaged entry; asking ktuned"
+            return None
+        if found is None:
+            return None
+        answer = Answer(found["rung"], found["config"], "map", found["from_shape"],
+                        found["reason"], found["median_ms"], found["job"])
+        ask = answer.rung != "exact" and (self.tune_on_miss or
+                                          bool(view.flags & FLAG_TUNE_ON_MISS))
+        return answer, ask
 
     # ktuned ---------------------------------------------------------------------------------
 
