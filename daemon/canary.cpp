@@ -182,7 +182,7 @@ void Canary::measure(const DeviceInfo& device, std::string context,
                      }
                      finish(i, outcome->stats.median_ms);
                    };
-                   m_pool.submit(device.name, std::move(work));
+                   submit_measurement(m_io, m_pool, device.name, std::move(work));
                  });
   }
 }

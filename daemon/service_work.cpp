@@ -4,6 +4,7 @@
 #include "jobs/compile_job.hpp"
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <sstream>
@@ -26,6 +27,29 @@ std::string log_head(const std::string& log) {
 }
 
 constexpr std::chrono::milliseconds k_compile_deadline{300'000};
+
+using ReplyHandler = std::function<void(Result<nlohmann::json>, const Delivery&)>;
+
+// One try of submit_measurement's `work` (on_reply empty), answering `done`.
+void submit_try(asio::io_context& io, WorkerPool& pool, const std::string& lane, Work work,
+                std::shared_ptr<ReplyHandler> done, std::chrono::steady_clock::time_point first) {
+  Work again = work;
+  work.on_reply = [&io, &pool, lane, again = std::move(again), done,
+                   first](Result<nlohmann::json> reply, const Delivery& delivery) mutable {
+    if (!reply && reply.error().code == "device_busy" &&
+        std::chrono::steady_clock::now() - first < k_service_busy_patience) {
+      auto timer = std::make_shared<asio::steady_timer>(io, k_service_busy_retry);
+      timer->async_wait([&io, &pool, lane, again = std::move(again), done, first,
+                         timer](const boost::system::error_code& ec) mutable {
+        if (ec) return;
+        submit_try(io, pool, lane, std::move(again), std::move(done), first);
+      });
+      return;
+    }
+    (*done)(std::move(reply), delivery);
+  };
+  pool.submit(lane, std::move(work));
+}
 
 } // namespace
 
@@ -78,6 +102,12 @@ Result<BenchJob> service_bench_job(const LoadedKernel& kernel, const Shape& shap
   // A CUDA lane's worker sees only its GPU, as its device 0 (WorkerPool).
   if (job->launch && device.name.rfind("cuda", 0) == 0) job->cuda_device = 0;
   return job;
+}
+
+void submit_measurement(asio::io_context& io, WorkerPool& pool, const std::string& lane, Work work) {
+  auto done = std::make_shared<ReplyHandler>(std::move(work.on_reply));
+  work.on_reply = nullptr;
+  submit_try(io, pool, lane, std::move(work), std::move(done), std::chrono::steady_clock::now());
 }
 
 std::chrono::milliseconds measure_deadline(const MeasureSettings& settings, int measurements) {
