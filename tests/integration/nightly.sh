@@ -10,6 +10,9 @@
 #     ktuned read it on its own every canary_interval_s while the lane had work;
 #  4. while another process holds the device's measurement lock (as another ktuned does while it
 #     measures), a canary reading and an A/B wait their turn: both are measured once it is free.
+#  5. a source made slower at the baseline's winning config, whose new winner (another config) is
+#     as fast as the baseline's winner, is reported regressed from an A/B at the baseline's config
+#     (the baseline's build against the current source), naming both A/Bs.
 #
 #   tests/integration/nightly.sh BIN_DIR
 set -euo pipefail
@@ -209,4 +212,46 @@ else:
 PY
   wait "$holder"
 done
-echo "nightly: an unchanged kernel under a hog is no regression, a 10% slower one regressed with its A/B figures"
+# 5. knob_sum does 23 - WORK passes in its old source (the winner WORK 13: 10 passes) and WORK in
+# its new one (the winner WORK 10: 10 passes, as fast as the old winner), where WORK 13 does 13.
+knob() { # DIR PASSES
+  mkdir -p "$1/knob_sum"
+  sed -e 's/passes_sum/knob_sum/g' -e 's/^CHUNK = \[1024, 4096\]$/WORK = [10, 13]/' \
+      -e 's/^CHUNK = 4096$/WORK = 10/' "$work/same/passes_sum/kernel.toml" >"$1/knob_sum/kernel.toml"
+  sed -e 's/passes_sum/knob_sum/g' -e "s/^#define PASSES .*/#define PASSES ($2)\n#define CHUNK 4096/" \
+      "$work/same/passes_sum/kernel.cpp" >"$1/knob_sum/kernel.cpp"
+}
+knob "$work/knob_old" "23 - WORK"
+knob "$work/knob_new" "WORK"
+cat >"$work/knob.toml" <<TOML
+[sweep]
+name = "knob"
+
+[[kernel]]
+name = "knob_sum"
+[kernel.shapes]
+N = [65536]
+TOML
+"$bin/ktune" daemon stop >/dev/null
+start "$work/knob_old"
+for i in 1 2 3; do
+  "$bin/ktune" sweep "$work/knob.toml" --remeasure >/dev/null 2>&1 || fail "knob_sum history run $i exited $?"
+done
+"$bin/ktune" daemon stop >/dev/null
+start "$work/knob_new"
+set +e
+"$bin/ktune" --json sweep "$work/knob.toml" --remeasure --baseline last-good >"$work/knob.json" 2>"$work/knob.err"
+code=$?
+set -e
+[[ $code == 1 ]] || fail "a source slower at the baseline's config exited $code: $(cat "$work/knob.json" "$work/knob.err")"
+python3 - "$work/knob.json" <<'PY' || fail "the slower source: $(cat "$work/knob.json" "$work/knob.err")"
+import json, sys
+k = json.load(open(sys.argv[1]))["comparison"]["keys"][0]
+ab = k["ab"]
+assert k["verdict"] == "regressed" and ab["verdict"] == "regressed" and k["winner_changed"], k
+assert ab["ratio"] > 1.1 and ab["baseline_build"] == "archived" and ab["current_build"] == "current", ab
+assert ab["why"].startswith("at the baseline's config the current source: A/B ratio"), ab
+assert "tonight's winner against the baseline's: A/B ratio" in ab["why"], ab
+PY
+grep -q "the source changed and so did the winner" "$work/knob.err" || fail "no second A/B said: $(cat "$work/knob.err")"
+echo "nightly: an unchanged kernel under a hog is no regression, a 10% slower one regressed with its A/B figures, a slower source hidden by a new winner regressed at the baseline's config"
