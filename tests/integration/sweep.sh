@@ -7,7 +7,7 @@
 #     table's rule judges alone (--no-confirm), and so does `ktune compare --no-confirm` of the
 #     two tables (exit 2 for an unreadable one); with the A/B confirmation (the default) ktuned
 #     measures the key's two builds -- the same source and config -- and finds them the same:
-#     exit 0; `ktune fleet merge` of the shards with that baseline fails through the table rule;
+#     exit 0; without a ktuned to measure it the key is ambiguous: exit 0, 3 with --strict; `ktune fleet merge` of the shards with that baseline fails through the table rule;
 #  4. shards 1/2 and 2/2 cover exactly the unsharded sweep's keys, and importing both into a fresh
 #     daemon gives the same winners as the unsharded table.
 #
@@ -114,6 +114,20 @@ PY
 ! grep -q "<failure" "$work/j3.xml" || fail "JUnit has a failure after the A/B: $(cat "$work/j3.xml")"
 "$bin/ktune" compare "$work/t1.json" "$work/fast.json" >"$work/cmp2.md" || fail "ktune compare with the A/B exited $?: $(cat "$work/cmp2.md")"
 grep -q "| same | gemm | M=64,N=32,K=32 |" "$work/cmp2.md" || fail "ktune compare's A/B: $(cat "$work/cmp2.md")"
+# Without a ktuned to measure it, the changed key is ambiguous (saying why): exit 0, skipped in
+# JUnit; with --strict exit 3 and a JUnit failure.
+set +e
+KTUNE_HOME="$work/none" "$bin/ktune" --json compare "$work/t1.json" "$work/fast.json" --junit "$work/j4.xml" >"$work/cmp3.json" 2>/dev/null; code_ambiguous=$?
+KTUNE_HOME="$work/none" "$bin/ktune" compare --strict "$work/t1.json" "$work/fast.json" --junit "$work/j5.xml" >/dev/null 2>&1; code_strict=$?
+set -e
+[[ $code_ambiguous == 0 && $code_strict == 3 ]] || fail "ambiguous exit codes: $code_ambiguous, --strict $code_strict (expected 0, 3)"
+python3 - "$work/cmp3.json" <<'PY' || fail "the unconfirmed key: $(cat "$work/cmp3.json")"
+import json, sys
+key = next(k for k in json.load(open(sys.argv[1]))["keys"] if k["shape"] == "M=64,N=32,K=32")
+assert key["verdict"] == "ambiguous" and "ktuned could not be reached" in key["ab"]["why"], key
+PY
+grep -q '<skipped message="ambiguous: not confirmed' "$work/j4.xml" || fail "JUnit (ambiguous): $(cat "$work/j4.xml")"
+grep -q '<failure type="ambiguous"' "$work/j5.xml" || fail "JUnit (--strict): $(cat "$work/j5.xml")"
 
 # 4. Shards cover the sweep exactly once; their tables merged in a fresh daemon give the same winners.
 "$bin/ktune" sweep "$work/sweep.toml" --shard 1/2 --out "$work/s1.json" >/dev/null || fail "shard 1/2 exited $?"
