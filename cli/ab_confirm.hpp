@@ -27,7 +27,10 @@ inline constexpr std::chrono::milliseconds k_confirm_timeout{30 * 60 * 1000};
 [[nodiscard]] tableio::AbFigures ab_figures(const nlohmann::ordered_json& reply);
 
 // Confirms every key that looks changed, one after the other, saying so on io.err; returns how
-// many were measured or tried. A key whose request ktuned refuses (a device of another machine, a
+// many were measured or tried. A key whose kernel source changed and whose winner is another
+// config than the baseline's, and whose winners' A/B found no regression, is measured once more
+// at the baseline's config (the baseline's build against the current source): a slower source is
+// then regressed even where tonight's tuning found a config that hides it. A key whose request ktuned refuses (a device of another machine, a
 // kernel it does not have) is ambiguous with the reason. Errors: the connection broke.
 [[nodiscard]] Result<std::size_t> confirm_changed(Connection& conn, tableio::Comparison& comparison,
                                                   Output& io);

@@ -1,7 +1,7 @@
 #pragma once
 // The verdict on an A/B measurement: a baseline (A) and a candidate (B) measured in the same
-// worker, in interleaved rounds (each round one short measurement of each, the order
-// alternating), so that whatever the machine does between rounds -- another build starting, a
+// worker, in interleaved rounds (each round one short measurement of each, in a random balanced
+// order: what else the machine does is then independent of the side), so that whatever the machine does between rounds -- another build starting, a
 // clock step -- moves both sides of a round together and cancels out of their ratio.
 //
 // Per round the log of candidate median / baseline median. The estimate is their Hodges-Lehmann

@@ -319,7 +319,7 @@ void AbService::measure(const std::shared_ptr<Run>& run) {
     if (judged.verdict == AbVerdict::ambiguous && run->passes < 2) return measure(run);
     finish(run);
   };
-  submit_measurement(m_io, m_pool, std::move(work));
+  submit_measurement(m_io, m_pool, run->device.name, std::move(work));
 }
 
 void AbService::finish(const std::shared_ptr<Run>& run) {

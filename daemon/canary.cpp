@@ -182,7 +182,7 @@ void Canary::measure(const DeviceInfo& device, std::string context,
                      }
                      finish(i, outcome->stats.median_ms);
                    };
-                   submit_measurement(m_io, m_pool, std::move(work));
+                   submit_measurement(m_io, m_pool, device.name, std::move(work));
                  });
   }
 }

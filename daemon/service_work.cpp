@@ -28,6 +28,29 @@ std::string log_head(const std::string& log) {
 
 constexpr std::chrono::milliseconds k_compile_deadline{300'000};
 
+using ReplyHandler = std::function<void(Result<nlohmann::json>, const Delivery&)>;
+
+// One try of submit_measurement's `work` (on_reply empty), answering `done`.
+void submit_try(asio::io_context& io, WorkerPool& pool, const std::string& lane, Work work,
+                std::shared_ptr<ReplyHandler> done, std::chrono::steady_clock::time_point first) {
+  Work again = work;
+  work.on_reply = [&io, &pool, lane, again = std::move(again), done,
+                   first](Result<nlohmann::json> reply, const Delivery& delivery) mutable {
+    if (!reply && reply.error().code == "device_busy" &&
+        std::chrono::steady_clock::now() - first < k_service_busy_patience) {
+      auto timer = std::make_shared<asio::steady_timer>(io, k_service_busy_retry);
+      timer->async_wait([&io, &pool, lane, again = std::move(again), done, first,
+                         timer](const boost::system::error_code& ec) mutable {
+        if (ec) return;
+        submit_try(io, pool, lane, std::move(again), std::move(done), first);
+      });
+      return;
+    }
+    (*done)(std::move(reply), delivery);
+  };
+  pool.submit(lane, std::move(work));
+}
+
 } // namespace
 
 void build_config(asio::io_context& io, WorkerPool& pool, const LoadedKernel& kernel, const Config& config,
@@ -81,44 +104,16 @@ Result<BenchJob> service_bench_job(const LoadedKernel& kernel, const Shape& shap
   return job;
 }
 
+void submit_measurement(asio::io_context& io, WorkerPool& pool, const std::string& lane, Work work) {
+  auto done = std::make_shared<ReplyHandler>(std::move(work.on_reply));
+  work.on_reply = nullptr;
+  submit_try(io, pool, lane, std::move(work), std::move(done), std::chrono::steady_clock::now());
+}
+
 std::chrono::milliseconds measure_deadline(const MeasureSettings& settings, int measurements) {
   const double one_s = 2.0 * (settings.warmup_ms / 1000.0 + settings.max_time_s) + 2.0;
   return std::chrono::milliseconds(
       static_cast<std::int64_t>(1000.0 * one_s * std::max(1, measurements)));
-}
-
-namespace {
-
-constexpr std::chrono::milliseconds k_device_busy_retry{200};
-
-void submit_until(asio::io_context& io, WorkerPool& pool, Work work,
-                  std::chrono::steady_clock::time_point give_up) {
-  auto on_reply = std::move(work.on_reply);
-  Work again = work;  // the work as submitted, without its callback
-  work.on_reply = [&io, &pool, give_up, again = std::move(again),
-                   on_reply = std::move(on_reply)](Result<nlohmann::json> reply,
-                                                   const Delivery& delivery) mutable {
-    if (!reply && reply.error().code == "device_busy" &&
-        std::chrono::steady_clock::now() < give_up) {
-      auto timer = std::make_shared<asio::steady_timer>(io, k_device_busy_retry);
-      timer->async_wait([&io, &pool, give_up, timer, again = std::move(again),
-                         on_reply = std::move(on_reply)](const boost::system::error_code& ec) mutable {
-        if (ec) return;
-        again.on_reply = std::move(on_reply);
-        submit_until(io, pool, std::move(again), give_up);
-      });
-      return;
-    }
-    on_reply(std::move(reply), delivery);
-  };
-  const std::string lane = work.device;
-  pool.submit(lane, std::move(work));
-}
-
-} // namespace
-
-void submit_measurement(asio::io_context& io, WorkerPool& pool, Work work) {
-  submit_until(io, pool, std::move(work), std::chrono::steady_clock::now() + std::chrono::minutes(10));
 }
 
 } // namespace ktune::daemon

@@ -41,10 +41,14 @@ void build_config(asio::io_context& io, WorkerPool& pool, const LoadedKernel& ke
                                                  const DeviceInfo& device, const BuiltConfig& built,
                                                  const MeasureSettings& settings);
 
-// Submits a measurement (`work.device` names its lane) like WorkerPool::submit, except that
-// device_busy (another ktuned holds the device's machine-wide measurement lock) is not an answer:
-// the work is submitted again every 200 ms, up to 10 minutes, before its on_reply hears it.
-void submit_measurement(asio::io_context& io, WorkerPool& pool, Work work);
+// Submits the measurement `work` (bench, bench_ab) to device lane `lane`. An answer device_busy
+// -- another process (another ktuned) held the device's measurement lock, nothing was measured --
+// is asked again every k_service_busy_retry, as a job's measurements are (docs/ARCHITECTURE.md
+// § One measurement per device), for up to k_service_busy_patience; work.on_reply gets every
+// other answer, or device_busy once the patience is spent.
+inline constexpr std::chrono::milliseconds k_service_busy_retry{200};
+inline constexpr std::chrono::milliseconds k_service_busy_patience{10 * 60 * 1000};
+void submit_measurement(asio::io_context& io, WorkerPool& pool, const std::string& lane, Work work);
 
 // How long a worker may take for `measurements` measurements under `settings` before it is killed.
 [[nodiscard]] std::chrono::milliseconds measure_deadline(const MeasureSettings& settings,

@@ -32,7 +32,9 @@ Result<AbSide> side_from_json(const json& j, const std::string& field) {
 } // namespace
 
 json AbRequest::to_json() const {
-  return {{"a", a.to_json()}, {"b", b.to_json()}, {"rounds", rounds}};
+  json out{{"a", a.to_json()}, {"b", b.to_json()}, {"rounds", rounds}};
+  if (seed) out["seed"] = *seed;
+  return out;
 }
 
 Result<AbRequest> AbRequest::from_json(const json& j) {
@@ -54,6 +56,12 @@ Result<AbRequest> AbRequest::from_json(const json& j) {
                  std::to_string(k_max_ab_rounds) + ", found " + it->dump());
     }
     out.rounds = it->get<int>();
+  }
+  if (const auto it = j.find("seed"); it != j.end()) {
+    if (!it->is_number_unsigned()) {
+      return bad("bench_ab: field 'seed' must be an integer >= 0, found " + it->dump());
+    }
+    out.seed = it->get<std::uint64_t>();
   }
   return out;
 }

@@ -1,11 +1,16 @@
 #pragma once
 // The worker op `bench_ab`: a baseline (A) and a candidate (B) measured in one bench worker, in
 // interleaved rounds on the same buffers (a HostRunner keeps one shape's buffers between runs),
-// each round one short measurement of each, A first in even rounds and B first in odd ones,
-// with the device's measurement lock held from the first round to the last. What decides is
+// each round one short measurement of each, the order random and balanced (rounds 2k and 2k+1
+// take opposite orders, which of the two goes first drawn per pair), with the device's
+// measurement lock held from the first round to the last. A fixed order (A B | B A | A B ...)
+// always puts A in every fourth slot, so anything else on the machine that repeats with that
+// period would land on one side only; a random order makes whatever the machine does
+// independent of the side, which the paired test assumes. What decides is
 // core/ab_judge.hpp on the rounds' medians (daemon/ab_service.hpp).
 //
-//   daemon -> worker: {"id":N,"op":"bench_ab","job":{"a":<BenchJob>,"b":<BenchJob>,"rounds":R}}
+//   daemon -> worker: {"id":N,"op":"bench_ab","job":{"a":<BenchJob>,"b":<BenchJob>,"rounds":R,
+//                      "seed":S (optional)}}
 //   worker -> daemon: {"id":N,"ok":true,"outcome":<AbOutcome>}
 #include "core/result.hpp"
 #include "core/status.hpp"
@@ -13,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,8 +31,10 @@ inline constexpr int k_max_ab_rounds = 200;
 struct AbRequest {
   BenchJob a, b;          // baseline, candidate; each round's settings are theirs
   int rounds = 10;        // 1 .. k_max_ab_rounds
+  // Seeds the order of the rounds (tests); none: the worker draws one.
+  std::optional<std::uint64_t> seed;
 
-  // {"a":<BenchJob>,"b":<BenchJob>,"rounds":R}
+  // {"a":<BenchJob>,"b":<BenchJob>,"rounds":R[,"seed":S]}
   [[nodiscard]] nlohmann::json to_json() const;
   // Errors: bad_request naming the field ("a: bench job: field 'entry' ...", "rounds: ...").
   [[nodiscard]] static Result<AbRequest> from_json(const nlohmann::json& j);

@@ -366,6 +366,26 @@ void normalize(Comparison& comparison) {
   }
 }
 
+namespace {
+
+// Whether how `m` moved could account for `k`'s verdict: its ratio, less the machine's largest
+// move in the verdict's direction (its factor against the baseline, or its drift during this run
+// either way: where in the run the key was measured is not known), within `effect`.
+bool machine_explains(const KeyComparison& k, const MachineMove& m, double effect) {
+  if (!k.ratio) return true;
+  double slower = std::max(1.0, m.factor.value_or(1.0));
+  double faster = std::min(1.0, m.factor.value_or(1.0));
+  if (m.drift && *m.drift > 0) {
+    const double swing = std::max(*m.drift, 1.0 / *m.drift);
+    slower = std::max(slower, swing);
+    faster = std::min(faster, 1.0 / swing);
+  }
+  return k.verdict == Verdict::regressed ? *k.ratio / slower <= 1 + effect
+                                         : *k.ratio / faster >= 1 / (1 + effect);
+}
+
+} // namespace
+
 std::size_t distrust_moved_machines(Comparison& comparison) {
   std::size_t changed = 0;
   const double effect = comparison.options.min_effect;
@@ -373,6 +393,7 @@ std::size_t distrust_moved_machines(Comparison& comparison) {
     if (k.ab || (k.verdict != Verdict::regressed && k.verdict != Verdict::improved)) continue;
     for (const auto& m : comparison.machines) {
       if (m.fingerprint != k.key.fingerprint || !(m.moved(effect) || m.drifted(effect))) continue;
+      if (!machine_explains(k, m, effect)) continue;
       AbFigures ab;
       ab.why = "no A/B, and " + m.text(effect) + ": the " + std::string(to_string(k.verdict)) +
                " time may be the machine's";

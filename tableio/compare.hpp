@@ -186,8 +186,10 @@ void apply_ab(KeyComparison& key, AbFigures ab);
 void normalize(Comparison& comparison);
 
 // Without A/B measurements (`--no-confirm`): a key its rule found regressed or improved on a
-// device whose canary moved (against the baseline, or during this run) beyond the minimum effect
-// is ambiguous, saying how the machine moved. Returns how many.
+// device whose canary moved (against the baseline, or during this run) beyond the minimum effect,
+// by enough to account for the key's ratio (the ratio less the machine's largest move in that
+// direction is within the minimum effect), is ambiguous, saying how the machine moved. A key
+// that moved well beyond what the machine did keeps its verdict. Returns how many.
 std::size_t distrust_moved_machines(Comparison& comparison);
 
 // Both tables normalized. options.min_effect >= 0, 0 < options.alpha < 1.

@@ -1,12 +1,17 @@
 #include "worker/ab_rounds.hpp"
 
+#include <random>
+
 namespace ktune {
 
 Result<AbOutcome> run_ab_rounds(const AbRequest& request, const MeasureFn& measure) {
   AbOutcome out;
+  std::mt19937_64 order(request.seed ? *request.seed : std::random_device{}());
+  bool pair_a_first = true;
   for (int r = 0; r < request.rounds; ++r) {
+    if (r % 2 == 0) pair_a_first = (order() & 1U) != 0;
     AbRound round;
-    round.a_first = r % 2 == 0;
+    round.a_first = r % 2 == 0 ? pair_a_first : !pair_a_first;
     for (const bool a_side : {round.a_first, !round.a_first}) {
       auto measured = measure(a_side ? request.a : request.b);
       if (!measured) return measured.error();

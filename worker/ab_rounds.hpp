@@ -1,7 +1,7 @@
 #pragma once
-// The rounds of a bench_ab request (jobs/ab_job.hpp): A and B measured alternately, A first in
-// even rounds and B first in odd ones, each round one measurement of each through `measure` (the
-// worker's runner). Stops at the first measurement that is not ok (its status, side and reason
+// The rounds of a bench_ab request (jobs/ab_job.hpp): A and B measured alternately, each round
+// one measurement of each through `measure` (the worker's runner), rounds 2k and 2k+1 in opposite
+// orders, which goes first in round 2k drawn from the request's seed (else a random one). Stops at the first measurement that is not ok (its status, side and reason
 // in the outcome, the rounds before it kept) or that `measure` could not run (that error).
 #include "core/result.hpp"
 #include "jobs/ab_job.hpp"

@@ -7,7 +7,12 @@
 #     keys, each with its A/B figures: the old build (rebuilt or found from the source archive)
 #     against the new, interleaved in rounds, ratio about 1.10, in --json and in the JUnit file;
 #  3. the speed canary was read at each sweep's start and end and is in the table (--out), and
-#     ktuned read it on its own every canary_interval_s while the lane had work.
+#     ktuned read it on its own every canary_interval_s while the lane had work;
+#  4. while another process holds the device's measurement lock (as another ktuned does while it
+#     measures), a canary reading and an A/B wait their turn: both are measured once it is free.
+#  5. a source made slower at the baseline's winning config, whose new winner (another config) is
+#     as fast as the baseline's winner, is reported regressed from an A/B at the baseline's config
+#     (the baseline's build against the current source), naming both A/Bs.
 #
 #   tests/integration/nightly.sh BIN_DIR
 set -euo pipefail
@@ -170,4 +175,83 @@ PY
 [[ "$(grep -c '<failure type="regression"' "$work/j2.xml")" == 2 ]] || fail "JUnit: $(cat "$work/j2.xml")"
 grep -q "A/B regressed: A/B ratio 1\.[01]" "$work/j2.xml" || fail "JUnit lacks the A/B figures: $(cat "$work/j2.xml")"
 grep -q "confirming passes_sum N=16384 f32" "$work/s2.err" || fail "no A/B said: $(cat "$work/s2.err")"
-echo "nightly: an unchanged kernel under a hog is no regression, a 10% slower one regressed with its A/B figures"
+# 4. The device's measurement lock held by another process for a while.
+"$bin/ktune" daemon stop >/dev/null
+mkdir -p "$work/locks"
+sed 's|^\[daemon\]$|[daemon]\nlock_dir = "'"$work/locks"'"|' "$work/ktuned.toml" >"$work/locked.toml"
+"$bin/ktune" daemon start --config "$work/locked.toml" --kernel-dir "$work/slow" >/dev/null
+cpu="$("$bin/ktune" --json daemon status | python3 -c 'import json,sys; print(next(l["bench_cpu"] for l in json.load(sys.stdin)["lanes"] if l["device"] == "cpu"))')"
+lock="$work/locks/ktune-measure-cpu$cpu.lock"
+for what in canary confirm; do
+  rm -f "$work/held"
+  flock "$lock" sh -c 'touch "$1"; sleep 2' sh "$work/held" &
+  holder=$!
+  while [[ ! -e "$work/held" ]]; do sleep 0.05; done
+  python3 - "$KTUNE_HOME/ktuned.sock" "$what" "$work/t1.json" >"$work/busy-$what.json" <<'PY' \
+    || fail "a $what while another process held the measurement lock: $(cat "$work/busy-$what.json")"
+import json, socket, sys
+path, what, table = sys.argv[1:4]
+if what == "canary":
+    request = {"v": 1, "id": 1, "op": "canary", "device": "cpu", "context": "lock held"}
+else:
+    row = json.load(open(table))["rows"][0]
+    build = {"source_hash": row["source_hash"], "config": row["config"]}
+    request = {"v": 1, "id": 1, "op": "confirm", "kernel": "passes_sum", "shape": row["shape"],
+               "dtype": "f32", "device": "cpu", "baseline": build, "candidate": build}
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(path)
+sock.sendall((json.dumps(request) + "\n").encode())
+reply = json.loads(sock.makefile().readline())
+print(json.dumps(reply))
+assert reply.get("ok"), reply
+result = reply["result"]
+if what == "canary":
+    assert result["compute_ms"] > 0 and result["memory_ms"] > 0, result
+else:
+    assert "impossible" not in result and result["rounds"] >= 6, result
+PY
+  wait "$holder"
+done
+# 5. knob_sum does 23 - WORK passes in its old source (the winner WORK 13: 10 passes) and WORK in
+# its new one (the winner WORK 10: 10 passes, as fast as the old winner), where WORK 13 does 13.
+knob() { # DIR PASSES
+  mkdir -p "$1/knob_sum"
+  sed -e 's/passes_sum/knob_sum/g' -e 's/^CHUNK = \[1024, 4096\]$/WORK = [10, 13]/' \
+      -e 's/^CHUNK = 4096$/WORK = 10/' "$work/same/passes_sum/kernel.toml" >"$1/knob_sum/kernel.toml"
+  sed -e 's/passes_sum/knob_sum/g' -e "s/^#define PASSES .*/#define PASSES ($2)\n#define CHUNK 4096/" \
+      "$work/same/passes_sum/kernel.cpp" >"$1/knob_sum/kernel.cpp"
+}
+knob "$work/knob_old" "23 - WORK"
+knob "$work/knob_new" "WORK"
+cat >"$work/knob.toml" <<TOML
+[sweep]
+name = "knob"
+
+[[kernel]]
+name = "knob_sum"
+[kernel.shapes]
+N = [65536]
+TOML
+"$bin/ktune" daemon stop >/dev/null
+start "$work/knob_old"
+for i in 1 2 3; do
+  "$bin/ktune" sweep "$work/knob.toml" --remeasure >/dev/null 2>&1 || fail "knob_sum history run $i exited $?"
+done
+"$bin/ktune" daemon stop >/dev/null
+start "$work/knob_new"
+set +e
+"$bin/ktune" --json sweep "$work/knob.toml" --remeasure --baseline last-good >"$work/knob.json" 2>"$work/knob.err"
+code=$?
+set -e
+[[ $code == 1 ]] || fail "a source slower at the baseline's config exited $code: $(cat "$work/knob.json" "$work/knob.err")"
+python3 - "$work/knob.json" <<'PY' || fail "the slower source: $(cat "$work/knob.json" "$work/knob.err")"
+import json, sys
+k = json.load(open(sys.argv[1]))["comparison"]["keys"][0]
+ab = k["ab"]
+assert k["verdict"] == "regressed" and ab["verdict"] == "regressed" and k["winner_changed"], k
+assert ab["ratio"] > 1.1 and ab["baseline_build"] == "archived" and ab["current_build"] == "current", ab
+assert ab["why"].startswith("at the baseline's config the current source: A/B ratio"), ab
+assert "tonight's winner against the baseline's: A/B ratio" in ab["why"], ab
+PY
+grep -q "the source changed and so did the winner" "$work/knob.err" || fail "no second A/B said: $(cat "$work/knob.err")"
+echo "nightly: an unchanged kernel under a hog is no regression, a 10% slower one regressed with its A/B figures, a slower source hidden by a new winner regressed at the baseline's config"

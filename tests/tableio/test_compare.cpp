@@ -510,6 +510,24 @@ TEST_CASE("the canary normalises ratios and, without A/Bs, distrusts a moved mac
   CHECK(tableio::distrust_moved_machines(comparison) == 1);
   CHECK(comparison.keys[0].verdict == tableio::Verdict::ambiguous);
   CHECK(comparison.keys[0].ab->why.find("machine 30% slower") != std::string::npos);
+  SECTION("a machine that moved less than the key, or the other way, leaves its verdict") {
+    // Tonight 8% faster than the baseline's, drifting x1.15 during the run; the key x1.48 of its
+    // history (1.6 ms against 1.08).
+    const auto faster = tableio::compare_canary(row.fingerprint, "cpu",
+                                                {reading(0.92, 1.6, 10), reading(0.92, 2.1, 20)},
+                                                {reading(1.0, 2.0, 1), reading(1.0, 2.0, 2)});
+    REQUIRE(faster.drift);
+    CHECK(faster.drifted(0.05));
+    tableio::Comparison beyond{options, {tableio::compare_with_history(row, run_at(6, 1.6), history, options)}, {faster}};
+    REQUIRE(beyond.regressions() == 1);
+    CHECK(tableio::distrust_moved_machines(beyond) == 0);
+    CHECK(beyond.keys[0].verdict == tableio::Verdict::regressed);
+    // The same machine and the key x1.16 (1.25 ms): within what the drift could do.
+    tableio::Comparison within{options, {tableio::compare_with_history(row, run_at(6, 1.25), history, options)}, {faster}};
+    REQUIRE(within.regressions() == 1);
+    CHECK(tableio::distrust_moved_machines(within) == 1);
+    CHECK(within.keys[0].verdict == tableio::Verdict::ambiguous);
+  }
   SECTION("a canary that moved during the run says so") {
     const auto drifting = tableio::compare_canary(row.fingerprint, "cpu",
                                                   {reading(1.0, 2.0, 10), reading(1.2, 2.4, 20)}, {});

@@ -480,7 +480,9 @@ TEST_CASE("A bench worker measures two candidates in interleaved rounds (bench_a
   auto worker = WorkerProcess::with_role("bench");
   CHECK(worker.read_json()["role"] == "bench");
 
-  SECTION("every round measures both, the order alternating") {
+  SECTION("every round measures both, the order random and balanced") {
+    request.rounds = 16;
+    request.seed = 3;
     json message{{"id", 1}, {"op", "bench_ab"}, {"job", request.to_json()}};
     const json reply = worker.request(message);
     INFO(reply.dump());
@@ -488,13 +490,27 @@ TEST_CASE("A bench worker measures two candidates in interleaved rounds (bench_a
     auto outcome = ktune::AbOutcome::from_json(reply["outcome"]);
     REQUIRE(outcome.ok());
     CHECK(outcome->status == ktune::CandidateStatus::ok);
-    REQUIRE(outcome->rounds.size() == 4);
-    for (std::size_t r = 0; r < 4; ++r) {
-      CHECK(outcome->rounds[r].a_first == (r % 2 == 0));
+    REQUIRE(outcome->rounds.size() == 16);
+    std::size_t pairs_b_first = 0;
+    for (std::size_t r = 0; r < 16; ++r) {
       CHECK(outcome->rounds[r].a.median_ms > 0);
       CHECK(outcome->rounds[r].b.median_ms > 0);
       CHECK(outcome->rounds[r].b.samples >= 3);
+      if (r % 2 == 1) {
+        CHECK(outcome->rounds[r].a_first != outcome->rounds[r - 1].a_first);
+        if (!outcome->rounds[r - 1].a_first) ++pairs_b_first;
+      }
     }
+    // Not the fixed A B | B A order: some pairs start with B, some with A.
+    CHECK(pairs_b_first > 0);
+    CHECK(pairs_b_first < 8);
+    // The same seed, the same order.
+    const json again = worker.request({{"id", 3}, {"op", "bench_ab"}, {"job", request.to_json()}});
+    REQUIRE(again["ok"] == true);
+    auto repeated = ktune::AbOutcome::from_json(again["outcome"]);
+    REQUIRE(repeated.ok());
+    REQUIRE(repeated->rounds.size() == 16);
+    for (std::size_t r = 0; r < 16; ++r) CHECK(repeated->rounds[r].a_first == outcome->rounds[r].a_first);
   }
 
   SECTION("a side that fails ends the A/B with its status, side and reason") {
