@@ -137,7 +137,7 @@ std::string summary_text(const tableio::MethodSummary& m) {
   return text + ")";
 }
 
-std::string config_line(const json& config) {
+std::string config_line(const nlohmann::ordered_json& config) {
   std::string out;
   for (auto it = config.begin(); it != config.end(); ++it) {
     out += (out.empty() ? "" : " ") + it.key() + "=" + it.value().dump();
@@ -152,7 +152,7 @@ void print_text(const tableio::RuleDocument& doc, const Built& built, const std:
          << " tuned shapes: " << doc.rule.configs.size() << " configs, " << doc.rule.leaves()
          << " leaves\n";
   for (std::size_t c = 0; c < doc.rule.configs.size(); ++c) {
-    json config = json::object();
+    nlohmann::ordered_json config = nlohmann::ordered_json::object();
     for (std::size_t p = 0; p < doc.rule.params.size(); ++p) config[doc.rule.params[p]] = doc.rule.configs[c][p];
     io.out << "  [" << c << "] " << config_line(config) << '\n';
   }
@@ -174,7 +174,7 @@ void print_text(const tableio::RuleDocument& doc, const Built& built, const std:
         break;
       }
       io.out << "  " << built.loaded.input.shapes[s].text << "  "
-             << config_line(json::parse(built.loaded.config_text(c))) << '\n';
+             << config_line(nlohmann::ordered_json::parse(built.loaded.config_text(c))) << '\n';
     }
   }
   if (!stored.empty()) io.out << "stored as " << stored << '\n';

@@ -202,6 +202,14 @@ ALTER TABLE results ADD COLUMN unlocked TEXT;
 
 Result<void> add_job_winner_v10(DbRef db) { return db.exec("migration to schema v10", k_schema_v10); }
 
+// Schema v11: the candidates a job was given (a tune's `configs`: a JSON array of config
+// objects), so that a resumed job measures the same ones; NULL for the whole space.
+constexpr const char* k_schema_v11 = R"sql(
+ALTER TABLE jobs ADD COLUMN configs TEXT;
+)sql";
+
+Result<void> add_job_configs_v11(DbRef db) { return db.exec("migration to schema v11", k_schema_v11); }
+
 constexpr std::array k_migrations{
     Migration{"create kernels, devices, jobs, results and winners", &create_schema_v1},
     Migration{"add results.registers and results.spill_bytes", &add_result_resources_v2},
@@ -214,6 +222,7 @@ constexpr std::array k_migrations{
     Migration{"add the conditions each result was measured under", &add_result_conditions_v9},
     Migration{"add each job's named winner and results measured without their device lock",
               &add_job_winner_v10},
+    Migration{"add the candidates a job was given", &add_job_configs_v11},
 };
 static_assert(k_migrations.size() == static_cast<std::size_t>(k_schema_version),
               "k_schema_version must equal the number of migrations");

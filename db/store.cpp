@@ -58,7 +58,7 @@ constexpr const char* k_job_columns =
     "id, kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, state, total, "
     "done, failed, error, created_at, started_at, finished_at, seed, queue_ms, compile_ms, "
     "bench_ms, overhead_ms, compile_sum_ms, bench_sum_ms, compiles, remeasure, retry_failed, "
-    "priority, compile_timeout_s, bench_timeout_s, budget_s, best_at, prior, winner_result";
+    "priority, compile_timeout_s, bench_timeout_s, budget_s, best_at, prior, winner_result, configs";
 
 Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) {
   JobRecord job;
@@ -102,6 +102,7 @@ Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) 
   job.search.best_at = row.column_int(31);
   if (!row.column_is_null(32)) job.search.prior = row.column_text(32);
   if (!row.column_is_null(33)) job.winner_result = row.column_int(33);
+  if (!row.column_is_null(34)) job.configs = row.column_text(34);
   return job;
 }
 
@@ -521,9 +522,9 @@ Result<std::int64_t> Store::create_job(const JobRecord& job) {
   auto statement = Statement::prepare(db, op,
       "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, "
       "state, total, done, failed, error, created_at, started_at, finished_at, seed, remeasure, "
-      "retry_failed, priority, compile_timeout_s, bench_timeout_s, budget_s) "
+      "retry_failed, priority, compile_timeout_s, bench_timeout_s, budget_s, configs) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-      "?20, ?21, ?22, ?23)");
+      "?20, ?21, ?22, ?23, ?24)");
   if (!statement) return statement.error();
   statement->bind_text(1, job.kernel);
   statement->bind_text(2, job.source_hash);
@@ -548,6 +549,11 @@ Result<std::int64_t> Store::create_job(const JobRecord& job) {
   statement->bind_optional_double(21, job.options.compile_timeout_s);
   statement->bind_optional_double(22, job.options.bench_timeout_s);
   statement->bind_optional_double(23, job.budget_s);
+  if (job.configs.empty()) {
+    statement->bind_null(24);
+  } else {
+    statement->bind_text(24, job.configs);
+  }
 
   auto tx = Transaction::begin(db, op);
   if (!tx) return tx.error();

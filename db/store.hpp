@@ -33,7 +33,7 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 10;
+inline constexpr int k_schema_version = 11;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
 
 // Where a job's wall time went (ms). While it ran, every moment counts once: bench (the bench
@@ -83,6 +83,10 @@ struct JobRecord {
   // The result the job named its winner when it ended done (set_job_winner; schema v10): what
   // db/job_winner.hpp's job_winner() returns. nullopt before then, and for older jobs.
   std::optional<std::int64_t> winner_result;
+  // The candidates the job was given (the tune request's `configs`, plus the key's winner when
+  // it had one) as a JSON array of config objects, in candidate order; "" = the kernel's whole
+  // space at the shape (schema v11).
+  std::string configs;
 };
 
 struct ResultRecord {
