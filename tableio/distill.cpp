@@ -416,7 +416,7 @@ std::size_t Rule::leaves() const {
       std::count_if(nodes.begin(), nodes.end(), [](const RuleNode& n) { return n.dim < 0; }));
 }
 
-RegretSummary summarize(const std::vector<ShapeChoice>& choices) {
+RegretSummary summarize_regret(const std::vector<ShapeChoice>& choices) {
   RegretSummary summary;
   std::vector<double> regrets;
   for (const ShapeChoice& c : choices) {
@@ -500,9 +500,9 @@ Result<Distilled> distill(const DistillInput& in, const DistillOptions& options)
     out.loso.shapes.push_back(score(m, s, rule_pick));
     out.nearest.shapes.push_back(score(m, s, nearest_pick));
   }
-  out.in_sample.summary = summarize(out.in_sample.shapes);
-  out.loso.summary = summarize(out.loso.shapes);
-  out.nearest.summary = summarize(out.nearest.shapes);
+  out.in_sample.summary = summarize_regret(out.in_sample.shapes);
+  out.loso.summary = summarize_regret(out.loso.shapes);
+  out.nearest.summary = summarize_regret(out.nearest.shapes);
   out.missing = m.missing();
   return out;
 }

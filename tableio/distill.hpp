@@ -130,7 +130,7 @@ struct Distilled {
 [[nodiscard]] Result<Distilled> distill(const DistillInput& input, const DistillOptions& options);
 
 // The summary of per-shape regrets (the ones with a value; the counts from the rest).
-[[nodiscard]] RegretSummary summarize(const std::vector<ShapeChoice>& choices);
+[[nodiscard]] RegretSummary summarize_regret(const std::vector<ShapeChoice>& choices);
 
 // The nearest-shape rule of ktuned's `nearest` rung (daemon/winner_index): the tuned shape at the
 // least Euclidean distance between the logs of the dims, ties to the shape whose text sorts
