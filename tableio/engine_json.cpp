@@ -271,16 +271,16 @@ Result<std::vector<EngineFile>> write_engine_json(const Table& table, const std:
   return files;
 }
 
-bool is_engine_json(const nlohmann::json& document) {
+bool is_engine_json(const ordered_json& document) {
   if (!document.is_object()) return false;
   const auto metadata = document.find("metadata");
   return metadata != document.end() && metadata->is_object() &&
          metadata->value("format", std::string()) == k_engine_format;
 }
 
-Result<Table> read_engine_json(const nlohmann::json& document, std::string_view where) {
+Result<Table> read_engine_json(const ordered_json& document, std::string_view where) {
   if (!is_engine_json(document)) return invalid(where, "not an engine-json file (metadata.format)");
-  const nlohmann::json& meta = document["metadata"];
+  const ordered_json& meta = document["metadata"];
   if (meta.value("schema_version", 0) != k_engine_schema_version) {
     return invalid(where, "metadata.schema_version: expected " + std::to_string(k_engine_schema_version));
   }
@@ -302,7 +302,9 @@ Result<Table> read_engine_json(const nlohmann::json& document, std::string_view 
   }
   const std::string by = meta["by"].get<std::string>();
   base.device_name = meta.value("device", std::string());
-  base.device = meta.contains("device_details") && meta["device_details"].is_object() ? meta["device_details"] : nlohmann::json::object();
+  base.device = meta.contains("device_details") && meta["device_details"].is_object()
+                    ? nlohmann::json(meta["device_details"])
+                    : nlohmann::json::object();
   base.toolchain = meta.value("toolchain", std::string());
   base.host = meta.value("host", std::string());
   const auto dims = meta.find("dims");
@@ -310,7 +312,7 @@ Result<Table> read_engine_json(const nlohmann::json& document, std::string_view 
   if (dims == meta.end() || !dims->is_array() || fixed == meta.end() || !fixed->is_object()) {
     return invalid(where, "metadata.dims (an array) and metadata.fixed (an object) are required");
   }
-  const nlohmann::json entries = meta.value("entries", nlohmann::json::object());
+  const ordered_json entries = meta.value("entries", ordered_json::object());
   for (auto it = document.begin(); it != document.end(); ++it) {
     if (it.key() == "metadata") continue;
     const std::string at = "\"" + it.key() + "\"";
@@ -337,7 +339,7 @@ Result<Table> read_engine_json(const nlohmann::json& document, std::string_view 
       shape += (shape.empty() ? "" : ",") + name + "=" + std::to_string(v);
     }
     row.shape = shape;
-    row.config = ordered_json(*it);
+    row.config = *it;
     const auto entry = entries.find(it.key());
     if (entry == entries.end() || !entry->is_object() || !entry->contains("median_ms") || !(*entry)["median_ms"].is_number()) {
       return invalid(where, "metadata.entries." + it.key() + ".median_ms: expected a number");

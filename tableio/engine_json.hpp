@@ -40,10 +40,11 @@ struct EngineFile {
 
 // Whether `document` is an engine-json file (an object whose metadata.format is
 // k_engine_format).
-[[nodiscard]] bool is_engine_json(const nlohmann::json& document);
+[[nodiscard]] bool is_engine_json(const nlohmann::ordered_json& document);
 // The rows of an engine-json file, one per key, as ktune's table holds them (for `ktune import`).
 // Errors: "invalid_table" naming `where` and the field.
-[[nodiscard]] Result<Table> read_engine_json(const nlohmann::json& document, std::string_view where);
+[[nodiscard]] Result<Table> read_engine_json(const nlohmann::ordered_json& document,
+                                             std::string_view where);
 
 // The device name of a file name: the device's model (CPU "model", CUDA "name" detail), else its
 // stored name, with every character but letters, digits, '_', '-' and '.' as '_'.

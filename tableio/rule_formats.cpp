@@ -102,7 +102,7 @@ Error invalid(std::string_view where, const std::string& what) {
 
 // Reads the regret summary object of a document (the figures it needs back: the counts and the
 // three regrets).
-MethodSummary read_summary(const nlohmann::json& j) {
+MethodSummary read_summary(const ordered_json& j) {
   MethodSummary m;
   if (!j.is_object()) return m;
   auto number = [&](const char* key) {
@@ -243,7 +243,8 @@ ordered_json rule_to_json(const RuleDocument& doc) {
 std::string write_rule_json(const RuleDocument& doc) { return rule_to_json(doc).dump(2) + "\n"; }
 
 Result<RuleDocument> read_rule_json(std::string_view text, std::string_view where) {
-  const auto j = nlohmann::json::parse(text, nullptr, false);
+  // Parsed in document order: configs and winners keep their params' order.
+  const auto j = ordered_json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return invalid(where, "not a JSON object");
   auto string_field = [&](const char* key, std::string& out) -> std::optional<Error> {
     auto it = j.find(key);
@@ -333,9 +334,9 @@ Result<RuleDocument> read_rule_json(std::string_view text, std::string_view wher
   if (auto it = j.find("max_regret"); it != j.end() && it->is_number()) doc.max_regret = it->get<double>();
   if (auto it = j.find("regret_met"); it != j.end() && it->is_boolean()) doc.regret_met = it->get<bool>();
   if (auto regret = j.find("regret"); regret != j.end() && regret->is_object()) {
-    doc.in_sample = read_summary(regret->value("in_sample", nlohmann::json()));
-    doc.loso = read_summary(regret->value("leave_one_shape_out", nlohmann::json()));
-    doc.nearest = read_summary(regret->value("nearest", nlohmann::json()));
+    doc.in_sample = read_summary(regret->value("in_sample", ordered_json()));
+    doc.loso = read_summary(regret->value("leave_one_shape_out", ordered_json()));
+    doc.nearest = read_summary(regret->value("nearest", ordered_json()));
   }
   if (auto shapes = j.find("shapes"); shapes != j.end() && shapes->is_array()) {
     for (const auto& s : *shapes) {
@@ -404,9 +405,14 @@ Result<std::string> write_rule_cpp_header(const RuleDocument& doc, std::string n
   }
   std::string params;
   std::string args;
-  for (const auto& dim : doc.rule.dims) {
-    params += (params.empty() ? "" : ", ") + std::string("std::int64_t ") + dim;
-    args += (args.empty() ? "" : ", ") + dim;
+  for (std::size_t d = 0; d < doc.rule.dims.size(); ++d) {
+    // A dim no split tests is still a parameter (callers pass every dim), marked unused.
+    const bool tested = std::any_of(doc.rule.nodes.begin(), doc.rule.nodes.end(), [&](const RuleNode& n) {
+      return n.dim == static_cast<int>(d);
+    });
+    params += (params.empty() ? "" : ", ") + std::string(tested ? "" : "[[maybe_unused]] ") +
+              "std::int64_t " + doc.rule.dims[d];
+    args += (args.empty() ? "" : ", ") + doc.rule.dims[d];
   }
   out << "\nconstexpr Ranking rank(" << params << ") {\n";
   write_cpp_node(doc, 0, 0, out, leaf_ids);
