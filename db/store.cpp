@@ -1,5 +1,6 @@
 #include "db/store.hpp"
 
+#include "core/device_identity.hpp"
 #include "db/migrations.hpp"
 #include "db/sqlite.hpp"
 
@@ -494,13 +495,18 @@ Result<void> Store::upsert_device(const DeviceInfo& device) {
   if (auto writable = require_writable(op); !writable) return writable;
   const DbRef db{m_db, m_path};
   auto statement = Statement::prepare(db, op,
-      "INSERT INTO devices (fingerprint, name, details, first_seen) VALUES (?1, ?2, ?3, ?4) "
-      "ON CONFLICT (fingerprint) DO UPDATE SET name = excluded.name, details = excluded.details");
+      "INSERT INTO devices (fingerprint, name, details, first_seen, hardware_id, environment) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+      "ON CONFLICT (fingerprint) DO UPDATE SET name = excluded.name, details = excluded.details, "
+      "hardware_id = excluded.hardware_id, environment = excluded.environment");
   if (!statement) return statement.error();
+  const DeviceIdentity identity = split_device_identity(device.details);
   statement->bind_text(1, device.fingerprint);
   statement->bind_text(2, device.name);
   statement->bind_text(3, device.details.is_null() ? std::string("{}") : device.details.dump());
   statement->bind_int(4, now_ms());
+  statement->bind_text(5, identity.hardware_id);
+  statement->bind_text(6, identity.environment.dump());
   auto written = write_one(db, op, *statement);
   if (!written) return written.error();
   return {};
@@ -1056,6 +1062,56 @@ Result<std::vector<DeviceInfo>> Store::list_devices() const {
     out.push_back(std::move(device));
   }
   return out;
+}
+
+Result<std::vector<DeviceEnvironment>> Store::same_hardware(const std::string& fingerprint) const {
+  constexpr std::string_view op = "same_hardware";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "SELECT d.fingerprint, d.name, d.hardware_id, d.environment, d.first_seen FROM devices d "
+      "WHERE d.hardware_id <> '' AND d.hardware_id = "
+      "(SELECT hardware_id FROM devices WHERE fingerprint = ?1) "
+      "ORDER BY d.first_seen DESC, d.fingerprint");
+  if (!statement) return statement.error();
+  statement->bind_text(1, fingerprint);
+  return collect<DeviceEnvironment>(db, op, *statement, [](const Statement& row) {
+    DeviceEnvironment device;
+    device.fingerprint = row.column_text(0);
+    device.name = row.column_text(1);
+    device.hardware_id = row.column_text(2);
+    device.environment = nlohmann::json::parse(row.column_text(3), nullptr, false);
+    if (device.environment.is_discarded()) device.environment = nlohmann::json::object();
+    device.first_seen = row.column_int(4);
+    return device;
+  });
+}
+
+Result<std::vector<StaleWinner>> Store::stale_winners(const std::string& kernel,
+    const std::string& source_hash, const std::string& shape, const std::string& dtype,
+    const std::string& fingerprint) const {
+  constexpr std::string_view op = "stale_winners";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "SELECT w.kernel, w.source_hash, w.shape, w.dtype, w.fingerprint, w.result_id, w.job_id, "
+      "w.config, w.median_ms, w.gflops, w.updated_at, d.environment "
+      "FROM winners w JOIN devices d ON d.fingerprint = w.fingerprint "
+      "WHERE w.kernel = ?1 AND w.shape = ?3 AND w.dtype = ?4 AND d.hardware_id <> '' "
+      "AND d.hardware_id = (SELECT hardware_id FROM devices WHERE fingerprint = ?5) "
+      "AND NOT (w.fingerprint = ?5 AND w.source_hash = ?2) "
+      "ORDER BY w.updated_at DESC, w.fingerprint, w.source_hash");
+  if (!statement) return statement.error();
+  statement->bind_text(1, kernel);
+  statement->bind_text(2, source_hash);
+  statement->bind_text(3, shape);
+  statement->bind_text(4, dtype);
+  statement->bind_text(5, fingerprint);
+  return collect<StaleWinner>(db, op, *statement, [](const Statement& row) {
+    StaleWinner stale;
+    stale.winner = read_winner(row);
+    stale.environment = nlohmann::json::parse(row.column_text(11), nullptr, false);
+    if (stale.environment.is_discarded()) stale.environment = nlohmann::json::object();
+    return stale;
+  });
 }
 
 } // namespace ktune

@@ -33,7 +33,7 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 11;
+inline constexpr int k_schema_version = 12;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
 
 // Where a job's wall time went (ms). While it ran, every moment counts once: bench (the bench
@@ -135,6 +135,21 @@ struct WinnerRecord {
   std::int64_t updated_at = 0;     // unix ms; set by upsert_winner when 0
 };
 
+// A stored device's identity in two halves (schema v12; core/device_identity.hpp).
+struct DeviceEnvironment {
+  std::string fingerprint, name;
+  std::string hardware_id;         // equal for the same hardware under any environment
+  nlohmann::json environment;      // compiler / driver, toolkit / measurement protocol
+  std::int64_t first_seen = 0;
+};
+
+// A winner of the same kernel, shape and dtype on the same hardware, tuned under another
+// environment (another fingerprint of that hardware, or another source of the kernel).
+struct StaleWinner {
+  WinnerRecord winner;
+  nlohmann::json environment;      // the environment of winner.fingerprint
+};
+
 // Whether a store error passes by itself: the database is locked by another process ("db_busy"),
 // the disk is full ("db_full") or failing ("db_io"), or its file is no longer at its path
 // ("db_gone": deleted or replaced; writes wait until it is back). A writer waits these out; other
@@ -225,6 +240,16 @@ public:
   [[nodiscard]] Result<std::optional<DeviceInfo>> get_device(const std::string& fingerprint) const;
   // Every stored device (tuned here or imported), in fingerprint order.
   [[nodiscard]] Result<std::vector<DeviceInfo>> list_devices() const;
+  // The stored devices of `fingerprint`'s hardware, itself included, newest first (first_seen,
+  // then fingerprint); empty when `fingerprint` is not stored.
+  [[nodiscard]] Result<std::vector<DeviceEnvironment>> same_hardware(const std::string& fingerprint) const;
+  // The winners of (kernel, shape, dtype) on `fingerprint`'s hardware under another environment
+  // -- another fingerprint of that hardware, or another source hash -- newest first (updated_at):
+  // what a lookup that has no exact winner can answer as stale. Excludes the exact key
+  // (source_hash, fingerprint); empty when `fingerprint` is not stored.
+  [[nodiscard]] Result<std::vector<StaleWinner>> stale_winners(const std::string& kernel,
+      const std::string& source_hash, const std::string& shape, const std::string& dtype,
+      const std::string& fingerprint) const;
   // Every result measured for a winner key, across jobs, oldest first (e.g. to skip configs that
   // already crashed a worker for this key).
   [[nodiscard]] Result<std::vector<ResultRecord>> results_for_key(const std::string& kernel,

@@ -1,4 +1,5 @@
 #include "db/migrations.hpp"
+#include "db/salvage.hpp"
 #include "db/store.hpp"
 
 #include "tests/support/temp_dir.hpp"
@@ -94,7 +95,8 @@ TEST_CASE("migrating a fresh database creates the current schema once", "[db]") 
   CHECK(connection.columns("kernels") ==
         std::vector<std::string>{"name", "source_hash", "spec_text", "created_at"});
   CHECK(connection.columns("devices") ==
-        std::vector<std::string>{"fingerprint", "name", "details", "first_seen"});
+        std::vector<std::string>{"fingerprint", "name", "details", "first_seen", "hardware_id",
+                                 "environment"});
   CHECK(connection.columns("jobs") ==
         std::vector<std::string>{"id", "kernel", "source_hash", "shape", "dtype", "device",
                                  "fingerprint", "strategy", "budget", "state", "total", "done",
@@ -103,7 +105,7 @@ TEST_CASE("migrating a fresh database creates the current schema once", "[db]") 
                                  "compile_sum_ms", "bench_sum_ms", "compiles", "remeasure",
                                  "retry_failed", "priority", "compile_timeout_s",
                                  "bench_timeout_s", "budget_s", "best_at", "prior",
-                                 "winner_result"});
+                                 "winner_result", "configs"});
   CHECK(connection.columns("results") ==
         std::vector<std::string>{"id", "job_id", "kernel", "source_hash", "shape", "dtype",
                                  "fingerprint", "config", "config_index", "status", "reason",
@@ -364,4 +366,70 @@ TEST_CASE("schema v10 keeps the result a job named its winner; jobs of a v9 data
   CHECK(connection.integer("PRAGMA user_version") == 10);
   CHECK(connection.integer("SELECT winner_result IS NULL FROM jobs") == 1);
   CHECK(connection.integer("SELECT count(*) FROM results WHERE unlocked IS NOT NULL") == 0);
+}
+
+TEST_CASE("schema v11 keeps the candidates a job was given; jobs of a v10 database have none",
+          "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  REQUIRE(all.size() >= 11);
+  CHECK(run(connection, all.subspan(0, 10)) == 10);
+  connection.exec(
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, total, done, failed, error, created_at, started_at, finished_at) VALUES "
+      "('gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'exhaustive', 'done', 1, 1, 0, '', 1, 1, 2)");
+  CHECK(run(connection, all.subspan(0, 11)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 11);
+  CHECK(connection.integer("SELECT count(*) FROM jobs WHERE strategy = 'exhaustive'") == 1);
+  CHECK(connection.integer("SELECT configs IS NULL FROM jobs") == 1);
+}
+
+TEST_CASE("schema v12 splits every stored device into hardware and environment, keeping its rows",
+          "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  REQUIRE(all.size() >= 12);
+  CHECK(run(connection, all.subspan(0, 11)) == 11);
+  // One CPU under two compilers, and a winner tuned under the first.
+  connection.exec(
+      "INSERT INTO devices (fingerprint, name, details, first_seen) VALUES "
+      "('fp-gcc12', 'cpu', '{\"kind\":\"cpu\",\"model\":\"EPYC\",\"cores\":2,\"compiler\":\"g++ 12.2.0\"}', 1), "
+      "('fp-gcc13', 'cpu', '{\"kind\":\"cpu\",\"model\":\"EPYC\",\"cores\":2,\"compiler\":\"g++ 13.1.0\"}', 2), "
+      "('fp-other', 'cpu', '{\"kind\":\"cpu\",\"model\":\"Xeon\",\"cores\":8,\"compiler\":\"g++ 12.2.0\"}', 3)");
+  connection.exec(
+      "INSERT INTO winners (kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, "
+      "config, median_ms, gflops, updated_at) VALUES ('gemm', 'h', 'M=1', 'f32', 'fp-gcc12', 0, 0, "
+      "'{\"BM\":32}', 1.5, 0, 5)");
+  CHECK(run(connection, all.subspan(0, 12)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 12);
+  CHECK(connection.integer("SELECT count(*) FROM devices") == 3);
+  CHECK(connection.integer("SELECT count(*) FROM winners WHERE median_ms = 1.5") == 1);
+  CHECK(connection.integer("SELECT count(*) FROM devices WHERE hardware_id = ''") == 0);
+  CHECK(connection.integer("SELECT count(DISTINCT hardware_id) FROM devices") == 2);
+  CHECK(connection.integer("SELECT count(DISTINCT environment) FROM devices") == 2);
+  CHECK(connection.integer("SELECT count(*) FROM devices WHERE hardware_id = (SELECT hardware_id FROM "
+                           "devices WHERE fingerprint = 'fp-gcc12')") == 2);
+  CHECK(connection.integer("SELECT count(*) FROM devices WHERE environment ->> 'compiler' = 'g++ 13.1.0' "
+                           "AND fingerprint = 'fp-gcc13'") == 1);
+}
+
+TEST_CASE("a database from before schema v12 recovered into a new one gets its devices' identity",
+          "[db]") {
+  test::TempDir dir;
+  {
+    Connection connection(dir.str() + "/old.db");
+    CHECK(run(connection, db::schema_migrations().subspan(0, 11)) == 11);
+    connection.exec(
+        "INSERT INTO devices (fingerprint, name, details, first_seen) VALUES "
+        "('fp-gcc12', 'cpu', '{\"kind\":\"cpu\",\"model\":\"EPYC\",\"compiler\":\"g++ 12.2.0\"}', 1)");
+  }
+  auto recovered = recover_database(dir.str() + "/old.db", dir.str() + "/new.db");
+  INFO((recovered.ok() ? std::string() : recovered.error().message));
+  REQUIRE(recovered.ok());
+  Connection fresh(dir.str() + "/new.db");
+  CHECK(fresh.integer("SELECT count(*) FROM devices WHERE fingerprint = 'fp-gcc12'") == 1);
+  CHECK(fresh.integer("SELECT count(*) FROM devices WHERE hardware_id = ''") == 0);
+  CHECK(fresh.integer("SELECT count(*) FROM devices WHERE environment ->> 'compiler' = 'g++ 12.2.0'") == 1);
 }
