@@ -433,3 +433,35 @@ TEST_CASE("a database from before schema v12 recovered into a new one gets its d
   CHECK(fresh.integer("SELECT count(*) FROM devices WHERE hardware_id = ''") == 0);
   CHECK(fresh.integer("SELECT count(*) FROM devices WHERE environment ->> 'compiler' = 'g++ 12.2.0'") == 1);
 }
+
+TEST_CASE("a v8 database upgraded to the current schema keeps every result, winner, job and device",
+          "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  CHECK(run(connection, all.subspan(0, 8)) == 8);
+  connection.exec(
+      "INSERT INTO devices (fingerprint, name, details, first_seen) VALUES "
+      "('fp', 'cpu', '{\"kind\":\"cpu\",\"model\":\"EPYC\",\"compiler\":\"g++ 12.2.0\"}', 1)");
+  connection.exec(
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, total, done, failed, error, created_at, started_at, finished_at) VALUES "
+      "('gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'exhaustive', 'done', 2, 2, 0, '', 1, 1, 2)");
+  connection.exec(
+      "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
+      "config_index, status, reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, "
+      "gflops, gbps, compile_ms, created_at) VALUES "
+      "(1, 'gemm', 'h', 'M=1', 'f32', 'fp', '{\"BM\":32}', 0, 'ok', '', '', 3, 1, 3, 2, 2, 1, 0, 0, 0, 5), "
+      "(1, 'gemm', 'h', 'M=1', 'f32', 'fp', '{\"BM\":64}', 1, 'ok', '', '', 3, 1, 4, 3, 3, 1, 0, 0, 0, 6)");
+  connection.exec(
+      "INSERT INTO winners (kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, "
+      "config, median_ms, gflops, updated_at) VALUES ('gemm', 'h', 'M=1', 'f32', 'fp', 1, 1, "
+      "'{\"BM\":32}', 2, 0, 7)");
+  CHECK(run(connection, all) == static_cast<int>(all.size()) - 8);
+  CHECK(connection.integer("PRAGMA user_version") == k_schema_version);
+  CHECK(connection.integer("SELECT count(*) FROM results") == 2);
+  CHECK(connection.integer("SELECT count(*) FROM results WHERE median_ms = 3 AND config = '{\"BM\":64}'") == 1);
+  CHECK(connection.integer("SELECT count(*) FROM winners WHERE result_id = 1 AND median_ms = 2") == 1);
+  CHECK(connection.integer("SELECT count(*) FROM jobs WHERE state = 'done' AND total = 2") == 1);
+  CHECK(connection.integer("SELECT count(*) FROM devices WHERE fingerprint = 'fp' AND hardware_id <> ''") == 1);
+}
