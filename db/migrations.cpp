@@ -204,26 +204,46 @@ ALTER TABLE results ADD COLUMN unlocked TEXT;
 
 Result<void> add_job_winner_v10(DbRef db) { return db.exec("migration to schema v10", k_schema_v10); }
 
-// Schema v11: the candidates a job was given (a tune's `configs`: a JSON array of config
-// objects), so that a resumed job measures the same ones; NULL for the whole space.
+// Schema v11: the speed canary's readings (daemon/canary.hpp): two small fixed kernels measured on
+// a device at a sweep's start and end and while long jobs run, so that a comparison with history
+// can tell a machine that moved from a kernel that did.
 constexpr const char* k_schema_v11 = R"sql(
+CREATE TABLE canary_readings (
+  id          INTEGER PRIMARY KEY,
+  fingerprint TEXT    NOT NULL,
+  device      TEXT    NOT NULL,
+  taken_at    INTEGER NOT NULL,
+  compute_ms  REAL    NOT NULL,
+  memory_ms   REAL    NOT NULL,
+  context     TEXT    NOT NULL DEFAULT ''
+);
+CREATE INDEX canary_readings_by_device ON canary_readings (fingerprint, taken_at);
+)sql";
+
+Result<void> add_canary_readings_v11(DbRef db) {
+  return db.exec("migration to schema v11", k_schema_v11);
+}
+
+// Schema v12: the candidates a job was given (a tune's `configs`: a JSON array of config
+// objects), so that a resumed job measures the same ones; NULL for the whole space.
+constexpr const char* k_schema_v12 = R"sql(
 ALTER TABLE jobs ADD COLUMN configs TEXT;
 )sql";
 
-Result<void> add_job_configs_v11(DbRef db) { return db.exec("migration to schema v11", k_schema_v11); }
+Result<void> add_job_configs_v12(DbRef db) { return db.exec("migration to schema v12", k_schema_v12); }
 
-// Schema v12: each device's identity in two halves (core/device_identity.hpp): the hardware id
+// Schema v13: each device's identity in two halves (core/device_identity.hpp): the hardware id
 // (what makes two boards the same) and the environment (compiler, driver, toolkit, measurement
 // protocol), so that a fingerprint tuned under an older environment of the same hardware can be
 // found. Every existing device row is kept and filled from its stored details.
-constexpr const char* k_schema_v12 = R"sql(
+constexpr const char* k_schema_v13 = R"sql(
 ALTER TABLE devices ADD COLUMN hardware_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE devices ADD COLUMN environment TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(environment));
 CREATE INDEX devices_by_hardware ON devices (hardware_id);
 )sql";
 
-Result<void> add_device_identity_v12(DbRef db) {
-  if (auto added = db.exec("migration to schema v12", k_schema_v12); !added) return added;
+Result<void> add_device_identity_v13(DbRef db) {
+  if (auto added = db.exec("migration to schema v13", k_schema_v13); !added) return added;
   return fill_device_identities(db);
 }
 
@@ -239,8 +259,9 @@ constexpr std::array k_migrations{
     Migration{"add the conditions each result was measured under", &add_result_conditions_v9},
     Migration{"add each job's named winner and results measured without their device lock",
               &add_job_winner_v10},
-    Migration{"add the candidates a job was given", &add_job_configs_v11},
-    Migration{"split each device's identity into hardware and environment", &add_device_identity_v12},
+    Migration{"add the speed canary's readings", &add_canary_readings_v11},
+    Migration{"add the candidates a job was given", &add_job_configs_v12},
+    Migration{"split each device's identity into hardware and environment", &add_device_identity_v13},
 };
 static_assert(k_migrations.size() == static_cast<std::size_t>(k_schema_version),
               "k_schema_version must equal the number of migrations");

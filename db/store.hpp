@@ -33,7 +33,7 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 12;
+inline constexpr int k_schema_version = 13;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
 
 // Where a job's wall time went (ms). While it ran, every moment counts once: bench (the bench
@@ -85,7 +85,7 @@ struct JobRecord {
   std::optional<std::int64_t> winner_result;
   // The candidates the job was given (the tune request's `configs`, plus the key's winner when
   // it had one) as a JSON array of config objects, in candidate order; "" = the kernel's whole
-  // space at the shape (schema v11).
+  // space at the shape (schema v12).
   std::string configs;
 };
 
@@ -135,7 +135,18 @@ struct WinnerRecord {
   std::int64_t updated_at = 0;     // unix ms; set by upsert_winner when 0
 };
 
-// A stored device's identity in two halves (schema v12; core/device_identity.hpp).
+// One reading of the speed canary on a device (daemon/canary.hpp; schema v11): the medians of its
+// compute-bound and memory-bound reference kernels, and why it was taken ("sweep start",
+// "periodic", ...).
+struct CanaryReading {
+  std::int64_t id = 0;             // assigned by insert_canary_reading
+  std::string fingerprint, device;
+  std::int64_t taken_at = 0;       // unix ms; set by insert_canary_reading when 0
+  double compute_ms = 0, memory_ms = 0;
+  std::string context;
+};
+
+// A stored device's identity in two halves (schema v13; core/device_identity.hpp).
 struct DeviceEnvironment {
   std::string fingerprint, name;
   std::string hardware_id;         // equal for the same hardware under any environment
@@ -214,6 +225,8 @@ public:
   [[nodiscard]] Result<void> mark_ties(std::int64_t job_id, const std::vector<std::int64_t>& result_ids);
   [[nodiscard]] Result<void> set_job_timing(std::int64_t job_id, const JobTiming& timing);
   [[nodiscard]] Result<void> set_job_search(std::int64_t job_id, const JobSearch& search);
+  // Stores a canary reading; returns its id.
+  [[nodiscard]] Result<std::int64_t> insert_canary_reading(const CanaryReading& reading);
   // Records the result the job named its winner (one of its own rows). Errors: "unknown_job".
   [[nodiscard]] Result<void> set_job_winner(std::int64_t job_id, std::int64_t result_id);
 
@@ -236,6 +249,10 @@ public:
   // The spec text stored for (name, source_hash); a miss is an empty optional.
   [[nodiscard]] Result<std::optional<std::string>> kernel_spec(const std::string& name,
                                                                const std::string& source_hash) const;
+  // The canary readings of a device taken in [from_ms, to_ms], oldest first.
+  [[nodiscard]] Result<std::vector<CanaryReading>> canary_readings(const std::string& fingerprint,
+                                                                   std::int64_t from_ms,
+                                                                   std::int64_t to_ms) const;
   // The device stored under `fingerprint`; a miss is an empty optional.
   [[nodiscard]] Result<std::optional<DeviceInfo>> get_device(const std::string& fingerprint) const;
   // Every stored device (tuned here or imported), in fingerprint order.

@@ -368,30 +368,30 @@ TEST_CASE("schema v10 keeps the result a job named its winner; jobs of a v9 data
   CHECK(connection.integer("SELECT count(*) FROM results WHERE unlocked IS NOT NULL") == 0);
 }
 
-TEST_CASE("schema v11 keeps the candidates a job was given; jobs of a v10 database have none",
-          "[db]") {
-  test::TempDir dir;
-  Connection connection(dir.str() + "/ktune.db");
-  const auto all = db::schema_migrations();
-  REQUIRE(all.size() >= 11);
-  CHECK(run(connection, all.subspan(0, 10)) == 10);
-  connection.exec(
-      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
-      "state, total, done, failed, error, created_at, started_at, finished_at) VALUES "
-      "('gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'exhaustive', 'done', 1, 1, 0, '', 1, 1, 2)");
-  CHECK(run(connection, all.subspan(0, 11)) == 1);
-  CHECK(connection.integer("PRAGMA user_version") == 11);
-  CHECK(connection.integer("SELECT count(*) FROM jobs WHERE strategy = 'exhaustive'") == 1);
-  CHECK(connection.integer("SELECT configs IS NULL FROM jobs") == 1);
-}
-
-TEST_CASE("schema v12 splits every stored device into hardware and environment, keeping its rows",
+TEST_CASE("schema v12 keeps the candidates a job was given; jobs of a v11 database have none",
           "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
   const auto all = db::schema_migrations();
   REQUIRE(all.size() >= 12);
   CHECK(run(connection, all.subspan(0, 11)) == 11);
+  connection.exec(
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, total, done, failed, error, created_at, started_at, finished_at) VALUES "
+      "('gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'exhaustive', 'done', 1, 1, 0, '', 1, 1, 2)");
+  CHECK(run(connection, all.subspan(0, 12)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 12);
+  CHECK(connection.integer("SELECT count(*) FROM jobs WHERE strategy = 'exhaustive'") == 1);
+  CHECK(connection.integer("SELECT configs IS NULL FROM jobs") == 1);
+}
+
+TEST_CASE("schema v13 splits every stored device into hardware and environment, keeping its rows",
+          "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  REQUIRE(all.size() >= 13);
+  CHECK(run(connection, all.subspan(0, 12)) == 12);
   // One CPU under two compilers, and a winner tuned under the first.
   connection.exec(
       "INSERT INTO devices (fingerprint, name, details, first_seen) VALUES "
@@ -402,8 +402,8 @@ TEST_CASE("schema v12 splits every stored device into hardware and environment, 
       "INSERT INTO winners (kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, "
       "config, median_ms, gflops, updated_at) VALUES ('gemm', 'h', 'M=1', 'f32', 'fp-gcc12', 0, 0, "
       "'{\"BM\":32}', 1.5, 0, 5)");
-  CHECK(run(connection, all.subspan(0, 12)) == 1);
-  CHECK(connection.integer("PRAGMA user_version") == 12);
+  CHECK(run(connection, all.subspan(0, 13)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 13);
   CHECK(connection.integer("SELECT count(*) FROM devices") == 3);
   CHECK(connection.integer("SELECT count(*) FROM winners WHERE median_ms = 1.5") == 1);
   CHECK(connection.integer("SELECT count(*) FROM devices WHERE hardware_id = ''") == 0);
@@ -415,12 +415,12 @@ TEST_CASE("schema v12 splits every stored device into hardware and environment, 
                            "AND fingerprint = 'fp-gcc13'") == 1);
 }
 
-TEST_CASE("a database from before schema v12 recovered into a new one gets its devices' identity",
+TEST_CASE("a database from before schema v13 recovered into a new one gets its devices' identity",
           "[db]") {
   test::TempDir dir;
   {
     Connection connection(dir.str() + "/old.db");
-    CHECK(run(connection, db::schema_migrations().subspan(0, 11)) == 11);
+    CHECK(run(connection, db::schema_migrations().subspan(0, 12)) == 12);
     connection.exec(
         "INSERT INTO devices (fingerprint, name, details, first_seen) VALUES "
         "('fp-gcc12', 'cpu', '{\"kind\":\"cpu\",\"model\":\"EPYC\",\"compiler\":\"g++ 12.2.0\"}', 1)");
