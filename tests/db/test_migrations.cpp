@@ -275,7 +275,7 @@ TEST_CASE("schema v5 lets the clients find a kernel's newest job without scannin
   CHECK(details.find("SCAN jobs") == std::string::npos);
 }
 
-TEST_CASE("schema v6 keeps samples of new results; results of a v5 database have none", "[db]") {
+TEST_CASE("schema v6 keeps samples of new results, results of a v5 database have none", "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
   const auto all = db::schema_migrations();
@@ -298,7 +298,7 @@ TEST_CASE("schema v6 keeps samples of new results; results of a v5 database have
   CHECK(connection.integer("SELECT length(samples) FROM results") == 8);
 }
 
-TEST_CASE("schema v7 keeps a job's time budget; jobs of a v6 database have none", "[db]") {
+TEST_CASE("schema v7 keeps a job's time budget, jobs of a v6 database have none", "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
   const auto all = db::schema_migrations();
@@ -313,7 +313,7 @@ TEST_CASE("schema v7 keeps a job's time budget; jobs of a v6 database have none"
   CHECK(connection.integer("SELECT budget_s IS NULL FROM jobs") == 1);
 }
 
-TEST_CASE("schema v8 keeps a job's search record; jobs of a v7 database have none", "[db]") {
+TEST_CASE("schema v8 keeps a job's search record, jobs of a v7 database have none", "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
   const auto all = db::schema_migrations();
@@ -329,7 +329,7 @@ TEST_CASE("schema v8 keeps a job's search record; jobs of a v7 database have non
   CHECK(connection.integer("SELECT prior IS NULL FROM jobs") == 1);
 }
 
-TEST_CASE("schema v9 keeps each result's measurement conditions; results of a v8 database have none",
+TEST_CASE("schema v9 keeps each result's measurement conditions, results of a v8 database have none",
           "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
@@ -351,7 +351,7 @@ TEST_CASE("schema v9 keeps each result's measurement conditions; results of a v8
   CHECK(connection.integer("SELECT count(*) FROM results WHERE median_ms = 2") == 1);
 }
 
-TEST_CASE("schema v10 keeps the result a job named its winner; jobs of a v9 database name none",
+TEST_CASE("schema v10 keeps the result a job named its winner, jobs of a v9 database name none",
           "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
@@ -368,7 +368,7 @@ TEST_CASE("schema v10 keeps the result a job named its winner; jobs of a v9 data
   CHECK(connection.integer("SELECT count(*) FROM results WHERE unlocked IS NOT NULL") == 0);
 }
 
-TEST_CASE("schema v12 keeps the candidates a job was given; jobs of a v11 database have none",
+TEST_CASE("schema v12 keeps the candidates a job was given, jobs of a v11 database have none",
           "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
