@@ -5,6 +5,7 @@
 #include "cli/report_command.hpp"
 #include "cli/top_command.hpp"
 #include "cli/compare_command.hpp"
+#include "cli/distill_command.hpp"
 #include "cli/history_command.hpp"
 #include "cli/repro_command.hpp"
 #include "cli/kernel_commands.hpp"
@@ -1336,6 +1337,8 @@ int run_command(int argc, const char* const* argv, Output& io) {
   add_compare_command(app, compare_command);
   HistoryCommand history_command;
   add_history_command(app, history_command);
+  DistillCommand distill_command;
+  add_distill_command(app, distill_command);
   CacheCommand cache_command;
   add_cache_command(app, cache_command);
   DbCommand db_command;
@@ -1570,6 +1573,7 @@ int run_command(int argc, const char* const* argv, Output& io) {
     if (auto code = run_fleet_commands(fleet_commands, global, io)) return *code;
     if (auto code = run_compare_command(compare_command, global, io)) return *code;
     if (auto code = run_history_command(history_command, global, io)) return *code;
+    if (auto code = run_distill_command(distill_command, global, io)) return *code;
     if (auto code = run_cache_command(cache_command, io)) return *code;
     if (auto code = run_db_command(db_command, io)) return *code;
     if (auto code = run_repro_command(repro_command, global, io)) return *code;

@@ -6,9 +6,12 @@
 #include "core/paths.hpp"
 #include "db/store.hpp"
 #include "replay/file_reader.hpp"
+#include "tableio/engine_json.hpp"
+#include "tableio/rule_formats.hpp"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -52,18 +55,24 @@ void add_table_commands(CLI::App& app, TableCommands& commands) {
   commands.export_cmd->add_option("--kernel", e.kernel, "only this kernel family");
   commands.export_cmd->add_option("--device", e.device,
                                   "only this device: a name (cpu, cuda:0) or a fingerprint prefix");
-  commands.export_cmd->add_option("--format", e.format, "json, csv, cpp-header or t4")
+  commands.export_cmd->add_option("--format", e.format, "json, csv, cpp-header, t4 or engine-json")
       ->required()
-      ->check(CLI::IsMember({"json", "csv", "cpp-header", "t4"}));
-  commands.export_cmd->add_option("-o,--output", e.output, "write to this file (default: stdout)");
+      ->check(CLI::IsMember({"json", "csv", "cpp-header", "t4", "engine-json"}));
+  commands.export_cmd->add_option("-o,--output", e.output,
+                                  "write to this file (default: stdout); engine-json: this directory");
+  commands.export_cmd->add_option("--by", e.by, "engine-json: the dim whose values key each file (e.g. M)");
   commands.export_cmd->add_option("--db", e.db,
                                   "database to read (default: the instance's, as ktuned uses)");
   commands.export_cmd->footer(
       "\nReads the store read-only; ktuned need not run. One row per winner key (kernel, shape,\n"
       "dtype, device fingerprint, source hash) with its config, statistics and provenance.\n"
-      "Formats: docs/export-format.md.\n\nExamples:\n"
+      "Formats: docs/export-format.md. engine-json writes one file per (kernel, other dims,\n"
+      "device) into the directory -o, keyed by the values of --by, as inference engines ship\n"
+      "their tuned configs; between keys, the buckets of the rule `ktune distill` stored.\n\n"
+      "Examples:\n"
       "  ktune export --format json -o winners.json\n"
-      "  ktune export --kernel gemm --device cpu --format cpp-header -o tuned.hpp");
+      "  ktune export --kernel gemm --device cpu --format cpp-header -o tuned.hpp\n"
+      "  ktune export --kernel gemm --format engine-json --by M -o gemm_configs/");
 
   auto& i = commands.import_options;
   commands.import_cmd =
@@ -106,7 +115,77 @@ std::optional<int> run_table_commands(const TableCommands& commands, const Globa
   return std::nullopt;
 }
 
+namespace {
+
+// The rules stored beside the database (ktune distill): every readable one; one that does not
+// parse is named on io.err and left out.
+std::vector<tableio::RuleDocument> stored_rules(const std::string& db, Output& io) {
+  std::vector<tableio::RuleDocument> rules;
+  const std::filesystem::path path(db);
+  const std::filesystem::path dir = path.parent_path() / tableio::rules_dir_name(path.filename().string());
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return rules;
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".json" && entry.is_regular_file(ec)) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    auto text = replay::read_text_file(file.string());
+    auto rule = text ? tableio::read_rule_json(*text, file.string()) : Result<tableio::RuleDocument>(text.error());
+    if (!rule) {
+      io.err << "ktune: skipping the rule " << file.string() << ": " << rule.error().message << '\n';
+      continue;
+    }
+    rules.push_back(std::move(*rule));
+  }
+  return rules;
+}
+
+int export_engine_json(const ExportOptions& options, const std::string& db, const tableio::Table& table,
+                       Output& io) {
+  if (options.by.empty() || options.output.empty()) {
+    return report_error(io, "usage", "--format engine-json needs --by DIM and -o DIRECTORY", k_exit_usage);
+  }
+  tableio::EngineExportOptions engine{options.by, KTUNE_VERSION};
+  auto files = tableio::write_engine_json(table, stored_rules(db, io), engine);
+  if (!files) return report(io, files.error());
+  std::error_code ec;
+  std::filesystem::create_directories(options.output, ec);
+  if (ec) return report_error(io, "io_error", "cannot make the directory " + options.output + ": " + ec.message());
+  for (const auto& file : *files) {
+    const std::string path = (std::filesystem::path(options.output) / file.name).string();
+    if (auto written = write_file_atomic(path, file.text); !written) return report(io, written.error());
+  }
+  if (io.json) {
+    json names = json::array();
+    for (const auto& file : *files) names.push_back(file.name);
+    io.out << json{{"output", options.output}, {"format", "engine-json"}, {"files", names},
+                   {"winners", table.rows.size()}}.dump(2) << '\n';
+  } else {
+    io.err << "exported " << table.rows.size() << " winner(s) as " << files->size() << " file(s) to "
+           << options.output << '\n';
+  }
+  return k_exit_ok;
+}
+
+} // namespace
+
 int export_table(const ExportOptions& options, Output& io) {
+  if (options.format == "engine-json") {
+    const std::string db = options.db.empty() ? resolve_paths(path_env_from_process()).db : options.db;
+    auto store = Store::open(db, OpenMode::read_only);
+    if (!store) return report(io, store.error());
+    auto table = tableio::load_table(*store, {options.kernel, options.device});
+    if (!table) return report(io, table.error());
+    table->exported_at_ms = std::chrono::duration_cast<milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+    return export_engine_json(options, db, *table, io);
+  }
+  if (!options.by.empty()) {
+    return report_error(io, "usage", "--by is an option of --format engine-json", k_exit_usage);
+  }
   const auto format = tableio::parse_format(options.format);
   if (!format) {
     io.err << "ktune: unknown format '" << options.format

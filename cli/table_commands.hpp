@@ -6,6 +6,9 @@
 //       reads the winners from the store, opened READ-ONLY (the instance's database, else --db;
 //       ktuned keeps the only read-write connection), and writes them to FILE (temp file +
 //       rename) or stdout. No daemon needed.
+//   ktune export --format engine-json --by DIM -o DIR [--kernel K] [--device D] [--db PATH]
+//       one file per (kernel, other dims, device) into DIR (tableio/engine_json.hpp), with the
+//       lookup rule between keys from the rules stored beside the database (ktune distill).
 //   ktune import FILE [--policy faster|newer|keep] [--json]
 //                [--kernel K --shape S --dtype D --device NAME --fingerprint FP --source-hash H]
 //       reads FILE (a json export or a T4 results file, plain or gzip, told apart by content) and
@@ -29,8 +32,9 @@ struct ExportOptions {
   std::string kernel;          // "" = every kernel
   std::string device;          // "" = every device; a device name or a fingerprint prefix
   std::string format = "json";
-  std::string output;          // "" = stdout
+  std::string output;          // "" = stdout; engine-json: the directory
   std::string db;              // "" = the instance's database (core/paths.hpp)
+  std::string by;              // engine-json: the dim that keys each file
 };
 
 struct ImportOptions {

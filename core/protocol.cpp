@@ -219,6 +219,36 @@ std::string encode_event(const json& id, std::string_view event, const json& dat
 
 // --- typed requests --------------------------------------------------------------------------
 
+namespace {
+
+// "configs": an array of 1..k_max_tune_configs objects whose values are integers.
+std::optional<Error> read_configs(const json& body, std::vector<json>& target) {
+  const auto it = body.find("configs");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_array() || it->empty() || it->size() > k_max_tune_configs) {
+    return make_error(code::bad_request, "tune: field 'configs' must be an array of 1.." +
+                                             std::to_string(k_max_tune_configs) + " config objects, found " +
+                                             (it->is_array() ? std::to_string(it->size()) + " of them" : json_type(*it)));
+  }
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const json& config = (*it)[i];
+    const std::string at = "tune: configs[" + std::to_string(i) + "]";
+    if (!config.is_object() || config.empty()) {
+      return make_error(code::bad_request, at + " must be an object of params, found " + json_type(config));
+    }
+    for (auto p = config.begin(); p != config.end(); ++p) {
+      if (!p->is_number_integer() || (p->is_number_unsigned() &&
+                                      p->get<std::uint64_t>() > static_cast<std::uint64_t>(k_int64_max))) {
+        return make_error(code::bad_request, at + "." + p.key() + " must be an integer, found " + dump(*p));
+      }
+    }
+    target.push_back(config);
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
 Result<TuneRequest> TuneRequest::from_json(const json& body) {
   const FieldReader r("tune", body);
   TuneRequest request;
@@ -238,6 +268,7 @@ Result<TuneRequest> TuneRequest::from_json(const json& body) {
   if (!error) error = r.integer("priority", priority, -100, 100);
   if (priority) request.priority = *priority;
   if (!error) error = r.boolean("wait", request.wait);
+  if (!error) error = read_configs(body, request.configs);
   if (!error && request.budget && request.budget_fraction) {
     error = make_error(code::bad_request, "tune: give 'budget' or 'budget_fraction', not both");
   }
@@ -255,6 +286,7 @@ json TuneRequest::to_json() const {
   if (remeasure) out["remeasure"] = true;
   if (cold) out["cold"] = true;
   if (priority != 0) out["priority"] = priority;
+  if (!configs.empty()) out["configs"] = configs;
   return out;
 }
 

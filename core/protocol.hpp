@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ktune::protocol {
 
@@ -77,6 +78,9 @@ struct Request {
 // others) are ignored, and a null optional field counts as absent. to_json gives "v" and "op"
 // plus every field (budget only when set), ready for an "id" to be added.
 
+// The most configs one tune request may name (`configs`).
+inline constexpr std::size_t k_max_tune_configs = 10'000;
+
 struct TuneRequest {
   std::string kernel;
   std::string shape;               // "M=256,N=256,K=256"
@@ -91,6 +95,9 @@ struct TuneRequest {
   bool cold = false;               // search without the store's earlier results of the kernel
   std::int64_t priority = 0;       // -100..100: a queued job of higher priority starts first
   bool wait = false;               // stream progress events until the job ends, then reply
+  // The job's candidates, exactly these (docs/protocol.md § tune): 1..k_max_tune_configs objects
+  // of integer params; checked against the kernel by the daemon's planner. Empty: the space.
+  std::vector<nlohmann::json> configs;
   [[nodiscard]] static Result<TuneRequest> from_json(const nlohmann::json& body);
   [[nodiscard]] nlohmann::json to_json() const; // includes "op":"tune"
 };

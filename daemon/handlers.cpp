@@ -269,10 +269,9 @@ Result<nlohmann::json> RequestHandler::submit_tune(PlanRequest request,
   const std::int64_t total = plan->record.total;
   const std::size_t quarantined = plan->quarantined;
   const nlohmann::json prior = prior_summary(plan->prior_sources);
-  // Identical requests share one job; asking to remeasure, or for a cold search, always starts
-  // a new one.
-  if (auto same = plan->record.options.remeasure || plan->cold ? std::nullopt
-                                                 : m_ctx.scheduler.find_same(plan->record)) {
+  // Identical requests share one job; asking to remeasure, for a cold search or for given
+  // configs always starts a new one.
+  if (auto same = plan->joinable() ? m_ctx.scheduler.find_same(plan->record) : std::nullopt) {
     KTUNE_LOG(info) << "tune " << plan->record.kernel << " " << plan->record.shape << " on "
                     << plan->record.device << " joins job " << *same;
     return nlohmann::json{{"job", *same}, {"total", total}, {"state", "queued"},
@@ -394,6 +393,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     plan.seed = req.seed.value_or(0);
     plan.cold = req.cold;
     plan.options = options;
+    plan.given = req.configs;
     big = big || cartesian_size(plan.kernel.spec) > k_inline_enumeration;
     plans.push_back(std::move(plan));
   }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -24,6 +25,50 @@ std::string read_text(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// The given configs among `space` (the admitted configs at `shape`), in the order given, each
+// once. Errors: bad_request naming the first that is not one of them, and why.
+Result<std::vector<Config>> pick_given(const KernelSpec& spec, const std::string& shape,
+                                       const std::vector<Config>& space,
+                                       const std::vector<nlohmann::json>& given) {
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < space.size(); ++i) index.emplace(config_json_text(space[i]), i);
+  std::vector<Config> picked;
+  std::set<std::size_t> seen;
+  for (std::size_t g = 0; g < given.size(); ++g) {
+    const nlohmann::json& object = given[g];
+    const std::string at = "configs[" + std::to_string(g) + "]";
+    Config config;
+    for (const ParamSpec& param : spec.params) {
+      const auto it = object.find(param.name);
+      if (it == object.end() || !it->is_number_integer()) {
+        return make_error(code::bad_request, at + " has no integer value of " + spec.name +
+                                                 "'s param " + param.name);
+      }
+      const auto value = it->get<std::int64_t>();
+      if (std::find(param.values.begin(), param.values.end(), value) == param.values.end()) {
+        return make_error(code::bad_request, at + "." + param.name + " = " + std::to_string(value) +
+                                                 " is not one of the values " + spec.name +
+                                                 " declares for it");
+      }
+      config.emplace_back(param.name, value);
+    }
+    if (object.size() != spec.params.size()) {
+      for (auto it = object.begin(); it != object.end(); ++it) {
+        if (!spec.find_param(it.key())) {
+          return make_error(code::bad_request, at + "." + it.key() + " is not a param of " + spec.name);
+        }
+      }
+    }
+    const auto found = index.find(config_json_text(config));
+    if (found == index.end()) {
+      return make_error(code::bad_request, at + " " + config_to_string(config) + " is not admitted by " +
+                                               spec.name + "'s [space].constraints at " + shape);
+    }
+    if (seen.insert(found->second).second) picked.push_back(space[found->second]);
+  }
+  return picked;
 }
 
 } // namespace
@@ -107,6 +152,29 @@ Result<void> Planner::attach_prior(JobPlan& plan) const {
   return {};
 }
 
+Result<void> Planner::restrict_to_given(const KernelSpec& spec, JobRecord& record,
+                                        std::vector<Config>& configs,
+                                        const std::vector<nlohmann::json>& given) const {
+  auto picked = pick_given(spec, record.shape, configs, given);
+  if (!picked) return picked.error();
+  auto incumbent = m_store.find_winner(record.kernel, record.source_hash, record.shape,
+                                       record.dtype, record.fingerprint);
+  if (!incumbent) return internal_error(incumbent.error());
+  if (*incumbent) {
+    const auto is_incumbent = [&](const Config& c) { return config_json_text(c) == (*incumbent)->config; };
+    const auto in_space = std::find_if(configs.begin(), configs.end(), is_incumbent);
+    if (in_space != configs.end() && std::none_of(picked->begin(), picked->end(), is_incumbent)) {
+      picked->push_back(*in_space);
+    }
+  }
+  configs = std::move(*picked);
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const Config& c : configs) list.push_back(nlohmann::ordered_json::parse(config_json_text(c)));
+  record.strategy = std::string(search::k_given_configs);
+  record.configs = list.dump();
+  return {};
+}
+
 Result<std::vector<Config>> Planner::enumerate(const KernelSpec& spec, const Shape& shape) {
   auto space = ParamSpace::create(spec, shape);
   if (!space) return space.error();
@@ -146,6 +214,13 @@ Result<JobPlan> Planner::plan(PlanRequest request, Result<std::vector<Config>> c
   record.state = JobState::queued;
   record.options = request.options;
 
+  if (!request.given.empty()) {
+    if (request.strategy != "exhaustive") {
+      return make_error(code::bad_request, "tune: 'configs' are measured one by one, each of them "
+                                           "(strategy exhaustive), not searched by " + request.strategy);
+    }
+    if (auto r = restrict_to_given(spec, record, *configs, request.given); !r) return r.error();
+  }
   if (!record.options.retry_failed) {
     auto dropped = drop_quarantined(m_store, record.kernel, record.source_hash,
                                     record.fingerprint, *configs);
@@ -223,6 +298,15 @@ Result<JobPlan> Planner::resume(KernelRegistry& registry, const JobRecord& job) 
   if (!space) return space.error();
   auto configs = space->enumerate();
   if (!configs) return configs.error();
+  if (!job.configs.empty()) {  // given configs: the stored list, in its order
+    const auto list = nlohmann::json::parse(job.configs, nullptr, false);
+    if (!list.is_array()) {
+      return make_error("internal", "job " + std::to_string(job.id) + ": jobs.configs is not a JSON array");
+    }
+    auto picked = pick_given(kernel->spec, job.shape, *configs, list.get<std::vector<nlohmann::json>>());
+    if (!picked) return picked.error();
+    *configs = std::move(*picked);
+  }
   JobPlan plan;
   plan.record = job;
   plan.record.state = JobState::queued;

@@ -21,6 +21,8 @@
 #include "db/store.hpp"
 #include "search/prior.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -58,6 +60,12 @@ struct JobPlan {
   bool cold = false;                  // the request asked for no prior
   search::Prior prior;                // earlier results the strategy starts from (ids: configs)
   std::vector<PriorSourceInfo> prior_sources; // one per source of `prior`, in the same order
+
+  // Whether an identical queued or running job may take this request instead (Scheduler::
+  // find_same): not when it asks to remeasure, for a cold search or for given configs.
+  [[nodiscard]] bool joinable() const {
+    return !record.options.remeasure && !cold && record.configs.empty();
+  }
 };
 
 // What a tune asks for, checked against its kernel (RequestHandler resolves it).
@@ -73,6 +81,11 @@ struct PlanRequest {
   std::int64_t seed = 0;
   bool cold = false;              // search without the store's earlier results
   JobOptions options;
+  // The tune's `configs`: the job's candidates are exactly these, in this order (strategy
+  // exhaustive only), plus the key's winner when it has one and it is not among them (its row
+  // is reused, so that the job's end weighs the key's winner too: given configs replace it only
+  // by measuring faster). Empty: the whole space.
+  std::vector<nlohmann::json> given;
 };
 
 // Statuses that quarantine a config: it crashed, hung or lost its worker.
@@ -123,6 +136,12 @@ private:
   // Fills plan.prior and plan.prior_sources from the store (nothing when the plan is cold or
   // its strategy uses no prior). Errors: db_error.
   [[nodiscard]] Result<void> attach_prior(JobPlan& plan) const;
+  // Restricts `configs` (the space at the record's shape) to the given configs and the key's
+  // winner, and records them as record.configs. Errors: bad_request naming a config that is
+  // not an admitted config of the kernel at the shape; internal.
+  [[nodiscard]] Result<void> restrict_to_given(const KernelSpec& spec, JobRecord& record,
+                                               std::vector<Config>& configs,
+                                               const std::vector<nlohmann::json>& given) const;
 
   Store& m_store;
   std::string m_source_archive;

@@ -1,5 +1,7 @@
 #include "db/migrations.hpp"
 
+#include "core/device_identity.hpp"
+#include "db/sqlite.hpp"
 #include "db/store.hpp"
 
 #include <array>
@@ -222,6 +224,29 @@ Result<void> add_canary_readings_v11(DbRef db) {
   return db.exec("migration to schema v11", k_schema_v11);
 }
 
+// Schema v12: the candidates a job was given (a tune's `configs`: a JSON array of config
+// objects), so that a resumed job measures the same ones; NULL for the whole space.
+constexpr const char* k_schema_v12 = R"sql(
+ALTER TABLE jobs ADD COLUMN configs TEXT;
+)sql";
+
+Result<void> add_job_configs_v12(DbRef db) { return db.exec("migration to schema v12", k_schema_v12); }
+
+// Schema v13: each device's identity in two halves (core/device_identity.hpp): the hardware id
+// (what makes two boards the same) and the environment (compiler, driver, toolkit, measurement
+// protocol), so that a fingerprint tuned under an older environment of the same hardware can be
+// found. Every existing device row is kept and filled from its stored details.
+constexpr const char* k_schema_v13 = R"sql(
+ALTER TABLE devices ADD COLUMN hardware_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE devices ADD COLUMN environment TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(environment));
+CREATE INDEX devices_by_hardware ON devices (hardware_id);
+)sql";
+
+Result<void> add_device_identity_v13(DbRef db) {
+  if (auto added = db.exec("migration to schema v13", k_schema_v13); !added) return added;
+  return fill_device_identities(db);
+}
+
 constexpr std::array k_migrations{
     Migration{"create kernels, devices, jobs, results and winners", &create_schema_v1},
     Migration{"add results.registers and results.spill_bytes", &add_result_resources_v2},
@@ -235,6 +260,8 @@ constexpr std::array k_migrations{
     Migration{"add each job's named winner and results measured without their device lock",
               &add_job_winner_v10},
     Migration{"add the speed canary's readings", &add_canary_readings_v11},
+    Migration{"add the candidates a job was given", &add_job_configs_v12},
+    Migration{"split each device's identity into hardware and environment", &add_device_identity_v13},
 };
 static_assert(k_migrations.size() == static_cast<std::size_t>(k_schema_version),
               "k_schema_version must equal the number of migrations");
@@ -288,6 +315,30 @@ Result<int> run_migrations(DbRef db, std::span<const Migration> migrations) {
   if (auto set = db.exec(op, set_versions.c_str()); !set) return set.error();
   if (auto committed = tx->commit(); !committed) return committed.error();
   return applied;
+}
+
+Result<void> fill_device_identities(DbRef db) {
+  constexpr std::string_view op = "filling device identities";
+  auto read = Statement::prepare(db, op, "SELECT fingerprint, details FROM devices WHERE hardware_id = ''");
+  if (!read) return read.error();
+  std::vector<std::pair<std::string, DeviceIdentity>> rows;
+  for (int rc = read->step(); rc != SQLITE_DONE; rc = read->step()) {
+    if (rc != SQLITE_ROW) return db.error(op);
+    const auto details = nlohmann::json::parse(read->column_text(1), nullptr, false);
+    rows.emplace_back(read->column_text(0),
+                      split_device_identity(details.is_discarded() ? nlohmann::json() : details));
+  }
+  auto write = Statement::prepare(db, op,
+      "UPDATE devices SET hardware_id = ?1, environment = ?2 WHERE fingerprint = ?3");
+  if (!write) return write.error();
+  for (const auto& [fingerprint, identity] : rows) {
+    write->bind_text(1, identity.hardware_id);
+    write->bind_text(2, identity.environment.dump());
+    write->bind_text(3, fingerprint);
+    if (write->step() != SQLITE_DONE) return db.error(op);
+    write->reset();
+  }
+  return {};
 }
 
 } // namespace ktune::db

@@ -29,4 +29,9 @@ struct Migration {
 // read-write and outside a transaction.
 [[nodiscard]] Result<int> run_migrations(DbRef db, std::span<const Migration> migrations);
 
+// Fills the identity halves (hardware_id, environment; schema v13) of every device row that has
+// none, from its stored details: what migration v12 does to earlier rows, and what a recovery
+// into a new database does to rows copied from an older one. Inside the caller's transaction.
+[[nodiscard]] Result<void> fill_device_identities(DbRef db);
+
 } // namespace ktune::db

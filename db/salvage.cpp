@@ -1,5 +1,6 @@
 #include "db/salvage.hpp"
 
+#include "db/migrations.hpp"
 #include "db/sqlite.hpp"
 #include "db/store.hpp"
 
@@ -223,6 +224,8 @@ Result<SalvageReport> recover_database(const std::string& source, const std::str
   }
   SalvageReport report;
   for (const auto& table : tables) report.tables.push_back(salvage_table(from->get(), to->get(), table));
+  // Device rows copied from a database older than schema v13 have no identity halves yet.
+  if (auto filled = db::fill_device_identities(dest); !filled) return filled.error();
   if (auto committed = dest.exec("recover", "COMMIT"); !committed) return committed.error();
   if (auto sound = check(to->get(), destination); !sound) return sound.error();
   return report;

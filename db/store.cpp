@@ -1,5 +1,6 @@
 #include "db/store.hpp"
 
+#include "core/device_identity.hpp"
 #include "db/migrations.hpp"
 #include "db/sqlite.hpp"
 
@@ -58,7 +59,7 @@ constexpr const char* k_job_columns =
     "id, kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, state, total, "
     "done, failed, error, created_at, started_at, finished_at, seed, queue_ms, compile_ms, "
     "bench_ms, overhead_ms, compile_sum_ms, bench_sum_ms, compiles, remeasure, retry_failed, "
-    "priority, compile_timeout_s, bench_timeout_s, budget_s, best_at, prior, winner_result";
+    "priority, compile_timeout_s, bench_timeout_s, budget_s, best_at, prior, winner_result, configs";
 
 Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) {
   JobRecord job;
@@ -102,6 +103,7 @@ Result<JobRecord> read_job(DbRef db, std::string_view op, const Statement& row) 
   job.search.best_at = row.column_int(31);
   if (!row.column_is_null(32)) job.search.prior = row.column_text(32);
   if (!row.column_is_null(33)) job.winner_result = row.column_int(33);
+  if (!row.column_is_null(34)) job.configs = row.column_text(34);
   return job;
 }
 
@@ -493,13 +495,18 @@ Result<void> Store::upsert_device(const DeviceInfo& device) {
   if (auto writable = require_writable(op); !writable) return writable;
   const DbRef db{m_db, m_path};
   auto statement = Statement::prepare(db, op,
-      "INSERT INTO devices (fingerprint, name, details, first_seen) VALUES (?1, ?2, ?3, ?4) "
-      "ON CONFLICT (fingerprint) DO UPDATE SET name = excluded.name, details = excluded.details");
+      "INSERT INTO devices (fingerprint, name, details, first_seen, hardware_id, environment) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+      "ON CONFLICT (fingerprint) DO UPDATE SET name = excluded.name, details = excluded.details, "
+      "hardware_id = excluded.hardware_id, environment = excluded.environment");
   if (!statement) return statement.error();
+  const DeviceIdentity identity = split_device_identity(device.details);
   statement->bind_text(1, device.fingerprint);
   statement->bind_text(2, device.name);
   statement->bind_text(3, device.details.is_null() ? std::string("{}") : device.details.dump());
   statement->bind_int(4, now_ms());
+  statement->bind_text(5, identity.hardware_id);
+  statement->bind_text(6, identity.environment.dump());
   auto written = write_one(db, op, *statement);
   if (!written) return written.error();
   return {};
@@ -521,9 +528,9 @@ Result<std::int64_t> Store::create_job(const JobRecord& job) {
   auto statement = Statement::prepare(db, op,
       "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, budget, "
       "state, total, done, failed, error, created_at, started_at, finished_at, seed, remeasure, "
-      "retry_failed, priority, compile_timeout_s, bench_timeout_s, budget_s) "
+      "retry_failed, priority, compile_timeout_s, bench_timeout_s, budget_s, configs) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-      "?20, ?21, ?22, ?23)");
+      "?20, ?21, ?22, ?23, ?24)");
   if (!statement) return statement.error();
   statement->bind_text(1, job.kernel);
   statement->bind_text(2, job.source_hash);
@@ -548,6 +555,11 @@ Result<std::int64_t> Store::create_job(const JobRecord& job) {
   statement->bind_optional_double(21, job.options.compile_timeout_s);
   statement->bind_optional_double(22, job.options.bench_timeout_s);
   statement->bind_optional_double(23, job.budget_s);
+  if (job.configs.empty()) {
+    statement->bind_null(24);
+  } else {
+    statement->bind_text(24, job.configs);
+  }
 
   auto tx = Transaction::begin(db, op);
   if (!tx) return tx.error();
@@ -1100,6 +1112,56 @@ Result<std::vector<DeviceInfo>> Store::list_devices() const {
     out.push_back(std::move(device));
   }
   return out;
+}
+
+Result<std::vector<DeviceEnvironment>> Store::same_hardware(const std::string& fingerprint) const {
+  constexpr std::string_view op = "same_hardware";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "SELECT d.fingerprint, d.name, d.hardware_id, d.environment, d.first_seen FROM devices d "
+      "WHERE d.hardware_id <> '' AND d.hardware_id = "
+      "(SELECT hardware_id FROM devices WHERE fingerprint = ?1) "
+      "ORDER BY d.first_seen DESC, d.fingerprint");
+  if (!statement) return statement.error();
+  statement->bind_text(1, fingerprint);
+  return collect<DeviceEnvironment>(db, op, *statement, [](const Statement& row) {
+    DeviceEnvironment device;
+    device.fingerprint = row.column_text(0);
+    device.name = row.column_text(1);
+    device.hardware_id = row.column_text(2);
+    device.environment = nlohmann::json::parse(row.column_text(3), nullptr, false);
+    if (device.environment.is_discarded()) device.environment = nlohmann::json::object();
+    device.first_seen = row.column_int(4);
+    return device;
+  });
+}
+
+Result<std::vector<StaleWinner>> Store::stale_winners(const std::string& kernel,
+    const std::string& source_hash, const std::string& shape, const std::string& dtype,
+    const std::string& fingerprint) const {
+  constexpr std::string_view op = "stale_winners";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "SELECT w.kernel, w.source_hash, w.shape, w.dtype, w.fingerprint, w.result_id, w.job_id, "
+      "w.config, w.median_ms, w.gflops, w.updated_at, d.environment "
+      "FROM winners w JOIN devices d ON d.fingerprint = w.fingerprint "
+      "WHERE w.kernel = ?1 AND w.shape = ?3 AND w.dtype = ?4 AND d.hardware_id <> '' "
+      "AND d.hardware_id = (SELECT hardware_id FROM devices WHERE fingerprint = ?5) "
+      "AND NOT (w.fingerprint = ?5 AND w.source_hash = ?2) "
+      "ORDER BY w.updated_at DESC, w.fingerprint, w.source_hash");
+  if (!statement) return statement.error();
+  statement->bind_text(1, kernel);
+  statement->bind_text(2, source_hash);
+  statement->bind_text(3, shape);
+  statement->bind_text(4, dtype);
+  statement->bind_text(5, fingerprint);
+  return collect<StaleWinner>(db, op, *statement, [](const Statement& row) {
+    StaleWinner stale;
+    stale.winner = read_winner(row);
+    stale.environment = nlohmann::json::parse(row.column_text(11), nullptr, false);
+    if (stale.environment.is_discarded()) stale.environment = nlohmann::json::object();
+    return stale;
+  });
 }
 
 } // namespace ktune

@@ -33,7 +33,7 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 11;
+inline constexpr int k_schema_version = 13;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
 
 // Where a job's wall time went (ms). While it ran, every moment counts once: bench (the bench
@@ -83,6 +83,10 @@ struct JobRecord {
   // The result the job named its winner when it ended done (set_job_winner; schema v10): what
   // db/job_winner.hpp's job_winner() returns. nullopt before then, and for older jobs.
   std::optional<std::int64_t> winner_result;
+  // The candidates the job was given (the tune request's `configs`, plus the key's winner when
+  // it had one) as a JSON array of config objects, in candidate order; "" = the kernel's whole
+  // space at the shape (schema v12).
+  std::string configs;
 };
 
 struct ResultRecord {
@@ -140,6 +144,21 @@ struct CanaryReading {
   std::int64_t taken_at = 0;       // unix ms; set by insert_canary_reading when 0
   double compute_ms = 0, memory_ms = 0;
   std::string context;
+};
+
+// A stored device's identity in two halves (schema v13; core/device_identity.hpp).
+struct DeviceEnvironment {
+  std::string fingerprint, name;
+  std::string hardware_id;         // equal for the same hardware under any environment
+  nlohmann::json environment;      // compiler / driver, toolkit / measurement protocol
+  std::int64_t first_seen = 0;
+};
+
+// A winner of the same kernel, shape and dtype on the same hardware, tuned under another
+// environment (another fingerprint of that hardware, or another source of the kernel).
+struct StaleWinner {
+  WinnerRecord winner;
+  nlohmann::json environment;      // the environment of winner.fingerprint
 };
 
 // Whether a store error passes by itself: the database is locked by another process ("db_busy"),
@@ -238,6 +257,16 @@ public:
   [[nodiscard]] Result<std::optional<DeviceInfo>> get_device(const std::string& fingerprint) const;
   // Every stored device (tuned here or imported), in fingerprint order.
   [[nodiscard]] Result<std::vector<DeviceInfo>> list_devices() const;
+  // The stored devices of `fingerprint`'s hardware, itself included, newest first (first_seen,
+  // then fingerprint); empty when `fingerprint` is not stored.
+  [[nodiscard]] Result<std::vector<DeviceEnvironment>> same_hardware(const std::string& fingerprint) const;
+  // The winners of (kernel, shape, dtype) on `fingerprint`'s hardware under another environment
+  // -- another fingerprint of that hardware, or another source hash -- newest first (updated_at):
+  // what a lookup that has no exact winner can answer as stale. Excludes the exact key
+  // (source_hash, fingerprint); empty when `fingerprint` is not stored.
+  [[nodiscard]] Result<std::vector<StaleWinner>> stale_winners(const std::string& kernel,
+      const std::string& source_hash, const std::string& shape, const std::string& dtype,
+      const std::string& fingerprint) const;
   // Every result measured for a winner key, across jobs, oldest first (e.g. to skip configs that
   // already crashed a worker for this key).
   [[nodiscard]] Result<std::vector<ResultRecord>> results_for_key(const std::string& kernel,

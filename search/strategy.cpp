@@ -105,7 +105,7 @@ bool uses_prior(std::string_view name) { return name == "bayes"; }
 
 Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, const SearchSpace& space, std::uint64_t seed,
                                                 const Prior& prior) {
-  if (name == "exhaustive") return make_exhaustive(space, seed);
+  if (name == "exhaustive" || name == k_given_configs) return make_exhaustive(space, seed);
   if (name == "random") return make_random(space, seed);
   if (name == "local") return make_local(space, seed);
   if (name == "annealing") return make_annealing(space, seed);

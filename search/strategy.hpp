@@ -110,8 +110,12 @@ private:
   std::optional<Observation> m_best;
 };
 
-// The names make_strategy() accepts, in the order they are documented.
+// The names a client may ask for, in the order they are documented.
 [[nodiscard]] const std::vector<std::string>& strategy_names();
+
+// The strategy of a job given its candidates (a tune's `configs`: the daemon's planner names it,
+// a client cannot ask for it): every candidate, in the order given, as exhaustive runs them.
+inline constexpr std::string_view k_given_configs = "configs";
 
 // Whether the strategy of this name learns from a prior given to make_strategy().
 [[nodiscard]] bool uses_prior(std::string_view name);
@@ -126,7 +130,8 @@ private:
 // `prior`: earlier results of the kernel (search/prior.hpp); a strategy for which uses_prior()
 // is true learns from it (bayes), the others start from nothing whatever it holds. Only read
 // during the call.
-// Errors (code "unknown_strategy") list the valid names.
+// k_given_configs is exhaustive by another name. Errors (code "unknown_strategy") list the valid
+// names.
 [[nodiscard]] Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, const SearchSpace& space,
                                                               std::uint64_t seed, const Prior& prior = {});
 

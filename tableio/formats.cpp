@@ -1,5 +1,7 @@
 #include "tableio/formats.hpp"
 
+#include "tableio/engine_json.hpp"
+
 #include "core/hash.hpp"
 #include "core/stats.hpp"
 
@@ -677,10 +679,11 @@ Result<Table> read_table(std::string_view text, std::string_view where,
   if (!document) return document.error();
   if (document->is_object() && document->contains("format")) return table_from_json(*document, where);
   if (document->is_object() && document->contains("results")) return t4_from_document(*document, where, defaults);
+  if (is_engine_json(*document)) return read_engine_json(*document, where);
   return make_error("invalid_table",
                     std::string(where) + ": expected a ktune table (\"format\": \"" +
-                        std::string(k_format_name) + "\") or a T4 results file (\"results\"), "
-                        "found " + describe(*document));
+                        std::string(k_format_name) + "\"), a T4 results file (\"results\") or an "
+                        "engine-json file (\"metadata\"), found " + describe(*document));
 }
 
 } // namespace ktune::tableio

@@ -65,7 +65,8 @@ struct T4Defaults {
                                     const T4Defaults& defaults = {});
 
 // Detects the format from the content: a JSON object with "format": "ktune-table" is json, one
-// with a "results" array is t4. Errors name `where` and what was found.
+// with a "results" array is t4, one whose metadata.format is "ktune-engine-json" is an engine
+// table (tableio/engine_json.hpp). Errors name `where` and what was found.
 [[nodiscard]] Result<Table> read_table(std::string_view text, std::string_view where,
                                        const T4Defaults& defaults = {});
 

@@ -1,4 +1,5 @@
 #include "db/migrations.hpp"
+#include "db/salvage.hpp"
 #include "db/store.hpp"
 
 #include "tests/support/temp_dir.hpp"
@@ -94,7 +95,8 @@ TEST_CASE("migrating a fresh database creates the current schema once", "[db]") 
   CHECK(connection.columns("kernels") ==
         std::vector<std::string>{"name", "source_hash", "spec_text", "created_at"});
   CHECK(connection.columns("devices") ==
-        std::vector<std::string>{"fingerprint", "name", "details", "first_seen"});
+        std::vector<std::string>{"fingerprint", "name", "details", "first_seen", "hardware_id",
+                                 "environment"});
   CHECK(connection.columns("jobs") ==
         std::vector<std::string>{"id", "kernel", "source_hash", "shape", "dtype", "device",
                                  "fingerprint", "strategy", "budget", "state", "total", "done",
@@ -103,7 +105,7 @@ TEST_CASE("migrating a fresh database creates the current schema once", "[db]") 
                                  "compile_sum_ms", "bench_sum_ms", "compiles", "remeasure",
                                  "retry_failed", "priority", "compile_timeout_s",
                                  "bench_timeout_s", "budget_s", "best_at", "prior",
-                                 "winner_result"});
+                                 "winner_result", "configs"});
   CHECK(connection.columns("results") ==
         std::vector<std::string>{"id", "job_id", "kernel", "source_hash", "shape", "dtype",
                                  "fingerprint", "config", "config_index", "status", "reason",
@@ -273,7 +275,7 @@ TEST_CASE("schema v5 lets the clients find a kernel's newest job without scannin
   CHECK(details.find("SCAN jobs") == std::string::npos);
 }
 
-TEST_CASE("schema v6 keeps samples of new results; results of a v5 database have none", "[db]") {
+TEST_CASE("schema v6 keeps samples of new results, results of a v5 database have none", "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
   const auto all = db::schema_migrations();
@@ -296,7 +298,7 @@ TEST_CASE("schema v6 keeps samples of new results; results of a v5 database have
   CHECK(connection.integer("SELECT length(samples) FROM results") == 8);
 }
 
-TEST_CASE("schema v7 keeps a job's time budget; jobs of a v6 database have none", "[db]") {
+TEST_CASE("schema v7 keeps a job's time budget, jobs of a v6 database have none", "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
   const auto all = db::schema_migrations();
@@ -311,7 +313,7 @@ TEST_CASE("schema v7 keeps a job's time budget; jobs of a v6 database have none"
   CHECK(connection.integer("SELECT budget_s IS NULL FROM jobs") == 1);
 }
 
-TEST_CASE("schema v8 keeps a job's search record; jobs of a v7 database have none", "[db]") {
+TEST_CASE("schema v8 keeps a job's search record, jobs of a v7 database have none", "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
   const auto all = db::schema_migrations();
@@ -327,7 +329,7 @@ TEST_CASE("schema v8 keeps a job's search record; jobs of a v7 database have non
   CHECK(connection.integer("SELECT prior IS NULL FROM jobs") == 1);
 }
 
-TEST_CASE("schema v9 keeps each result's measurement conditions; results of a v8 database have none",
+TEST_CASE("schema v9 keeps each result's measurement conditions, results of a v8 database have none",
           "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
@@ -349,7 +351,7 @@ TEST_CASE("schema v9 keeps each result's measurement conditions; results of a v8
   CHECK(connection.integer("SELECT count(*) FROM results WHERE median_ms = 2") == 1);
 }
 
-TEST_CASE("schema v10 keeps the result a job named its winner; jobs of a v9 database name none",
+TEST_CASE("schema v10 keeps the result a job named its winner, jobs of a v9 database name none",
           "[db]") {
   test::TempDir dir;
   Connection connection(dir.str() + "/ktune.db");
@@ -364,4 +366,102 @@ TEST_CASE("schema v10 keeps the result a job named its winner; jobs of a v9 data
   CHECK(connection.integer("PRAGMA user_version") == 10);
   CHECK(connection.integer("SELECT winner_result IS NULL FROM jobs") == 1);
   CHECK(connection.integer("SELECT count(*) FROM results WHERE unlocked IS NOT NULL") == 0);
+}
+
+TEST_CASE("schema v12 keeps the candidates a job was given, jobs of a v11 database have none",
+          "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  REQUIRE(all.size() >= 12);
+  CHECK(run(connection, all.subspan(0, 11)) == 11);
+  connection.exec(
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, total, done, failed, error, created_at, started_at, finished_at) VALUES "
+      "('gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'exhaustive', 'done', 1, 1, 0, '', 1, 1, 2)");
+  CHECK(run(connection, all.subspan(0, 12)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 12);
+  CHECK(connection.integer("SELECT count(*) FROM jobs WHERE strategy = 'exhaustive'") == 1);
+  CHECK(connection.integer("SELECT configs IS NULL FROM jobs") == 1);
+}
+
+TEST_CASE("schema v13 splits every stored device into hardware and environment, keeping its rows",
+          "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  REQUIRE(all.size() >= 13);
+  CHECK(run(connection, all.subspan(0, 12)) == 12);
+  // One CPU under two compilers, and a winner tuned under the first.
+  connection.exec(
+      "INSERT INTO devices (fingerprint, name, details, first_seen) VALUES "
+      "('fp-gcc12', 'cpu', '{\"kind\":\"cpu\",\"model\":\"EPYC\",\"cores\":2,\"compiler\":\"g++ 12.2.0\"}', 1), "
+      "('fp-gcc13', 'cpu', '{\"kind\":\"cpu\",\"model\":\"EPYC\",\"cores\":2,\"compiler\":\"g++ 13.1.0\"}', 2), "
+      "('fp-other', 'cpu', '{\"kind\":\"cpu\",\"model\":\"Xeon\",\"cores\":8,\"compiler\":\"g++ 12.2.0\"}', 3)");
+  connection.exec(
+      "INSERT INTO winners (kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, "
+      "config, median_ms, gflops, updated_at) VALUES ('gemm', 'h', 'M=1', 'f32', 'fp-gcc12', 0, 0, "
+      "'{\"BM\":32}', 1.5, 0, 5)");
+  CHECK(run(connection, all.subspan(0, 13)) == 1);
+  CHECK(connection.integer("PRAGMA user_version") == 13);
+  CHECK(connection.integer("SELECT count(*) FROM devices") == 3);
+  CHECK(connection.integer("SELECT count(*) FROM winners WHERE median_ms = 1.5") == 1);
+  CHECK(connection.integer("SELECT count(*) FROM devices WHERE hardware_id = ''") == 0);
+  CHECK(connection.integer("SELECT count(DISTINCT hardware_id) FROM devices") == 2);
+  CHECK(connection.integer("SELECT count(DISTINCT environment) FROM devices") == 2);
+  CHECK(connection.integer("SELECT count(*) FROM devices WHERE hardware_id = (SELECT hardware_id FROM "
+                           "devices WHERE fingerprint = 'fp-gcc12')") == 2);
+  CHECK(connection.integer("SELECT count(*) FROM devices WHERE environment ->> 'compiler' = 'g++ 13.1.0' "
+                           "AND fingerprint = 'fp-gcc13'") == 1);
+}
+
+TEST_CASE("a database from before schema v13 recovered into a new one gets its devices' identity",
+          "[db]") {
+  test::TempDir dir;
+  {
+    Connection connection(dir.str() + "/old.db");
+    CHECK(run(connection, db::schema_migrations().subspan(0, 12)) == 12);
+    connection.exec(
+        "INSERT INTO devices (fingerprint, name, details, first_seen) VALUES "
+        "('fp-gcc12', 'cpu', '{\"kind\":\"cpu\",\"model\":\"EPYC\",\"compiler\":\"g++ 12.2.0\"}', 1)");
+  }
+  auto recovered = recover_database(dir.str() + "/old.db", dir.str() + "/new.db");
+  INFO((recovered.ok() ? std::string() : recovered.error().message));
+  REQUIRE(recovered.ok());
+  Connection fresh(dir.str() + "/new.db");
+  CHECK(fresh.integer("SELECT count(*) FROM devices WHERE fingerprint = 'fp-gcc12'") == 1);
+  CHECK(fresh.integer("SELECT count(*) FROM devices WHERE hardware_id = ''") == 0);
+  CHECK(fresh.integer("SELECT count(*) FROM devices WHERE environment ->> 'compiler' = 'g++ 12.2.0'") == 1);
+}
+
+TEST_CASE("a v8 database upgraded to the current schema keeps every result, winner, job and device",
+          "[db]") {
+  test::TempDir dir;
+  Connection connection(dir.str() + "/ktune.db");
+  const auto all = db::schema_migrations();
+  CHECK(run(connection, all.subspan(0, 8)) == 8);
+  connection.exec(
+      "INSERT INTO devices (fingerprint, name, details, first_seen) VALUES "
+      "('fp', 'cpu', '{\"kind\":\"cpu\",\"model\":\"EPYC\",\"compiler\":\"g++ 12.2.0\"}', 1)");
+  connection.exec(
+      "INSERT INTO jobs (kernel, source_hash, shape, dtype, device, fingerprint, strategy, "
+      "state, total, done, failed, error, created_at, started_at, finished_at) VALUES "
+      "('gemm', 'h', 'M=1', 'f32', 'cpu', 'fp', 'exhaustive', 'done', 2, 2, 0, '', 1, 1, 2)");
+  connection.exec(
+      "INSERT INTO results (job_id, kernel, source_hash, shape, dtype, fingerprint, config, "
+      "config_index, status, reason, log, n, min_ms, max_ms, median_ms, mean_ms, stddev_ms, "
+      "gflops, gbps, compile_ms, created_at) VALUES "
+      "(1, 'gemm', 'h', 'M=1', 'f32', 'fp', '{\"BM\":32}', 0, 'ok', '', '', 3, 1, 3, 2, 2, 1, 0, 0, 0, 5), "
+      "(1, 'gemm', 'h', 'M=1', 'f32', 'fp', '{\"BM\":64}', 1, 'ok', '', '', 3, 1, 4, 3, 3, 1, 0, 0, 0, 6)");
+  connection.exec(
+      "INSERT INTO winners (kernel, source_hash, shape, dtype, fingerprint, result_id, job_id, "
+      "config, median_ms, gflops, updated_at) VALUES ('gemm', 'h', 'M=1', 'f32', 'fp', 1, 1, "
+      "'{\"BM\":32}', 2, 0, 7)");
+  CHECK(run(connection, all) == static_cast<int>(all.size()) - 8);
+  CHECK(connection.integer("PRAGMA user_version") == k_schema_version);
+  CHECK(connection.integer("SELECT count(*) FROM results") == 2);
+  CHECK(connection.integer("SELECT count(*) FROM results WHERE median_ms = 3 AND config = '{\"BM\":64}'") == 1);
+  CHECK(connection.integer("SELECT count(*) FROM winners WHERE result_id = 1 AND median_ms = 2") == 1);
+  CHECK(connection.integer("SELECT count(*) FROM jobs WHERE state = 'done' AND total = 2") == 1);
+  CHECK(connection.integer("SELECT count(*) FROM devices WHERE fingerprint = 'fp' AND hardware_id <> ''") == 1);
 }

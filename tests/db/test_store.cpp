@@ -317,7 +317,19 @@ TEST_CASE("records round-trip with every field", "[db]") {
     CHECK_FALSE(stored->options.retry_failed);
     CHECK(stored->options.priority == 0);
     CHECK_FALSE(stored->options.compile_timeout_s.has_value());
+    CHECK(stored->configs.empty());                  // the whole space
     CHECK_FALSE(must(store.get_job(unbounded.id + 100)).has_value());
+  }
+
+  SECTION("a job of given configs keeps them, in order") {
+    JobRecord job = sample_job();
+    job.strategy = "configs";
+    job.configs = R"([{"BM":64,"BN":32},{"BM":32,"BN":32}])";
+    job.id = must(store.create_job(job));
+    auto stored = must(store.get_job(job.id));
+    REQUIRE(stored.has_value());
+    CHECK(stored->strategy == "configs");
+    CHECK(stored->configs == job.configs);
   }
 
   SECTION("a job's search record: none until set, then kept; an unknown job is an error") {
@@ -619,6 +631,47 @@ TEST_CASE("find_winner hits only the exact key", "[db]") {
   // The cached lookup statement is reusable after hits and misses.
   CHECK(must(store.find_winner(w.kernel, w.source_hash, w.shape, w.dtype, w.fingerprint))
             .has_value());
+}
+
+TEST_CASE("a winner tuned under another environment of the same hardware is found as stale",
+          "[db]") {
+  test::TempDir dir;
+  Store store = open_store(dir.str() + "/ktune.db");
+  auto cpu = [](const std::string& fingerprint, const std::string& model, const std::string& compiler) {
+    return DeviceInfo{"cpu", fingerprint,
+                      {{"kind", "cpu"}, {"model", model}, {"cores", 2}, {"compiler", compiler}}, ""};
+  };
+  must(store.upsert_device(cpu("fp-cpu-1", "EPYC", "g++ 12.2.0")));
+  must(store.upsert_device(cpu("fp-cpu-2", "EPYC", "g++ 13.1.0")));
+  must(store.upsert_device(cpu("fp-xeon", "Xeon", "g++ 12.2.0")));
+  WinnerRecord old = sample_winner();  // tuned under g++ 12 (fp-cpu-1)
+  must(store.upsert_winner(old));
+  WinnerRecord elsewhere = sample_winner();
+  elsewhere.fingerprint = "fp-xeon";
+  must(store.upsert_winner(elsewhere));
+
+  const auto devices = must(store.same_hardware("fp-cpu-2"));
+  REQUIRE(devices.size() == 2);
+  CHECK(devices[0].hardware_id == devices[1].hardware_id);
+  CHECK(must(store.same_hardware("fp-xeon")).size() == 1);
+  CHECK(must(store.same_hardware("fp-none")).empty());
+
+  // Under g++ 13 the key has no winner; g++ 12's is there, with its environment.
+  CHECK_FALSE(must(store.find_winner(old.kernel, old.source_hash, old.shape, old.dtype, "fp-cpu-2")));
+  const auto stale = must(store.stale_winners(old.kernel, old.source_hash, old.shape, old.dtype, "fp-cpu-2"));
+  REQUIRE(stale.size() == 1);
+  check_same(stale[0].winner, old);
+  CHECK(stale[0].environment["compiler"] == "g++ 12.2.0");
+  // The exact key is no stale winner of itself; another source of the kernel is.
+  CHECK(must(store.stale_winners(old.kernel, old.source_hash, old.shape, old.dtype, "fp-cpu-1")).empty());
+  CHECK(must(store.stale_winners(old.kernel, "new-source", old.shape, old.dtype, "fp-cpu-1")).size() == 1);
+  CHECK(must(store.stale_winners(old.kernel, old.source_hash, "K=1,M=1,N=1", old.dtype, "fp-cpu-2")).empty());
+
+  SECTION("an upsert of a device keeps its identity current") {
+    must(store.upsert_device(cpu("fp-cpu-2", "EPYC-v2", "g++ 13.1.0")));
+    CHECK(must(store.same_hardware("fp-cpu-2")).size() == 1);
+    CHECK(must(store.stale_winners(old.kernel, old.source_hash, old.shape, old.dtype, "fp-cpu-2")).empty());
+  }
 }
 
 TEST_CASE("upsert_winner replaces the winner of a key", "[db]") {
