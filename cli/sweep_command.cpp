@@ -122,10 +122,10 @@ Result<Submitted> submit_and_wait(Connection& conn, const std::vector<const swee
       if (job.budget_fraction) request["budget_fraction"] = *job.budget_fraction;
       if (remeasure) request["remeasure"] = true;
       auto reply = call(conn, request, k_request_timeout);
-      if (!reply && reply.error().code == "too_many_jobs") break; // try again as jobs end
+      if (!reply && reply.error().code == ErrorCode::too_many_jobs) break; // try again as jobs end
       ++next;
       if (!reply) {
-        if (reply.error().code == "not_running" || reply.error().code == "io_error") {
+        if (reply.error().code == ErrorCode::not_running || reply.error().code == ErrorCode::io_error) {
           return reply.error();
         }
         io.err << "sweep job #" << job.number + 1 << " " << describe(job) << ": "

@@ -147,7 +147,7 @@ json import_request(const tableio::Table& table, tableio::Policy policy) {
 int import_table_file(const GlobalOptions& global, const ImportOptions& options, Output& io) {
   const auto policy = tableio::parse_policy(options.policy);
   if (!policy) {
-    return report_error(io, "usage", "unknown policy '" + options.policy +
+    return report_error(io, ErrorCode::usage, "unknown policy '" + options.policy +
                                          "' (expected faster, newer or keep)", k_exit_usage);
   }
   auto text = replay::read_text_file(options.file);
@@ -178,7 +178,7 @@ int import_table_file(const GlobalOptions& global, const ImportOptions& options,
     if (bytes + 64 <= limit || part.rows.size() <= 1) {
       if (bytes + 64 > limit) {
         return report_error(
-            io, "message_too_large",
+            io, ErrorCode::message_too_large,
             "a single row of the table makes an import request of " + std::to_string(bytes) +
                 " bytes; ktuned accepts request lines of at most [daemon].max_message_bytes (" +
                 std::to_string(limit) + " bytes here): raise that setting in ktuned's "

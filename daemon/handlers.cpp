@@ -23,7 +23,6 @@
 
 namespace ktune::daemon {
 
-namespace code = protocol::code;
 
 namespace {
 
@@ -122,7 +121,7 @@ const std::vector<BrokenKernel>& RequestHandler::load_kernels() {
 void RequestHandler::handle(const std::shared_ptr<Session>& session, std::string_view line) {
   const auto start = std::chrono::steady_clock::now();
   if (m_stopping) {
-    session->send(protocol::encode_error(protocol::decode_id(line), code::shutting_down,
+    session->send(protocol::encode_error(protocol::decode_id(line), ErrorCode::shutting_down,
                                          "ktuned is shutting down"));
     return;
   }
@@ -175,7 +174,7 @@ Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request, 
     m_ctx.request_stop();
     return nlohmann::json{{"stopping", true}};
   }
-  return make_error(code::unknown_op, "unknown op '" + op +
+  return make_error(ErrorCode::unknown_op, "unknown op '" + op +
                                           "' (expected lookup, tune, job, jobs, cancel, import, "
                                           "kernels, add_kernel_dir, remove_kernel_dir, stats, top, "
                                           "devices, compile_check or shutdown)");
@@ -194,9 +193,9 @@ Result<nlohmann::json> RequestHandler::cancel(const protocol::Request& request) 
   auto job = m_ctx.store.get_job(req->job);
   if (!job) return internal_error(job.error());
   if (!job->has_value()) {
-    return make_error(code::unknown_job, "no job with id " + std::to_string(req->job));
+    return make_error(ErrorCode::unknown_job, "no job with id " + std::to_string(req->job));
   }
-  return make_error(code::bad_request, "job " + std::to_string(req->job) + " is " +
+  return make_error(ErrorCode::bad_request, "job " + std::to_string(req->job) + " is " +
                                            std::string(to_string((*job)->state)) +
                                            ", not queued or running; nothing to cancel");
 }
@@ -207,11 +206,11 @@ Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel
                                                        const std::string& device_name) {
   const bool cuda = is_cuda_device(device_name);
   if (!cuda && device_name != "cpu") {
-    return make_error(code::unknown_device,
+    return make_error(ErrorCode::unknown_device,
                       "unknown device '" + device_name + "' (expected cpu, cuda:N or all)");
   }
   auto kernel = m_registry.find(kernel_name, cuda ? Language::cuda : Language::cpp);
-  if (!kernel && kernel.error().code == code::unknown_kernel) {
+  if (!kernel && kernel.error().code == ErrorCode::unknown_kernel) {
     if (auto other = m_registry.find(kernel_name)) kernel = std::move(other); // rejected below
   }
   if (!kernel) return kernel.error();
@@ -226,18 +225,18 @@ Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel
   const std::string dtype =
       !spec.dtype_axis && requested_dtype == "f32" ? spec.dtypes.front() : requested_dtype;
   if (std::find(spec.dtypes.begin(), spec.dtypes.end(), dtype) == spec.dtypes.end()) {
-    return make_error(code::bad_dtype, "kernel " + spec.name + " does not declare dtype '" +
+    return make_error(ErrorCode::bad_dtype, "kernel " + spec.name + " does not declare dtype '" +
                                            dtype + "' (declared: " + join(spec.dtypes, ", ") + ")");
   }
   if (spec.language != (cuda ? Language::cuda : Language::cpp)) {
-    return make_error(code::no_device, "kernel " + spec.name + " is written in " +
+    return make_error(ErrorCode::no_device, "kernel " + spec.name + " is written in " +
                                            std::string(to_string(spec.language)) +
                                            " and cannot run on device " + device_name +
                                            (cuda ? "" : " (tune it with --device cuda:N)"));
   }
   if (!cuda) {
     if (auto c_type = dtype_c_type(dtype); !c_type) {
-      return make_error(code::bad_dtype,
+      return make_error(ErrorCode::bad_dtype,
                         "dtype '" + dtype + "' cannot run on device cpu: " + c_type.error().message);
     }
   }
@@ -298,11 +297,11 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   if (std::find(strategies.begin(), strategies.end(), req.strategy) == strategies.end()) {
     std::string known;
     for (const auto& name : strategies) known += (known.empty() ? "" : ", ") + name;
-    return fail(make_error(code::bad_request,
+    return fail(make_error(ErrorCode::bad_request,
                            "unknown strategy '" + req.strategy + "' (expected " + known + ")"));
   }
   if (req.budget && *req.budget < 1) {
-    return fail(make_error(code::bad_request,
+    return fail(make_error(ErrorCode::bad_request,
                            "budget must be at least 1, got " + std::to_string(*req.budget)));
   }
   JobOptions options;
@@ -311,7 +310,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   // Lifecycle fields: "retry_failed" (run quarantined configs again) and per-job deadlines.
   if (auto it = request.body.find("retry_failed"); it != request.body.end() && !it->is_null()) {
     if (!it->is_boolean()) {
-      return fail(make_error(code::bad_request, std::string("tune: field 'retry_failed' must be "
+      return fail(make_error(ErrorCode::bad_request, std::string("tune: field 'retry_failed' must be "
                                                             "a boolean, found ") + it->type_name()));
     }
     options.retry_failed = it->get<bool>();
@@ -322,7 +321,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     auto it = request.body.find(deadline_fields[i]);
     if (it == request.body.end() || it->is_null()) continue;
     if (!it->is_number() || !(it->get<double>() > 0)) {
-      return fail(make_error(code::bad_request, std::string("tune: field '") + deadline_fields[i] +
+      return fail(make_error(ErrorCode::bad_request, std::string("tune: field '") + deadline_fields[i] +
                                                     "' must be a positive number of seconds, "
                                                     "found " + it->dump()));
     }
@@ -332,7 +331,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     const double floor = i == 0 ? compile_timeout_floor_s(m_ctx.config.compile_timeout_s)
                                 : m_ctx.config.bench_timeout_min_s;
     if (it->get<double>() < floor) {
-      return fail(make_error(code::bad_request,
+      return fail(make_error(ErrorCode::bad_request,
                              std::string("tune: field '") + deadline_fields[i] + "' is " +
                                  it->dump() + " s, under this ktuned's minimum of " +
                                  nlohmann::json(floor).dump() + " s (" +
@@ -343,7 +342,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     const double limit = i == 0 ? compile_timeout_limit_s(m_ctx.config.compile_timeout_s)
                                 : m_ctx.config.bench_timeout_max_s;
     if (it->get<double>() > limit) {
-      return fail(make_error(code::bad_request,
+      return fail(make_error(ErrorCode::bad_request,
                              std::string("tune: field '") + deadline_fields[i] + "' is " +
                                  it->dump() + " s, over this ktuned's limit of " +
                                  nlohmann::json(limit).dump() + " s ([limits] " +
@@ -364,7 +363,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     }
     if (device_names.empty()) {
       auto known = m_registry.find(req.kernel);
-      return fail(known ? make_error(code::no_device, "kernel " + req.kernel +
+      return fail(known ? make_error(ErrorCode::no_device, "kernel " + req.kernel +
                                                           " has no family for any device of this "
                                                           "machine")
                         : known.error());
@@ -522,7 +521,7 @@ void RequestHandler::import_step(std::shared_ptr<ImportRun> run, ImportDone done
   if (!stored) {
     KTUNE_LOG(warn) << "import stopped after " << run->rows_done() << " rows: "
                     << stored.error().message;
-    done(make_error(code::internal, stored.error().message + " (the rows before this step of " +
+    done(make_error(ErrorCode::internal, stored.error().message + " (the rows before this step of " +
                                         std::to_string(k_import_step_rows) + " are imported)"));
     return;
   }
@@ -553,7 +552,7 @@ void RequestHandler::watch_jobs(const std::shared_ptr<Session>& session,
     for (const std::int64_t job : waiting->ids) {
       auto summary = job_summary(m_ctx.store, job, WithResults::no);
       if (!summary) {
-        s->send(protocol::encode_error(request_id, code::internal, summary.error().message));
+        s->send(protocol::encode_error(request_id, ErrorCode::internal, summary.error().message));
         return;
       }
       summaries.push_back(std::move(*summary));
@@ -585,11 +584,11 @@ void RequestHandler::watch_job(const std::shared_ptr<Session>& session,
     if (!s) return;
     auto summary = job_summary(m_ctx.store, finished, WithResults::no);
     s->send(summary ? protocol::encode_ok(request_id, *summary)
-                    : protocol::encode_error(request_id, code::internal, summary.error().message));
+                    : protocol::encode_error(request_id, ErrorCode::internal, summary.error().message));
   };
   if (!m_ctx.scheduler.watch(job_id, std::move(watcher))) {
     session->send(protocol::encode_error(
-        request.id, code::internal, "job " + std::to_string(job_id) + " vanished before it started"));
+        request.id, ErrorCode::internal, "job " + std::to_string(job_id) + " vanished before it started"));
   }
 }
 
@@ -793,14 +792,14 @@ Result<std::string> RequestHandler::climb(const std::string& kernel_name,
   if (!valid) {
     // The same checks with their messages; a remote device is checked as a local one of its kind.
     auto target = resolve(kernel_name, shape_text, dtype, cpu ? "cpu" : "cuda:0");
-    if (!target && target.error().code != code::no_device) return target.error();
+    if (!target && target.error().code != ErrorCode::no_device) return target.error();
     if (!kernel) {
-      return make_error(code::unknown_kernel,
+      return make_error(ErrorCode::unknown_kernel,
                         "kernel " + clip_quoted(kernel_name) + " has no " +
                             std::string(cpu ? "cpu (cpp)" : "CUDA") + " family to answer device " +
                             device_name + ": " + cached.error().message);
     }
-    return make_error(code::internal, "lookup of " + clip_quoted(kernel_name) + " " + clip_quoted(shape_text) +
+    return make_error(ErrorCode::internal, "lookup of " + clip_quoted(kernel_name) + " " + clip_quoted(shape_text) +
                                           ": the kernel cache disagrees with the registry");
   }
 
@@ -813,7 +812,7 @@ Result<std::string> RequestHandler::climb(const std::string& kernel_name,
     auto queued = this->tune_on_miss(*kernel, canonical, dtype, *device, client);
     if (queued) {
       tune_job = *queued;
-    } else if (queued.error().code == code::too_many_jobs) {
+    } else if (queued.error().code == ErrorCode::too_many_jobs) {
       KTUNE_LOG(debug) << "tune-on-miss for " << kernel->name << " " << canonical << " " << dtype
                        << " not queued: " << queued.error().message;
     } else {
@@ -919,7 +918,7 @@ Result<nlohmann::json> RequestHandler::lookup(const protocol::Request& request, 
   bool tune_on_miss = false;
   if (const auto it = request.body.find("tune_on_miss"); it != request.body.end()) {
     if (!it->is_boolean()) {
-      return make_error(code::bad_request, "lookup: field 'tune_on_miss' must be true or false, "
+      return make_error(ErrorCode::bad_request, "lookup: field 'tune_on_miss' must be true or false, "
                                            "found " + it->dump());
     }
     tune_on_miss = it->get<bool>();
@@ -934,7 +933,7 @@ Result<nlohmann::json> RequestHandler::job(const protocol::Request& request) {
   auto req = protocol::JobRequest::from_json(request.body);
   if (!req) return req.error();
   auto summary = job_summary(m_ctx.store, req->job, WithResults::yes);
-  if (!summary && summary.error().code != code::unknown_job) return internal_error(summary.error());
+  if (!summary && summary.error().code != ErrorCode::unknown_job) return internal_error(summary.error());
   if (summary) mark_stalled(*summary);
   return summary;
 }

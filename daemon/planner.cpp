@@ -14,7 +14,6 @@
 
 namespace ktune::daemon {
 
-namespace code = protocol::code;
 
 namespace {
 
@@ -115,7 +114,7 @@ Result<std::vector<Config>> Planner::enumerate(const KernelSpec& spec, const Sha
   KTUNE_LOG(debug) << "enumerated " << configs->size() << " of " << space->cartesian_size()
                    << " configs of " << spec.name << " in " << log::elapsed_ms(start) << " ms";
   if (configs->empty()) {
-    return make_error(code::empty_space,
+    return make_error(ErrorCode::empty_space,
                       "kernel " + spec.name + " admits no config at " + shape.to_string() +
                           ": all " + std::to_string(space->cartesian_size()) +
                           " combinations are rejected by [space].constraints");
@@ -156,7 +155,7 @@ Result<JobPlan> Planner::plan(PlanRequest request, Result<std::vector<Config>> c
                       << " quarantined config(s) that crashed or hung in earlier jobs";
     }
     if (configs->empty()) {
-      return make_error(code::empty_space,
+      return make_error(ErrorCode::empty_space,
                         "every config of " + spec.name + " at " + record.shape +
                             " crashed or hung in an earlier job on " + record.device + " (" +
                             std::to_string(plan.quarantined) +
@@ -204,7 +203,7 @@ Result<JobPlan> Planner::resume(KernelRegistry& registry, const JobRecord& job) 
   auto kernel = registry.find(job.kernel);
   if (!kernel) return kernel.error();
   if (kernel->source_hash != job.source_hash) {
-    return make_error("source_changed", "kernel " + job.kernel + " changed since the job started "
+    return make_error(ErrorCode::source_changed, "kernel " + job.kernel + " changed since the job started "
                                         "(source hash " + job.source_hash + ", now " +
                                         kernel->source_hash + ")");
   }

@@ -68,7 +68,7 @@ private:
   bool refuse_waiting();
   // Why `peer` may not connect ([access]); nullopt when it may.
   [[nodiscard]] std::optional<std::string> access_refusal(int fd, const PeerCredentials& peer) const;
-  static void send_and_close(int fd, const char* code, const std::string& message);
+  static void send_and_close(int fd, ErrorCode code, const std::string& message);
   void wait_signal();
   void dispatch(const std::shared_ptr<Session>& session, std::string_view line);
   void announce_ready();

@@ -15,6 +15,8 @@
 // A zero duration turns that limit off. A client that shuts down its writing side gets the
 // replies to every request it sent, then the connection is closed. Nothing else closes a
 // connection from this side except a daemon stop.
+#include "core/error_code.hpp"
+
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -73,7 +75,7 @@ private:
   void read_next();
   void on_read(std::size_t n);
   void take_lines();
-  void refuse(const char* code, const std::string& message);
+  void refuse(ErrorCode code, const std::string& message);
   void write_next();
   void close_now();
   void schedule_timer();
