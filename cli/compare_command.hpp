@@ -1,11 +1,16 @@
 #pragma once
-// `ktune compare CURRENT BASELINE [--max-regression 5%] [--alpha 0.01] [--junit FILE] [--json]`
+// `ktune compare CURRENT BASELINE [--max-regression 5%] [--alpha 0.01] [--junit FILE]
+//                                 [--no-confirm] [--strict] [--json]`
 //
 // Compares two exported tables (json or T4, docs/export-format.md) key by key with the one
 // comparison rule (tableio/compare.hpp): a Mann-Whitney U test on the kept samples plus a minimum
-// effect size, the interval rule where a side has no samples. Prints a markdown report
-// (regressions first) or, with --json, one object per key; writes JUnit XML to --junit. Needs no
-// daemon. Exit codes: 0 nothing regressed; 1 a regression; 2 an error (unreadable table, bad option).
+// effect size, the interval rule where a side has no samples. The keys that look changed are
+// then measured as A/Bs by ktuned (cli/ab_confirm.hpp; started when it is not running), whose
+// verdicts decide; --no-confirm keeps the tables' verdicts and needs no daemon. The tables'
+// canary readings (provenance "canary") say how the machine moved. Prints a markdown report
+// (regressions first) or, with --json, one object per key; writes JUnit XML to --junit.
+// Exit codes: 0 nothing regressed; 1 a regression; 2 an error (unreadable table, bad option);
+// 3 (--strict) an ambiguous key and no regression.
 #include "cli/commands.hpp"
 #include "core/result.hpp"
 #include "tableio/compare.hpp"
@@ -21,12 +26,15 @@ namespace ktune::cli {
 // Exit codes of the commands that judge regressions (compare, sweep).
 inline constexpr int k_exit_regression = 1;
 inline constexpr int k_exit_failed = 2;
+inline constexpr int k_exit_ambiguous = 3;  // --strict only: an ambiguous key, no regression
 
 struct CompareCommandOptions {
   std::string current, baseline;
   std::string max_regression = "5%";
   double alpha = 0.01;
   std::string junit;
+  bool no_confirm = false;   // the tables' rule alone, no daemon
+  bool strict = false;       // an ambiguous key is a failure (exit 3)
 };
 
 struct CompareCommand {

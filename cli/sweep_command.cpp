@@ -1,5 +1,6 @@
 #include "cli/sweep_command.hpp"
 
+#include "cli/ab_confirm.hpp"
 #include "cli/autostart.hpp"
 #include "cli/compare_command.hpp"
 #include "cli/daemon_calls.hpp"
@@ -10,6 +11,7 @@
 #include "db/store.hpp"
 #include "replay/file_reader.hpp"
 #include "sweep/sweep_file.hpp"
+#include "tableio/canary.hpp"
 #include "tableio/compare.hpp"
 #include "tableio/formats.hpp"
 #include "tableio/history.hpp"
@@ -167,22 +169,15 @@ Result<Submitted> submit_and_wait(Connection& conn, const std::vector<const swee
   return out;
 }
 
-// --baseline with a table file: the table's rows, by `ktune compare`'s rule.
-Result<tableio::Comparison> compare_with_file(const tableio::Table& table, const std::string& path,
-                                              const tableio::CompareOptions& options) {
-  auto text = replay::read_text_file(path);
-  if (!text) return text.error();
-  auto baseline = tableio::read_table(*text, path);
-  if (!baseline) return baseline.error();
-  return tableio::compare(table, *baseline, options);
-}
-
 // --baseline last-good: each done job of this sweep against the last good runs of its key that
 // finished before the sweep started (tableio::last_good_runs), by the history rule.
+// `baseline_runs` receives, per device fingerprint, the baseline runs the keys were compared with
+// (whose canary readings describe the baseline's machine).
 Result<tableio::Comparison> compare_with_last_good(
     const Store& store, const tableio::Table& table, const std::vector<JobRecord>& jobs,
     const std::map<std::int64_t, std::vector<const sweep::SweepJob*>>& this_sweep,
-    std::int64_t started_at_ms, const tableio::CompareOptions& options) {
+    std::int64_t started_at_ms, const tableio::CompareOptions& options,
+    std::map<std::string, std::vector<tableio::RunPoint>>& baseline_runs) {
   tableio::Comparison out;
   out.options = options;
   for (const JobRecord& job : jobs) {
@@ -197,6 +192,8 @@ Result<tableio::Comparison> compare_with_last_good(
     });
     std::vector<tableio::RunPoint> baseline;
     for (std::size_t i : tableio::last_good_runs(*history, options)) baseline.push_back((*history)[i]);
+    auto& runs = baseline_runs[job.fingerprint];
+    runs.insert(runs.end(), baseline.begin(), baseline.end());
     tableio::TableRow row;
     const tableio::RowKey key{job.kernel, job.shape, job.dtype, job.fingerprint, job.source_hash};
     if (const tableio::TableRow* found = table.find(key)) {
@@ -213,6 +210,67 @@ Result<tableio::Comparison> compare_with_last_good(
   }
   std::sort(out.keys.begin(), out.keys.end(),
             [](const tableio::KeyComparison& a, const tableio::KeyComparison& b) { return a.key < b.key; });
+  return out;
+}
+
+// One canary reading on each of `devices` (daemon/canary.hpp), added to `readings` by
+// fingerprint. A reading that fails is said on io.err and skipped: the canary informs the
+// verdicts, it never fails a sweep.
+void read_canary(Connection& conn, const std::set<std::string>& devices, const std::string& context,
+                 std::map<std::string, std::vector<CanaryReading>>& readings, Output& io) {
+  for (const auto& device : devices) {
+    auto reply = call(conn, {{"op", "canary"}, {"device", device}, {"context", context}},
+                      k_request_timeout);
+    if (!reply) {
+      io.err << "sweep: no canary reading on " << device << " (" << context
+             << "): " << reply.error().code << ": " << reply.error().message << '\n';
+      continue;
+    }
+    CanaryReading r;
+    r.fingerprint = reply->value("fingerprint", std::string());
+    r.device = reply->value("device", device);
+    r.taken_at = reply->value("taken_at_ms", std::int64_t{0});
+    r.compute_ms = reply->value("compute_ms", 0.0);
+    r.memory_ms = reply->value("memory_ms", 0.0);
+    r.context = context;
+    readings[r.fingerprint].push_back(std::move(r));
+  }
+}
+
+// What the canary says of each device of the comparison: this sweep's readings against the
+// baseline's (the store's readings around the baseline runs, or a baseline table's own).
+Result<std::vector<tableio::MachineMove>> machine_moves(
+    const Store& store, const tableio::Comparison& comparison,
+    const std::map<std::string, std::vector<CanaryReading>>& now,
+    const std::map<std::string, std::vector<tableio::RunPoint>>& baseline_runs,
+    const std::vector<CanaryReading>& baseline_table_readings) {
+  std::map<std::string, std::string> devices;  // fingerprint -> name
+  for (const auto& k : comparison.keys) {
+    const auto& row = k.current ? k.current : k.baseline;
+    devices.emplace(k.key.fingerprint, row ? row->device_name : std::string());
+  }
+  std::vector<tableio::MachineMove> out;
+  for (const auto& [fingerprint, name] : devices) {
+    std::vector<CanaryReading> before;
+    if (const auto runs = baseline_runs.find(fingerprint); runs != baseline_runs.end()) {
+      std::set<std::int64_t> seen;
+      for (const auto& run : runs->second) {
+        auto near = tableio::readings_near(store, fingerprint, run.started_at_ms, run.finished_at_ms);
+        if (!near) return near.error();
+        for (auto& r : *near) {
+          if (seen.insert(r.id).second) before.push_back(std::move(r));
+        }
+      }
+    }
+    for (const auto& r : baseline_table_readings) {
+      if (r.fingerprint == fingerprint) before.push_back(r);
+    }
+    const auto current = now.find(fingerprint);
+    out.push_back(tableio::compare_canary(fingerprint, name,
+                                          current == now.end() ? std::vector<CanaryReading>{}
+                                                               : current->second,
+                                          before));
+  }
   return out;
 }
 
@@ -243,6 +301,10 @@ void add_sweep_command(CLI::App& app, SweepCommand& command) {
                   "write JUnit XML here: the comparison with --baseline, else one passing case per key");
   cmd->add_flag("--remeasure", o.remeasure,
                 "measure every config again with fresh samples instead of reusing earlier rows");
+  cmd->add_flag("--no-confirm", o.no_confirm,
+                "with --baseline: judge by history or the table alone, without A/B measurements "
+                "of the keys that look changed");
+  cmd->add_flag("--strict", o.strict, "with --baseline: an ambiguous key fails the sweep (exit 3)");
   cmd->add_flag("--dry-run", o.dry_run, "list the shard's jobs; submit nothing");
   SlurmSubmitOptions& slurm = command.slurm;
   cmd->add_flag("--slurm", slurm.enabled,
@@ -263,18 +325,22 @@ void add_sweep_command(CLI::App& app, SweepCommand& command) {
       "--baseline, compares them key by key. --baseline last-good takes each entry's baseline\n"
       "from the store: the last 5 good runs of its kernel, shape, dtype and device that finished\n"
       "before this sweep started (a run is good unless it regressed against the good runs before\n"
-      "it); the entry regressed when its winner is slower than every one of them, slower than\n"
-      "their median by more than --max-regression, and a Mann-Whitney U test against their pooled\n"
-      "samples agrees (p < 0.01), and a second run of it (measured at once) agrees again;\n"
-      "with fewer than 3 good runs the entry is unknown. With a table, `ktune compare`'s rule:\n"
-      "the rank test on the two sides' samples (p < 0.01) and a slowdown over --max-regression\n"
-      "(a baseline without samples: the 95% intervals of the medians must not overlap).\n"
+      "it); with fewer than 3 good runs the entry is unknown. With a table, `ktune compare`'s rule\n"
+      "(a Mann-Whitney U test on the two sides' samples plus --max-regression). Either rule only\n"
+      "selects: an entry that looks regressed or improved, or whose time moved by more than\n"
+      "--max-regression (also after dividing by the machine's speed canary), is measured again as\n"
+      "an A/B -- the baseline's build (from the compile cache, or rebuilt from the kept source) and\n"
+      "tonight's, interleaved in rounds on the same device -- and that decides: regressed,\n"
+      "improved, same, or ambiguous (the A/B's spread overlaps --max-regression, the old build is\n"
+      "gone, the device is another machine's). Two small reference kernels (the speed canary) are\n"
+      "measured at the sweep's start and end, and the report says when the machine itself moved.\n"
       "Without --remeasure a config measured before for the same key\n"
       "is reused, not run again. Shards split the jobs deterministically, so N machines running\n"
       "1/N .. N/N cover the sweep exactly once; `ktune fleet merge` merges their tables, and\n"
       "--slurm submits them all as a Slurm array job (docs/deploy.md).\n\n"
-      "Exit codes: 0 all done, nothing regressed; 1 a regression; 2 an error (a failed or\n"
-      "rejected job, ktuned unreachable, an unreadable baseline, a bad option).\n\n"
+      "Exit codes: 0 all done, nothing regressed (ambiguous keys included); 1 a regression; 2 an\n"
+      "error (a failed or rejected job, ktuned unreachable, an unreadable baseline, a bad option);\n"
+      "3 with --strict, an ambiguous key and no regression.\n\n"
       "Examples:\n  ktune sweep configs/sweeps/nightly.toml --out table.json\n"
       "  ktune sweep configs/sweeps/nightly.toml --remeasure --baseline last-good --junit sweep.xml\n"
       "  ktune sweep configs/sweeps/nightly.toml --remeasure --baseline tonight-ref.json\n"
@@ -343,9 +409,17 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
                                          std::chrono::system_clock::now().time_since_epoch())
                                          .count();
   std::vector<const sweep::SweepJob*> all_jobs;
-  for (const auto& job : jobs) all_jobs.push_back(&job);
+  std::set<std::string> devices;
+  for (const auto& job : jobs) {
+    all_jobs.push_back(&job);
+    devices.insert(job.device);
+  }
+  // The speed canary at the sweep's start and end: how fast each device was meanwhile.
+  std::map<std::string, std::vector<CanaryReading>> canary;
+  read_canary(*conn, devices, "sweep " + parsed->name + " start", canary, io);
   auto submitted = submit_and_wait(*conn, all_jobs, parsed->priority, options.remeasure, io);
   if (!submitted) return fail(io, submitted.error(), socket);
+  read_canary(*conn, devices, "sweep " + parsed->name + " end", canary, io);
   const auto& by_id = submitted->by_id;
   const int rejected = submitted->rejected;
 
@@ -401,51 +475,60 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
                                              std::chrono::system_clock::now().time_since_epoch())
                                              .count();
   }
+  std::vector<CanaryReading> canary_readings;
+  for (const auto& [fingerprint, list] : canary) {
+    canary_readings.insert(canary_readings.end(), list.begin(), list.end());
+  }
+  if (!canary_readings.empty()) table.provenance["canary"] = tableio::canary_json(canary_readings);
   if (!options.out.empty()) {
     if (auto w = write_file_atomic(options.out, tableio::write_json(table)); !w) return fail(io, w.error(), socket);
     io.err << "wrote " << table.rows.size() << " winners to " << options.out << '\n';
   }
 
-  std::size_t regressions = 0;
+  std::size_t regressions = 0, ambiguous = 0;
   json summary = {{"sweep", parsed->name},
                   {"shard", options.shard},
                   {"jobs", jobs.size()},
                   {"rejected", rejected},
                   {"failed", failed},
-                  {"keys", table.rows.size()}};
+                  {"keys", table.rows.size()},
+                  {"canary", tableio::canary_json(canary_readings)}};
   if (!options.baseline.empty()) {
-    auto compared = options.baseline == k_last_good
-                        ? compare_with_last_good(*store, table, done_jobs, by_id, started_at_ms,
-                                                 {.min_effect = *max_regression})
-                        : compare_with_file(table, options.baseline, {.min_effect = *max_regression});
+    const tableio::CompareOptions compare_options{.min_effect = *max_regression};
+    std::map<std::string, std::vector<tableio::RunPoint>> baseline_runs;
+    std::vector<CanaryReading> baseline_table_canary;
+    Result<tableio::Comparison> compared = make_error(ErrorCode::internal, "no comparison");
+    if (options.baseline == k_last_good) {
+      compared = compare_with_last_good(*store, table, done_jobs, by_id, started_at_ms,
+                                        compare_options, baseline_runs);
+    } else {
+      auto text = replay::read_text_file(options.baseline);
+      if (!text) return fail(io, text.error(), socket);
+      auto baseline = tableio::read_table(*text, options.baseline);
+      if (!baseline) return fail(io, baseline.error(), socket);
+      if (baseline->provenance.contains("canary")) {
+        baseline_table_canary = tableio::canary_from_json(baseline->provenance["canary"]);
+      }
+      compared = tableio::compare(table, *baseline, compare_options);
+    }
     if (!compared) return fail(io, compared.error(), socket);
     tableio::Comparison comparison = std::move(*compared);
-    if (options.baseline == k_last_good && comparison.regressions() > 0) {
-      // A regression must show twice (tableio::confirm): the regressed keys' jobs once more.
-      std::vector<const sweep::SweepJob*> again;
-      for (const JobRecord& r : done_jobs) {
-        const tableio::RowKey key{r.kernel, r.shape, r.dtype, r.fingerprint, r.source_hash};
-        const bool regressed = std::any_of(comparison.keys.begin(), comparison.keys.end(),
-            [&](const tableio::KeyComparison& k) { return k.key == key && k.regressed(); });
-        if (regressed) again.push_back(by_id.at(r.id).front());
-      }
-      io.err << "sweep " << parsed->name << ": " << again.size()
-             << " key(s) look regressed; measuring them once more to confirm\n";
-      auto second = submit_and_wait(*conn, again, parsed->priority, true, io);
-      if (!second) return fail(io, second.error(), socket);
-      std::vector<JobRecord> second_jobs;
-      for (const auto& [id, members] : second->by_id) {
-        auto record = store->get_job(id);
-        if (!record) return fail(io, record.error(), socket);
-        if (record->has_value() && (*record)->state == JobState::done) second_jobs.push_back(**record);
-      }
-      auto judged = compare_with_last_good(*store, table, second_jobs, second->by_id, started_at_ms,
-                                           {.min_effect = *max_regression});
-      if (!judged) return fail(io, judged.error(), socket);
-      comparison = tableio::confirm(comparison, *judged);
+    auto machines = machine_moves(*store, comparison, canary, baseline_runs, baseline_table_canary);
+    if (!machines) return fail(io, machines.error(), socket);
+    comparison.machines = std::move(*machines);
+    tableio::normalize(comparison);
+    if (!options.no_confirm) {
+      // The verdicts come from A/B measurements; history or the table only selects the keys.
+      auto confirmed = confirm_changed(*conn, comparison, io);
+      if (!confirmed) return fail(io, confirmed.error(), socket);
+      summary["confirmed"] = *confirmed;
+    } else {
+      tableio::distrust_moved_machines(comparison);
     }
     regressions = comparison.regressions();
+    ambiguous = comparison.count(tableio::Verdict::ambiguous);
     summary["regressions"] = regressions;
+    summary["ambiguous"] = ambiguous;
     json regressed = json::array();
     for (const auto& key : comparison.keys) {
       if (key.regressed()) regressed.push_back(tableio::to_string(key.key));
@@ -455,7 +538,8 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
     summary["comparison"] = comparison_json(comparison);
     if (!global.json) io.out << tableio::render_markdown(comparison);
     if (!options.junit.empty()) {
-      if (auto w = write_file_atomic(options.junit, tableio::render_junit(comparison, "ktune.sweep." + parsed->name)); !w) {
+      const auto as = options.strict ? tableio::AmbiguousIs::failure : tableio::AmbiguousIs::skipped;
+      if (auto w = write_file_atomic(options.junit, tableio::render_junit(comparison, "ktune.sweep." + parsed->name, as)); !w) {
         return fail(io, w.error(), socket);
       }
     }
@@ -469,8 +553,13 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
   }
   if (global.json) print_json(io, summary);
   if (regressions > 0) io.err << "sweep " << parsed->name << ": " << regressions << " key(s) regressed\n";
+  if (ambiguous > 0) {
+    io.err << "sweep " << parsed->name << ": " << ambiguous << " key(s) ambiguous"
+           << (options.strict ? " (--strict: a failure)" : "") << '\n';
+  }
   if (failed > 0 || rejected > 0) return k_exit_failed;
-  return regressions > 0 ? k_exit_regression : k_exit_ok;
+  if (regressions > 0) return k_exit_regression;
+  return options.strict && ambiguous > 0 ? k_exit_ambiguous : k_exit_ok;
 }
 
 } // namespace ktune::cli

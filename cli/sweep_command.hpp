@@ -1,18 +1,22 @@
 #pragma once
-// `ktune sweep FILE [--shard i/N] [--baseline TABLE] [--max-regression 5%] [--out TABLE]
-//                   [--junit FILE] [--remeasure] [--dry-run]`
+// `ktune sweep FILE [--shard i/N] [--baseline last-good|TABLE] [--max-regression 5%]
+//                   [--out TABLE] [--junit FILE] [--remeasure] [--no-confirm] [--strict]
+//                   [--dry-run]`
 //
 // Submits every job of the sweep file (sweep/sweep_file.hpp) -- or of one shard of it -- to ktuned
 // at the sweep's priority (below interactive tunes), shows one progress bar over all of them with
 // an ETA on stderr, waits, and exports the winners of the sweep's keys as a JSON table
-// (docs/export-format.md) to --out. With --baseline, compares them key by key with the one rule
-// of tableio/compare.hpp (Mann-Whitney U on the samples plus --max-regression as the minimum
-// effect) and prints a markdown summary. --junit is written whenever given: the comparison, or
-// without a baseline one passing case per key. --remeasure asks ktuned to measure every config
-// again (tune's `remeasure`) instead of reusing rows of earlier jobs.
+// (docs/export-format.md) to --out, with the speed canary's readings of the sweep's devices
+// (taken at its start and end) in the table's provenance. With --baseline, compares them key by
+// key with the rules of tableio/compare.hpp (history, or the rank rule against a table), which
+// select the keys to confirm: each is measured again as an A/B by ktuned (cli/ab_confirm.hpp),
+// whose verdict decides (--no-confirm: the rule's verdict stands, ambiguous where the canary
+// says the machine moved). Prints a markdown summary. --junit is written whenever given: the
+// comparison, or without a baseline one passing case per key. --remeasure asks ktuned to
+// measure every config again (tune's `remeasure`) instead of reusing rows of earlier jobs.
 // Exit codes: 0 every job done and nothing regressed; 1 a regression; 2 an error (a failed or
-// rejected job, ktuned unreachable, a bad option or file). --dry-run lists the shard's jobs and
-// submits nothing.
+// rejected job, ktuned unreachable, a bad option or file); 3 (--strict) an ambiguous key and no
+// regression. --dry-run lists the shard's jobs and submits nothing.
 //
 // With --slurm the sweep is not run here: its shards are submitted to Slurm as an array job, each
 // task running `ktune fleet shard` with a private ktuned, and a merge job after them
@@ -37,6 +41,8 @@ struct SweepOptions {
   std::string out;
   std::string junit;
   bool remeasure = false;
+  bool no_confirm = false;   // judge by history or the table alone (no A/B measurements)
+  bool strict = false;       // an ambiguous key is a failure (exit 3)
   bool dry_run = false;
   // When an object: written into the --out table as its provenance, completed with the jobs'
   // counts ("jobs", "failed_jobs", "rejected_jobs"), the devices of its rows and the finish time.

@@ -187,6 +187,8 @@ Result<void> apply_daemon_table(const toml::table& table, const FileReader& read
       KTUNE_CONFIG_SET(config.log_max_mb, reader.number(node, name, 0.0));
     } else if (key == "log_keep") {
       KTUNE_CONFIG_SET(config.log_keep, reader.integer(node, name, 0, 100));
+    } else if (key == "canary_interval_s") {
+      KTUNE_CONFIG_SET(config.canary_interval_s, reader.number(node, name, 0.0));
     } else if (key == "metrics") {
       // A path (it has a '/') is resolved like every path; host:port is checked when it binds.
       const auto* text = node.as_string();
@@ -203,7 +205,8 @@ Result<void> apply_daemon_table(const toml::table& table, const FileReader& read
       return reader.error(name, "unknown key (expected socket, db, cache_dir, kernel_dirs, "
                                 "table_dirs, table_policy, compile_workers, compile_ahead, "
                                 "search_batch, serial, max_message_bytes, idle_s, worker_idle_s, "
-                                "stop_grace_s, log_max_mb, log_keep, lock_dir or metrics)");
+                                "stop_grace_s, log_max_mb, log_keep, lock_dir, metrics or "
+                                "canary_interval_s)");
     }
   }
   return {};

@@ -66,6 +66,9 @@ struct DaemonConfig {
   double log_max_mb = 64;
   int log_keep = 3;
   double stop_grace_s = 10;                // SIGTERM: how long the candidate in flight may finish
+  // The speed canary (daemon/canary.hpp) is read on a device this often while it has work (a
+  // long job); 0 = only when a client asks (a sweep's start and end).
+  double canary_interval_s = 600;
   // Deadlines per candidate, enforced with SIGKILL to the worker's process group.
   double compile_timeout_s = 120;
   double bench_timeout_s = 0;              // 0 = derived from the measurement settings, clamped

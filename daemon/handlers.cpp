@@ -109,6 +109,7 @@ RequestHandler::RequestHandler(HandlerContext context)
       });
     });
   });
+  m_canary.start();
 }
 
 const std::vector<BrokenKernel>& RequestHandler::load_kernels() {
@@ -147,6 +148,10 @@ void RequestHandler::handle(const std::shared_ptr<Session>& session, std::string
   } else if (request->op == "compile_check") {
     start_compile_check(session, *request, m_registry, m_ctx.scheduler, m_ctx.store,
                         m_ctx.config.cache_dir);
+  } else if (request->op == "confirm") {
+    m_ab.confirm(session, *request);
+  } else if (request->op == "canary") {
+    m_canary.request(session, *request);
   } else {
     const auto reply = answer(*request, session->peer().uid);
     session->send(reply ? protocol::encode_ok(request->id, *reply)
@@ -177,7 +182,7 @@ Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request, 
   return make_error(ErrorCode::unknown_op, "unknown op '" + op +
                                           "' (expected lookup, tune, job, jobs, cancel, import, "
                                           "kernels, add_kernel_dir, remove_kernel_dir, stats, top, "
-                                          "devices, compile_check or shutdown)");
+                                          "devices, compile_check, confirm, canary or shutdown)");
 }
 
 Result<nlohmann::json> RequestHandler::cancel(const protocol::Request& request) {

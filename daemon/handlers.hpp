@@ -6,6 +6,8 @@
 #include "jobs/kernel_registry.hpp"
 #include "core/device.hpp"
 #include "core/protocol.hpp"
+#include "daemon/ab_service.hpp"
+#include "daemon/canary.hpp"
 #include "daemon/config.hpp"
 #include "daemon/devices.hpp"
 #include "daemon/job_quota.hpp"
@@ -17,6 +19,7 @@
 #include "daemon/session.hpp"
 #include "daemon/winner_index.hpp"
 #include "db/store.hpp"
+#include "jobs/source_archive.hpp"
 
 #include <boost/asio/thread_pool.hpp>
 
@@ -69,7 +72,10 @@ public:
   [[nodiscard]] const LookupCounters& lookup_counters() const { return m_lookups; }
 
   // From now on every request is answered with shutting_down.
-  void set_stopping() { m_stopping = true; }
+  void set_stopping() {
+    m_stopping = true;
+    m_canary.stop();
+  }
 
   // The reply of an import or its error; called on the io thread.
   using ImportDone = std::function<void(Result<nlohmann::json>)>;
@@ -168,7 +174,11 @@ private:
   bool m_stopping = false;
   WinnerIndex m_index;
   KernelCache m_kernel_cache{m_registry};
-  Planner m_planner{m_ctx.store};
+  Planner m_planner{m_ctx.store, source_archive_dir(m_ctx.config.cache_dir)};
+  // The ops confirm (an A/B of two builds) and canary (the speed canary's reading).
+  AbService m_ab{m_ctx.io, m_ctx.workers, m_ctx.store, m_ctx.devices, m_registry, m_ctx.config};
+  Canary m_canary{m_ctx.io, m_ctx.workers, m_ctx.store, m_ctx.devices, m_ctx.config,
+                  shipped_kernels_dir(executable_dir())};
   LookupCounters m_lookups;
   bool m_tune_on_miss_policy = false;               // KTUNE_TUNE_ON_MISS=1 in ktuned's environment
   // Tune-on-miss keys with a queued or running job, so that a repeated miss skips planning.

@@ -3,6 +3,7 @@
 #include "core/protocol.hpp"
 #include "daemon/log.hpp"
 #include "daemon/replies.hpp"
+#include "jobs/source_archive.hpp"
 #include "search/strategy.hpp"
 
 #include <algorithm>
@@ -188,6 +189,12 @@ Result<void> Planner::commit(JobPlan& plan) const {
                                      read_text(plan.kernel.spec_path));
       !r) {
     return internal_error(r.error());
+  }
+  if (!m_source_archive.empty()) {
+    if (auto kept = archive_kernel(plan.kernel, m_source_archive); !kept) {
+      KTUNE_LOG(warn) << "the sources of " << record.kernel << " (" << record.source_hash
+                      << ") are not kept for later A/B measurements: " << kept.error().message;
+    }
   }
   if (auto r = m_store.upsert_device(plan.device); !r) return internal_error(r.error());
   auto id = m_store.create_job(record);

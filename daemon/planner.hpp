@@ -6,7 +6,8 @@
 //
 //   plan()    request -> JobPlan whose record is not stored yet (id 0): what an identical queued
 //             or running job is compared with before anything is written
-//   commit()  stores the kernel, the device and the job; fills record.id and the reusable rows
+//   commit()  stores the kernel (and keeps a copy of its sources: jobs/source_archive.hpp), the
+//             device and the job; fills record.id and the reusable rows
 //   resume()  a stored job -> JobPlan with the rows it already has
 //
 // The prior: a job whose strategy learns from earlier results (search::uses_prior) is given the
@@ -88,7 +89,10 @@ struct PlanRequest {
 
 class Planner {
 public:
-  explicit Planner(Store& store) : m_store(store) {}
+  // `source_archive`: where commit() keeps each tuned kernel source (jobs/source_archive.hpp);
+  // "" = nowhere.
+  explicit Planner(Store& store, std::string source_archive = {})
+      : m_store(store), m_source_archive(std::move(source_archive)) {}
 
   // The configs `spec` admits at `shape`. Touches no store: safe on any thread, which is where
   // a big space is enumerated (RequestHandler, k_inline_enumeration). Errors: the spec's
@@ -104,7 +108,8 @@ public:
                                      Result<std::vector<Config>> configs) const;
 
   // Stores the kernel, the device and the job (state queued); sets plan.record.id and the rows
-  // the job reuses. Errors: internal.
+  // the job reuses. A copy of the kernel's sources that cannot be kept is logged, never an error
+  // (the job runs; an A/B against it later may have to say its old build is gone). Errors: internal.
   [[nodiscard]] Result<void> commit(JobPlan& plan) const;
 
   // The plan of a stored job that did not finish, with the rows it has. Errors: source_changed
@@ -120,6 +125,7 @@ private:
   [[nodiscard]] Result<void> attach_prior(JobPlan& plan) const;
 
   Store& m_store;
+  std::string m_source_archive;
 };
 
 } // namespace ktune::daemon

@@ -202,6 +202,26 @@ ALTER TABLE results ADD COLUMN unlocked TEXT;
 
 Result<void> add_job_winner_v10(DbRef db) { return db.exec("migration to schema v10", k_schema_v10); }
 
+// Schema v11: the speed canary's readings (daemon/canary.hpp): two small fixed kernels measured on
+// a device at a sweep's start and end and while long jobs run, so that a comparison with history
+// can tell a machine that moved from a kernel that did.
+constexpr const char* k_schema_v11 = R"sql(
+CREATE TABLE canary_readings (
+  id          INTEGER PRIMARY KEY,
+  fingerprint TEXT    NOT NULL,
+  device      TEXT    NOT NULL,
+  taken_at    INTEGER NOT NULL,
+  compute_ms  REAL    NOT NULL,
+  memory_ms   REAL    NOT NULL,
+  context     TEXT    NOT NULL DEFAULT ''
+);
+CREATE INDEX canary_readings_by_device ON canary_readings (fingerprint, taken_at);
+)sql";
+
+Result<void> add_canary_readings_v11(DbRef db) {
+  return db.exec("migration to schema v11", k_schema_v11);
+}
+
 constexpr std::array k_migrations{
     Migration{"create kernels, devices, jobs, results and winners", &create_schema_v1},
     Migration{"add results.registers and results.spill_bytes", &add_result_resources_v2},
@@ -214,6 +234,7 @@ constexpr std::array k_migrations{
     Migration{"add the conditions each result was measured under", &add_result_conditions_v9},
     Migration{"add each job's named winner and results measured without their device lock",
               &add_job_winner_v10},
+    Migration{"add the speed canary's readings", &add_canary_readings_v11},
 };
 static_assert(k_migrations.size() == static_cast<std::size_t>(k_schema_version),
               "k_schema_version must equal the number of migrations");

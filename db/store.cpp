@@ -1011,6 +1011,56 @@ Result<std::optional<std::string>> Store::kernel_spec(const std::string& name,
   return std::optional<std::string>(statement->column_text(0));
 }
 
+Result<std::int64_t> Store::insert_canary_reading(const CanaryReading& reading) {
+  constexpr std::string_view op = "insert_canary_reading";
+  if (auto writable = require_writable(op); !writable) return writable.error();
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "INSERT INTO canary_readings (fingerprint, device, taken_at, compute_ms, memory_ms, context) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+  if (!statement) return statement.error();
+  statement->bind_text(1, reading.fingerprint);
+  statement->bind_text(2, reading.device);
+  statement->bind_int(3, reading.taken_at != 0 ? reading.taken_at : now_ms());
+  statement->bind_double(4, reading.compute_ms);
+  statement->bind_double(5, reading.memory_ms);
+  statement->bind_text(6, reading.context);
+  auto written = write_one(db, op, *statement);
+  if (!written) return written.error();
+  return static_cast<std::int64_t>(sqlite3_last_insert_rowid(m_db));
+}
+
+Result<std::vector<CanaryReading>> Store::canary_readings(const std::string& fingerprint,
+                                                         std::int64_t from_ms,
+                                                         std::int64_t to_ms) const {
+  constexpr std::string_view op = "canary_readings";
+  const DbRef db{m_db, m_path};
+  auto statement = Statement::prepare(db, op,
+      "SELECT id, fingerprint, device, taken_at, compute_ms, memory_ms, context "
+      "FROM canary_readings WHERE fingerprint = ?1 AND taken_at BETWEEN ?2 AND ?3 "
+      "ORDER BY taken_at, id");
+  if (!statement) return statement.error();
+  statement->bind_text(1, fingerprint);
+  statement->bind_int(2, from_ms);
+  statement->bind_int(3, to_ms);
+  std::vector<CanaryReading> out;
+  for (;;) {
+    const int rc = statement->step();
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) return db.error(op);
+    CanaryReading r;
+    r.id = statement->column_int(0);
+    r.fingerprint = statement->column_text(1);
+    r.device = statement->column_text(2);
+    r.taken_at = statement->column_int(3);
+    r.compute_ms = statement->column_double(4);
+    r.memory_ms = statement->column_double(5);
+    r.context = statement->column_text(6);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 Result<std::optional<DeviceInfo>> Store::get_device(const std::string& fingerprint) const {
   constexpr std::string_view op = "get_device";
   const DbRef db{m_db, m_path};

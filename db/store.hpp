@@ -33,7 +33,7 @@ enum class JobState { queued, running, done, failed, cancelled, interrupted };
 [[nodiscard]] std::string_view to_string(JobState state);
 [[nodiscard]] std::optional<JobState> parse_job_state(std::string_view text);
 
-inline constexpr int k_schema_version = 10;
+inline constexpr int k_schema_version = 11;
 inline constexpr std::int32_t k_application_id = 0x6b74756e; // "ktun"
 
 // Where a job's wall time went (ms). While it ran, every moment counts once: bench (the bench
@@ -131,6 +131,17 @@ struct WinnerRecord {
   std::int64_t updated_at = 0;     // unix ms; set by upsert_winner when 0
 };
 
+// One reading of the speed canary on a device (daemon/canary.hpp; schema v11): the medians of its
+// compute-bound and memory-bound reference kernels, and why it was taken ("sweep start",
+// "periodic", ...).
+struct CanaryReading {
+  std::int64_t id = 0;             // assigned by insert_canary_reading
+  std::string fingerprint, device;
+  std::int64_t taken_at = 0;       // unix ms; set by insert_canary_reading when 0
+  double compute_ms = 0, memory_ms = 0;
+  std::string context;
+};
+
 // Whether a store error passes by itself: the database is locked by another process ("db_busy"),
 // the disk is full ("db_full") or failing ("db_io"), or its file is no longer at its path
 // ("db_gone": deleted or replaced; writes wait until it is back). A writer waits these out; other
@@ -195,6 +206,8 @@ public:
   [[nodiscard]] Result<void> mark_ties(std::int64_t job_id, const std::vector<std::int64_t>& result_ids);
   [[nodiscard]] Result<void> set_job_timing(std::int64_t job_id, const JobTiming& timing);
   [[nodiscard]] Result<void> set_job_search(std::int64_t job_id, const JobSearch& search);
+  // Stores a canary reading; returns its id.
+  [[nodiscard]] Result<std::int64_t> insert_canary_reading(const CanaryReading& reading);
   // Records the result the job named its winner (one of its own rows). Errors: "unknown_job".
   [[nodiscard]] Result<void> set_job_winner(std::int64_t job_id, std::int64_t result_id);
 
@@ -217,6 +230,10 @@ public:
   // The spec text stored for (name, source_hash); a miss is an empty optional.
   [[nodiscard]] Result<std::optional<std::string>> kernel_spec(const std::string& name,
                                                                const std::string& source_hash) const;
+  // The canary readings of a device taken in [from_ms, to_ms], oldest first.
+  [[nodiscard]] Result<std::vector<CanaryReading>> canary_readings(const std::string& fingerprint,
+                                                                   std::int64_t from_ms,
+                                                                   std::int64_t to_ms) const;
   // The device stored under `fingerprint`; a miss is an empty optional.
   [[nodiscard]] Result<std::optional<DeviceInfo>> get_device(const std::string& fingerprint) const;
   // Every stored device (tuned here or imported), in fingerprint order.

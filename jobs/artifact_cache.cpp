@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
+#include <cctype>
 #include <filesystem>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -232,6 +233,14 @@ Result<CacheScan> scan_cache(const std::string& cache_dir) {
   const auto now = static_cast<std::int64_t>(::time(nullptr));
   for (const auto& sub : top) {
     if (!sub.is_directory(ec) || sub.is_symlink(ec)) continue;
+    // Artifacts live in the shard directories named by their key's first two hex digits; other
+    // directories under the cache (the source archive, jobs/source_archive.hpp) are not the
+    // compile cache's.
+    const std::string shard = sub.path().filename().string();
+    if (shard.size() != 2 || !std::isxdigit(static_cast<unsigned char>(shard[0])) ||
+        !std::isxdigit(static_cast<unsigned char>(shard[1]))) {
+      continue;
+    }
     for (const auto& file : fs::directory_iterator(sub.path(), ec)) {
       const std::string path = file.path().string();
       const std::string name = file.path().filename().string();

@@ -170,7 +170,8 @@ struct Boundary {
 // kernel reads nothing but its own directory, or its kernel directory.
 Result<void> hash_includes(Hasher& hasher, const fs::path& spec_file, const fs::path& family_dir,
                            const Boundary& boundary, const fs::path& file,
-                           const std::string& text, std::set<fs::path>& seen, Reading& reading) {
+                           const std::string& text, std::set<fs::path>& seen, Reading& reading,
+                           std::vector<std::string>& files) {
   for (const auto& name : quoted_includes(text)) {
     std::error_code ec;
     fs::path found;
@@ -205,7 +206,9 @@ Result<void> hash_includes(Hasher& hasher, const fs::path& spec_file, const fs::
     }
     if (auto r = confined_angle_includes(spec_file, found, header); !r) return r;
     hasher.update(found.lexically_relative(family_dir).string()).update(header);
-    if (auto r = hash_includes(hasher, spec_file, family_dir, boundary, found, header, seen, reading);
+    files.push_back(found.string());
+    if (auto r = hash_includes(hasher, spec_file, family_dir, boundary, found, header, seen, reading,
+                               files);
         !r) {
       return r;
     }
@@ -276,8 +279,11 @@ Result<void> load_reference(KernelSpec& spec, LoadedKernel& kernel, const Bounda
   }
   if (auto r = confined_angle_includes(spec_file, source, text); !r) return r;
   hasher.update("reference").update(text);
+  kernel.files.push_back(source.string());
   if (seen.insert(real).second) {
-    if (auto r = hash_includes(hasher, spec_file, dir, boundary, source, text, seen, reading); !r) {
+    if (auto r = hash_includes(hasher, spec_file, dir, boundary, source, text, seen, reading,
+                               kernel.files);
+        !r) {
       return r;
     }
   }
@@ -336,9 +342,11 @@ Result<LoadedKernel> load_kernel_reading(const std::string& spec_path, const std
   if (auto r = confined_angle_includes(spec_file, source_file, source_text); !r) return r.error();
   Hasher hasher;
   hasher.update(spec_text).update(source_text);
+  kernel.root = boundary.dir.string();
+  kernel.files = {spec_file.string(), source_file.string()};
   std::set<fs::path> seen{real_source};
   if (auto r = hash_includes(hasher, spec_file, spec_file.parent_path(), boundary, source_file,
-                             source_text, seen, reading);
+                             source_text, seen, reading, kernel.files);
       !r) {
     return r.error();
   }
@@ -373,6 +381,7 @@ Result<LoadedKernel> load_kernel_reading(const std::string& spec_path, const std
                             boundary.what + " " + boundary.dir.string());
     }
     file = path.string();
+    kernel.files.push_back(file);
     return {};
   };
   for (std::size_t i = 0; i < spec->args.size(); ++i) {

@@ -55,6 +55,11 @@ struct LoadedKernel {
   // Every file and directory loading it read or looked in: kernel.toml, the sources, the
   // headers, the directories include lookups searched.
   std::vector<FileStamp> inputs;
+  // Where the family may read files (its kernel directory, or its own when loaded alone) and
+  // every file it was loaded from, absolute: the spec, the source, the headers the hash covers,
+  // the reference source and data files (jobs/source_archive.hpp keeps copies of them).
+  std::string root;
+  std::vector<std::string> files;
 };
 
 struct BrokenKernel {

@@ -12,6 +12,8 @@
 #   lookup   the tune step's winners answered `exact` for cuda:0 by the C and Python clients
 #   measure  the timing protocol on reduce_sum at a microsecond size and gemm at a millisecond
 #            size, each measured twice: medians, their spread, the conditions recorded
+#   ab       the speed canary on cuda:0, and A/B confirmations (the op `confirm`) of reduce_sum's
+#            default config against itself and against another config
 #
 # usage: gpu-check.sh [--quick] [--steps LIST] [--require-gpu] [--out DIR]
 #   --quick        smaller budgets, no brute force: under 4 minutes (else under 8)
@@ -25,7 +27,7 @@ set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 quick=0
 require_gpu=0
-steps=",env,tests,tune,lookup,measure,"
+steps=",env,tests,tune,lookup,measure,ab,"
 outdir="${OUT:-}"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -86,7 +88,7 @@ write_summary() {
   python3 - "$outdir" "$((SECONDS - started))" "$quick" "$require_gpu" "$gpu" "$here/MANIFEST" "$steps" <<'PY' >/dev/null
 import json, os, sys
 outdir, seconds, quick, require_gpu, gpu, manifest, wanted = sys.argv[1:]
-wanted = [n for n in ("env", "tests", "tune", "lookup", "measure") if "," + n + "," in wanted]
+wanted = [n for n in ("env", "tests", "tune", "lookup", "measure", "ab") if "," + n + "," in wanted]
 steps = {}
 for name in wanted:
     path = os.path.join(outdir, "steps", name + ".json")
@@ -396,8 +398,46 @@ PY
   step_result measure "${fields[0]}" "cases=${fields[1]}" "problems=${fields[2]}"
 }
 
+# --- ab: the speed canary and A/B confirmations on the GPU --------------------------------------
+step_ab() {
+  if [[ "$gpu" != "true" ]]; then
+    step_result ab skipped "reason=$(json_string "no CUDA device: $gpu_reason")"
+    return
+  fi
+  if ! start_daemon; then
+    step_result ab failed "reason=\"ktuned is not running\""
+    return
+  fi
+  local fields
+  mapfile -t fields < <(timeout -k 5 "$(limit 120)" python3 - <<'PY'
+import json
+from ktune_client import Daemon
+out, problems = {}, []
+with Daemon() as d:
+    reading = d.canary("cuda:0", "gpu-check")
+    out["canary"] = {k: reading.get(k) for k in ("compute_ms", "memory_ms")}
+    if not (reading.get("compute_ms", 0) > 0 and reading.get("memory_ms", 0) > 0):
+        problems.append(f"canary: {reading}")
+    k = next(k for k in d.kernels() if k.name == "reduce_sum" and k.language == "cuda")
+    build = {"source_hash": k.source_hash, "config": dict(k.default)}
+    other = dict(k.default)
+    other["ITEMS"] = 1 if other.get("ITEMS") != 1 else 4
+    for name, candidate, allowed in (("same build", build, ("same", "ambiguous")),
+                                     ("another config", {"source_hash": k.source_hash, "config": other},
+                                      ("regressed", "improved", "same", "ambiguous"))):
+        r = d.confirm("reduce_sum", "N=1048576", build, candidate, device="cuda:0")
+        out[name] = {f: r.get(f) for f in ("verdict", "ratio", "ratio_interval", "rounds", "why")}
+        if "impossible" in r or r.get("verdict") not in allowed:
+            problems.append(f"{name}: {r.get('verdict')}: {r.get('why')}")
+print("failed" if problems else "passed", json.dumps(out), json.dumps(problems), sep="\n")
+PY
+)
+  [[ ${#fields[@]} -eq 3 ]] || fields=(failed "{}" '["the ab step failed or timed out"]')
+  step_result ab "${fields[0]}" "results=${fields[1]}" "problems=${fields[2]}"
+}
+
 echo "gpu-check: bundle $here ($(sed -n 2p "$here/MANIFEST" 2>/dev/null)), output $outdir"
-for step in env tests tune lookup measure; do
+for step in env tests tune lookup measure ab; do
   [[ "$steps" == *",$step,"* ]] && "step_$step"
 done
 stop_daemon

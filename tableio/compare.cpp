@@ -46,6 +46,7 @@ std::string status_of(const KeyComparison& k) {
     case Verdict::regressed: return "REGRESSED";
     case Verdict::improved: return "improved";
     case Verdict::same: return "same";
+    case Verdict::ambiguous: return "ambiguous";
     case Verdict::unknown: return "unknown";
   }
   return "unknown";
@@ -108,11 +109,28 @@ std::string explanation(const KeyComparison& k, const CompareOptions& options) {
       break;
   }
   if (k.winner_changed) text += "; winner changed";
-  if (k.first_ratio) {
-    text += "; measured twice: the first run's ratio " + fixed(*k.first_ratio, 3) +
-            " looked regressed, this second run decides";
+  if (k.normalized_ratio) text += "; normalised by the machine's canary " + fixed(*k.normalized_ratio, 3);
+  return text;
+}
+
+// The A/B part of a key's explanation; "" without one.
+std::string ab_text(const KeyComparison& k) {
+  if (!k.ab) return {};
+  const AbFigures& ab = *k.ab;
+  if (!ab.measured) return "A/B not measured: " + ab.why;
+  std::string text = "A/B " + std::string(to_string(ab.verdict)) + ": " + ab.why;
+  if (ab.baseline_ms && ab.current_ms) {
+    text += " (baseline " + ms_text(*ab.baseline_ms) + " ms, " + ab.baseline_build + " source; current " +
+            ms_text(*ab.current_ms) + " ms, " + ab.current_build + " source)";
   }
   return text;
+}
+
+// The whole explanation: what selected the key, then what decided it.
+std::string full_explanation(const KeyComparison& k, const CompareOptions& options) {
+  const std::string selected = explanation(k, options);
+  if (!k.ab) return selected;
+  return ab_text(k) + "; selected by: " + selected;
 }
 
 std::vector<double> widened(const std::vector<float>& samples) {
@@ -150,6 +168,7 @@ std::string_view to_string(Verdict verdict) {
     case Verdict::regressed: return "regressed";
     case Verdict::improved: return "improved";
     case Verdict::same: return "same";
+    case Verdict::ambiguous: return "ambiguous";
     case Verdict::unknown: return "unknown";
   }
   return "unknown";
@@ -274,6 +293,10 @@ KeyComparison compare_with_history(const TableRow& row, const RunPoint& current,
   }
   k.current = now;
   k.baseline = before;
+  if (current.result_id != 0) k.current_result = current.result_id;
+  if (!baseline.empty() && baseline.back().result_id != 0) k.baseline_result = baseline.back().result_id;
+  k.source_changed = !baseline.empty() && !current.source_hash.empty() &&
+                     baseline.back().source_hash != current.source_hash;
   if (baseline.size() < k_min_history_runs || before.median_ms <= 0 || k.baseline_range->low <= 0) {
     return k; // unknown, Method::none
   }
@@ -316,18 +339,49 @@ std::vector<std::size_t> last_good_runs(const std::vector<RunPoint>& series,
   return good;
 }
 
-Comparison confirm(const Comparison& first, const Comparison& again) {
-  Comparison out = first;
-  for (auto& k : out.keys) {
-    if (!k.regressed()) continue;
-    const auto second = std::find_if(again.keys.begin(), again.keys.end(),
-                                     [&](const KeyComparison& a) { return a.key == k.key; });
-    if (second == again.keys.end()) continue;
-    const std::optional<double> ratio = k.ratio;
-    k = *second;
-    k.first_ratio = ratio;
+bool needs_confirmation(const KeyComparison& k, const CompareOptions& options) {
+  if (k.presence != Presence::both) return false;
+  if (k.source_changed) return true;
+  if (k.verdict == Verdict::regressed || k.verdict == Verdict::improved) return true;
+  const auto beyond = [&](const std::optional<double>& ratio) {
+    return ratio && (*ratio > 1 + options.min_effect || *ratio < 1 / (1 + options.min_effect));
+  };
+  return beyond(k.ratio) || beyond(k.normalized_ratio);
+}
+
+void apply_ab(KeyComparison& k, AbFigures ab) {
+  k.verdict = ab.verdict;
+  k.ab = std::move(ab);
+}
+
+void normalize(Comparison& comparison) {
+  for (auto& k : comparison.keys) {
+    k.normalized_ratio.reset();
+    if (!k.ratio) continue;
+    for (const auto& m : comparison.machines) {
+      if (m.fingerprint == k.key.fingerprint && m.factor && *m.factor > 0) {
+        k.normalized_ratio = *k.ratio / *m.factor;
+      }
+    }
   }
-  return out;
+}
+
+std::size_t distrust_moved_machines(Comparison& comparison) {
+  std::size_t changed = 0;
+  const double effect = comparison.options.min_effect;
+  for (auto& k : comparison.keys) {
+    if (k.ab || (k.verdict != Verdict::regressed && k.verdict != Verdict::improved)) continue;
+    for (const auto& m : comparison.machines) {
+      if (m.fingerprint != k.key.fingerprint || !(m.moved(effect) || m.drifted(effect))) continue;
+      AbFigures ab;
+      ab.why = "no A/B, and " + m.text(effect) + ": the " + std::string(to_string(k.verdict)) +
+               " time may be the machine's";
+      apply_ab(k, std::move(ab));
+      ++changed;
+      break;
+    }
+  }
+  return changed;
 }
 
 Comparison compare(const Table& current, const Table& baseline, const CompareOptions& options) {
@@ -363,11 +417,16 @@ std::string render_markdown(const Comparison& comparison) {
          std::to_string(comparison.count(Presence::baseline_only)) + " only baseline; **" +
          std::to_string(comparison.regressions()) + " regressed**, " +
          std::to_string(comparison.count(Verdict::improved)) + " improved, " +
+         std::to_string(comparison.count(Verdict::ambiguous)) + " ambiguous, " +
          std::to_string(comparison.count(Verdict::unknown)) + " unknown (min effect " +
          percent(comparison.options.min_effect) + ", Mann-Whitney alpha " +
          p_text(comparison.options.alpha) + ").\n\n";
-  out += "| status | kernel | shape | dtype | device | current ms | baseline ms | ratio | 95% interval | p | method | winner |\n";
-  out += "|---|---|---|---|---|---:|---:|---:|---|---:|---|---|\n";
+  for (const auto& machine : comparison.machines) {
+    out += "- " + markdown_cell(machine.text(comparison.options.min_effect)) + "\n";
+  }
+  if (!comparison.machines.empty()) out += "\n";
+  out += "| status | kernel | shape | dtype | device | current ms | baseline ms | ratio | 95% interval | p | method | A/B | winner |\n";
+  out += "|---|---|---|---|---|---:|---:|---:|---|---:|---|---|---|\n";
   std::vector<const KeyComparison*> order;
   for (const auto& k : comparison.keys) order.push_back(&k);
   std::stable_partition(order.begin(), order.end(),
@@ -378,6 +437,13 @@ std::string render_markdown(const Comparison& comparison) {
                                    ? "changed: " + k->baseline->config_text() + " -> " +
                                          k->current->config_text()
                                    : "same";
+    std::string ab = "-";
+    if (k->ab && k->ab->measured && k->ab->ratio) {
+      ab = fixed(*k->ab->ratio, 3) + (k->ab->ratio_ci ? " " + interval_text(*k->ab->ratio_ci, 3) : "") +
+           ", " + std::to_string(k->ab->rounds) + " rounds";
+    } else if (k->ab) {
+      ab = "not measured: " + k->ab->why;
+    }
     out += "| " + status_of(*k) + " | " + markdown_cell(k->key.kernel) + " | " +
            markdown_cell(k->key.shape) + " | " + markdown_cell(k->key.dtype) + " | " +
            markdown_cell(device_label(*k)) + " | " +
@@ -387,25 +453,45 @@ std::string render_markdown(const Comparison& comparison) {
            (k->ratio_ci ? interval_text(*k->ratio_ci, 3) : "-") + " | " +
            (k->p_value ? p_text(*k->p_value) : "-") + " | " +
            (k->presence == Presence::both ? std::string(to_string(k->method)) : "-") + " | " +
-           markdown_cell(winner) + " |\n";
+           markdown_cell(ab) + " | " + markdown_cell(winner) + " |\n";
+  }
+  const auto ambiguous = std::count_if(order.begin(), order.end(), [](const KeyComparison* k) {
+    return k->verdict == Verdict::ambiguous;
+  });
+  if (ambiguous > 0) {
+    out += "\nAmbiguous:\n";
+    for (const KeyComparison* k : order) {
+      if (k->verdict != Verdict::ambiguous) continue;
+      out += "- " + markdown_cell(k->key.kernel + " " + k->key.shape + " " + k->key.dtype) + ": " +
+             markdown_cell(k->ab ? k->ab->why : std::string("no A/B")) + "\n";
+    }
   }
   return out;
 }
 
-JunitSuite junit_suite(const Comparison& comparison, std::string_view suite_name) {
+JunitSuite junit_suite(const Comparison& comparison, std::string_view suite_name,
+                       AmbiguousIs ambiguous) {
   std::vector<JunitCase> cases;
   for (const auto& k : comparison.keys) {
     JunitCase c;
     c.classname = std::string(suite_name) + "." + k.key.kernel;
     c.name = k.key.kernel + " " + k.key.shape + " " + k.key.dtype + " " + device_label(k) +
              " source " + k.key.source_hash.substr(0, 12);
-    const std::string why = explanation(k, comparison.options);
+    const std::string why = full_explanation(k, comparison.options);
+    const auto ratio = k.ab && k.ab->ratio ? k.ab->ratio : k.ratio;
     if (k.regressed()) {
       c.failure_type = "regression";
-      c.failure = "regressed: ratio " + fixed(*k.ratio, 3) +
-                  (k.p_value ? ", p " + p_text(*k.p_value) : std::string()) + " (" +
-                  std::string(to_string(k.method)) + ")";
+      c.failure = "regressed: ratio " + fixed(*ratio, 3) +
+                  (k.ab ? std::string(" (A/B, ") + std::to_string(k.ab->rounds) + " rounds)"
+                        : (k.p_value ? ", p " + p_text(*k.p_value) : std::string()) + " (" +
+                              std::string(to_string(k.method)) + ")");
       c.text = why;
+    } else if (k.verdict == Verdict::ambiguous && ambiguous == AmbiguousIs::failure) {
+      c.failure_type = "ambiguous";
+      c.failure = "ambiguous: " + (k.ab ? k.ab->why : std::string("no A/B"));
+      c.text = why;
+    } else if (k.verdict == Verdict::ambiguous) {
+      c.skipped = "ambiguous: " + why;
     } else if (k.presence != Presence::both) {
       c.skipped = why;
     } else {
@@ -432,8 +518,9 @@ JunitSuite junit_suite(const Table& table, std::string_view suite_name) {
   return junit_suite(suite_name, cases);
 }
 
-std::string render_junit(const Comparison& comparison, std::string_view suite_name) {
-  return render_junit(std::vector<JunitSuite>{junit_suite(comparison, suite_name)});
+std::string render_junit(const Comparison& comparison, std::string_view suite_name,
+                         AmbiguousIs ambiguous) {
+  return render_junit(std::vector<JunitSuite>{junit_suite(comparison, suite_name, ambiguous)});
 }
 
 std::string render_junit(const Table& table, std::string_view suite_name) {

@@ -25,6 +25,14 @@
 // exceeds 1 + min_effect, AND (where both sides kept samples) the Mann-Whitney U test of the
 // current samples against the baseline runs' pooled samples gives p < alpha; improved under the
 // mirror condition (below every run, ratio < 1 / (1 + min_effect)); else same. Fewer runs: unknown.
+//
+// A/B confirmation (`ktune sweep`, `ktune compare` with a ktuned): whatever rule judged a key, a
+// key that looks changed (needs_confirmation) is measured again as an A/B -- the baseline's build
+// and the current one interleaved in one worker (daemon/ab_service.hpp) -- and apply_ab() makes
+// that measurement's verdict the key's: regressed, improved, same, or ambiguous (the A/B's spread
+// overlaps the minimum effect, the old build is gone, the canary moved with nothing to pair it).
+// The rules above only select what to confirm.
+#include "tableio/canary.hpp"
 #include "tableio/junit.hpp"
 #include "tableio/table.hpp"
 
@@ -40,7 +48,9 @@ namespace ktune::tableio {
 enum class Presence { both, current_only, baseline_only };
 [[nodiscard]] std::string_view to_string(Presence presence);
 
-enum class Verdict { regressed, improved, same, unknown };
+// ambiguous: an A/B could not decide, or could not run (KeyComparison::ab says why); unknown: too
+// little to compare with (one side only, too few samples or earlier runs).
+enum class Verdict { regressed, improved, same, ambiguous, unknown };
 [[nodiscard]] std::string_view to_string(Verdict verdict);
 
 // Which rule gave a key's verdict.
@@ -65,6 +75,18 @@ struct Interval {
   double low = 0, high = 0;
 };
 
+// The A/B measurement that decided a key (the daemon's confirm op, docs/protocol.md).
+struct AbFigures {
+  Verdict verdict = Verdict::ambiguous;  // regressed, improved, same or ambiguous
+  std::optional<double> ratio;           // current / baseline over the rounds (Hodges-Lehmann)
+  std::optional<Interval> ratio_ci;      // its 95% interval (signed-rank)
+  std::size_t rounds = 0;
+  std::optional<double> baseline_ms, current_ms; // the medians of each side's round medians
+  std::string baseline_build, current_build;     // "current" or "archived" source
+  std::string why;                       // what decided, or why it could not run
+  bool measured = false;                 // false: the A/B could not run (why says why)
+};
+
 struct KeyComparison {
   RowKey key;
   Presence presence = Presence::both;
@@ -81,9 +103,16 @@ struct KeyComparison {
   // the range of their medians (ms).
   std::size_t baseline_runs = 0;
   std::optional<Interval> baseline_range;
-  // Set by confirm(): the ratio of the first run, which looked regressed; this comparison is the
-  // second run's, which decides.
-  std::optional<double> first_ratio;
+  // The stored results compared (history: the current job's winner and the last baseline run's),
+  // which an A/B measures again; nullopt for rows of table files (their source hash and config
+  // name the builds instead).
+  std::optional<std::int64_t> current_result, baseline_result;
+  // History: the current run's source hash is not the last baseline run's (the kernel changed).
+  bool source_changed = false;
+  // ratio / the machine's factor (tableio/canary.hpp), when the device's canary is known.
+  std::optional<double> normalized_ratio;
+  // Set by apply_ab(): the A/B that gave `verdict`.
+  std::optional<AbFigures> ab;
 
   [[nodiscard]] bool regressed() const { return verdict == Verdict::regressed; }
   [[nodiscard]] bool improved() const { return verdict == Verdict::improved; }
@@ -92,6 +121,7 @@ struct KeyComparison {
 struct Comparison {
   CompareOptions options;
   std::vector<KeyComparison> keys;      // in key order
+  std::vector<MachineMove> machines;    // what the canary says of each device (may be empty)
 
   [[nodiscard]] std::size_t regressions() const;
   [[nodiscard]] std::size_t count(Presence presence) const;
@@ -102,6 +132,8 @@ struct Comparison {
 // the winner the job named (db/job_winner.hpp's job_winner).
 struct RunPoint {
   std::int64_t job_id = 0;
+  std::int64_t result_id = 0;         // the winner's row
+  std::int64_t started_at_ms = 0;
   std::int64_t finished_at_ms = 0;
   std::string source_hash;
   std::string config;                 // canonical JSON text
@@ -141,12 +173,22 @@ inline constexpr std::size_t k_min_history_runs = 3;
                                                       const CompareOptions& options,
                                                       std::size_t runs = k_history_runs);
 
-// A regression must show twice (`--baseline last-good`): a run's time can step for a minute while
-// the machine is busy, a slowed kernel stays slow. `first` judged the sweep's runs; `again` judged
-// a second run of the keys `first` found regressed. Each key regressed in `first` and present in
-// `again` takes `again`'s comparison (so it stays regressed only when both runs are), with
-// first_ratio set; every other key is kept.
-[[nodiscard]] Comparison confirm(const Comparison& first, const Comparison& again);
+// Whether a key in both tables looks changed enough to be confirmed by an A/B: its kernel's source
+// changed since the baseline run (a changed kernel is what a nightly judges), its rule said
+// regressed or improved, or its ratio -- raw, or normalised by the machine's canary -- is beyond
+// the minimum effect either way.
+[[nodiscard]] bool needs_confirmation(const KeyComparison& key, const CompareOptions& options);
+
+// Makes `ab` the key's verdict (the figures of the rule that selected it stay for the report).
+void apply_ab(KeyComparison& key, AbFigures ab);
+
+// Sets each key's normalized_ratio from its device's factor in `comparison.machines`.
+void normalize(Comparison& comparison);
+
+// Without A/B measurements (`--no-confirm`): a key its rule found regressed or improved on a
+// device whose canary moved (against the baseline, or during this run) beyond the minimum effect
+// is ambiguous, saying how the machine moved. Returns how many.
+std::size_t distrust_moved_machines(Comparison& comparison);
 
 // Both tables normalized. options.min_effect >= 0, 0 < options.alpha < 1.
 [[nodiscard]] Comparison compare(const Table& current, const Table& baseline,
@@ -154,16 +196,23 @@ inline constexpr std::size_t k_min_history_runs = 3;
 
 // A markdown report: a summary line and one table row per key, regressions first.
 [[nodiscard]] std::string render_markdown(const Comparison& comparison);
-// JUnit XML: one <testcase> per key; a regression is a <failure>, a key in one table only is
-// <skipped>; every testcase says the verdict, the method, ratio, interval and p-value.
+// How JUnit reports an ambiguous key: skipped (the default: not a failure) or a failure
+// (`--strict`).
+enum class AmbiguousIs { skipped, failure };
+
+// JUnit XML: one <testcase> per key; a regression is a <failure>, an ambiguous key <skipped>
+// (or a <failure type="ambiguous">), a key in one table only is <skipped>; every testcase says
+// the verdict, the method, ratio, interval and p-value, and the A/B's figures.
 [[nodiscard]] std::string render_junit(const Comparison& comparison,
-                                       std::string_view suite_name = "ktune.baseline");
+                                       std::string_view suite_name = "ktune.baseline",
+                                       AmbiguousIs ambiguous = AmbiguousIs::skipped);
 // JUnit XML of a run without a baseline: one passing <testcase> per row, saying its median and
 // winner (CI systems that expect the file get it on every run).
 [[nodiscard]] std::string render_junit(const Table& table, std::string_view suite_name);
 
 // The same reports as suites of a larger JUnit document (tableio/junit.hpp).
-[[nodiscard]] JunitSuite junit_suite(const Comparison& comparison, std::string_view suite_name);
+[[nodiscard]] JunitSuite junit_suite(const Comparison& comparison, std::string_view suite_name,
+                                     AmbiguousIs ambiguous = AmbiguousIs::skipped);
 [[nodiscard]] JunitSuite junit_suite(const Table& table, std::string_view suite_name);
 
 } // namespace ktune::tableio

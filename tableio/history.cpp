@@ -9,6 +9,8 @@ std::optional<RunPoint> run_point(const JobRecord& job, const std::vector<Result
   if (winner == nullptr) return std::nullopt;
   RunPoint point;
   point.job_id = job.id;
+  point.result_id = winner->id;
+  point.started_at_ms = job.started_at;
   point.finished_at_ms = job.finished_at;
   point.source_hash = job.source_hash;
   point.config = winner->config;

@@ -9,6 +9,7 @@
 #include "compiler/subprocess.hpp"
 #include "core/protocol.hpp"
 #include "jobs/artifact_cache.hpp"
+#include "worker/ab_rounds.hpp"
 
 #ifdef KTUNE_HAVE_CUDA
 #include "bench/cuda_device.hpp"
@@ -216,12 +217,12 @@ public:
                            std::string("op 'devices' failed in the worker: ") + e.what());
       }
     }
-    if (op != "compile" && op != "compile_batch" && op != "bench") {
+    if (op != "compile" && op != "compile_batch" && op != "bench" && op != "bench_ab") {
       return error_reply(id, ErrorCode::unknown_op,
                          "unknown op '" + op +
-                             "' (expected compile, compile_batch, bench, devices or exit)");
+                             "' (expected compile, compile_batch, bench, bench_ab, devices or exit)");
     }
-    const Role needs = op == "bench" ? Role::bench : Role::compile;
+    const Role needs = op == "bench" || op == "bench_ab" ? Role::bench : Role::compile;
     if (needs != m_role) {
       return error_reply(id, ErrorCode::bad_request,
                          "this is a " + std::string(to_string(m_role)) + " worker; op '" + op +
@@ -237,6 +238,7 @@ public:
                                : std::string("field 'job' must be an object, found ") +
                                      job_it->type_name());
       }
+      if (op == "bench_ab") return bench_ab(id, *job_it);
       return m_role == Role::compile ? compile(id, *job_it) : bench(id, *job_it);
     } catch (const std::exception& e) {
       return error_reply(id, ErrorCode::internal,
@@ -389,6 +391,34 @@ private:
     return std::nullopt;
   }
 
+  // Runs `job` on the runner of its device (the CUDA runner created on first use) and returns
+  // its outcome as JSON. Errors: the CUDA runner cannot be created, or this worker has no CUDA
+  // backend. After a lost CUDA context must_exit() is true.
+  Result<json> measure(const BenchJob& job) {
+    if (!job.launch) return m_runner->run(job).to_json();
+#ifdef KTUNE_HAVE_CUDA
+    if (m_cuda_runner && m_cuda_ordinal != job.cuda_device) m_cuda_runner.reset();
+    if (!m_cuda_runner) {
+      lift_address_space_limit_for_cuda();
+      auto created = CudaRunner::create(
+          job.cuda_device, 0,
+          m_device_name.empty() ? "cuda:" + std::to_string(job.cuda_device) : m_device_name);
+      if (!created) return created.error();
+      m_cuda_runner = std::move(created).value();
+      m_cuda_ordinal = job.cuda_device;
+    }
+    // The outcome carries "context_lost" and "resources".
+    const CudaRunOutcome result = m_cuda_runner->run_job(job);
+    if (result.context_lost) m_must_exit = true;
+    return result.to_json();
+#else
+    return make_error(ErrorCode::no_device,
+                      "kernel '" + job.kernel +
+                          "' is CUDA, and this ktune-worker was built without the CUDA backend "
+                          "(no CUDA toolkit at configure time)");
+#endif
+  }
+
   std::string bench(const json& id, const json& job_json) {
     auto job = BenchJob::from_json(job_json);
     if (!job) return error_reply(id, job.error().code, job.error().message);
@@ -397,33 +427,41 @@ private:
     if (auto refused = unverified_artifact(*job)) return ok_reply(id, refused->to_json());
     auto locked = lock_device();
     if (!locked) return error_reply(id, locked.error().code, locked.error().message);
-    const auto flagged = [&](json outcome) {
-      if (!locked->unlocked.empty()) outcome["unlocked"] = locked->unlocked;
-      return outcome;
-    };
-    if (!job->launch) return ok_reply(id, flagged(m_runner->run(*job).to_json()));
-#ifdef KTUNE_HAVE_CUDA
-    if (m_cuda_runner && m_cuda_ordinal != job->cuda_device) m_cuda_runner.reset();
-    if (!m_cuda_runner) {
-      lift_address_space_limit_for_cuda();
-      auto created = CudaRunner::create(
-          job->cuda_device, 0,
-          m_device_name.empty() ? "cuda:" + std::to_string(job->cuda_device) : m_device_name);
-      if (!created) return error_reply(id, created.error().code, created.error().message);
-      m_cuda_runner = std::move(created).value();
-      m_cuda_ordinal = job->cuda_device;
+    auto outcome = measure(*job);
+    if (!outcome) return error_reply(id, outcome.error().code, outcome.error().message);
+    if (!locked->unlocked.empty()) (*outcome)["unlocked"] = locked->unlocked;
+    // After a lost context this reply is the worker's last, and says so.
+    return ok_reply(id, *outcome, m_must_exit ? Exiting::yes : Exiting::no);
+  }
+
+  // bench_ab (jobs/ab_job.hpp): the rounds under one hold of the device's measurement lock.
+  std::string bench_ab(const json& id, const json& job_json) {
+    auto ab = AbRequest::from_json(job_json);
+    if (!ab) return error_reply(id, ab.error().code, ab.error().message);
+    // As for bench: an artifact the cache cannot vouch for is never loaded; the A/B fails on
+    // that side, with the check's reason.
+    for (const auto& [side, job] : {std::pair<const char*, const BenchJob*>{"a", &ab->a}, {"b", &ab->b}}) {
+      if (auto refused = unverified_artifact(*job)) {
+        AbOutcome outcome;
+        outcome.status = refused->status;
+        outcome.failed_side = side;
+        outcome.reason = refused->reason;
+        return ok_reply(id, outcome.to_json());
+      }
     }
-    // The outcome carries "context_lost" and "resources"; after a lost context this reply is
-    // the worker's last, and says so.
-    const CudaRunOutcome result = m_cuda_runner->run_job(*job);
-    if (result.context_lost) m_must_exit = true;
-    return ok_reply(id, flagged(result.to_json()), m_must_exit ? Exiting::yes : Exiting::no);
-#else
-    return error_reply(id, ErrorCode::no_device,
-                       "kernel '" + job->kernel +
-                           "' is CUDA, and this ktune-worker was built without the CUDA backend "
-                           "(no CUDA toolkit at configure time)");
-#endif
+    auto locked = lock_device();
+    if (!locked) return error_reply(id, locked.error().code, locked.error().message);
+    auto outcome = run_ab_rounds(*ab, [this](const BenchJob& job) -> Result<BenchOutcome> {
+      if (m_must_exit) {
+        return make_error(ErrorCode::internal, "the CUDA context was lost in this A/B");
+      }
+      auto measured = measure(job);
+      if (!measured) return measured.error();
+      return BenchOutcome::from_json(*measured);
+    });
+    if (!outcome) return error_reply(id, outcome.error().code, outcome.error().message);
+    outcome->unlocked = locked->unlocked;
+    return ok_reply(id, outcome->to_json(), m_must_exit ? Exiting::yes : Exiting::no);
   }
 
   // {"cpu":{"name","fingerprint","details"},"cuda_backend":bool,"devices":[CUDA devices, same

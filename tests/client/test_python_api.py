@@ -110,6 +110,29 @@ class DaemonApiTest(unittest.TestCase):
             d.cancel(first.id)
         self.assertIn("not queued or running", nothing.exception.message)
 
+    def test_confirm_and_canary(self):
+        _, home = self.start_daemon()
+        d = self.connect(home)
+        job = d.tune("gemm", SHAPE, budget=2, strategy="random", seed=1)
+        gemm = next(k for k in d.kernels() if k.name == "gemm" and k.language == "cpp")
+        build = {"source_hash": gemm.source_hash, "config": job.winner["config"]}
+        same = d.confirm("gemm", SHAPE, build, build)
+        self.assertIn(same["verdict"], ("same", "ambiguous"))
+        self.assertGreaterEqual(same["rounds"], 6)
+        self.assertTrue(0.8 < same["ratio"] < 1.25, same)
+        self.assertEqual(len(same["round_ms"]), same["rounds"])
+        gone = d.confirm("gemm", SHAPE, {"source_hash": "0" * 32, "config": job.winner["config"]},
+                         build)
+        self.assertEqual(gone["verdict"], "ambiguous")
+        self.assertIn("the old artifact is gone", gone["impossible"])
+        with self.assertRaises(ktune_client.BadRequest) as bad:
+            d.confirm("gemm", SHAPE, build, {"result": 999999})
+        self.assertIn("no result with id 999999", bad.exception.message)
+        reading = d.canary("cpu", "python test")
+        self.assertGreater(reading["compute_ms"], 0)
+        self.assertGreater(reading["memory_ms"], 0)
+        self.assertEqual(reading["context"], "python test")
+
     def test_errors_are_the_protocols_as_classes(self):
         _, home = self.start_daemon()
         d = self.connect(home)

@@ -949,3 +949,38 @@ TEST_CASE("pick_winner: the incumbent among ties, else the fastest, the lower in
   for (auto& r : rows) r.tied = false;
   CHECK(pick_winner(rows)->config_index == 5);
 }
+
+TEST_CASE("canary readings are stored per device and read back by time", "[db][canary]") {
+  test::TempDir dir;
+  const std::string path = (dir.path() / "ktune.db").string();
+  Store store = open_store(path);
+  const auto reading = [](const std::string& fingerprint, std::int64_t at, double compute) {
+    CanaryReading r;
+    r.fingerprint = fingerprint;
+    r.device = "cpu";
+    r.taken_at = at;
+    r.compute_ms = compute;
+    r.memory_ms = 2 * compute;
+    r.context = "sweep start";
+    return r;
+  };
+  REQUIRE(store.insert_canary_reading(reading("fp-a", 1000, 1.0)).ok());
+  REQUIRE(store.insert_canary_reading(reading("fp-a", 3000, 1.5)).ok());
+  REQUIRE(store.insert_canary_reading(reading("fp-b", 2000, 9.0)).ok());
+  auto read = store.canary_readings("fp-a", 0, 2500);
+  REQUIRE(read.ok());
+  REQUIRE(read->size() == 1);
+  CHECK((*read)[0].compute_ms == 1.0);
+  CHECK((*read)[0].memory_ms == 2.0);
+  CHECK((*read)[0].context == "sweep start");
+  auto all = store.canary_readings("fp-a", 0, 10'000);
+  REQUIRE(all.ok());
+  CHECK(all->size() == 2);
+  CHECK(all->back().taken_at == 3000);
+  // A reader sees them too; it cannot write.
+  Store reader = open_store(path, OpenMode::read_only);
+  auto seen = reader.canary_readings("fp-b", 0, 10'000);
+  REQUIRE(seen.ok());
+  CHECK(seen->size() == 1);
+  CHECK_FALSE(reader.insert_canary_reading(reading("fp-b", 5, 1)).ok());
+}

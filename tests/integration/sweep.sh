@@ -3,9 +3,11 @@
 #  1. a sweep of the CPU kernels at two shapes each runs unattended to a table, keeping each
 #     winner's samples, and writes --junit without a baseline;
 #  2. run again with --baseline of the first table it exits 0; --remeasure measures afresh;
-#  3. a baseline edited to be 20% faster on one key makes it exit 1 and name that key, and so
-#     does `ktune compare` of the two tables (exit 2 for an unreadable one); `ktune fleet merge`
-#     of the shards with that baseline fails through the same rule;
+#  3. a baseline edited to be 20% faster on one key makes it exit 1 and name that key when the
+#     table's rule judges alone (--no-confirm), and so does `ktune compare --no-confirm` of the
+#     two tables (exit 2 for an unreadable one); with the A/B confirmation (the default) ktuned
+#     measures the key's two builds -- the same source and config -- and finds them the same:
+#     exit 0; `ktune fleet merge` of the shards with that baseline fails through the table rule;
 #  4. shards 1/2 and 2/2 cover exactly the unsharded sweep's keys, and importing both into a fresh
 #     daemon gives the same winners as the unsharded table.
 #
@@ -83,7 +85,7 @@ row.pop("samples_ms", None)
 json.dump(table, open(sys.argv[2], "w"))
 PY
 set +e
-"$bin/ktune" sweep "$work/sweep.toml" --baseline "$work/fast.json" --junit "$work/j2.xml" >"$work/out3.md" 2>"$work/err3.txt"
+"$bin/ktune" sweep "$work/sweep.toml" --baseline "$work/fast.json" --no-confirm --junit "$work/j2.xml" >"$work/out3.md" 2>"$work/err3.txt"
 code=$?
 set -e
 [[ $code == 1 ]] || fail "expected exit 1 against a 20% faster baseline, got $code: $(cat "$work/out3.md" "$work/err3.txt")"
@@ -91,13 +93,27 @@ grep -q "M=64,N=32,K=32" "$work/out3.md" || fail "the summary does not name the 
 grep -q "<failure" "$work/j2.xml" || fail "JUnit has no failure for the regression"
 [[ "$(grep -c "<failure" "$work/j2.xml")" == 1 ]] || fail "expected exactly one JUnit failure"
 set +e
-"$bin/ktune" compare "$work/t1.json" "$work/fast.json" >"$work/cmp.md"; code_regressed=$?
+"$bin/ktune" compare --no-confirm "$work/t1.json" "$work/fast.json" >"$work/cmp.md"; code_regressed=$?
 "$bin/ktune" compare "$work/t1.json" "$work/t1.json" >/dev/null; code_same=$?
 "$bin/ktune" compare "$work/t1.json" "$work/missing.json" 2>/dev/null; code_error=$?
 set -e
 [[ $code_regressed == 1 && $code_same == 0 && $code_error == 2 ]] \
   || fail "ktune compare exit codes: regressed $code_regressed, same $code_same, error $code_error (expected 1, 0, 2)"
 grep -q "| REGRESSED | gemm | M=64,N=32,K=32 |" "$work/cmp.md" || fail "ktune compare does not name the key: $(cat "$work/cmp.md")"
+# Confirmed by an A/B (the default), the edited baseline's key is the same build: not a regression.
+"$bin/ktune" --json sweep "$work/sweep.toml" --baseline "$work/fast.json" --junit "$work/j3.xml" >"$work/out4.json" 2>"$work/err4.txt" \
+  || fail "the A/B did not clear the edited baseline's key (exit $?): $(cat "$work/out4.json" "$work/err4.txt")"
+python3 - "$work/out4.json" <<'PY' || fail "the A/B's verdict: $(cat "$work/out4.json")"
+import json, sys
+summary = json.load(open(sys.argv[1]))
+key = next(k for k in summary["comparison"]["keys"] if k["shape"] == "M=64,N=32,K=32")
+assert key["ab"]["verdict"] == "same" and key["ab"]["rounds"] >= 6, key
+assert key["ab"]["baseline_build"] == "current" == key["ab"]["current_build"], key
+assert len(summary["canary"]) == 2 and all(r["compute_ms"] > 0 for r in summary["canary"]), summary["canary"]
+PY
+! grep -q "<failure" "$work/j3.xml" || fail "JUnit has a failure after the A/B: $(cat "$work/j3.xml")"
+"$bin/ktune" compare "$work/t1.json" "$work/fast.json" >"$work/cmp2.md" || fail "ktune compare with the A/B exited $?: $(cat "$work/cmp2.md")"
+grep -q "| same | gemm | M=64,N=32,K=32 |" "$work/cmp2.md" || fail "ktune compare's A/B: $(cat "$work/cmp2.md")"
 
 # 4. Shards cover the sweep exactly once; their tables merged in a fresh daemon give the same winners.
 "$bin/ktune" sweep "$work/sweep.toml" --shard 1/2 --out "$work/s1.json" >/dev/null || fail "shard 1/2 exited $?"

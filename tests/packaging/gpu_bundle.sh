@@ -43,11 +43,11 @@ python3 - "$out/summary.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 assert s["ok"], s
-assert set(s["steps"]) == {"env", "tests", "tune", "lookup", "measure"}, s["steps"].keys()
+assert set(s["steps"]) == {"env", "tests", "tune", "lookup", "measure", "ab"}, s["steps"].keys()
 assert s["steps"]["env"]["status"] == "passed", s["steps"]["env"]
 tests = s["steps"]["tests"]
 assert tests["counts"]["passed"] + tests["counts"]["skipped"] > 0, tests
-for name in ("tests", "tune", "lookup", "measure"):
+for name in ("tests", "tune", "lookup", "measure", "ab"):
     step = s["steps"][name]
     if s["gpu"]:
         assert step["status"] == "passed", (name, step)

@@ -384,7 +384,7 @@ TEST_CASE("history rule: the current run against the spread of several earlier r
     const auto k = tableio::compare_with_history(row, run_at(3, 3.0), two, options);
     CHECK(k.verdict == tableio::Verdict::unknown);
     CHECK(k.method == tableio::Method::none);
-    CHECK(tableio::render_junit(tableio::Comparison{options, {k}}).find("2 earlier good run(s)") !=
+    CHECK(tableio::render_junit(tableio::Comparison{options, {k}, {}}).find("2 earlier good run(s)") !=
           std::string::npos);
   }
 }
@@ -413,31 +413,108 @@ TEST_CASE("last-good runs leave regressed runs out of later baselines", "[tablei
   }
 }
 
-TEST_CASE("a history regression must show in a second run", "[tableio][history]") {
+TEST_CASE("history selects the keys an A/B confirms; the A/B decides", "[tableio][history][ab]") {
   const tableio::CompareOptions options{.min_effect = 0.05};
   const auto row = make_row(k_small, k_config_a, 1.0, 1);
   auto other_row = make_row(k_big, k_config_a, 1.0, 1);
   const auto history = spread_runs();
-  tableio::Comparison first{options, {tableio::compare_with_history(row, run_at(6, 1.4), history, options),
-                                      tableio::compare_with_history(other_row, run_at(6, 1.0), history, options)}};
-  REQUIRE(first.regressions() == 1);
-  SECTION("a second run inside the spread clears it") {
-    const tableio::Comparison again{options, {tableio::compare_with_history(row, run_at(7, 1.1), history, options)}};
-    const auto judged = tableio::confirm(first, again);
-    CHECK(judged.regressions() == 0);
-    REQUIRE(judged.keys[0].first_ratio);
-    CHECK(*judged.keys[0].first_ratio == Approx(1.4 / 1.08));
-    CHECK(*judged.keys[0].ratio == Approx(1.1 / 1.08));
-    CHECK_FALSE(judged.keys[1].first_ratio); // not regressed the first time: kept as it was
-    CHECK(tableio::render_junit(judged).find("measured twice") != std::string::npos);
+  tableio::Comparison comparison{options,
+                                 {tableio::compare_with_history(row, run_at(6, 1.4), history, options),
+                                  tableio::compare_with_history(other_row, run_at(6, 1.08), history, options)},
+                                 {}};
+  REQUIRE(comparison.regressions() == 1);
+  CHECK(tableio::needs_confirmation(comparison.keys[0], options));
+  CHECK_FALSE(tableio::needs_confirmation(comparison.keys[1], options));
+  SECTION("a changed source is confirmed even inside the noise") {
+    auto changed = run_at(6, 1.08);
+    changed.source_hash = "def";
+    const auto k = tableio::compare_with_history(other_row, changed, history, options);
+    CHECK(k.source_changed);
+    CHECK(k.verdict == tableio::Verdict::same);
+    CHECK(tableio::needs_confirmation(k, options));
   }
-  SECTION("a second slow run keeps it") {
-    const tableio::Comparison again{options, {tableio::compare_with_history(row, run_at(7, 1.35), history, options)}};
-    const auto judged = tableio::confirm(first, again);
-    CHECK(judged.regressions() == 1);
-    CHECK(judged.keys[0].first_ratio);
+  SECTION("an A/B that finds the two builds the same clears it") {
+    tableio::AbFigures ab;
+    ab.verdict = tableio::Verdict::same;
+    ab.measured = true;
+    ab.ratio = 1.004;
+    ab.ratio_ci = tableio::Interval{0.99, 1.02};
+    ab.rounds = 10;
+    ab.why = "A/B ratio 1.004 [0.990, 1.020] over 10 interleaved rounds: within the minimum effect";
+    tableio::apply_ab(comparison.keys[0], ab);
+    CHECK(comparison.regressions() == 0);
+    CHECK(comparison.count(tableio::Verdict::same) == 2);
+    CHECK_FALSE(comparison.keys[1].ab);  // not selected: judged by history alone
+    // The history's figures stay for the report, beside the A/B's.
+    CHECK(*comparison.keys[0].ratio == Approx(1.4 / 1.08));
+    const std::string junit = tableio::render_junit(comparison);
+    CHECK(junit.find("A/B same: A/B ratio 1.004") != std::string::npos);
+    CHECK(junit.find("selected by: current") != std::string::npos);
+    CHECK(tableio::render_markdown(comparison).find("1.004 [0.990, 1.020], 10 rounds") != std::string::npos);
   }
-  SECTION("without a second run the first verdict stands") {
-    CHECK(tableio::confirm(first, tableio::Comparison{options, {}}).regressions() == 1);
+  SECTION("an A/B that finds it slower keeps it, with the A/B's figures in the failure") {
+    tableio::AbFigures ab;
+    ab.verdict = tableio::Verdict::regressed;
+    ab.measured = true;
+    ab.ratio = 1.31;
+    ab.rounds = 12;
+    ab.why = "slower";
+    tableio::apply_ab(comparison.keys[0], ab);
+    CHECK(comparison.regressions() == 1);
+    CHECK(tableio::render_junit(comparison).find("regressed: ratio 1.310 (A/B, 12 rounds)") != std::string::npos);
+  }
+  SECTION("an A/B that could not run is ambiguous: skipped in JUnit, a failure with --strict") {
+    tableio::AbFigures ab;
+    ab.why = "baseline: the source of k at 0123 is kept nowhere: the old artifact is gone";
+    tableio::apply_ab(comparison.keys[0], ab);
+    CHECK(comparison.regressions() == 0);
+    CHECK(comparison.count(tableio::Verdict::ambiguous) == 1);
+    const std::string skipped = tableio::render_junit(comparison);
+    CHECK(skipped.find("<skipped message=\"ambiguous: A/B not measured: baseline") != std::string::npos);
+    CHECK(skipped.find("<failure") == std::string::npos);
+    const std::string strict = tableio::render_junit(comparison, "s", tableio::AmbiguousIs::failure);
+    CHECK(strict.find("type=\"ambiguous\"") != std::string::npos);
+    CHECK(tableio::render_markdown(comparison).find("the old artifact is gone") != std::string::npos);
+  }
+}
+
+TEST_CASE("the canary normalises ratios and, without A/Bs, distrusts a moved machine",
+          "[tableio][canary]") {
+  const tableio::CompareOptions options{.min_effect = 0.05};
+  const auto history = spread_runs();
+  const auto row = make_row(k_small, k_config_a, 1.0, 1);
+  const auto reading = [&](double compute, double memory, std::int64_t at) {
+    CanaryReading r;
+    r.fingerprint = row.fingerprint;
+    r.device = "cpu";
+    r.taken_at = at;
+    r.compute_ms = compute;
+    r.memory_ms = memory;
+    return r;
+  };
+  // The whole machine 30% slower tonight: the kernel's 1.4x is mostly the machine's.
+  const auto move = tableio::compare_canary(row.fingerprint, "cpu",
+                                            {reading(1.3, 2.6, 10), reading(1.3, 2.6, 20)},
+                                            {reading(1.0, 2.0, 1), reading(1.0, 2.0, 2)});
+  REQUIRE(move.factor);
+  CHECK(*move.factor == Approx(1.3));
+  CHECK(move.moved(0.05));
+  CHECK_FALSE(move.drifted(0.05));
+  CHECK(move.text(0.05).find("machine 30% slower than the baseline's") != std::string::npos);
+  CHECK(move.text(0.05).find("verdicts from A/B only") != std::string::npos);
+  tableio::Comparison comparison{options, {tableio::compare_with_history(row, run_at(6, 1.4), history, options)}, {move}};
+  tableio::normalize(comparison);
+  REQUIRE(comparison.keys[0].normalized_ratio);
+  CHECK(*comparison.keys[0].normalized_ratio == Approx(1.4 / 1.08 / 1.3));
+  REQUIRE(comparison.regressions() == 1);
+  CHECK(tableio::distrust_moved_machines(comparison) == 1);
+  CHECK(comparison.keys[0].verdict == tableio::Verdict::ambiguous);
+  CHECK(comparison.keys[0].ab->why.find("machine 30% slower") != std::string::npos);
+  SECTION("a canary that moved during the run says so") {
+    const auto drifting = tableio::compare_canary(row.fingerprint, "cpu",
+                                                  {reading(1.0, 2.0, 10), reading(1.2, 2.4, 20)}, {});
+    CHECK_FALSE(drifting.factor);
+    CHECK(drifting.drifted(0.05));
+    CHECK(drifting.text(0.05).find("the canary moved mid-measure") != std::string::npos);
   }
 }

@@ -6,6 +6,7 @@
 #include "compiler/compiler.hpp"
 #include "compiler/host_compiler.hpp"
 #include "jobs/artifact_cache.hpp"
+#include "jobs/ab_job.hpp"
 #include "jobs/kernel_registry.hpp"
 #include "core/hash.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -441,6 +442,86 @@ TEST_CASE("A bench worker measures a compiled candidate", "[worker]") {
     CHECK(reply["ok"] == false);
     CHECK(reply["error"]["code"] == "bad_request");
     CHECK_THAT(reply["error"]["message"].get<std::string>(), Catch::Contains("bench worker"));
+  }
+}
+
+TEST_CASE("A bench worker measures two candidates in interleaved rounds (bench_ab)", "[worker][ab]") {
+  ktune::test::TempDir dir;
+  auto kernel =
+      ktune::load_kernel(ktune::test::source_dir() + "/kernels_src/reduce_sum/kernel.toml");
+  REQUIRE(kernel.ok());
+  ktune::HostCompiler compiler;
+  auto compiled_job = [&](const ktune::Config& config) {
+    auto compile_job = ktune::make_compile_job(*kernel, config, "f32", dir.str());
+    REQUIRE(compile_job.ok());
+    const auto compiled = compiler.compile(*compile_job);
+    INFO(compiled.log);
+    REQUIRE(compiled.status == ktune::CandidateStatus::ok);
+    ktune::MeasureSettings settings;
+    settings.min_samples = 3;
+    settings.max_samples = 5;
+    settings.min_time_s = 0;
+    settings.max_time_s = 0.02;
+    settings.warmup_ms = 1;
+    settings.flush_cache = false;
+    auto shape = ktune::Shape::parse("N=4096");
+    REQUIRE(shape.ok());
+    auto bench_job = ktune::make_bench_job(kernel->spec, *shape, config, "f32",
+                                           compiled.artifact_path, "", settings);
+    REQUIRE(bench_job.ok());
+    ktune::use_compiled_entries(*bench_job, compiled.entry_symbol, "");
+    return *bench_job;
+  };
+  ktune::AbRequest request;
+  request.a = compiled_job(kernel->spec.default_config);
+  request.b = request.a;
+  request.rounds = 4;
+
+  auto worker = WorkerProcess::with_role("bench");
+  CHECK(worker.read_json()["role"] == "bench");
+
+  SECTION("every round measures both, the order alternating") {
+    json message{{"id", 1}, {"op", "bench_ab"}, {"job", request.to_json()}};
+    const json reply = worker.request(message);
+    INFO(reply.dump());
+    REQUIRE(reply["ok"] == true);
+    auto outcome = ktune::AbOutcome::from_json(reply["outcome"]);
+    REQUIRE(outcome.ok());
+    CHECK(outcome->status == ktune::CandidateStatus::ok);
+    REQUIRE(outcome->rounds.size() == 4);
+    for (std::size_t r = 0; r < 4; ++r) {
+      CHECK(outcome->rounds[r].a_first == (r % 2 == 0));
+      CHECK(outcome->rounds[r].a.median_ms > 0);
+      CHECK(outcome->rounds[r].b.median_ms > 0);
+      CHECK(outcome->rounds[r].b.samples >= 3);
+    }
+  }
+
+  SECTION("a side that fails ends the A/B with its status, side and reason") {
+    request.b.artifact_path = (dir.path() / "gone.so").string();
+    json message{{"id", 2}, {"op", "bench_ab"}, {"job", request.to_json()}};
+    const json reply = worker.request(message);
+    INFO(reply.dump());
+    REQUIRE(reply["ok"] == true);
+    auto outcome = ktune::AbOutcome::from_json(reply["outcome"]);
+    REQUIRE(outcome.ok());
+    CHECK(outcome->status == ktune::CandidateStatus::runtime_error);
+    CHECK(outcome->failed_side == "b");
+    CHECK_THAT(outcome->reason, Catch::Contains("gone.so"));
+    CHECK(outcome->rounds.empty());
+  }
+
+  SECTION("bad rounds and a missing side are bad requests naming the field") {
+    json message{{"id", 3}, {"op", "bench_ab"}, {"job", request.to_json()}};
+    message["job"]["rounds"] = 0;
+    json reply = worker.request(message);
+    CHECK(reply["error"]["code"] == "bad_request");
+    CHECK_THAT(reply["error"]["message"].get<std::string>(), Catch::Contains("'rounds'"));
+    message["job"].erase("rounds");
+    message["job"].erase("b");
+    reply = worker.request(message);
+    CHECK(reply["error"]["code"] == "bad_request");
+    CHECK_THAT(reply["error"]["message"].get<std::string>(), Catch::Contains("'b'"));
   }
 }
 

@@ -10,7 +10,7 @@
 
 Requests go to ktuned over its Unix socket as NDJSON (docs/protocol.md): tune (waiting or not,
 with a progress callback), job, jobs, cancel, kernels, devices, stats, compile_check, import,
-add_kernel_dir. What the CLI reads from the database itself (export, history) and the import of
+add_kernel_dir, confirm (an A/B of two builds of a key) and canary (the speed canary). What the CLI reads from the database itself (export, history) and the import of
 a table file (json or T4, split to fit the daemon's message limit) run the `ktune` command next
 to ktuned, so there is one implementation of each format. Errors are the protocol's, as the
 exception classes of ktune_client.errors (UnknownKernel, BadShape, NoDevice, ...).
@@ -456,6 +456,29 @@ class Daemon:
                 progress(data)
 
         return self.request("compile_check", fields, on_event)
+
+    def confirm(self, kernel: str, shape: str, baseline: dict[str, Any],
+                candidate: dict[str, Any], dtype: str = "f32", device: str = "cpu",
+                min_effect: float = 0.05, rounds: Optional[int] = None) -> dict[str, Any]:
+        """An A/B of two builds of a key, measured interleaved on the device (docs/protocol.md,
+        confirm). `baseline` and `candidate` are {"result": id} or {"source_hash": .., "config":
+        {..}}. Returns the reply: verdict (regressed, improved, same, ambiguous), why, ratio,
+        ratio_interval, rounds, round_ms, baseline, candidate, and impossible when it could not
+        run."""
+        fields: dict[str, Any] = {"kernel": kernel, "shape": shape, "dtype": dtype,
+                                  "device": device, "baseline": baseline,
+                                  "candidate": candidate, "min_effect": min_effect}
+        if rounds is not None:
+            fields["rounds"] = int(rounds)
+        return self.request("confirm", fields)
+
+    def canary(self, device: str = "cpu", context: str = "") -> dict[str, Any]:
+        """One reading of the speed canary on a device, stored by ktuned (docs/protocol.md,
+        canary): compute_ms, memory_ms, taken_at_ms, fingerprint."""
+        fields: dict[str, Any] = {"device": device}
+        if context:
+            fields["context"] = context
+        return self.request("canary", fields)
 
     def lookup(self, kernel: str, shape: str, dtype: str = "f32", device: str = "cpu") -> Any:
         """The winner ktuned answers for a key, as a ktune_client.Answer (rung, config, ...)."""
