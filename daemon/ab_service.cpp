@@ -130,7 +130,7 @@ struct AbService::Side {
 };
 
 struct AbService::Run {
-  std::weak_ptr<Session> session;
+  std::weak_ptr<Client> session;
   json id;
   ConfirmRequest request;
   DeviceInfo device;
@@ -199,7 +199,7 @@ Result<AbService::Side> AbService::resolve_side(const ConfirmRequest& request,
   return side;
 }
 
-void AbService::confirm(const std::shared_ptr<Session>& session, const protocol::Request& request) {
+void AbService::confirm(const std::shared_ptr<Client>& session, const protocol::Request& request) {
   const auto fail = [&](const Error& error) {
     session->send(protocol::encode_error(request.id, error.code, error.message));
   };

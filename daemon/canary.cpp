@@ -70,7 +70,7 @@ Canary::Canary(asio::io_context& io, WorkerPool& pool, Store& store, DeviceRegis
     : m_io(io), m_pool(pool), m_store(store), m_devices(devices), m_config(config),
       m_kernels_dir(std::move(kernels_dir)) {}
 
-void Canary::request(const std::shared_ptr<Session>& session, const protocol::Request& request) {
+void Canary::request(const std::shared_ptr<Client>& session, const protocol::Request& request) {
   const auto fail = [&](const Error& error) {
     session->send(protocol::encode_error(request.id, error.code, error.message));
   };
@@ -86,7 +86,7 @@ void Canary::request(const std::shared_ptr<Session>& session, const protocol::Re
   }
   auto local = m_devices.local(device);
   if (!local) return fail(local.error());
-  std::weak_ptr<Session> weak = session;
+  std::weak_ptr<Client> weak = session;
   measure(*local, context.empty() ? "asked" : context,
           [weak, id = request.id](Result<CanaryReading> reading) {
             auto s = weak.lock();

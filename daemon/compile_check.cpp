@@ -37,7 +37,7 @@ std::string first_line(const std::string& log) {
 
 // One check's results, filled as compiles answer; shared by the job's callbacks.
 struct CheckRun {
-  std::weak_ptr<Session> session;
+  std::weak_ptr<Client> session;
   nlohmann::json id;
   std::int64_t job = 0;
   nlohmann::json header;
@@ -137,7 +137,7 @@ Result<CompileCheckRequest> CompileCheckRequest::from_json(const nlohmann::json&
   return req;
 }
 
-void start_compile_check(const std::shared_ptr<Session>& session, const protocol::Request& request,
+void start_compile_check(const std::shared_ptr<Client>& session, const protocol::Request& request,
                          KernelRegistry& registry, Scheduler& scheduler, Store& store,
                          const std::string& cache_dir) {
   auto fail = [&](const Error& error) {

@@ -1,5 +1,7 @@
 #include "daemon/handlers.hpp"
 
+#include "daemon/reply.hpp"
+
 #include "core/quote.hpp"
 #include "search/strategy.hpp"
 
@@ -119,70 +121,64 @@ const std::vector<BrokenKernel>& RequestHandler::load_kernels() {
   return m_registry.broken();
 }
 
-void RequestHandler::handle(const std::shared_ptr<Session>& session, std::string_view line) {
+void RequestHandler::handle(const std::shared_ptr<Client>& client, std::string_view line) {
   const auto start = std::chrono::steady_clock::now();
   if (m_stopping) {
-    session->send(protocol::encode_error(protocol::decode_id(line), ErrorCode::shutting_down,
-                                         "ktuned is shutting down"));
+    client->send(protocol::encode_error(protocol::decode_id(line), ErrorCode::shutting_down,
+                                        "ktuned is shutting down"));
     return;
   }
-  if (fast_lookup(session, line)) return;
+  if (fast_lookup(client, line)) return;
   auto request = protocol::decode_request(line);
   if (!request) {
     KTUNE_LOG(debug) << "rejected request (" << request.error().code
                      << "): " << request.error().message;
-    session->send(protocol::encode_error(protocol::decode_id(line), request.error().code,
-                                         request.error().message));
+    client->send(protocol::encode_error(protocol::decode_id(line), request.error()));
     return;
   }
-  if (request->op == "tune") {
-    tune(session, *request);
-  } else if (request->op == "devices") {
-    // Asked again each time: a driver installed or a GPU added since start shows up.
-    std::weak_ptr<Session> weak = session;
-    m_ctx.devices.probe(m_ctx.workers, [this, weak, id = request->id] {
-      if (auto s = weak.lock()) s->send(protocol::encode_ok(id, m_ctx.devices.to_json()));
-    });
-  } else if (request->op == "import") {
-    start_import(session, std::move(*request));
-  } else if (request->op == "compile_check") {
-    start_compile_check(session, *request, m_registry, m_ctx.scheduler, m_ctx.store,
-                        m_ctx.config.cache_dir);
-  } else if (request->op == "confirm") {
-    m_ab.confirm(session, *request);
-  } else if (request->op == "canary") {
-    m_canary.request(session, *request);
-  } else {
-    const auto reply = answer(*request, session->peer().uid);
-    session->send(reply ? protocol::encode_ok(request->id, *reply)
-                        : protocol::encode_error(request->id, reply.error().code,
-                                                 reply.error().message));
+  const auto op = parse_op(request->op);
+  if (!op) {
+    client->send(protocol::encode_error(
+        request->id, ErrorCode::unknown_op,
+        "unknown op '" + request->op + "' (expected " + op_list() + ")"));
+    return;
   }
+  dispatch(*op, std::move(*request), client);
   const double ms = log::elapsed_ms(start);
-  if (ms >= k_slow_request_ms) KTUNE_LOG(info) << "op " << request->op << " took " << ms << " ms";
+  if (ms >= k_slow_request_ms) KTUNE_LOG(info) << "op " << to_string(*op) << " took " << ms << " ms";
 }
 
-Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request, uid_t client) {
-  const std::string& op = request.op;
-  if (op == "lookup") return lookup(request, client);
-  if (op == "job") return job(request);
-  if (op == "jobs") return jobs(request);
-  if (op == "kernels") return kernels();
-  if (op == "stats") return stats();
-  if (op == "top") return top();
-  if (op == "cancel") return cancel(request);
-  if (op == "add_kernel_dir" || op == "remove_kernel_dir") {
-    return kernel_dir_request(request, client, m_kernel_dirs, [this] { return kernels(); });
+void RequestHandler::dispatch(Op op, protocol::Request request,
+                              const std::shared_ptr<Client>& client) {
+  const Reply reply(client, request.id);
+  const uid_t uid = client->peer().uid;
+  switch (op) {
+    case Op::lookup: return reply.answer(lookup(request, uid));
+    case Op::tune: return tune(client, request);
+    case Op::job: return reply.answer(job(request));
+    case Op::jobs: return reply.answer(jobs(request));
+    case Op::cancel: return reply.answer(cancel(request));
+    case Op::import: return start_import(client, std::move(request));
+    case Op::kernels: return reply.answer(kernels());
+    case Op::add_kernel_dir:
+    case Op::remove_kernel_dir:
+      return reply.answer(
+          kernel_dir_request(request, uid, m_kernel_dirs, [this] { return kernels(); }));
+    case Op::stats: return reply.answer(stats());
+    case Op::top: return reply.answer(top());
+    case Op::devices:
+      // Asked again each time: a driver installed or a GPU added since start shows up.
+      return m_ctx.devices.probe(m_ctx.workers, [this, reply] { reply.ok(m_ctx.devices.to_json()); });
+    case Op::compile_check:
+      return start_compile_check(client, request, m_registry, m_ctx.scheduler, m_ctx.store,
+                                 m_ctx.config.cache_dir);
+    case Op::confirm: return m_ab.confirm(client, request);
+    case Op::canary: return m_canary.request(client, request);
+    case Op::shutdown:
+      KTUNE_LOG(info) << "shutdown requested by a client";
+      m_ctx.request_stop();
+      return reply.ok(nlohmann::json{{"stopping", true}});
   }
-  if (op == "shutdown") {
-    KTUNE_LOG(info) << "shutdown requested by a client";
-    m_ctx.request_stop();
-    return nlohmann::json{{"stopping", true}};
-  }
-  return make_error(ErrorCode::unknown_op, "unknown op '" + op +
-                                          "' (expected lookup, tune, job, jobs, cancel, import, "
-                                          "kernels, add_kernel_dir, remove_kernel_dir, stats, top, "
-                                          "devices, compile_check, confirm, canary or shutdown)");
 }
 
 Result<nlohmann::json> RequestHandler::cancel(const protocol::Request& request) {
@@ -288,7 +284,7 @@ Result<nlohmann::json> RequestHandler::submit_tune(PlanRequest request,
   return reply;
 }
 
-void RequestHandler::tune(const std::shared_ptr<Session>& session, const protocol::Request& request) {
+void RequestHandler::tune(const std::shared_ptr<Client>& session, const protocol::Request& request) {
   auto fail = [&](const Error& error) {
     session->send(protocol::encode_error(request.id, error.code, error.message));
   };
@@ -404,7 +400,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   }
   // A big space is enumerated on the helper thread; the loop goes on serving meanwhile. A client
   // gone by then has its request dropped (no job is created).
-  std::weak_ptr<Session> weak = session;
+  std::weak_ptr<Client> weak = session;
   auto shared = std::make_shared<std::vector<PlanRequest>>(std::move(plans));
   asio::post(m_offload, [this, weak, request, wait = req.wait, all, shared] {
     auto spaces = std::make_shared<std::vector<Result<std::vector<Config>>>>();
@@ -417,7 +413,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   });
 }
 
-void RequestHandler::submit_tunes(const std::shared_ptr<Session>& session,
+void RequestHandler::submit_tunes(const std::shared_ptr<Client>& session,
                                   const protocol::Request& request, bool wait, bool all,
                                   std::vector<PlanRequest> plans,
                                   std::vector<Result<std::vector<Config>>> spaces) {
@@ -448,11 +444,11 @@ void RequestHandler::submit_tunes(const std::shared_ptr<Session>& session,
   watch_job(session, request, jobs.front().at("job").get<std::int64_t>());
 }
 
-void RequestHandler::start_import(const std::shared_ptr<Session>& session,
+void RequestHandler::start_import(const std::shared_ptr<Client>& session,
                                   protocol::Request request) {
   // Reading a table of thousands of rows takes a while: it runs on the helper thread (it touches
   // nothing but the request), the store is written back on the io thread.
-  std::weak_ptr<Session> weak = session;
+  std::weak_ptr<Client> weak = session;
   ImportDone done = [weak, id = request.id](Result<nlohmann::json> reply) {
     auto session = weak.lock();
     if (!session) return;
@@ -540,7 +536,7 @@ void RequestHandler::import_step(std::shared_ptr<ImportRun> run, ImportDone done
   });
 }
 
-void RequestHandler::watch_jobs(const std::shared_ptr<Session>& session,
+void RequestHandler::watch_jobs(const std::shared_ptr<Client>& session,
                                 const protocol::Request& request, std::vector<std::int64_t> ids) {
   // Progress events of every job (each names its job); one reply once the last one ended:
   // {"jobs":[summary, ...]} in the order of `ids`.
@@ -549,7 +545,7 @@ void RequestHandler::watch_jobs(const std::shared_ptr<Session>& session,
     std::size_t left = 0;
   };
   auto waiting = std::make_shared<Waiting>(Waiting{ids, ids.size()});
-  std::weak_ptr<Session> weak = session;
+  std::weak_ptr<Client> weak = session;
   auto reply = [this, weak, waiting, request_id = request.id] {
     auto s = weak.lock();
     if (!s) return;
@@ -577,9 +573,9 @@ void RequestHandler::watch_jobs(const std::shared_ptr<Session>& session,
   if (waiting->left == 0) reply();
 }
 
-void RequestHandler::watch_job(const std::shared_ptr<Session>& session,
+void RequestHandler::watch_job(const std::shared_ptr<Client>& session,
                                const protocol::Request& request, std::int64_t job_id) {
-  std::weak_ptr<Session> weak = session;
+  std::weak_ptr<Client> weak = session;
   JobWatcher watcher;
   watcher.on_progress = [weak, request_id = request.id](const nlohmann::json& progress) {
     if (auto s = weak.lock()) s->send(protocol::encode_event(request_id, "progress", progress));
@@ -689,7 +685,7 @@ std::string lookup_key(const std::string& kernel, const std::string& source_hash
 
 } // namespace
 
-bool RequestHandler::fast_lookup(const std::shared_ptr<Session>& session, std::string_view line) {
+bool RequestHandler::fast_lookup(const std::shared_ptr<Client>& session, std::string_view line) {
   FlatField fields[k_max_flat_fields];
   const int count = scan_flat_object(line, fields, k_max_flat_fields);
   if (count < 0) return false;

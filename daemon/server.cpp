@@ -562,12 +562,10 @@ void Server::admit(asio::local::stream_protocol::socket socket) {
   }
   const SessionLimits limits{m_config.max_message_bytes, seconds_to_ms(m_config.message_timeout_s),
                              seconds_to_ms(m_config.connection_idle_s)};
-  auto session = std::make_shared<Session>(
+  m_sessions.insert(start_session(
       std::move(socket), limits, peer,
-      [this](const std::shared_ptr<Session>& s, std::string_view line) { dispatch(s, line); },
-      [this](const std::shared_ptr<Session>& s) { m_sessions.erase(s); });
-  m_sessions.insert(session);
-  session->start();
+      [this](const std::shared_ptr<Client>& c, std::string_view line) { dispatch(c, line); },
+      [this](const std::shared_ptr<Client>& c) { m_sessions.erase(c); }));
 }
 
 std::optional<std::string> Server::access_refusal(int fd, const PeerCredentials& peer) const {
@@ -616,13 +614,13 @@ void Server::send_and_close(int fd, ErrorCode code, const std::string& message) 
   // The socket object closes the descriptor when it goes out of scope.
 }
 
-void Server::dispatch(const std::shared_ptr<Session>& session, std::string_view line) {
+void Server::dispatch(const std::shared_ptr<Client>& client, std::string_view line) {
   try {
-    m_handler->handle(session, line);
+    m_handler->handle(client, line);
   } catch (const std::exception& e) {
     // A defect, not a bad request: answer it and keep serving everyone else.
     KTUNE_LOG(error) << "request failed with an exception: " << e.what();
-    session->send(protocol::encode_error(protocol::decode_id(line), ErrorCode::internal,
+    client->send(protocol::encode_error(protocol::decode_id(line), ErrorCode::internal,
                                          std::string("internal error: ") + e.what()));
   }
 }
@@ -655,7 +653,7 @@ void Server::stop() {
   // Jobs first (the candidate in flight may finish, bounded by stop_grace_s), so that clients
   // waiting on one get its final state before their connection closes.
   m_scheduler->stop(seconds_to_ms(m_config.stop_grace_s), [this] {
-    for (const auto& session : std::set(m_sessions)) session->close_after_flush();
+    for (const auto& client : std::set(m_sessions)) client->close_after_flush();
     m_workers->shutdown([this] { finish_stop(); });
   });
 }

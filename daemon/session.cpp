@@ -257,4 +257,12 @@ void Session::close_now() {
   if (m_on_closed) m_on_closed(shared_from_this());
 }
 
+std::shared_ptr<Client> start_session(asio::local::stream_protocol::socket socket, SessionLimits limits,
+                                      PeerCredentials peer, Dispatch dispatch, OnClosed on_closed) {
+  auto session = std::make_shared<Session>(std::move(socket), limits, peer, std::move(dispatch),
+                                           std::move(on_closed));
+  session->start();
+  return session;
+}
+
 } // namespace ktune::daemon
