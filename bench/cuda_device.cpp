@@ -71,7 +71,7 @@ Result<CudaDeviceProperties> query_cuda_device(int ordinal) {
     KTUNE_CU(drv, cuDeviceGetCount(&count));
     if (ordinal < 0 || ordinal >= count) {
       const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
-      return make_error(protocol::code::no_device,
+      return make_error(ErrorCode::no_device,
                         "cuda:" + std::to_string(ordinal) + ": this process sees " + std::to_string(count) +
                             " CUDA device(s) (" +
                             (env != nullptr ? "CUDA_VISIBLE_DEVICES=" + std::string(env)
@@ -104,7 +104,7 @@ Result<CudaDeviceProperties> query_cuda_device(int ordinal) {
     props.max_registers_per_block = attribute(drv, device, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
     props.warp_size = attribute(drv, device, CU_DEVICE_ATTRIBUTE_WARP_SIZE);
   } catch (const cuda::CudaCallError& error) {
-    return make_error(protocol::code::no_device, "cuda:" + std::to_string(ordinal) + ": " + error.summary());
+    return make_error(ErrorCode::no_device, "cuda:" + std::to_string(ordinal) + ": " + error.summary());
   }
   return props;
 }
@@ -117,11 +117,11 @@ Result<std::vector<DeviceInfo>> list_cuda_devices() {
   try {
     KTUNE_CU(drv, cuDeviceGetCount(&count));
   } catch (const cuda::CudaCallError& error) {
-    return make_error(protocol::code::no_device, error.summary());
+    return make_error(ErrorCode::no_device, error.summary());
   }
   if (count == 0) {
     const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
-    return make_error(protocol::code::no_device,
+    return make_error(ErrorCode::no_device,
                       "no CUDA device is visible to this process (" +
                           (env != nullptr ? "CUDA_VISIBLE_DEVICES=" + std::string(env)
                                           : std::string("CUDA_VISIBLE_DEVICES is not set")) +

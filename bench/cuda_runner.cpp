@@ -897,7 +897,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(int ordinal, std::size_t 
     state->start.emplace(state->ctx);
     state->stop.emplace(state->ctx);
   } catch (const CudaCallError& error) {
-    return make_error(protocol::code::no_device, name + ": cannot set up the device: " + error.summary());
+    return make_error(ErrorCode::no_device, name + ": cannot set up the device: " + error.summary());
   }
   // Without the spin a sample may hold host launch latency: measured anyway, and said so in the
   // outcome's conditions.

@@ -137,13 +137,13 @@ Result<GuardedRegion> GuardedRegion::map(std::size_t bytes, std::string_view lab
   const std::size_t usable = round_up(std::max<std::size_t>(bytes, 1), page);
   const std::size_t guard = std::clamp(usable, page, round_up(k_max_guard_bytes, page));
   if (usable > (std::size_t{1} << 46)) {
-    return make_error("runtime_error", "buffer " + std::string(label) + ": " +
+    return make_error(ErrorCode::bench_failed, "buffer " + std::string(label) + ": " +
                                            std::to_string(bytes) + " bytes exceed the address space");
   }
   const std::size_t total = guard + usable + guard;
   void* base = ::mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED) {
-    return make_error("runtime_error", "buffer " + std::string(label) + ": cannot map " +
+    return make_error(ErrorCode::bench_failed, "buffer " + std::string(label) + ": cannot map " +
                                            std::to_string(total) + " bytes (" +
                                            std::to_string(usable) + " usable between guard pages): " +
                                            std::strerror(errno));
@@ -155,7 +155,7 @@ Result<GuardedRegion> GuardedRegion::map(std::size_t bytes, std::string_view lab
   region.m_usable_bytes = usable;
   region.m_guard_bytes = guard;
   if (::mprotect(region.m_usable, usable, PROT_READ | PROT_WRITE) != 0) {
-    return make_error("runtime_error", "buffer " + std::string(label) + ": cannot make " +
+    return make_error(ErrorCode::bench_failed, "buffer " + std::string(label) + ": cannot make " +
                                            std::to_string(usable) + " bytes writable: " +
                                            std::strerror(errno));
   }
@@ -207,7 +207,7 @@ void GuardedRegion::name_contents(std::string_view label, const void* begin, std
 Result<void> GuardedRegion::seal() {
   if (m_usable == nullptr) return {};
   if (::mprotect(m_usable, m_usable_bytes, PROT_READ) != 0) {
-    return make_error("runtime_error", std::string("cannot make a copy read-only: ") + std::strerror(errno));
+    return make_error(ErrorCode::bench_failed, std::string("cannot make a copy read-only: ") + std::strerror(errno));
   }
   if (m_slot >= 0) g_named[static_cast<std::size_t>(m_slot)].sealed.store(true, std::memory_order_relaxed);
   return {};
@@ -221,7 +221,7 @@ Result<SealedCopy> SealedCopy::of(const void* data, std::size_t bytes, std::stri
   if (bytes > 0) std::memcpy(copy.m_region.data(), data, bytes);
   copy.m_region.name_contents(label, copy.m_region.data(), bytes);
   if (auto sealed = copy.m_region.seal(); !sealed) {
-    return make_error("runtime_error", std::string(label) + ": " + sealed.error().message);
+    return make_error(ErrorCode::bench_failed, std::string(label) + ": " + sealed.error().message);
   }
   copy.m_bytes = bytes;
   copy.m_hash = content_hash(copy.m_region.data(), bytes);

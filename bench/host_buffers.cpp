@@ -128,18 +128,18 @@ Result<HostBuffer> HostBuffer::allocate(DType dtype, std::size_t count, std::str
                                         std::size_t alignment, std::size_t offset) {
   const std::size_t element = dtype_bytes(dtype);
   if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096 || offset >= alignment) {
-    return make_error("runtime_error", "buffer " + std::string(label) + ": alignment " +
+    return make_error(ErrorCode::bench_failed, "buffer " + std::string(label) + ": alignment " +
                                            std::to_string(alignment) + " and offset " +
                                            std::to_string(offset) +
                                            ": expected a power of two up to 4096 and an offset below it");
   }
   if (count == 0) {
-    return make_error("runtime_error",
+    return make_error(ErrorCode::bench_failed,
                       "buffer " + std::string(label) + ": expected at least 1 element, found 0");
   }
   const std::size_t limit = std::numeric_limits<std::size_t>::max() / 2;
   if (count > limit / element) {
-    return make_error("runtime_error", "buffer " + std::string(label) + ": " +
+    return make_error(ErrorCode::bench_failed, "buffer " + std::string(label) + ": " +
                                            std::to_string(count) + " elements of " +
                                            std::string(to_string(dtype)) + " overflow the address space");
   }
@@ -320,7 +320,7 @@ std::string buffers_key(const BenchJob& job) {
 Result<std::vector<unsigned char>> read_array_file(const std::string& path, DType dtype,
                                                   std::size_t count) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("runtime_error", path + ": cannot be read: " + std::strerror(errno));
+  if (!in) return make_error(ErrorCode::bench_failed, path + ": cannot be read: " + std::strerror(errno));
   std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::size_t want = count * dtype_bytes(dtype);
   std::size_t data_at = 0;
@@ -328,7 +328,7 @@ Result<std::vector<unsigned char>> read_array_file(const std::string& path, DTyp
   if (npy) {
     static constexpr unsigned char k_magic[] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
     if (bytes.size() < 10 || !std::equal(std::begin(k_magic), std::end(k_magic), bytes.begin())) {
-      return make_error("runtime_error", path + ": not a .npy file (no \\x93NUMPY magic)");
+      return make_error(ErrorCode::bench_failed, path + ": not a .npy file (no \\x93NUMPY magic)");
     }
     const unsigned major = bytes[6];
     std::size_t header_len = 0, header_at = 0;
@@ -341,7 +341,7 @@ Result<std::vector<unsigned char>> read_array_file(const std::string& path, DTyp
       header_at = 12;
     }
     if (header_at == 0 || header_at + header_len > bytes.size()) {
-      return make_error("runtime_error", path + ": truncated .npy header");
+      return make_error(ErrorCode::bench_failed, path + ": truncated .npy header");
     }
     const std::string header(bytes.begin() + static_cast<std::ptrdiff_t>(header_at),
                              bytes.begin() + static_cast<std::ptrdiff_t>(header_at + header_len));
@@ -352,16 +352,16 @@ Result<std::vector<unsigned char>> read_array_file(const std::string& path, DTyp
       if (d == dtype) descr = text;
     }
     if (header.find("'" + descr + "'") == std::string::npos) {
-      return make_error("runtime_error", path + ": expected descr '" + descr + "' (" +
+      return make_error(ErrorCode::bench_failed, path + ": expected descr '" + descr + "' (" +
                                              std::string(to_string(dtype)) + "), found header " + header);
     }
     if (header.find("'fortran_order': True") != std::string::npos) {
-      return make_error("runtime_error", path + ": expected C order, found fortran_order True");
+      return make_error(ErrorCode::bench_failed, path + ": expected C order, found fortran_order True");
     }
     data_at = header_at + header_len;
   }
   if (bytes.size() - data_at != want) {
-    return make_error("runtime_error", path + ": expected " + std::to_string(count) + " elements of " +
+    return make_error(ErrorCode::bench_failed, path + ": expected " + std::to_string(count) + " elements of " +
                                            std::string(to_string(dtype)) + " (" + std::to_string(want) +
                                            " bytes), found " + std::to_string(bytes.size() - data_at) +
                                            " bytes of data");

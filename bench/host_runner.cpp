@@ -233,12 +233,12 @@ Result<std::unique_ptr<ArgSet>> build_args(const BenchJob& job) {
                               arg.name + "'";
     const auto kind = parse_arg_kind(arg.kind);
     if (!kind) {
-      return make_error("runtime_error",
+      return make_error(ErrorCode::bench_failed,
                         where + ": kind '" + arg.kind + "': expected in, out, inout or scalar");
     }
     const auto dtype = parse_dtype(arg.dtype);
     if (!dtype) {
-      return make_error("runtime_error",
+      return make_error(ErrorCode::bench_failed,
                         where + ": dtype '" + arg.dtype + "': expected f32, f64, f16, i32 or i64");
     }
     ArgSlot slot;
@@ -249,19 +249,19 @@ Result<std::unique_ptr<ArgSet>> build_args(const BenchJob& job) {
       store_element(*dtype, slot.scalar, 0, arg.value);
     } else {
       if (arg.count < 1) {
-        return make_error("runtime_error", where + ": count " + std::to_string(arg.count) +
+        return make_error(ErrorCode::bench_failed, where + ": count " + std::to_string(arg.count) +
                                                ": expected at least 1 element");
       }
       const auto init = parse_buffer_init(arg.init);
       if (!init) {
-        return make_error("runtime_error", where + ": init '" + arg.init +
+        return make_error(ErrorCode::bench_failed, where + ": init '" + arg.init +
                                                "': expected uniform, normal, uniform(lo, hi), "
                                                "normal(mean, std), zero, ones, index or file:PATH");
       }
       auto buffer = HostBuffer::allocate(*dtype, static_cast<std::size_t>(arg.count), arg.name,
                                          static_cast<std::size_t>(job.buffer_alignment),
                                          static_cast<std::size_t>(job.buffer_offset));
-      if (!buffer) return make_error("runtime_error", where + ": " + buffer.error().message);
+      if (!buffer) return make_error(ErrorCode::bench_failed, where + ": " + buffer.error().message);
       buffer->describe((*kind == ArgKind::in ? "input '" : *kind == ArgKind::out ? "output '"
                                                                                  : "inout '") +
                        arg.name + "'");
@@ -272,11 +272,11 @@ Result<std::unique_ptr<ArgSet>> build_args(const BenchJob& job) {
             arg.seed >= 0 ? static_cast<std::uint64_t>(arg.seed) : job.settings.seed;
         if (auto filled = fill_input(*dtype, buffer->data(), buffer->count(), *init, seed, i);
             !filled) {
-          return make_error("runtime_error", where + ": init: " + filled.error().message);
+          return make_error(ErrorCode::bench_failed, where + ": init: " + filled.error().message);
         }
         auto initial = SealedCopy::of(buffer->data(), buffer->bytes(),
                                       "the pristine copy of '" + arg.name + "'");
-        if (!initial) return make_error("runtime_error", where + ": " + initial.error().message);
+        if (!initial) return make_error(ErrorCode::bench_failed, where + ": " + initial.error().message);
         slot.initial = std::move(initial).value();
       }
       slot.buffer = std::move(buffer).value();
@@ -356,18 +356,18 @@ struct HostRunner::State {
       if (id == identity) return &outputs;
     }
     auto library = SharedLibrary::open(job.reference_path);
-    if (!library) return make_error("runtime_error", "reference: " + library.error().message);
+    if (!library) return make_error(ErrorCode::bench_failed, "reference: " + library.error().message);
     auto address = library->symbol(symbol);
-    if (!address) return make_error("runtime_error", "reference: " + address.error().message);
+    if (!address) return make_error(ErrorCode::bench_failed, "reference: " + address.error().message);
     const auto entry = reinterpret_cast<EntryFn>(address.value());
     set.reset_for_check();
     entry(set.pointers.data());
     if (const ArgSlot* slot = set.smashed_guard()) {
-      return make_error("runtime_error",
+      return make_error(ErrorCode::bench_failed,
                         "reference " + job.reference_path + " " + guard_reason(*slot));
     }
     auto snapshot = set.snapshot_outputs();
-    if (!snapshot) return make_error("runtime_error", "reference: " + snapshot.error().message);
+    if (!snapshot) return make_error(ErrorCode::bench_failed, "reference: " + snapshot.error().message);
     set.references.emplace_back(identity, std::move(snapshot).value());
     return &set.references.back().second;
   }
@@ -387,11 +387,11 @@ struct HostRunner::State {
       const ArgSlot& slot = set.slots[i];
       if (!slot.buffer || !slot.is_output()) continue;
       if (job.args[i].expected.empty()) {
-        return make_error("runtime_error", "output '" + slot.name + "' names no expected file");
+        return make_error(ErrorCode::bench_failed, "output '" + slot.name + "' names no expected file");
       }
       auto values = read_array_file(job.args[i].expected, slot.dtype, slot.buffer->count());
       if (!values) {
-        return make_error("runtime_error", "expected values of '" + slot.name + "': " +
+        return make_error(ErrorCode::bench_failed, "expected values of '" + slot.name + "': " +
                                                values.error().message);
       }
       auto sealed = SealedCopy::of(values->data(), values->size(),

@@ -19,7 +19,7 @@ Result<SharedLibrary> SharedLibrary::open(const std::string& path) {
   ::dlerror();
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    return make_error("runtime_error",
+    return make_error(ErrorCode::bench_failed,
                       "cannot load " + path + ": " + last_dl_error("dlopen failed without a message"));
   }
   return SharedLibrary(handle, path);
@@ -45,7 +45,7 @@ Result<void*> SharedLibrary::symbol(const std::string& name) const {
   ::dlerror();
   void* address = ::dlsym(m_handle, name.c_str());
   if (address == nullptr) {
-    return make_error("runtime_error", "symbol '" + name + "' not found in " + m_path + ": " +
+    return make_error(ErrorCode::bench_failed, "symbol '" + name + "' not found in " + m_path + ": " +
                                            last_dl_error("it resolves to a null address"));
   }
   return address;

@@ -265,12 +265,12 @@ int main(int argc, char** argv) {
     DataFile& f = files[i];
     auto text = ktune::replay::read_text_file(f.path);
     if (!text) {
-      f.skipped = text.error().message + " (" + text.error().code + ")";
+      f.skipped = text.error().message + " (" + std::string(ktune::to_string(text.error().code)) + ")";
       return;
     }
     auto parsed = ktune::replay::parse_recorded_space(*text, f.relative);
     if (!parsed) {
-      f.skipped = parsed.error().message + " (" + parsed.error().code + ")"; // the message names the file
+      f.skipped = parsed.error().message + " (" + std::string(ktune::to_string(parsed.error().code)) + ")"; // the message names the file
       return;
     }
     f.space = std::move(parsed).value();

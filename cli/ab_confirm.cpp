@@ -96,9 +96,9 @@ Result<std::size_t> confirm_changed(Connection& conn, tableio::Comparison& compa
            << "): an A/B of the baseline's build and the current one\n";
     auto reply = call(conn, confirm_request(k, comparison.options.min_effect), k_confirm_timeout);
     if (!reply) {
-      if (reply.error().code == "not_running" || reply.error().code == "io_error") return reply.error();
+      if (reply.error().code == ErrorCode::not_running || reply.error().code == ErrorCode::io_error) return reply.error();
       tableio::AbFigures ab;
-      ab.why = "ktuned could not measure it: " + reply.error().code + ": " + reply.error().message;
+      ab.why = "ktuned could not measure it: " + describe(reply.error());
       tableio::apply_ab(k, std::move(ab));
     } else {
       tableio::apply_ab(k, ab_figures(*reply));
@@ -109,7 +109,7 @@ Result<std::size_t> confirm_changed(Connection& conn, tableio::Comparison& compa
                 "config, against the baseline's build\n";
       auto same = call(conn, same_config_request(k, comparison.options.min_effect), k_confirm_timeout);
       if (!same) {
-        if (same.error().code == "not_running" || same.error().code == "io_error") return same.error();
+        if (same.error().code == ErrorCode::not_running || same.error().code == ErrorCode::io_error) return same.error();
         io.err << "  not measured: " << same.error().code << ": " << same.error().message << '\n';
         continue;
       }

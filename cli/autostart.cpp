@@ -40,7 +40,7 @@ constexpr int k_ready_fd = 3;
 constexpr std::size_t k_log_tail_lines = 20;
 
 Error io_error(const std::string& what, int err) {
-  return make_error("io_error", what + ": " + std::strerror(err));
+  return make_error(ErrorCode::io_error, what + ": " + std::strerror(err));
 }
 
 // The socket's directory: the runtime directory itself, one made here (0700), or one that
@@ -59,11 +59,11 @@ Result<std::string> daemon_executable() {
   } else {
     std::error_code ec;
     const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (ec) return make_error("io_error", "cannot locate the running executable: " + ec.message());
+    if (ec) return make_error(ErrorCode::io_error, "cannot locate the running executable: " + ec.message());
     path = (self.parent_path() / "ktuned").string();
   }
   if (::access(path.c_str(), X_OK) != 0) {
-    return make_error("not_found", "expected the ktuned executable at " + path + " (" +
+    return make_error(ErrorCode::not_found, "expected the ktuned executable at " + path + " (" +
                                        std::strerror(errno) + "); set KTUNE_DAEMON to its path");
   }
   return path;
@@ -79,7 +79,7 @@ Result<UniqueFd> lock_file(const SafeDir& dir, const std::string& name, millisec
   while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) return io_error("cannot lock " + path, errno);
     if (Clock::now() >= deadline) {
-      return make_error("io_error", "another ktune has held the start lock " + path + " for " +
+      return make_error(ErrorCode::io_error, "another ktune has held the start lock " + path + " for " +
                                         std::to_string(timeout.count()) + " ms");
     }
     std::this_thread::sleep_for(k_poll_step);
@@ -180,12 +180,12 @@ Result<Started> start_daemon(const std::string& exe, const std::vector<std::stri
       if (std::sscanf(text.c_str(), "ready %" SCNd64, &ready_pid) == 1 && ready_pid > 0) {
         return Started{false, ready_pid};
       }
-      return make_error("daemon_failed", "ktuned wrote '" + text.substr(0, newline) +
+      return make_error(ErrorCode::daemon_failed, "ktuned wrote '" + text.substr(0, newline) +
                                              "' on its ready fd, expected 'ready <pid>'");
     }
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
-      return make_error("daemon_failed", "ktuned (pid " + std::to_string(pid) +
+      return make_error(ErrorCode::daemon_failed, "ktuned (pid " + std::to_string(pid) +
                                              ") did not report ready within " +
                                              std::to_string(ready_timeout.count()) +
                                              " ms; the end of " + log_path + ":\n" +
@@ -207,7 +207,7 @@ Result<Started> start_daemon(const std::string& exe, const std::vector<std::stri
     ::waitpid(pid, &status, 0);
     const std::string tail = log_tail(log_path, offset);
     if (tail.find("already running") != std::string::npos) return Started{true};
-    return make_error("daemon_failed", "ktuned " + describe_status(status) +
+    return make_error(ErrorCode::daemon_failed, "ktuned " + describe_status(status) +
                                            " before it was ready; the end of " + log_path +
                                            ":\n" + tail);
   }
@@ -218,7 +218,7 @@ Result<Connection> connect_within(const std::string& socket, milliseconds timeou
   const auto deadline = Clock::now() + timeout;
   for (;;) {
     auto conn = Connection::connect(socket, k_connect_timeout);
-    if (conn || conn.error().code != "not_running" || Clock::now() >= deadline) return conn;
+    if (conn || conn.error().code != ErrorCode::not_running || Clock::now() >= deadline) return conn;
     std::this_thread::sleep_for(k_poll_step);
   }
 }
@@ -237,7 +237,7 @@ Result<Connection> connect_or_start(const AutostartOptions& options) {
   const std::string socket = options.socket.empty() ? paths.socket : options.socket;
 
   auto conn = Connection::connect(socket, k_connect_timeout);
-  if (conn || conn.error().code != "not_running") return conn;
+  if (conn || conn.error().code != ErrorCode::not_running) return conn;
   if (const char* off = std::getenv("KTUNE_NO_AUTOSTART");
       off != nullptr && *off != '\0' && std::string(off) != "0") {
     return conn;
@@ -256,7 +256,7 @@ Result<Connection> connect_or_start(const AutostartOptions& options) {
 
   // The previous holder may have started it while we waited.
   conn = Connection::connect(socket, k_connect_timeout);
-  if (conn || conn.error().code != "not_running") return conn;
+  if (conn || conn.error().code != ErrorCode::not_running) return conn;
 
   const auto in_runtime = [](const std::string& path) {
     return std::filesystem::path(path).filename().string();
@@ -284,7 +284,7 @@ Result<Connection> connect_or_start(const AutostartOptions& options) {
     char* end = nullptr;
     const double value = std::strtod(env, &end);
     if (end == env || *end != '\0' || !(value >= 0)) {
-      return make_error("bad_request", std::string("KTUNE_AUTOSTART_IDLE_S must be a number of "
+      return make_error(ErrorCode::bad_request, std::string("KTUNE_AUTOSTART_IDLE_S must be a number of "
                                                    "seconds >= 0, found '") + env + "'");
     }
     idle_s = value;

@@ -140,7 +140,7 @@ json op(const char* name) { return json{{"op", name}}; }
 Result<UniqueFd> raise_fd(UniqueFd fd, const char* what) {
   int raised = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 10);
   if (raised < 0)
-    return make_error("io_error", std::string("cannot duplicate the ") + what + ": " +
+    return make_error(ErrorCode::io_error, std::string("cannot duplicate the ") + what + ": " +
                                       std::strerror(errno));
   return UniqueFd(raised);
 }
@@ -176,12 +176,12 @@ Result<std::string> daemon_executable() {
     std::error_code ec;
     auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
     if (ec)
-      return make_error("io_error", "cannot locate the ktune executable (/proc/self/exe): " +
+      return make_error(ErrorCode::io_error, "cannot locate the ktune executable (/proc/self/exe): " +
                                         ec.message());
     path = (self.parent_path() / "ktuned").string();
   }
   if (::access(path.c_str(), X_OK) != 0)
-    return make_error("not_found", "expected the ktuned executable at " + path + " (" +
+    return make_error(ErrorCode::not_found, "expected the ktuned executable at " + path + " (" +
                                        std::strerror(errno) +
                                        "); set KTUNE_DAEMON to its path");
   return path;
@@ -207,7 +207,7 @@ struct Spawned {
 Result<Spawned> spawn_detached(const std::vector<std::string>& args, const UniqueFd& log) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0)
-    return make_error("io_error", std::string("cannot create the ready pipe: ") +
+    return make_error(ErrorCode::io_error, std::string("cannot create the ready pipe: ") +
                                       std::strerror(errno));
   UniqueFd read_end(fds[0]);
   // Only the read end is non-blocking: draining it after the child exited must not hang on a
@@ -244,7 +244,7 @@ Result<Spawned> spawn_detached(const std::vector<std::string>& args, const Uniqu
   ::posix_spawn_file_actions_destroy(&actions);
   ::posix_spawnattr_destroy(&attr);
   if (rc != 0)
-    return make_error("io_error", "cannot start " + args[0] + ": " + std::strerror(rc));
+    return make_error(ErrorCode::io_error, "cannot start " + args[0] + ": " + std::strerror(rc));
   return Spawned{pid, std::move(read_end)};
 }
 
@@ -261,13 +261,13 @@ Result<std::int64_t> wait_ready(const Spawned& child, const std::string& log,
       std::string line = received.substr(0, nl);
       std::int64_t pid = 0;
       if (std::sscanf(line.c_str(), "ready %" SCNd64, &pid) == 1 && pid > 0) return pid;
-      return make_error("bad_reply", "ktuned wrote '" + line +
+      return make_error(ErrorCode::bad_reply, "ktuned wrote '" + line +
                                          "' on its ready fd, expected 'ready <pid>'; the end of " +
                                          log + ":\n" + log_tail(log, log_offset));
     }
     if (Clock::now() >= deadline) {
       ::kill(child.pid, SIGTERM);
-      return make_error("daemon_failed",
+      return make_error(ErrorCode::daemon_failed,
                         "ktuned (pid " + std::to_string(child.pid) + ") did not report ready within " +
                             std::to_string(k_ready_timeout.count()) +
                             " s and was sent SIGTERM; the end of " + log + ":\n" +
@@ -277,7 +277,7 @@ Result<std::int64_t> wait_ready(const Spawned& child, const std::string& log,
       pollfd p{child.ready.get(), POLLIN, 0};
       int n = ::poll(&p, 1, 100);
       if (n < 0 && errno != EINTR)
-        return make_error("io_error", std::string("poll on the ready pipe failed: ") +
+        return make_error(ErrorCode::io_error, std::string("poll on the ready pipe failed: ") +
                                           std::strerror(errno));
       if (n > 0) {
         char buf[256];
@@ -288,7 +288,7 @@ Result<std::int64_t> wait_ready(const Spawned& child, const std::string& log,
         }
         if (got == 0) eof = true;
         else if (errno != EINTR && errno != EAGAIN)
-          return make_error("io_error", std::string("read from the ready pipe failed: ") +
+          return make_error(ErrorCode::io_error, std::string("read from the ready pipe failed: ") +
                                             std::strerror(errno));
       }
     } else {
@@ -306,9 +306,9 @@ Result<std::int64_t> wait_ready(const Spawned& child, const std::string& log,
       const std::string tail = log_tail(log, log_offset);
       // Another start won the instance lock: ours lost the race, the daemon runs.
       if (tail.find("ktuned already running") != std::string::npos) {
-        return make_error("already_running", tail);
+        return make_error(ErrorCode::already_running, tail);
       }
-      return make_error("daemon_failed", "ktuned " + describe_wait_status(status) +
+      return make_error(ErrorCode::daemon_failed, "ktuned " + describe_wait_status(status) +
                                              " before it was ready; the end of " + log + ":\n" +
                                              tail);
     }
@@ -583,7 +583,7 @@ int daemon_start(const GlobalOptions& global, const DaemonStartOptions& options,
     else io.out << "ktuned already running (pid " << as_text(field(*running, "pid")) << ")\n";
     return k_exit_ok;
   }
-  if (running.error().code != "not_running") return report(io, running.error(), socket);
+  if (running.error().code != ErrorCode::not_running) return report(io, running.error(), socket);
 
   auto exe = daemon_executable();
   if (!exe) return report(io, exe.error(), socket);
@@ -624,7 +624,7 @@ int daemon_start(const GlobalOptions& global, const DaemonStartOptions& options,
   auto child = spawn_detached(args, *log);
   if (!child) return report(io, child.error(), socket);
   auto pid = wait_ready(*child, log_path, log_offset);
-  if (!pid && pid.error().code == "already_running") {
+  if (!pid && pid.error().code == ErrorCode::already_running) {
     // Started at the same time as another start, which won: report that daemon once it answers,
     // as a start finding it running would.
     const auto deadline = Clock::now() + k_ready_timeout;
@@ -660,7 +660,7 @@ int daemon_stop(const GlobalOptions& global, Output& io) {
   const std::string socket = socket_path(global);
   auto conn = Connection::connect(socket, k_connect_timeout);
   if (!conn) {
-    if (conn.error().code != "not_running") return report(io, conn.error(), socket);
+    if (conn.error().code != ErrorCode::not_running) return report(io, conn.error(), socket);
     if (global.json) print_json(io, json{{"running", false}});
     else io.out << "ktuned is not running (socket " << socket << ")\n";
     return k_exit_ok;
@@ -671,14 +671,14 @@ int daemon_stop(const GlobalOptions& global, Output& io) {
     pid = as_int(field(*stats, "pid"));
   auto reply = call(*conn, op("shutdown"), k_probe_timeout);
   // A daemon that exits before its reply is flushed closes the connection: that is a stop too.
-  if (!reply && reply.error().code != "io_error") return report(io, reply.error(), socket);
+  if (!reply && reply.error().code != ErrorCode::io_error) return report(io, reply.error(), socket);
 
   const auto deadline = Clock::now() + k_stop_timeout;
   bool socket_down = false;
   while (Clock::now() < deadline) {
     if (!socket_down) {
       auto probe = Connection::connect(socket, milliseconds(200));
-      socket_down = !probe && probe.error().code == "not_running";
+      socket_down = !probe && probe.error().code == ErrorCode::not_running;
     }
     if (socket_down && process_gone(pid)) {
       if (global.json) print_json(io, reply ? *reply : json::object());
@@ -688,7 +688,7 @@ int daemon_stop(const GlobalOptions& global, Output& io) {
     }
     std::this_thread::sleep_for(milliseconds(50));
   }
-  return report(io, make_error("timeout", "ktuned" + (pid > 0 ? " (pid " + std::to_string(pid) + ")"
+  return report(io, make_error(ErrorCode::stop_timeout, "ktuned" + (pid > 0 ? " (pid " + std::to_string(pid) + ")"
                                                                : std::string()) +
                                               " still answers at " + socket + " " +
                                               std::to_string(k_stop_timeout.count()) +
@@ -700,7 +700,7 @@ int daemon_status(const GlobalOptions& global, Output& io) {
   const std::string socket = socket_path(global);
   auto stats = call(socket, op("stats"), k_probe_timeout);
   if (!stats) {
-    if (stats.error().code != "not_running") return report(io, stats.error(), socket);
+    if (stats.error().code != ErrorCode::not_running) return report(io, stats.error(), socket);
     io.err << "ktuned is not running (socket " << socket << ")\n";
     return k_exit_error;
   }
@@ -799,7 +799,7 @@ int list_kernels(const GlobalOptions& global, Output& io) {
 
 Result<void> parse_budget_option(const std::string& text, TuneOptions& options) {
   auto bad = [&] {
-    return make_error("bad_budget", "expected a number of candidates (e.g. 30), a share of the "
+    return make_error(ErrorCode::bad_budget, "expected a number of candidates (e.g. 30), a share of the "
                                     "admitted configs (e.g. 5%) or seconds (e.g. 60s), found '" + text + "'");
   };
   if (text.empty()) return bad();
@@ -1064,7 +1064,7 @@ int daemon_log(const GlobalOptions& global, std::int64_t lines, bool follow, Out
   const std::string log_path = paths.log_dir + "/ktuned.log";
   std::ifstream in(log_path, std::ios::binary);
   if (!in) {
-    return report_error(io, "not_found",
+    return report_error(io, ErrorCode::not_found,
                         "no daemon log at " + log_path +
                             " (ktuned writes it when `ktune` starts it; a service logs to its "
                             "journal: journalctl --user -u ktuned)");
@@ -1523,7 +1523,7 @@ int run_command(int argc, const char* const* argv, Output& io) {
     std::vector<std::string> names;
     for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
     if (std::find(names.begin(), names.end(), word) == names.end()) {
-      return report_error(io, "usage",
+      return report_error(io, ErrorCode::usage,
                           "unknown command '" + std::string(word) + "'" +
                               did_you_mean(std::string(word), names) + "; run `ktune --help`",
                           k_exit_usage);
@@ -1535,11 +1535,11 @@ int run_command(int argc, const char* const* argv, Output& io) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() != 0) {
       if (auto unknown = unknown_argument_message(app)) {
-        return report_error(io, "usage", *unknown, k_exit_usage);
+        return report_error(io, ErrorCode::usage, *unknown, k_exit_usage);
       }
     }
     if (io.json && e.get_exit_code() != 0) {
-      return report_error(io, "usage", e.what(), k_exit_usage);
+      return report_error(io, ErrorCode::usage, e.what(), k_exit_usage);
     }
     int code = app.exit(e, io.out, io.err);
     return code == 0 ? k_exit_ok : k_exit_usage;
@@ -1547,7 +1547,7 @@ int run_command(int argc, const char* const* argv, Output& io) {
   io.json = global.json;
   if (budget_option->count() > 0) {
     if (auto r = parse_budget_option(budget, tune_options); !r) {
-      return report_error(io, "usage", "tune --budget: " + r.error().message, k_exit_usage);
+      return report_error(io, ErrorCode::usage, "tune --budget: " + r.error().message, k_exit_usage);
     }
   }
   if (const char* parse_only = std::getenv("KTUNE_PARSE_ONLY"); parse_only && *parse_only == '1') {
@@ -1588,9 +1588,9 @@ int run_command(int argc, const char* const* argv, Output& io) {
     if (replay_command.parsed()) return replay_command.run(global.json, io.out, io.err);
   } catch (const json::exception& e) {
     // Only a reply that breaks the protocol's types reaches here.
-    return report_error(io, "bad_reply", std::string("unexpected reply from ktuned: ") + e.what());
+    return report_error(io, ErrorCode::bad_reply, std::string("unexpected reply from ktuned: ") + e.what());
   }
-  return report_error(io, "usage", "no command given; run `ktune --help`", k_exit_usage);
+  return report_error(io, ErrorCode::usage, "no command given; run `ktune --help`", k_exit_usage);
 }
 
 } // namespace

@@ -55,7 +55,7 @@ Result<double> parse_max_regression(const std::string& text) {
     if (percent) return value / 100.0;
     if (value < 1) return value;
   }
-  return make_error("bad_request", "--max-regression: expected a share like 5% (or 0.05), found '" +
+  return make_error(ErrorCode::bad_request, "--max-regression: expected a share like 5% (or 0.05), found '" +
                                        text + "'");
 }
 

@@ -32,13 +32,15 @@ Result<json> unwrap_reply(const json& reply) {
   if (ok != reply.end() && ok->is_boolean() && error != reply.end() && error->is_object()) {
     const auto code = error->find("code");
     const auto message = error->find("message");
-    return make_error(code != error->end() && code->is_string() ? code->get<std::string>() : "internal",
-                      message != error->end() && message->is_string() ? message->get<std::string>()
-                                                                      : dump(*error));
+    return error_from_wire(code != error->end() && code->is_string() ? code->get<std::string>()
+                                                                     : "internal",
+                           message != error->end() && message->is_string()
+                               ? message->get<std::string>()
+                               : dump(*error));
   }
   std::string text = dump(reply);
   if (auto nl = text.find('\n'); nl != std::string::npos) text = text.substr(0, nl) + " ...";
-  return make_error("bad_reply", "expected a reply with \"ok\" and \"result\" or \"error\" from "
+  return make_error(ErrorCode::bad_reply, "expected a reply with \"ok\" and \"result\" or \"error\" from "
                                  "ktuned, found " + text);
 }
 
@@ -74,10 +76,10 @@ Result<json> call_daemon(const std::string& socket, const GlobalOptions& global,
   return call(*conn, std::move(request), timeout);
 }
 
-int report_error(Output& io, const std::string& code, const std::string& message, int exit_code) {
+int report_error(Output& io, ErrorCode code, const std::string& message, int exit_code) {
   if (io.json) {
     if (!io.error_reported) {
-      io.out << dump(json{{"error", {{"code", code}, {"message", message}}}}, 2) << '\n';
+      io.out << dump(json{{"error", {{"code", std::string(to_string(code))}, {"message", message}}}}, 2) << '\n';
     }
   } else {
     io.err << "ktune: " << code << ": " << message << '\n';
@@ -87,7 +89,7 @@ int report_error(Output& io, const std::string& code, const std::string& message
 }
 
 int report(Output& io, const Error& error, const std::string& socket) {
-  if (error.code == "not_running") {
+  if (error.code == ErrorCode::not_running) {
     const std::string message =
         "ktuned is not running (socket " + socket + "); start it with `ktune daemon start`";
     if (io.json) return report_error(io, error.code, message);
@@ -96,7 +98,7 @@ int report(Output& io, const Error& error, const std::string& socket) {
     return k_exit_error;
   }
   std::string message = error.message;
-  if (error.code == "unknown_kernel") {
+  if (error.code == ErrorCode::unknown_kernel) {
     // "unknown kernel 'gem'": the name between the first pair of quotes.
     const auto open = message.find('\'');
     const auto close = open == std::string::npos ? open : message.find('\'', open + 1);
@@ -112,8 +114,8 @@ int report(Output& io, const Error& error, const std::string& socket) {
         message += did_you_mean(name, names);
       }
     }
-  } else if (error.code == "message_too_large" ||
-             (error.code == "io_error" && message.find("Broken pipe") != std::string::npos)) {
+  } else if (error.code == ErrorCode::message_too_large ||
+             (error.code == ErrorCode::io_error && message.find("Broken pipe") != std::string::npos)) {
     message += " (a request line may be at most [daemon].max_message_bytes long, 1 MiB by "
                "default, in ktuned's configuration)";
   }

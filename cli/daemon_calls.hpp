@@ -50,7 +50,7 @@ using Json = nlohmann::ordered_json;
 // io.out. An unknown_kernel error from `socket` gets "did you mean ..." from ktuned's kernels.
 int report(Output& io, const Error& error, const std::string& socket);
 // The same for errors found before any daemon is asked.
-int report_error(Output& io, const std::string& code, const std::string& message,
+int report_error(Output& io, ErrorCode code, const std::string& message,
                  int exit_code = k_exit_error);
 
 // The names in `candidates` closest to `word` (edit distance at most 2, or a prefix either

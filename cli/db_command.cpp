@@ -29,7 +29,7 @@ int backup(const DbCommand& command, Output& io) {
   const std::string source =
       command.db.empty() ? resolve_paths(path_env_from_process()).db : command.db;
   if (!std::filesystem::exists(source)) {
-    return report_error(io, "db_error", "no database at " + source + " (pass --db PATH)");
+    return report_error(io, ErrorCode::db_error, "no database at " + source + " (pass --db PATH)");
   }
   const PrivateUmask umask;
   auto done = backup_database(source, command.destination);
@@ -45,7 +45,7 @@ int backup(const DbCommand& command, Output& io) {
 
 int recover(const DbCommand& command, Output& io) {
   if (!std::filesystem::exists(command.db)) {
-    return report_error(io, "db_error", "no database at " + command.db);
+    return report_error(io, ErrorCode::db_error, "no database at " + command.db);
   }
   const PrivateUmask umask;
   auto done = recover_database(command.db, command.destination);

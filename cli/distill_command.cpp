@@ -57,7 +57,7 @@ Result<std::string> measurable_on(Connection& conn, const tableio::DistillKey& k
     if (d.value("fingerprint", std::string()) == key.fingerprint) name = d.value("name", std::string());
   }
   if (name.empty()) {
-    return make_error("no_device", "the results of " + key.kernel + " were measured on device " +
+    return make_error(ErrorCode::no_device, "the results of " + key.kernel + " were measured on device " +
                                        key.fingerprint.substr(0, 12) + " (" + key.device_name +
                                        "), which this ktuned does not have: nothing missing can be "
                                        "measured here (--no-measure distils from what is stored)");
@@ -69,12 +69,12 @@ Result<std::string> measurable_on(Connection& conn, const tableio::DistillKey& k
     if (k.value("name", std::string()) != key.kernel || k.value("language", std::string()) != language) continue;
     const std::string hash = k.value("source_hash", std::string());
     if (hash == key.source_hash) return name;
-    return make_error("source_changed", "kernel " + key.kernel + " changed since its shapes were tuned "
+    return make_error(ErrorCode::source_changed, "kernel " + key.kernel + " changed since its shapes were tuned "
                                         "(source " + key.source_hash.substr(0, 12) + ", now " +
                                         hash.substr(0, 12) + "): tune its shapes again, or distil "
                                         "what is stored with --no-measure");
   }
-  return make_error("unknown_kernel", "ktuned has no " + language + " family named " + key.kernel);
+  return make_error(ErrorCode::unknown_kernel, "ktuned has no " + language + " family named " + key.kernel);
 }
 
 // Measures the missing cells: one tune of exactly those configs per shape.
@@ -100,7 +100,7 @@ Result<void> measure(const GlobalOptions& global, const Built& built, Output& io
     if (!reply) return reply.error();
     const Json& job = reply->value("job", Json::object());
     if (job.value("state", std::string()) != "done") {
-      return make_error("job_failed", "the measuring job " + text_of(job.value("id", Json())) + " at " +
+      return make_error(ErrorCode::job_failed, "the measuring job " + text_of(job.value("id", Json())) + " at " +
                                           shape + " ended " + job.value("state", std::string("?")) +
                                           ": " + job.value("error", std::string()));
     }
@@ -231,7 +231,7 @@ int run_distill(const GlobalOptions& global, const DistillCommandOptions& option
   const std::string db =
       options.db.empty() ? resolve_paths(path_env_from_process()).db : options.db;
   if (!std::filesystem::exists(db)) {
-    return report_error(io, "db_error", "no database at " + db + " (tune something first, or pass --db PATH)");
+    return report_error(io, ErrorCode::db_error, "no database at " + db + " (tune something first, or pass --db PATH)");
   }
   tableio::DistillOptions settings;
   settings.max_configs = options.max_configs;

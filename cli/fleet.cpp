@@ -129,7 +129,7 @@ Result<std::optional<Manifest>> read_manifest(const Layout& layout) {
   if (!text) return text.error();
   const json doc = json::parse(*text, nullptr, false);
   if (!doc.is_object() || doc.value("format", std::string()) != k_manifest_format) {
-    return make_error("bad_fleet", layout.manifest() + ": expected a fleet manifest (\"format\": \"" +
+    return make_error(ErrorCode::bad_fleet, layout.manifest() + ": expected a fleet manifest (\"format\": \"" +
                                        k_manifest_format + "\")");
   }
   try {
@@ -146,7 +146,7 @@ Result<std::optional<Manifest>> read_manifest(const Layout& layout) {
     }
     return std::optional<Manifest>(std::move(m));
   } catch (const json::exception& e) {
-    return make_error("bad_fleet", layout.manifest() + ": " + e.what());
+    return make_error(ErrorCode::bad_fleet, layout.manifest() + ": " + e.what());
   }
 }
 
@@ -327,14 +327,14 @@ void watch_termination() {
 
 int run_fleet_shard(const FleetShardOptions& options, Output& io) {
   auto shard = sweep::parse_shard(options.shard);
-  if (!shard) return report_error(io, "usage", "--shard: " + shard.error().message, k_exit_failed);
+  if (!shard) return report_error(io, ErrorCode::usage, "--shard: " + shard.error().message, k_exit_failed);
   auto parsed = sweep::load_sweep(options.file);
   if (!parsed) return report_error(io, parsed.error().code, parsed.error().message, k_exit_failed);
   const Layout layout{absolute_path(options.out)};
   std::error_code ec;
   fs::create_directories(layout.shards_dir(), ec);
   if (ec) {
-    return report_error(io, "io_error", "cannot create " + layout.shards_dir() + ": " + ec.message(),
+    return report_error(io, ErrorCode::io_error, "cannot create " + layout.shards_dir() + ": " + ec.message(),
                         k_exit_failed);
   }
 
@@ -344,7 +344,7 @@ int run_fleet_shard(const FleetShardOptions& options, Output& io) {
     const std::string tmp = env("TMPDIR").empty() ? "/tmp" : env("TMPDIR");
     std::string pattern = tmp + "/ktune-shard-" + std::to_string(shard->index) + ".XXXXXX";
     if (::mkdtemp(pattern.data()) == nullptr) {
-      return report_error(io, "io_error", "cannot create a directory under " + tmp + ": " +
+      return report_error(io, ErrorCode::io_error, "cannot create a directory under " + tmp + ": " +
                                               std::strerror(errno), k_exit_failed);
     }
     home = pattern;
@@ -426,18 +426,18 @@ int run_fleet_shard(const FleetShardOptions& options, Output& io) {
 
 int submit_slurm_sweep(const GlobalOptions& global, const SweepOptions& options,
                        const SlurmSubmitOptions& slurm_options, Output& io) {
-  auto fail = [&](const std::string& code, const std::string& message) {
+  auto fail = [&](ErrorCode code, const std::string& message) {
     return report_error(io, code, message, k_exit_failed);
   };
-  if (options.out.empty()) return fail("usage", "--slurm needs --out DIR: the fleet's output directory");
-  if (options.shard != "1/1") return fail("usage", "--slurm submits every shard; --shard is not an option of it");
-  if (options.dry_run) return fail("usage", "--slurm does not take --dry-run");
+  if (options.out.empty()) return fail(ErrorCode::usage, "--slurm needs --out DIR: the fleet's output directory");
+  if (options.shard != "1/1") return fail(ErrorCode::usage, "--slurm submits every shard; --shard is not an option of it");
+  if (options.dry_run) return fail(ErrorCode::usage, "--slurm does not take --dry-run");
   if (!options.junit.empty()) {
-    return fail("usage", "with --slurm the merge job writes the JUnit report to DIR/merged.xml; "
+    return fail(ErrorCode::usage, "with --slurm the merge job writes the JUnit report to DIR/merged.xml; "
                          "--junit is not an option of it");
   }
   if (!options.baseline.empty() && !fs::exists(options.baseline)) {
-    return fail("not_found", "--baseline " + options.baseline + ": no such file");
+    return fail(ErrorCode::not_found, "--baseline " + options.baseline + ": no such file");
   }
   if (!options.baseline.empty()) {
     if (auto r = parse_max_regression(options.max_regression); !r) return fail(r.error().code, r.error().message);
@@ -446,22 +446,22 @@ int submit_slurm_sweep(const GlobalOptions& global, const SweepOptions& options,
   if (!text) return fail(text.error().code, text.error().message);
   auto parsed = sweep::parse_sweep(*text, options.file);
   if (!parsed) return fail(parsed.error().code, parsed.error().message);
-  if (parsed->jobs.empty()) return fail("sweep_error", options.file + ": the sweep has no jobs");
+  if (parsed->jobs.empty()) return fail(ErrorCode::sweep_error, options.file + ": the sweep has no jobs");
   const std::size_t shards = slurm_options.shards > 0 ? slurm_options.shards : parsed->jobs.size();
   if (shards > parsed->jobs.size()) {
-    return fail("usage", "--shards " + std::to_string(shards) + ": the sweep has only " +
+    return fail(ErrorCode::usage, "--shards " + std::to_string(shards) + ": the sweep has only " +
                              std::to_string(parsed->jobs.size()) + " jobs");
   }
 
   std::error_code ec;
   auto self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return fail("io_error", "cannot locate the ktune executable (/proc/self/exe): " + ec.message());
+  if (ec) return fail(ErrorCode::io_error, "cannot locate the ktune executable (/proc/self/exe): " + ec.message());
   const std::string ktune = self.string();
 
   const Layout layout{absolute_path(options.out)};
   for (const auto& d : {layout.dir, layout.shards_dir(), layout.logs_dir()}) {
     fs::create_directories(d, ec);
-    if (ec) return fail("io_error", "cannot create " + d + ": " + ec.message());
+    if (ec) return fail(ErrorCode::io_error, "cannot create " + d + ": " + ec.message());
   }
   auto existing = read_manifest(layout);
   if (!existing) return fail(existing.error().code, existing.error().message);
@@ -470,11 +470,11 @@ int submit_slurm_sweep(const GlobalOptions& global, const SweepOptions& options,
   if (*existing) {
     manifest = **existing;
     if (manifest.sweep_hash != sweep_hash) {
-      return fail("bad_fleet", layout.dir + " holds the shards of another sweep file (" +
+      return fail(ErrorCode::bad_fleet, layout.dir + " holds the shards of another sweep file (" +
                                    manifest.source + ", now changed or different); submit to a new --out");
     }
     if (slurm_options.shards > 0 && slurm_options.shards != manifest.shards) {
-      return fail("bad_fleet", layout.dir + " holds " + std::to_string(manifest.shards) +
+      return fail(ErrorCode::bad_fleet, layout.dir + " holds " + std::to_string(manifest.shards) +
                                    " shards; --shards " + std::to_string(slurm_options.shards) +
                                    " would split the jobs differently; submit to a new --out");
     }
@@ -490,7 +490,7 @@ int submit_slurm_sweep(const GlobalOptions& global, const SweepOptions& options,
   // Only the shards that are neither done nor still queued or running.
   std::string slurm_error;
   const auto states = collect_shards(layout, *existing, manifest.shards, slurm_error);
-  if (!slurm_error.empty()) return fail("slurm_error", slurm_error);
+  if (!slurm_error.empty()) return fail(ErrorCode::slurm_error, slurm_error);
   std::vector<int> tasks;
   std::size_t done = 0, active = 0;
   for (const auto& s : states) {
@@ -604,19 +604,19 @@ int fleet_status(const GlobalOptions& global, const std::string& dir_option, std
   if (dir.empty()) {
     auto last = replay::read_text_file(last_fleet_file());
     if (!last) {
-      return report_error(io, "usage", "no fleet directory given and none submitted from here (" +
+      return report_error(io, ErrorCode::usage, "no fleet directory given and none submitted from here (" +
                                            last_fleet_file() + "): ktune fleet status DIR");
     }
     dir = *last;
     while (!dir.empty() && dir.back() == '\n') dir.pop_back();
   }
   const Layout layout{absolute_path(dir)};
-  if (!fs::is_directory(layout.dir)) return report_error(io, "not_found", layout.dir + ": no such directory");
+  if (!fs::is_directory(layout.dir)) return report_error(io, ErrorCode::not_found, layout.dir + ": no such directory");
   auto manifest = read_manifest(layout);
   if (!manifest) return report_error(io, manifest.error().code, manifest.error().message);
   const std::size_t count = shards > 0 ? shards : (*manifest ? (*manifest)->shards : 0);
   if (count == 0) {
-    return report_error(io, "usage", layout.dir + " has no fleet manifest (fleet.json): give --shards N");
+    return report_error(io, ErrorCode::usage, layout.dir + " has no fleet manifest (fleet.json): give --shards N");
   }
   std::string slurm_error;
   const auto states = collect_shards(layout, *manifest, count, slurm_error);
@@ -641,19 +641,19 @@ int fleet_status(const GlobalOptions& global, const std::string& dir_option, std
 }
 
 int fleet_merge(const GlobalOptions& global, const FleetMergeOptions& options, Output& io) {
-  auto fail = [&](const std::string& code, const std::string& message) {
+  auto fail = [&](ErrorCode code, const std::string& message) {
     return report_error(io, code, message, k_exit_failed);
   };
   const auto policy = tableio::parse_policy(options.policy);
-  if (!policy) return fail("usage", "--policy " + options.policy + ": expected faster, newer or keep");
+  if (!policy) return fail(ErrorCode::usage, "--policy " + options.policy + ": expected faster, newer or keep");
   auto max_regression = parse_max_regression(options.max_regression);
   if (!max_regression) return fail(max_regression.error().code, max_regression.error().message);
   const Layout layout{absolute_path(options.dir)};
-  if (!fs::is_directory(layout.dir)) return fail("not_found", layout.dir + ": no such directory");
+  if (!fs::is_directory(layout.dir)) return fail(ErrorCode::not_found, layout.dir + ": no such directory");
   auto manifest = read_manifest(layout);
   if (!manifest) return fail(manifest.error().code, manifest.error().message);
   const std::size_t count = options.shards > 0 ? options.shards : (*manifest ? (*manifest)->shards : 0);
-  if (count == 0) return fail("usage", layout.dir + " has no fleet manifest (fleet.json): give --shards N");
+  if (count == 0) return fail(ErrorCode::usage, layout.dir + " has no fleet manifest (fleet.json): give --shards N");
 
   std::string slurm_error;
   const auto states = collect_shards(layout, *manifest, count, slurm_error);

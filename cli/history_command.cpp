@@ -99,7 +99,7 @@ int show_history(const GlobalOptions& global, const HistoryOptions& options, Out
   const std::string db =
       options.db.empty() ? resolve_paths(path_env_from_process()).db : options.db;
   if (!std::filesystem::exists(db)) {
-    return report_error(io, "db_error",
+    return report_error(io, ErrorCode::db_error,
                         "no database at " + db + " (tune something first, or pass --db PATH)");
   }
   auto store = Store::open(db, OpenMode::read_only);
@@ -133,7 +133,7 @@ int show_history(const GlobalOptions& global, const HistoryOptions& options, Out
   if (keys.empty()) {
     std::string known;
     for (const auto& s : shapes) known += (known.empty() ? "" : ", ") + s;
-    return report_error(io, "not_found",
+    return report_error(io, ErrorCode::not_found,
                         "no runs of " + wanted + " in " + db +
                             (known.empty() ? " (the kernel has none)" : " (shapes with runs: " + known + ")"));
   }
@@ -143,7 +143,7 @@ int show_history(const GlobalOptions& global, const HistoryOptions& options, Out
       listed += (listed.empty() ? "" : ", ") + dtype + " on " +
                 (device_names[fp].empty() ? fp.substr(0, 12) : device_names[fp] + " (" + fp.substr(0, 12) + ")");
     }
-    return report_error(io, "ambiguous",
+    return report_error(io, ErrorCode::ambiguous,
                         "several keys match " + wanted + ": " + listed + "; pass --dtype and --device");
   }
   const auto& [dtype, fingerprint] = *keys.begin();

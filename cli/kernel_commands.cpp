@@ -74,7 +74,7 @@ bool compile_once(HostCompiler& compiler, const CompileJob& job, const std::stri
     compiled.push_back(Json{{"what", what}, {"compile_ms", ms}});
     return true;
   }
-  (void)report_error(io, "compile_error",
+  (void)report_error(io, ErrorCode::compile_error,
                      what + " does not compile" +
                          (outcome.infra.empty() ? "" : " (" + outcome.infra + ")") + ":\n" +
                          outcome.log);
@@ -104,7 +104,7 @@ int check_shape(const LoadedKernel& kernel, const std::string& shape_text, Json&
     io.out << " per run\n";
   }
   if (configs->empty()) {
-    return report_error(io, "spec_error",
+    return report_error(io, ErrorCode::spec_error,
                         kernel.spec_path + ": [space].constraints admit no config at " +
                             conformed->to_string());
   }
@@ -409,7 +409,7 @@ int check_kernel(const std::string& dir, const std::string& shape, Output& io) {
   } else {
     ScratchDir cache;
     if (cache.path().empty()) {
-      return report_error(io, "io_error", "cannot create a temporary compile cache");
+      return report_error(io, ErrorCode::io_error, "cannot create a temporary compile cache");
     }
     HostCompiler compiler;
     auto job = make_compile_job(*kernel, spec.default_config, spec.dtypes.front(), cache.path());
@@ -434,20 +434,20 @@ int check_kernel(const std::string& dir, const std::string& shape, Output& io) {
 int new_kernel(const std::string& name, const std::string& lang, const std::string& dir,
                Output& io) {
   if (lang != "cpp" && lang != "cuda") {
-    return report_error(io, "bad_request", "--lang " + lang + ": expected cpp or cuda", k_exit_usage);
+    return report_error(io, ErrorCode::bad_request, "--lang " + lang + ": expected cpp or cuda", k_exit_usage);
   }
   if (!is_identifier(name)) {
-    return report_error(io, "bad_request",
+    return report_error(io, ErrorCode::bad_request,
                         "'" + name + "': expected a C identifier (it names the function too)",
                         k_exit_usage);
   }
   const fs::path family = fs::path(dir) / name;
   std::error_code ec;
   if (fs::exists(family, ec)) {
-    return report_error(io, "io_error", family.string() + " already exists; nothing written");
+    return report_error(io, ErrorCode::io_error, family.string() + " already exists; nothing written");
   }
   fs::create_directories(family, ec);
-  if (ec) return report_error(io, "io_error", "cannot create " + family.string() + ": " + ec.message());
+  if (ec) return report_error(io, ErrorCode::io_error, "cannot create " + family.string() + ": " + ec.message());
   const std::vector<std::pair<std::string, std::string>> files =
       lang == "cuda" ? std::vector<std::pair<std::string, std::string>>{
                            {"kernel.toml", cuda_spec_template(name)},

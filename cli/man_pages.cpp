@@ -191,7 +191,7 @@ std::optional<int> run_man_command(const ManCommand& command, const CLI::App& ap
   if (command.command == nullptr || !command.command->parsed()) return std::nullopt;
   std::error_code ec;
   std::filesystem::create_directories(command.dir, ec);
-  if (ec) return report_error(io, "io_error", "cannot create " + command.dir + ": " + ec.message());
+  if (ec) return report_error(io, ErrorCode::io_error, "cannot create " + command.dir + ": " + ec.message());
   for (const auto& page : man_pages(app, version)) {
     const std::string path = (std::filesystem::path(command.dir) / page.file).string();
     if (auto w = write_file_atomic(path, page.text); !w) {

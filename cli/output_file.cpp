@@ -11,13 +11,13 @@ Result<void> write_file_atomic(const std::string& path, const std::string& text)
   const std::string temp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) return make_error("io_error", "cannot create " + temp);
+    if (!out) return make_error(ErrorCode::io_error, "cannot create " + temp);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     out.flush();
     if (!out) {
       std::error_code ignored;
       std::filesystem::remove(temp, ignored);
-      return make_error("io_error", "cannot write " + temp);
+      return make_error(ErrorCode::io_error, "cannot write " + temp);
     }
   }
   std::error_code ec;
@@ -25,7 +25,7 @@ Result<void> write_file_atomic(const std::string& path, const std::string& text)
   if (ec) {
     std::error_code ignored;
     std::filesystem::remove(temp, ignored);
-    return make_error("io_error", "cannot rename " + temp + " to " + path + ": " + ec.message());
+    return make_error(ErrorCode::io_error, "cannot rename " + temp + " to " + path + ": " + ec.message());
   }
   return {};
 }

@@ -68,7 +68,7 @@ int write_report(const ReportOptions& options, Output& io) {
   const std::string db =
       options.db.empty() ? resolve_paths(path_env_from_process()).db : options.db;
   if (!std::filesystem::exists(db)) {
-    return fail(io, make_error("db_error", "no database at " + db +
+    return fail(io, make_error(ErrorCode::db_error, "no database at " + db +
                                                " (tune something first, or pass --db PATH)"));
   }
   auto store = Store::open(db, OpenMode::read_only);

@@ -83,29 +83,29 @@ int write_bundle(const GlobalOptions& global, const ReproOptions& o, Output& io)
     kernel_dirs = daemon_stats.at("kernel_dirs").get<std::vector<std::string>>();
   }
   if (kernel_dirs.empty()) {
-    return report_error(io, "usage",
+    return report_error(io, ErrorCode::usage,
                         "no ktuned answers to name its kernel directories: pass --kernel-dir",
                         k_exit_usage);
   }
-  if (!fs::exists(db)) return report_error(io, "db_error", "no database at " + db);
+  if (!fs::exists(db)) return report_error(io, ErrorCode::db_error, "no database at " + db);
   auto store = Store::open(db, OpenMode::read_only);
   if (!store) return report_error(io, store.error().code, store.error().message);
   auto result = store->get_result(o.result_id);
   if (!result) return report_error(io, result.error().code, result.error().message);
   if (!result->has_value()) {
-    return report_error(io, "not_found",
+    return report_error(io, ErrorCode::not_found,
                         "no result " + std::to_string(o.result_id) + " in " + db);
   }
   const ResultRecord& r = **result;
   auto job_row = store->get_job(r.job_id);
   if (!job_row) return report_error(io, job_row.error().code, job_row.error().message);
   if (!job_row->has_value()) {
-    return report_error(io, "not_found", "result " + std::to_string(r.id) + " names job " +
+    return report_error(io, ErrorCode::not_found, "result " + std::to_string(r.id) + " names job " +
                                              std::to_string(r.job_id) + ", not in " + db);
   }
   const JobRecord& job = **job_row;
   if (language_for_device(job.device) != Language::cpp) {
-    return report_error(io, "unsupported", "result " + std::to_string(r.id) + " ran on " +
+    return report_error(io, ErrorCode::unsupported, "result " + std::to_string(r.id) + " ran on " +
                                                job.device +
                                                ": repro bundles run host (cpp) candidates only");
   }
@@ -116,7 +116,7 @@ int write_bundle(const GlobalOptions& global, const ReproOptions& o, Output& io)
   if (!kernel) return report_error(io, kernel.error().code, kernel.error().message);
   const bool changed = kernel->source_hash != r.source_hash;
   if (changed && !o.force) {
-    return report_error(io, "source_changed",
+    return report_error(io, ErrorCode::source_changed,
                         "kernel '" + r.kernel + "' has changed since result " +
                             std::to_string(r.id) + " was measured (source hash " +
                             r.source_hash.substr(0, 12) + " then, " +
@@ -129,7 +129,7 @@ int write_bundle(const GlobalOptions& global, const ReproOptions& o, Output& io)
   Config config;
   const auto config_json = nlohmann::ordered_json::parse(r.config, nullptr, false);
   if (config_json.is_discarded() || !config_json.is_object()) {
-    return report_error(io, "bad_result", "result " + std::to_string(r.id) + ": config " + r.config);
+    return report_error(io, ErrorCode::bad_result, "result " + std::to_string(r.id) + ": config " + r.config);
   }
   for (const auto& [name, value] : config_json.items()) config.emplace_back(name, value.get<std::int64_t>());
   auto shape = Shape::parse(r.shape);
@@ -177,11 +177,11 @@ int write_bundle(const GlobalOptions& global, const ReproOptions& o, Output& io)
   const fs::path out(o.out_dir);
   std::error_code ec;
   fs::create_directories(out, ec);
-  if (ec) return report_error(io, "io_error", "cannot create " + out.string() + ": " + ec.message());
+  if (ec) return report_error(io, ErrorCode::io_error, "cannot create " + out.string() + ": " + ec.message());
   fs::remove_all(out / "kernel", ec);
   fs::copy(kernel->dir, out / "kernel", fs::copy_options::recursive, ec);
   if (ec) {
-    return report_error(io, "io_error", "cannot copy " + kernel->dir + " to " +
+    return report_error(io, ErrorCode::io_error, "cannot copy " + kernel->dir + " to " +
                                             (out / "kernel").string() + ": " + ec.message());
   }
   std::vector<std::string> outside;

@@ -44,7 +44,7 @@ Result<std::string> resolve_sweep_file(const std::string& given, const std::stri
   std::string shipped;
   for (const auto& name : shipped_sweeps(sweep_dir)) shipped += (shipped.empty() ? "" : ", ") + name;
   return make_error(
-      "sweep_error",
+      ErrorCode::sweep_error,
       "sweep file '" + given + "' not found (relative to " + fs::current_path(ec).string() + ")" +
           (shipped.empty() ? std::string()
                            : bare ? "; the shipped sweeps in " + sweep_dir + " are: " + shipped +

@@ -68,12 +68,12 @@ Result<std::int64_t> submit(const std::vector<std::string>& args) {
   argv.insert(argv.end(), args.begin(), args.end());
   auto run = run_captured(argv, k_max_output_bytes);
   if (!run) {
-    return make_error("slurm_error", "cannot run " + command_text(argv) + ": " +
+    return make_error(ErrorCode::slurm_error, "cannot run " + command_text(argv) + ": " +
                                          run.error().message +
                                          " (is Slurm's sbatch, package slurm-client, in PATH?)");
   }
   if (!run->succeeded()) {
-    return make_error("slurm_error", command_text(argv) + " failed (exit " +
+    return make_error(ErrorCode::slurm_error, command_text(argv) + " failed (exit " +
                                          std::to_string(run->code) + "): " + trimmed(run->output));
   }
   // --parsable prints "id" or "id;cluster" on its last line; warnings may come before it.
@@ -85,7 +85,7 @@ Result<std::int64_t> submit(const std::vector<std::string>& args) {
     if (!digits.empty() && std::all_of(digits.begin(), digits.end(), ::isdigit)) id = to_int(digits);
   }
   if (id <= 0) {
-    return make_error("slurm_error", command_text(argv) + " printed no job id; its output: " + trimmed(run->output));
+    return make_error(ErrorCode::slurm_error, command_text(argv) + " printed no job id; its output: " + trimmed(run->output));
   }
   return id;
 }
@@ -191,7 +191,7 @@ Result<std::map<int, TaskState>> array_tasks(std::int64_t array_job_id) {
   const std::vector<std::string> argv{"scontrol", "-o", "show", "job", std::to_string(array_job_id)};
   auto run = run_captured(argv, k_max_output_bytes);
   if (!run) {
-    return make_error("slurm_error", "cannot run " + command_text(argv) + ": " +
+    return make_error(ErrorCode::slurm_error, "cannot run " + command_text(argv) + ": " +
                                          run.error().message +
                                          " (is Slurm's scontrol, package slurm-client, in PATH?)");
   }
@@ -201,7 +201,7 @@ Result<std::map<int, TaskState>> array_tasks(std::int64_t array_job_id) {
     }
     if (!tasks.empty()) return tasks;
   } else if (run->output.find("Invalid job id") == std::string::npos) {
-    return make_error("slurm_error", command_text(argv) + " failed (exit " +
+    return make_error(ErrorCode::slurm_error, command_text(argv) + " failed (exit " +
                                          std::to_string(run->code) + "): " + trimmed(run->output));
   }
   // Gone from slurmctld's memory (MinJobAge): accounting may still know it.

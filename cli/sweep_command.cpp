@@ -124,10 +124,10 @@ Result<Submitted> submit_and_wait(Connection& conn, const std::vector<const swee
       if (job.budget_fraction) request["budget_fraction"] = *job.budget_fraction;
       if (remeasure) request["remeasure"] = true;
       auto reply = call(conn, request, k_request_timeout);
-      if (!reply && reply.error().code == "too_many_jobs") break; // try again as jobs end
+      if (!reply && reply.error().code == ErrorCode::too_many_jobs) break; // try again as jobs end
       ++next;
       if (!reply) {
-        if (reply.error().code == "not_running" || reply.error().code == "io_error") {
+        if (reply.error().code == ErrorCode::not_running || reply.error().code == ErrorCode::io_error) {
           return reply.error();
         }
         io.err << "sweep job #" << job.number + 1 << " " << describe(job) << ": "
@@ -497,7 +497,7 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
     const tableio::CompareOptions compare_options{.min_effect = *max_regression};
     std::map<std::string, std::vector<tableio::RunPoint>> baseline_runs;
     std::vector<CanaryReading> baseline_table_canary;
-    Result<tableio::Comparison> compared = make_error("internal", "no comparison");
+    Result<tableio::Comparison> compared = make_error(ErrorCode::internal, "no comparison");
     if (options.baseline == k_last_good) {
       compared = compare_with_last_good(*store, table, done_jobs, by_id, started_at_ms,
                                         compare_options, baseline_runs);

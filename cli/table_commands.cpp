@@ -145,14 +145,14 @@ std::vector<tableio::RuleDocument> stored_rules(const std::string& db, Output& i
 int export_engine_json(const ExportOptions& options, const std::string& db, const tableio::Table& table,
                        Output& io) {
   if (options.by.empty() || options.output.empty()) {
-    return report_error(io, "usage", "--format engine-json needs --by DIM and -o DIRECTORY", k_exit_usage);
+    return report_error(io, ErrorCode::usage, "--format engine-json needs --by DIM and -o DIRECTORY", k_exit_usage);
   }
   tableio::EngineExportOptions engine{options.by, KTUNE_VERSION};
   auto files = tableio::write_engine_json(table, stored_rules(db, io), engine);
   if (!files) return report(io, files.error());
   std::error_code ec;
   std::filesystem::create_directories(options.output, ec);
-  if (ec) return report_error(io, "io_error", "cannot make the directory " + options.output + ": " + ec.message());
+  if (ec) return report_error(io, ErrorCode::io_error, "cannot make the directory " + options.output + ": " + ec.message());
   for (const auto& file : *files) {
     const std::string path = (std::filesystem::path(options.output) / file.name).string();
     if (auto written = write_file_atomic(path, file.text); !written) return report(io, written.error());
@@ -184,7 +184,7 @@ int export_table(const ExportOptions& options, Output& io) {
     return export_engine_json(options, db, *table, io);
   }
   if (!options.by.empty()) {
-    return report_error(io, "usage", "--by is an option of --format engine-json", k_exit_usage);
+    return report_error(io, ErrorCode::usage, "--by is an option of --format engine-json", k_exit_usage);
   }
   const auto format = tableio::parse_format(options.format);
   if (!format) {
@@ -226,7 +226,7 @@ json import_request(const tableio::Table& table, tableio::Policy policy) {
 int import_table_file(const GlobalOptions& global, const ImportOptions& options, Output& io) {
   const auto policy = tableio::parse_policy(options.policy);
   if (!policy) {
-    return report_error(io, "usage", "unknown policy '" + options.policy +
+    return report_error(io, ErrorCode::usage, "unknown policy '" + options.policy +
                                          "' (expected faster, newer or keep)", k_exit_usage);
   }
   auto text = replay::read_text_file(options.file);
@@ -257,7 +257,7 @@ int import_table_file(const GlobalOptions& global, const ImportOptions& options,
     if (bytes + 64 <= limit || part.rows.size() <= 1) {
       if (bytes + 64 > limit) {
         return report_error(
-            io, "message_too_large",
+            io, ErrorCode::message_too_large,
             "a single row of the table makes an import request of " + std::to_string(bytes) +
                 " bytes; ktuned accepts request lines of at most [daemon].max_message_bytes (" +
                 std::to_string(limit) + " bytes here): raise that setting in ktuned's "

@@ -47,7 +47,7 @@ private:
 
 [[nodiscard]] std::string errno_text(int err) { return std::strerror(err); }
 
-[[nodiscard]] Error io_error(std::string message) { return make_error("io_error", std::move(message)); }
+[[nodiscard]] Error io_error(std::string message) { return make_error(ErrorCode::io_error, std::move(message)); }
 
 [[nodiscard]] Error timed_out(const Deadline& deadline, const std::string& what) {
   return io_error(std::string("timed out after ") + std::to_string(deadline.timeout().count()) +
@@ -160,7 +160,7 @@ Result<Connection> Connection::connect(const std::string& socket_path,
     if (err == EISCONN) return conn;  // an interrupted attempt completed meanwhile
     if (err == EINTR) continue;
     if (err == ENOENT || err == ECONNREFUSED)
-      return make_error("not_running", "nothing listens at " + socket_path + " (" +
+      return make_error(ErrorCode::not_running, "nothing listens at " + socket_path + " (" +
                                            errno_text(err) + ")");
     if (err == EAGAIN) {
       // The listen backlog is full: the daemon is alive but busy. Retry until the deadline.
@@ -177,7 +177,7 @@ Result<Connection> Connection::connect(const std::string& socket_path,
       if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) so_error = errno;
       if (so_error == 0) return conn;
       if (so_error == ENOENT || so_error == ECONNREFUSED)
-        return make_error("not_running", "nothing listens at " + socket_path + " (" +
+        return make_error(ErrorCode::not_running, "nothing listens at " + socket_path + " (" +
                                              errno_text(so_error) + ")");
       return io_error("cannot connect to " + socket_path + ": " + errno_text(so_error));
     }
@@ -246,7 +246,7 @@ Result<Json> Connection::request_as(nlohmann::json request,
                                     const std::function<void(const Json&)>& on_event,
                                     std::chrono::milliseconds timeout) {
   if (!request.is_object())
-    return make_error("bad_request", "a request must be a JSON object, found " + describe(request));
+    return make_error(ErrorCode::bad_request, "a request must be a JSON object, found " + describe(request));
   if (!request.contains("v")) request["v"] = 1;
   if (!request.contains("id")) request["id"] = m_next_id++;
   const nlohmann::json id = request["id"];

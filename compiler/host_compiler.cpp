@@ -179,7 +179,7 @@ std::optional<CompileOutcome> refusal(const CompileJob& job, const CompileOutcom
   }
   Result<std::string> c_type = std::string();
   if (!job.dtype.empty()) c_type = dtype_c_type(job.dtype);
-  if (!c_type) return failure(outcome, c_type.error().code + ": " + c_type.error().message);
+  if (!c_type) return failure(outcome, describe(c_type.error()));
   for (const auto& flag : job.removed_flags) {
     const bool fixed = std::find(std::begin(k_fixed_flags), std::end(k_fixed_flags), flag) !=
                        std::end(k_fixed_flags);

@@ -627,12 +627,12 @@ private:
   // Writes `bytes` into the empty temp file `path` (artifact_temp_file made it, 0600).
   static Result<void> write_temp(const std::string& path, const std::string& bytes) {
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd.valid()) return make_error("io_error", "cannot open " + path + ": " + std::strerror(errno));
+    if (!fd.valid()) return make_error(ErrorCode::io_error, "cannot open " + path + ": " + std::strerror(errno));
     std::size_t written = 0;
     while (written < bytes.size()) {
       const ssize_t n = ::write(fd.get(), bytes.data() + written, bytes.size() - written);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return make_error("io_error", "cannot write " + path + ": " + std::strerror(errno));
+      if (n < 0) return make_error(ErrorCode::io_error, "cannot write " + path + ": " + std::strerror(errno));
       written += static_cast<std::size_t>(n);
     }
     return {};
@@ -674,7 +674,7 @@ Result<std::string> cuda_dtype_c_type(std::string_view dtype) {
   if (dtype == "bf16") return std::string("__nv_bfloat16");
   if (dtype == "i32") return std::string("int");
   if (dtype == "i64") return std::string("long long");
-  return make_error(protocol::code::bad_dtype,
+  return make_error(ErrorCode::bad_dtype,
                     "dtype '" + std::string(dtype) + "': expected one of f32, f64, f16, bf16, i32, i64");
 }
 
@@ -717,26 +717,26 @@ Result<std::vector<std::string>> NvrtcCompiler::options(const CompileJob& job) c
 Result<std::vector<std::string>> NvrtcCompiler::options_of(const CompileJob& job, bool with_defines) const {
   const std::string where = "kernel '" + job.kernel + "'";
   if (job.language != "cuda") {
-    return make_error("compile_error",
+    return make_error(ErrorCode::compile_error,
                       "nvrtc builds language 'cuda'; " + where + " is '" + job.language + "'");
   }
   if (job.arch.empty()) {
-    return make_error("compile_error", where + ": a CUDA compile job needs an arch (e.g. sm_90), found none");
+    return make_error(ErrorCode::compile_error, where + ": a CUDA compile job needs an arch (e.g. sm_90), found none");
   }
   if (!is_cuda_arch(job.arch)) {
-    return make_error("compile_error", where + ": arch '" + job.arch +
+    return make_error(ErrorCode::compile_error, where + ": arch '" + job.arch +
                                            "': expected sm_<digits> with an optional a or f suffix");
   }
   if (!m_archs.empty() && std::find(m_archs.begin(), m_archs.end(), arch_number(job.arch)) == m_archs.end()) {
-    return make_error("compile_error", where + ": arch '" + job.arch + "' is not supported by nvrtc " +
+    return make_error(ErrorCode::compile_error, where + ": arch '" + job.arch + "' is not supported by nvrtc " +
                                            m_version + " (it supports " + join_archs(m_archs) + ")");
   }
   Result<std::string> c_type = std::string();  // an empty dtype: no KTUNE_DTYPE (no dtype axis)
   if (!job.dtype.empty()) c_type = cuda_dtype_c_type(job.dtype);
-  if (!c_type) return make_error("compile_error", where + ": " + c_type.error().message);
+  if (!c_type) return make_error(ErrorCode::compile_error, where + ": " + c_type.error().message);
   for (const auto& [name, value] : job.defines) {
     if (!is_identifier(name)) {
-      return make_error("compile_error", where + ": define '" + name + "' is not a C identifier");
+      return make_error(ErrorCode::compile_error, where + ": define '" + name + "' is not a C identifier");
     }
   }
 

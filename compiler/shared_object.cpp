@@ -13,7 +13,7 @@ namespace ktune {
 namespace {
 
 Error elf_error(const std::string& what) {
-  return make_error(protocol::code::internal, "shared object: " + what);
+  return make_error(ErrorCode::internal, "shared object: " + what);
 }
 
 // The bytes of section `s`; nullopt when they lie outside the file.

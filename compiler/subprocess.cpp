@@ -31,7 +31,7 @@ private:
 };
 
 Error spawn_error(const std::string& program, const std::string& what, int err) {
-  return make_error("spawn_failed",
+  return make_error(ErrorCode::spawn_failed,
                     "cannot run '" + program + "': " + what + ": " + std::strerror(err));
 }
 
@@ -40,7 +40,7 @@ Error spawn_error(const std::string& program, const std::string& what, int err) 
 Result<ProcessResult> run_captured(const std::vector<std::string>& argv,
                                    std::size_t max_output_bytes) {
   if (argv.empty() || argv.front().empty()) {
-    return make_error("spawn_failed", "cannot run a process: the command line is empty");
+    return make_error(ErrorCode::spawn_failed, "cannot run a process: the command line is empty");
   }
   const std::string& program = argv.front();
 

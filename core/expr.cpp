@@ -105,7 +105,7 @@ std::string describe(const mu::ParserError& error) {
 }
 
 Error expression_error(const std::string& text, const std::string& reason) {
-  return make_error("bad_expression", "expression '" + text + "': " + reason);
+  return make_error(ErrorCode::bad_expression, "expression '" + text + "': " + reason);
 }
 
 } // namespace

@@ -47,7 +47,7 @@ constexpr std::array<std::string_view, 5> k_dtypes{"f32", "f64", "f16", "i32", "
 // Raised inside parse_kernel_spec only and turned into its Error before it returns.
 struct SpecFailure {
   std::string message;
-  const char* code = "spec_error";
+  ErrorCode code = ErrorCode::spec_error;
 };
 
 // `text` cut to SpecLimits::max_message_bytes, saying how long it was.
@@ -130,7 +130,7 @@ public:
 
   // A limit of SpecLimits passed: spec_too_large.
   [[noreturn]] void too_large(const std::string& key, const std::string& reason) const {
-    throw SpecFailure{clipped(m_label + ": " + key + ": " + reason), k_spec_too_large};
+    throw SpecFailure{clipped(m_label + ": " + key + ": " + reason), ErrorCode::spec_too_large};
   }
 
   // As fail(), with the line of `node` after the file name.
@@ -708,14 +708,14 @@ Result<void> settle_dtype_axis(const std::string& label, KernelSpec& spec) {
   });
   if (output == spec.args.end()) return {};  // read_args already failed
   if (output->dtype.empty()) {
-    return make_error("spec_error", label + ":" + std::to_string(output->line) + ": args[" +
+    return make_error(ErrorCode::spec_error, label + ":" + std::to_string(output->line) + ": args[" +
                                         std::to_string(output - spec.args.begin()) + "].dtype: "
            "a family without [kernel].dtypes needs its buffers typed (fix: add dtype = \"f32\" "
            "to '" + output->name + "', declare [kernel].signature, or add [kernel].dtypes)");
   }
   for (std::size_t i = 0; i < spec.args.size(); ++i) {
     if (spec.args[i].kind != ArgKind::scalar && spec.args[i].dtype.empty()) {
-      return make_error("spec_error", label + ":" + std::to_string(spec.args[i].line) +
+      return make_error(ErrorCode::spec_error, label + ":" + std::to_string(spec.args[i].line) +
                                           ": args[" + std::to_string(i) + "].dtype: a family "
                                           "without [kernel].dtypes needs every buffer typed; '" +
                                           spec.args[i].name + "' has no dtype (fix: add a dtype "
@@ -741,7 +741,7 @@ Result<void> apply_signature(KernelSpec& spec, const Signature& signature,
   if (signature.params.size() != spec.args.size()) {
     std::string names;
     for (const auto& p : signature.params) names += (names.empty() ? "" : ", ") + p.written();
-    return make_error("spec_error",
+    return make_error(ErrorCode::spec_error,
                       at_line(use == SignatureUse::kernel ? spec.signature_line : spec.check.line) +
                           function_key + ": the spec has " + std::to_string(spec.args.size()) +
                           " [[args]] but " + decl + " declares " +
@@ -755,24 +755,24 @@ Result<void> apply_signature(KernelSpec& spec, const Signature& signature,
         at_line(arg.line) + "args[" + std::to_string(i) + "] '" + arg.name + "': ";
     const std::string declares = decl + " declares '" + param.written() + "'";
     if (!param.name.empty() && param.name != arg.name) {
-      return make_error("spec_error", where + "parameter " + std::to_string(i + 1) + " of " +
+      return make_error(ErrorCode::spec_error, where + "parameter " + std::to_string(i + 1) + " of " +
                                           signature.name + " is named '" + param.name + "' (" +
                                           declares + "); fix: list [[args]] in the declaration's "
                                           "order, with its names");
     }
     const bool buffer = arg.kind != ArgKind::scalar;
     if (buffer && !param.pointer) {
-      return make_error("spec_error", where + "kind = \"" + std::string(to_string(arg.kind)) +
+      return make_error(ErrorCode::spec_error, where + "kind = \"" + std::string(to_string(arg.kind)) +
                                           "\" is a buffer but " + declares +
                                           ", a scalar; fix: kind = \"scalar\" with a value");
     }
     if (!buffer && param.pointer) {
-      return make_error("spec_error", where + "kind = \"scalar\" but " + declares +
+      return make_error(ErrorCode::spec_error, where + "kind = \"scalar\" but " + declares +
                                           ", a buffer; fix: kind = \"in\", \"out\" or \"inout\" "
                                           "with a count");
     }
     if (buffer && arg.kind != ArgKind::in && param.const_data) {
-      return make_error("spec_error", where + "kind = \"" + std::string(to_string(arg.kind)) +
+      return make_error(ErrorCode::spec_error, where + "kind = \"" + std::string(to_string(arg.kind)) +
                                           "\" but " + declares +
                                           ", which it cannot write; fix: kind = \"in\", or drop "
                                           "the const");
@@ -781,12 +781,12 @@ Result<void> apply_signature(KernelSpec& spec, const Signature& signature,
         param.dtype.empty() ? std::string("the job's dtype") : param.dtype;
     if (param.dtype.empty()) {
       if (!arg.dtype.empty()) {
-        return make_error("spec_error", where + "dtype = \"" + arg.dtype + "\" but " + declares +
+        return make_error(ErrorCode::spec_error, where + "dtype = \"" + arg.dtype + "\" but " + declares +
                                             " (" + declared_dtype +
                                             "); fix: leave dtype out, or declare the type");
       }
       if (!spec.dtype_axis) {
-        return make_error("spec_error", where + declares + " but the family has no [kernel].dtypes "
+        return make_error(ErrorCode::spec_error, where + declares + " but the family has no [kernel].dtypes "
                                             "to define KTUNE_DTYPE; fix: add dtypes = [\"f32\"]");
       }
       continue;
@@ -796,11 +796,11 @@ Result<void> apply_signature(KernelSpec& spec, const Signature& signature,
         arg.dtype = param.dtype;
         continue;
       }
-      return make_error("spec_error", where + "the kernel takes the job's dtype but " + declares +
+      return make_error(ErrorCode::spec_error, where + "the kernel takes the job's dtype but " + declares +
                                           " (" + param.dtype + "); fix: declare it with KTUNE_DTYPE");
     }
     if (arg.dtype != param.dtype) {
-      return make_error("spec_error", where + "dtype = \"" + arg.dtype + "\" but " + declares +
+      return make_error(ErrorCode::spec_error, where + "dtype = \"" + arg.dtype + "\" but " + declares +
                                           " (" + param.dtype + "); fix: write dtype = \"" +
                                           param.dtype + "\", or leave dtype out and the "
                                           "declaration types it");
@@ -816,7 +816,7 @@ Result<void> apply_signature(KernelSpec& spec, const Signature& signature,
 Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_view file_label) {
   const std::string label(file_label);
   if (toml_text.size() > SpecLimits::max_spec_bytes) {
-    return make_error(k_spec_too_large, label + ": " + too_large(toml_text.size(),
+    return make_error(ErrorCode::spec_too_large, label + ": " + too_large(toml_text.size(),
                                                                  SpecLimits::max_spec_bytes,
                                                                  "bytes", "max_spec_bytes"));
   }
@@ -825,7 +825,7 @@ Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_vie
     root = toml::parse(toml_text, label);
   } catch (const toml::parse_error& error) {
     const auto& at = error.source().begin;
-    return make_error("spec_error", clipped(label + ":" + std::to_string(at.line) + ":" +
+    return make_error(ErrorCode::spec_error, clipped(label + ":" + std::to_string(at.line) + ":" +
                                             std::to_string(at.column) + ": " +
                                             std::string(error.description())));
   }
@@ -854,7 +854,7 @@ Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_vie
     if (!spec.signature_text.empty() && spec.signature_text != "source") {
       auto signature = parse_signature(spec.signature_text);
       if (!signature) {
-        return make_error("spec_error", label + ":" + std::to_string(spec.signature_line) +
+        return make_error(ErrorCode::spec_error, label + ":" + std::to_string(spec.signature_line) +
                                             ": [kernel].signature: " + signature.error().message);
       }
       if (signature->name != spec.entry) {

@@ -110,7 +110,6 @@ struct SpecLimits {
   // Error messages quote at most this much of what they found (a value list, an expression).
   static constexpr std::size_t max_message_bytes = 2048;
 };
-inline constexpr const char* k_spec_too_large = "spec_too_large";
 
 // Parses and validates a kernel.toml. Every expression is compiled against the variables it may
 // use (shape dims and params), so a bad expression fails here, not in the middle of a tune.

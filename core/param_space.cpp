@@ -30,7 +30,7 @@ Result<ParamSpace> ParamSpace::create(const KernelSpec& spec, const Shape& shape
 
   for (const auto& p : spec.params) {
     if (p.values.empty()) {
-      return make_error("spec_error", "kernel '" + spec.name + "': [params]." + p.name + ": no values declared");
+      return make_error(ErrorCode::spec_error, "kernel '" + spec.name + "': [params]." + p.name + ": no values declared");
     }
   }
 
@@ -39,7 +39,7 @@ Result<ParamSpace> ParamSpace::create(const KernelSpec& spec, const Shape& shape
   for (std::size_t i = 0; i < spec.constraints.size(); ++i) {
     Result<Expr> expr = Expr::compile(spec.constraints[i], variables);
     if (!expr) {
-      return make_error("spec_error", "kernel '" + spec.name + "': [space].constraints[" + std::to_string(i) +
+      return make_error(ErrorCode::spec_error, "kernel '" + spec.name + "': [space].constraints[" + std::to_string(i) +
                                           "]: " + expr.error().message);
     }
     space.m_constraints.push_back(std::move(expr).value());
@@ -81,7 +81,7 @@ Result<bool> ParamSpace::admits(const Config& config) const {
   for (std::size_t i = 0; i < m_constraints.size(); ++i) {
     Result<double> value = m_constraints[i].eval(bindings);
     if (!value) {
-      return make_error("spec_error", "kernel '" + m_kernel + "': [space].constraints[" +
+      return make_error(ErrorCode::spec_error, "kernel '" + m_kernel + "': [space].constraints[" +
                                           std::to_string(i) + "]: " + value.error().message +
                                           ", at config " + config_to_string(config) +
                                           " and shape " + m_shape.to_string());
@@ -93,7 +93,7 @@ Result<bool> ParamSpace::admits(const Config& config) const {
 
 Result<std::vector<Config>> ParamSpace::enumerate(std::uint64_t max_cartesian) const {
   if (m_cartesian > max_cartesian) {
-    return make_error("space_too_large", "the cartesian product of the params has " +
+    return make_error(ErrorCode::space_too_large, "the cartesian product of the params has " +
                                              std::to_string(m_cartesian) + " configs, over the limit of " +
                                              std::to_string(max_cartesian));
   }

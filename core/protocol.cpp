@@ -25,7 +25,7 @@ std::string json_type(const json& value) {
 }
 
 Error field_error(std::string_view op, std::string_view field, const std::string& reason) {
-  return make_error(code::bad_request, std::string(op) + ": field '" + std::string(field) + "' " + reason);
+  return make_error(ErrorCode::bad_request, std::string(op) + ": field '" + std::string(field) + "' " + reason);
 }
 
 // Reads an optional field: absent or null leaves `target` untouched.
@@ -35,7 +35,7 @@ public:
 
   [[nodiscard]] std::optional<Error> require_object() const {
     if (m_body.is_object()) return std::nullopt;
-    return make_error(code::bad_request,
+    return make_error(ErrorCode::bad_request,
                       std::string(m_op) + ": expected a JSON object, found " + json_type(m_body));
   }
 
@@ -112,30 +112,30 @@ Result<Request> decode_request(std::string_view line) {
   // Measured before the parse: building and freeing a tree 500,000 levels deep costs hundreds
   // of ms, the scan a linear pass.
   if (const std::size_t depth = json_nesting_depth(line); depth > k_max_nesting) {
-    return make_error(code::bad_request, "the request nests arrays and objects " + std::to_string(depth) +
+    return make_error(ErrorCode::bad_request, "the request nests arrays and objects " + std::to_string(depth) +
                                              " levels deep (at most " + std::to_string(k_max_nesting) + ")");
   }
   json body = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return make_error(code::bad_json, "the request line is not valid JSON");
+  if (body.is_discarded()) return make_error(ErrorCode::bad_json, "the request line is not valid JSON");
   if (!body.is_object()) {
-    return make_error(code::bad_request, "expected a JSON object as the request, found " + json_type(body));
+    return make_error(ErrorCode::bad_request, "expected a JSON object as the request, found " + json_type(body));
   }
   Request request;
   if (const auto id = body.find("id"); id != body.end()) {
     if (!is_id_scalar(*id)) {
-      return make_error(code::bad_request, "field 'id' must be a number, a string or null, found " + json_type(*id));
+      return make_error(ErrorCode::bad_request, "field 'id' must be a number, a string or null, found " + json_type(*id));
     }
     request.id = *id;
   }
   if (const auto v = body.find("v"); v != body.end()) {
     if (!v->is_number_integer() || *v != k_version) {
-      return make_error(code::unsupported_version,
+      return make_error(ErrorCode::unsupported_version,
                         "protocol version " + dump(*v) + " is not supported (expected " + std::to_string(k_version) + ")");
     }
   }
   const auto op = body.find("op");
-  if (op == body.end()) return make_error(code::bad_request, "field 'op' is required (a string)");
-  if (!op->is_string()) return make_error(code::bad_request, "field 'op' must be a string, found " + json_type(*op));
+  if (op == body.end()) return make_error(ErrorCode::bad_request, "field 'op' is required (a string)");
+  if (!op->is_string()) return make_error(ErrorCode::bad_request, "field 'op' must be a string, found " + json_type(*op));
   request.op = op->get<std::string>();
   request.body = std::move(body);
   return request;
@@ -207,9 +207,13 @@ std::string encode_ok(const json& id, const json& result) {
   return "{\"v\":" + std::to_string(k_version) + ",\"id\":" + dump(id) + ",\"ok\":true,\"result\":" + dump(result) + "}";
 }
 
-std::string encode_error(const json& id, std::string_view code, std::string_view message) {
-  const json error = {{"code", std::string(code)}, {"message", std::string(message)}};
+std::string encode_error(const json& id, ErrorCode code, std::string_view message) {
+  const json error = {{"code", std::string(to_string(code))}, {"message", std::string(message)}};
   return "{\"v\":" + std::to_string(k_version) + ",\"id\":" + dump(id) + ",\"ok\":false,\"error\":" + dump(error) + "}";
+}
+
+std::string encode_error(const json& id, const Error& error) {
+  return encode_error(id, error.code, error.message);
 }
 
 std::string encode_event(const json& id, std::string_view event, const json& data) {
@@ -226,7 +230,7 @@ std::optional<Error> read_configs(const json& body, std::vector<json>& target) {
   const auto it = body.find("configs");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_array() || it->empty() || it->size() > k_max_tune_configs) {
-    return make_error(code::bad_request, "tune: field 'configs' must be an array of 1.." +
+    return make_error(ErrorCode::bad_request, "tune: field 'configs' must be an array of 1.." +
                                              std::to_string(k_max_tune_configs) + " config objects, found " +
                                              (it->is_array() ? std::to_string(it->size()) + " of them" : json_type(*it)));
   }
@@ -234,12 +238,12 @@ std::optional<Error> read_configs(const json& body, std::vector<json>& target) {
     const json& config = (*it)[i];
     const std::string at = "tune: configs[" + std::to_string(i) + "]";
     if (!config.is_object() || config.empty()) {
-      return make_error(code::bad_request, at + " must be an object of params, found " + json_type(config));
+      return make_error(ErrorCode::bad_request, at + " must be an object of params, found " + json_type(config));
     }
     for (auto p = config.begin(); p != config.end(); ++p) {
       if (!p->is_number_integer() || (p->is_number_unsigned() &&
                                       p->get<std::uint64_t>() > static_cast<std::uint64_t>(k_int64_max))) {
-        return make_error(code::bad_request, at + "." + p.key() + " must be an integer, found " + dump(*p));
+        return make_error(ErrorCode::bad_request, at + "." + p.key() + " must be an integer, found " + dump(*p));
       }
     }
     target.push_back(config);
@@ -270,7 +274,7 @@ Result<TuneRequest> TuneRequest::from_json(const json& body) {
   if (!error) error = r.boolean("wait", request.wait);
   if (!error) error = read_configs(body, request.configs);
   if (!error && request.budget && request.budget_fraction) {
-    error = make_error(code::bad_request, "tune: give 'budget' or 'budget_fraction', not both");
+    error = make_error(ErrorCode::bad_request, "tune: give 'budget' or 'budget_fraction', not both");
   }
   if (error) return *error;
   return request;

@@ -23,36 +23,6 @@ namespace ktune::protocol {
 inline constexpr int k_version = 1;
 inline constexpr std::size_t k_default_max_message_bytes = 1 << 20;
 
-// Error codes (stable; listed in docs/protocol.md).
-namespace code {
-inline constexpr const char* bad_json = "bad_json";
-inline constexpr const char* bad_request = "bad_request";
-inline constexpr const char* unsupported_version = "unsupported_version";
-inline constexpr const char* unknown_op = "unknown_op";
-inline constexpr const char* unknown_kernel = "unknown_kernel";
-inline constexpr const char* spec_error = "spec_error";
-inline constexpr const char* spec_too_large = "spec_too_large";
-inline constexpr const char* bad_shape = "bad_shape";
-inline constexpr const char* bad_dtype = "bad_dtype";
-inline constexpr const char* unknown_device = "unknown_device";
-inline constexpr const char* no_device = "no_device";
-inline constexpr const char* unknown_job = "unknown_job";
-inline constexpr const char* empty_space = "empty_space";
-inline constexpr const char* space_too_large = "space_too_large";
-inline constexpr const char* too_many_jobs = "too_many_jobs";
-inline constexpr const char* cancelled = "cancelled";
-// Connection limits and access (§ Limits): each closes the connection after its line.
-inline constexpr const char* message_too_large = "message_too_large";
-inline constexpr const char* timeout = "timeout";
-inline constexpr const char* idle_timeout = "idle_timeout";
-inline constexpr const char* too_many_connections = "too_many_connections";
-inline constexpr const char* permission_denied = "permission_denied";
-inline constexpr const char* shutting_down = "shutting_down";
-inline constexpr const char* store_busy = "store_busy";
-inline constexpr const char* out_of_resources = "out_of_resources";
-inline constexpr const char* internal = "internal";
-} // namespace code
-
 struct Request {
   nlohmann::json id;       // echoed; null when absent
   std::string op;
@@ -68,8 +38,9 @@ struct Request {
 // Each encode_* returns one JSON document on one line, "v" first, WITHOUT the trailing '\n'
 // (the transport appends it). Invalid UTF-8 in strings is replaced by U+FFFD, never thrown.
 [[nodiscard]] std::string encode_ok(const nlohmann::json& id, const nlohmann::json& result);
-[[nodiscard]] std::string encode_error(const nlohmann::json& id, std::string_view code,
+[[nodiscard]] std::string encode_error(const nlohmann::json& id, ErrorCode code,
                                        std::string_view message);
+[[nodiscard]] std::string encode_error(const nlohmann::json& id, const Error& error);
 [[nodiscard]] std::string encode_event(const nlohmann::json& id, std::string_view event,
                                        const nlohmann::json& data);
 

@@ -1,23 +1,33 @@
 #pragma once
 // Result<T>: a value or an Error, for every call that can fail in an expected way (bad input,
 // a missing file, a failed candidate). Exceptions are reserved for programming errors.
+#include "core/error_code.hpp"
+
 #include <cassert>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
 namespace ktune {
 
-// `code` is a stable machine-readable word (the protocol's error codes, docs/protocol.md);
+// `code` says what kind of failure (core/error_code.hpp; its string is the protocol's word);
 // `message` says what was expected, what was found and where.
 struct Error {
-  std::string code;
+  ErrorCode code = ErrorCode::internal;
   std::string message;
 };
 
-[[nodiscard]] inline Error make_error(std::string code, std::string message) {
-  return Error{std::move(code), std::move(message)};
+[[nodiscard]] inline Error make_error(ErrorCode code, std::string message) {
+  return Error{code, std::move(message)};
 }
+
+// "code: message": an error in a log line or inside another error's message.
+[[nodiscard]] std::string describe(const Error& error);
+
+// An error read from a message (a reply of ktuned or of a worker): the code its word names, or
+// `internal` with the unknown word kept in the message.
+[[nodiscard]] Error error_from_wire(std::string_view code, std::string message);
 
 template <class T>
 class [[nodiscard]] Result {

@@ -15,7 +15,7 @@ namespace ktune {
 namespace {
 
 Error io_error(const std::string& what, const std::string& path, int err) {
-  return make_error("io_error", what + " " + path + ": " + std::strerror(err));
+  return make_error(ErrorCode::io_error, what + " " + path + ": " + std::strerror(err));
 }
 
 std::string octal_mode(mode_t mode) {
@@ -50,7 +50,7 @@ Error describe_refusal(int dir_fd, std::string_view name, const std::string& pat
     std::vector<char> target(4096);
     const ssize_t n = ::readlinkat(dir_fd, leaf.c_str(), target.data(), target.size() - 1);
     const std::string to = n > 0 ? std::string(target.data(), static_cast<std::size_t>(n)) : "?";
-    return make_error(k_unsafe_path, "refusing " + path + ": it is a symbolic link (to " + to +
+    return make_error(ErrorCode::unsafe_path, "refusing " + path + ": it is a symbolic link (to " + to +
                                          ", made by " + user_text(st.st_uid) +
                                          "); ktune never follows a link where it keeps its "
                                          "files (remove the link)");
@@ -145,17 +145,17 @@ bool write_all_fd(int fd, std::string_view text) {
 Result<void> check_private_dir(int fd, const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return io_error("cannot inspect directory", path, errno);
-  if (!S_ISDIR(st.st_mode)) return make_error("io_error", "not a directory: " + path);
+  if (!S_ISDIR(st.st_mode)) return make_error(ErrorCode::io_error, "not a directory: " + path);
   const uid_t self = ::geteuid();
   if (st.st_uid != self) {
-    return make_error(k_unsafe_path,
+    return make_error(ErrorCode::unsafe_path,
                       "refusing the directory " + path + ": it is owned by " + user_text(st.st_uid) +
                           ", not by " + user_text(self) + " who runs ktune; another user may "
                           "have made it to plant links in it (remove it, or point KTUNE_HOME, "
                           "XDG_RUNTIME_DIR or XDG_STATE_HOME elsewhere)");
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return make_error(k_unsafe_path,
+    return make_error(ErrorCode::unsafe_path,
                       "refusing the directory " + path + ": its mode " + octal_mode(st.st_mode) +
                           " lets other users create files in it, links among them (check what "
                           "is in it, then chmod 700 " + path + ")");
@@ -165,7 +165,7 @@ Result<void> check_private_dir(int fd, const std::string& path) {
 
 Result<SafeDir> SafeDir::open(const std::string& path, DirCreate create) {
   const std::string clean = without_trailing_slashes(path);
-  if (clean.empty()) return make_error("io_error", "empty directory path");
+  if (clean.empty()) return make_error(ErrorCode::io_error, "empty directory path");
   auto fd = open_dir(clean, create);
   if (!fd) return fd.error();
   if (auto checked = check_private_dir(fd->get(), clean); !checked) return checked.error();
@@ -174,19 +174,19 @@ Result<SafeDir> SafeDir::open(const std::string& path, DirCreate create) {
 
 Result<SafeDir> SafeDir::open_shared(const std::string& path) {
   const std::string clean = without_trailing_slashes(path);
-  if (clean.empty()) return make_error("io_error", "empty directory path");
+  if (clean.empty()) return make_error(ErrorCode::io_error, "empty directory path");
   auto fd = open_dir(clean, DirCreate::no);
   if (!fd) return fd.error();
   struct stat st {};
   if (::fstat(fd->get(), &st) != 0) return io_error("cannot inspect directory", clean, errno);
-  if (!S_ISDIR(st.st_mode)) return make_error("io_error", "not a directory: " + clean);
+  if (!S_ISDIR(st.st_mode)) return make_error(ErrorCode::io_error, "not a directory: " + clean);
   if (st.st_uid != ::geteuid() && st.st_uid != 0) {
-    return make_error(k_unsafe_path, "refusing the directory " + clean + ": it is owned by " +
+    return make_error(ErrorCode::unsafe_path, "refusing the directory " + clean + ": it is owned by " +
                                          user_text(st.st_uid) + ", not by " +
                                          user_text(::geteuid()) + " who runs ktune, or root");
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
-    return make_error(k_unsafe_path, "refusing the directory " + clean + ": its mode " +
+    return make_error(ErrorCode::unsafe_path, "refusing the directory " + clean + ": its mode " +
                                          octal_mode(st.st_mode) + " lets other users replace "
                                          "files in it (writable by others and not sticky)");
   }
@@ -195,7 +195,7 @@ Result<SafeDir> SafeDir::open_shared(const std::string& path) {
 
 Result<SafeDir> SafeDir::subdir(std::string_view name, DirCreate create) const {
   const std::string path = file_path(name);
-  if (!plain_name(name)) return make_error("io_error", "not a plain file name: " + path);
+  if (!plain_name(name)) return make_error(ErrorCode::io_error, "not a plain file name: " + path);
   const std::string leaf(name);
   const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
   UniqueFd fd(::openat(m_fd.get(), leaf.c_str(), flags));
@@ -221,7 +221,7 @@ Result<SafeDir> SafeDir::subdir(std::string_view name, DirCreate create) const {
 Result<UniqueFd> SafeDir::open_file(std::string_view name, int flags, FileCreate create,
                                     mode_t mode) const {
   const std::string path = file_path(name);
-  if (!plain_name(name)) return make_error("io_error", "not a plain file name: " + path);
+  if (!plain_name(name)) return make_error(ErrorCode::io_error, "not a plain file name: " + path);
   // O_NONBLOCK: a FIFO put here is refused below instead of blocking the open.
   flags |= O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
   if (create == FileCreate::new_only) flags |= O_CREAT | O_EXCL;
@@ -238,14 +238,14 @@ Result<UniqueFd> SafeDir::open_file(std::string_view name, int flags, FileCreate
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return io_error("cannot inspect", path, errno);
   if (!S_ISREG(st.st_mode)) {
-    return make_error(k_unsafe_path, "refusing " + path + ": not a regular file");
+    return make_error(ErrorCode::unsafe_path, "refusing " + path + ": not a regular file");
   }
   if (::fcntl(fd.get(), F_SETFL, flags & ~(O_NONBLOCK | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC |
                                            O_TRUNC | O_ACCMODE)) != 0) {
     return io_error("cannot set the flags of", path, errno);
   }
   if (st.st_uid != ::geteuid()) {
-    return make_error(k_unsafe_path, "refusing " + path + ": it is owned by " +
+    return make_error(ErrorCode::unsafe_path, "refusing " + path + ": it is owned by " +
                                          user_text(st.st_uid) + ", not by " +
                                          user_text(::geteuid()) + " who runs ktune");
   }
@@ -271,7 +271,7 @@ Result<UniqueFd> SafeDir::create_temp(std::string_view prefix, std::string& name
     if (::fchmod(fd.get(), mode) != 0) return io_error("cannot set the mode of", file_path(name), errno);
     return fd;
   }
-  return make_error("io_error", "cannot make a unique temp file in " + m_path);
+  return make_error(ErrorCode::io_error, "cannot make a unique temp file in " + m_path);
 }
 
 Result<void> SafeDir::write_atomic(std::string_view name, std::string_view content, mode_t mode) const {
@@ -291,7 +291,7 @@ Result<void> SafeDir::write_atomic(std::string_view name, std::string_view conte
 
 Result<void> SafeDir::rename(std::string_view from, std::string_view to) const {
   if (!plain_name(from) || !plain_name(to)) {
-    return make_error("io_error", "not a plain file name: " + file_path(from) + " or " + file_path(to));
+    return make_error(ErrorCode::io_error, "not a plain file name: " + file_path(from) + " or " + file_path(to));
   }
   if (::renameat(m_fd.get(), std::string(from).c_str(), m_fd.get(), std::string(to).c_str()) != 0) {
     return io_error("cannot rename " + file_path(from) + " to", file_path(to), errno);
@@ -300,7 +300,7 @@ Result<void> SafeDir::rename(std::string_view from, std::string_view to) const {
 }
 
 Result<void> SafeDir::remove(std::string_view name) const {
-  if (!plain_name(name)) return make_error("io_error", "not a plain file name: " + file_path(name));
+  if (!plain_name(name)) return make_error(ErrorCode::io_error, "not a plain file name: " + file_path(name));
   if (::unlinkat(m_fd.get(), std::string(name).c_str(), 0) != 0) {
     return io_error("cannot remove", file_path(name), errno);
   }

@@ -23,8 +23,6 @@
 
 namespace ktune {
 
-// Error code of a refused directory or file (another user's, writable by others, a symlink).
-inline constexpr const char* k_unsafe_path = "unsafe_path";
 
 enum class DirCreate { no, yes };            // a missing directory: io_error / made 0700
 enum class FileCreate { existing, new_only, either };

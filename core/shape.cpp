@@ -31,7 +31,7 @@ bool is_identifier(std::string_view name) {
 }
 
 Error shape_error(std::string_view text, const std::string& reason) {
-  return make_error("bad_shape", "shape '" + clip_quoted(text) + "': " + reason);
+  return make_error(ErrorCode::bad_shape, "shape '" + clip_quoted(text) + "': " + reason);
 }
 
 } // namespace
@@ -109,7 +109,7 @@ Result<Shape> conform_shape(const Shape& shape, const std::vector<std::string>& 
     bool declared = false;
     for (const auto& d : dims) declared = declared || d == name;
     if (!declared) {
-      return make_error("bad_shape", "shape '" + shape.to_string() + "': kernel '" +
+      return make_error(ErrorCode::bad_shape, "shape '" + shape.to_string() + "': kernel '" +
                                          std::string(kernel_name) + "' has no dimension '" + name +
                                          "' (expected " + expected() + ")");
     }
@@ -118,7 +118,7 @@ Result<Shape> conform_shape(const Shape& shape, const std::vector<std::string>& 
   for (const auto& d : dims) {
     const auto value = shape.get(d);
     if (!value) {
-      return make_error("bad_shape", "shape '" + shape.to_string() + "': missing dimension '" + d +
+      return make_error(ErrorCode::bad_shape, "shape '" + shape.to_string() + "': missing dimension '" + d +
                                          "' of kernel '" + std::string(kernel_name) + "' (expected " +
                                          expected() + ")");
     }

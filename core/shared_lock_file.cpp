@@ -12,8 +12,6 @@ namespace ktune {
 
 namespace {
 
-constexpr const char* k_code = "lock_unavailable";
-
 std::string octal_mode(mode_t mode) {
   char text[8];
   std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
@@ -21,7 +19,7 @@ std::string octal_mode(mode_t mode) {
 }
 
 Error refused(const std::string& path, const std::string& why) {
-  return make_error(k_code, "lock file " + path + " " + why);
+  return make_error(ErrorCode::lock_unavailable, "lock file " + path + " " + why);
 }
 
 // Why an existing file cannot be opened, with what lstat says of it.

@@ -98,26 +98,26 @@ Result<SignatureParam> parse_param(const std::vector<Token>& tokens, std::size_t
       ++stars;  // float A[] is float* A
       while (i < tokens.size() && tokens[i].text != "]") ++i;
     } else if (t.text == "&") {
-      return make_error("spec_error", where + ": references are not supported (expected T* or T)");
+      return make_error(ErrorCode::spec_error, where + ": references are not supported (expected T* or T)");
     } else {
-      return make_error("spec_error", where + ": unexpected '" + t.text + "'");
+      return make_error(ErrorCode::spec_error, where + ": unexpected '" + t.text + "'");
     }
   }
-  if (words.empty()) return make_error("spec_error", where + ": expected a type, found nothing");
+  if (words.empty()) return make_error(ErrorCode::spec_error, where + ": expected a type, found nothing");
   if (words.size() >= 2 && !is_builtin_type_word(words.back())) {
     param.name = words.back();
     words.pop_back();
   }
   for (const auto& w : words) param.c_type += (param.c_type.empty() ? "" : " ") + w;
   if (stars > 1) {
-    return make_error("spec_error", where + " '" + param.written() +
+    return make_error(ErrorCode::spec_error, where + " '" + param.written() +
                                         "': expected a buffer (T*) or a scalar (T), found " +
                                         std::to_string(stars) + " levels of pointer");
   }
   param.pointer = stars == 1;
   const auto dtype = dtype_of_c_type(param.c_type);
   if (!dtype) {
-    return make_error("spec_error",
+    return make_error(ErrorCode::spec_error,
                       where + " '" + param.written() + "': type '" + param.c_type +
                           "' has no ktune dtype (expected float, double, int, int32_t, int64_t, "
                           "long, size_t, __half or KTUNE_DTYPE)");
@@ -142,13 +142,13 @@ Result<Signature> parse_tokens(const std::vector<Token>& tokens, std::size_t nam
         if (tokens[i].text == ")" && --depth == 0) break;
       }
     } else if (!(t.word && is_specifier(t.text)) && !(t.text.size() > 1 && t.text.front() == '"')) {
-      return make_error("spec_error", "'" + sig.name + "': expected a function returning void "
+      return make_error(ErrorCode::spec_error, "'" + sig.name + "': expected a function returning void "
                                       "(void " + sig.name + "(...)), found '" + t.text +
                                       "' before its name");
     }
   }
   if (!returns_void) {
-    return make_error("spec_error", "'" + sig.name + "': expected a function returning void (void " +
+    return make_error(ErrorCode::spec_error, "'" + sig.name + "': expected a function returning void (void " +
                                         sig.name + "(...))");
   }
   std::vector<std::vector<Token>> params(1);
@@ -162,14 +162,14 @@ Result<Signature> parse_tokens(const std::vector<Token>& tokens, std::size_t nam
     else params.back().push_back(t);
   }
   if (i == tokens.size()) {
-    return make_error("spec_error", "'" + sig.name + "': the parameter list does not close");
+    return make_error(ErrorCode::spec_error, "'" + sig.name + "': the parameter list does not close");
   }
   const bool no_params = params.size() == 1 &&
                          (params[0].empty() || (params[0].size() == 1 && params[0][0].text == "void"));
   if (no_params) return sig;
   for (std::size_t p = 0; p < params.size(); ++p) {
     auto param = parse_param(params[p], p);
-    if (!param) return make_error("spec_error", "'" + sig.name + "': " + param.error().message);
+    if (!param) return make_error(ErrorCode::spec_error, "'" + sig.name + "': " + param.error().message);
     sig.params.push_back(std::move(param).value());
   }
   return sig;
@@ -211,7 +211,7 @@ Result<Signature> parse_signature(std::string_view text) {
       return parse_tokens(tokens, i);
     }
   }
-  return make_error("spec_error", "expected a declaration such as \"void f(const float* A, int n)\", "
+  return make_error(ErrorCode::spec_error, "expected a declaration such as \"void f(const float* A, int n)\", "
                                   "found '" + std::string(text) + "'");
 }
 
@@ -248,19 +248,19 @@ Result<Signature> find_signature(std::string_view source, std::string_view name)
     }
     const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
     if (close >= text.size()) {
-      return make_error("spec_error", "line " + std::to_string(line) + ": '" + std::string(name) +
+      return make_error(ErrorCode::spec_error, "line " + std::to_string(line) + ": '" + std::string(name) +
                                           "': the parameter list does not close");
     }
     auto sig = parse_signature(head + text.substr(at, close + 1 - at));
     if (!sig) {
-      if (!first_error) first_error = make_error("spec_error", "line " + std::to_string(line) + ": " + sig.error().message);
+      if (!first_error) first_error = make_error(ErrorCode::spec_error, "line " + std::to_string(line) + ": " + sig.error().message);
       continue;
     }
     sig->line = line;
     return sig;
   }
   if (first_error) return *first_error;
-  return make_error("spec_error", "no declaration 'void " + std::string(name) + "(...)' found");
+  return make_error(ErrorCode::spec_error, "no declaration 'void " + std::string(name) + "(...)' found");
 }
 
 } // namespace ktune

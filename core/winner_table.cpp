@@ -100,7 +100,7 @@ std::uint64_t blob_text_end(const std::byte* arena, std::uint32_t offset) {
 
 // ---- encoding ----
 
-Error bad_table(std::string message) { return make_error("bad_table", std::move(message)); }
+Error bad_table(std::string message) { return make_error(ErrorCode::bad_table, std::move(message)); }
 
 // A flat JSON object of integers, {"A":1,"B":-2} (whitespace allowed, no escapes in names).
 bool parse_flat_config(std::string_view text, std::vector<std::pair<std::string_view, std::int64_t>>& out) {
@@ -576,7 +576,7 @@ Result<TableView> TableView::open(std::span<const std::byte> bytes) {
   if (std::memcmp(h, k_magic, sizeof k_magic) != 0) return bad_table("not a winner table (magic)");
   const std::uint32_t version = load_u32(h + 8);
   if (version != k_layout_version) {
-    return make_error("unknown_layout", "winner table layout version " + std::to_string(version) +
+    return make_error(ErrorCode::unknown_layout, "winner table layout version " + std::to_string(version) +
                                             "; this reader knows version " +
                                             std::to_string(k_layout_version));
   }

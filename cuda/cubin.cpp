@@ -22,7 +22,7 @@ constexpr std::uint8_t k_eifmt_sval = 0x04;
 constexpr std::uint8_t k_eiattr_frame_size = 0x11;
 constexpr std::uint8_t k_eiattr_regcount = 0x2f;
 
-Error elf_error(const std::string& what) { return make_error(protocol::code::internal, "CUBIN: " + what); }
+Error elf_error(const std::string& what) { return make_error(ErrorCode::internal, "CUBIN: " + what); }
 
 std::string string_at(std::string_view strings, std::uint32_t offset) {
   if (offset >= strings.size()) return {};

@@ -35,7 +35,7 @@ public:
     void* handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* reason = ::dlerror();
-      return make_error(protocol::code::no_device, reason != nullptr ? reason : "dlopen failed");
+      return make_error(ErrorCode::no_device, reason != nullptr ? reason : "dlopen failed");
     }
     return DlLibrary(handle);
   }
@@ -137,7 +137,7 @@ Result<const NvrtcApi*> load_nvrtc_uncached() {
 #define KTUNE_CUDA_RESOLVE(fn)                                                                            \
   if (!resolve(*library, KTUNE_CUDA_STRINGIFY(fn), api->fn)) {                                            \
     return make_error(                                                                                    \
-        protocol::code::no_device,                                                                        \
+        ErrorCode::no_device,                                                                        \
         api->library + " lacks the symbol " + KTUNE_CUDA_STRINGIFY(fn) + ": not a usable NVRTC library"); \
   }
     KTUNE_NVRTC_FUNCTIONS(KTUNE_CUDA_RESOLVE)
@@ -146,13 +146,13 @@ Result<const NvrtcApi*> load_nvrtc_uncached() {
     KTUNE_NVRTC_PCH_FUNCTIONS(KTUNE_CUDA_RESOLVE_OPTIONAL)
 #undef KTUNE_CUDA_RESOLVE_OPTIONAL
     if (const nvrtcResult r = api->nvrtcVersion(&api->major, &api->minor); r != NVRTC_SUCCESS) {
-      return make_error(protocol::code::no_device,
+      return make_error(ErrorCode::no_device,
                         api->library + ": nvrtcVersion failed: " + api->nvrtcGetErrorString(r));
     }
     library->release();
     return api.release();
   }
-  return make_error(protocol::code::no_device,
+  return make_error(ErrorCode::no_device,
                     "NVRTC not found: the CUDA backend needs " + versioned +
                         " (set KTUNE_NVRTC_LIBRARY to its path); tried: " + reasons);
 }
@@ -166,14 +166,14 @@ std::string visible_devices_note() {
 Result<const DriverApi*> open_driver(const std::string& name) {
   auto library = DlLibrary::open(name);
   if (!library) {
-    return make_error(protocol::code::no_device, name + " not found: no NVIDIA driver on this machine (" +
+    return make_error(ErrorCode::no_device, name + " not found: no NVIDIA driver on this machine (" +
                                                      library.error().message + ")");
   }
   auto api = std::make_unique<DriverApi>();
   api->library = library->path(name);
 #define KTUNE_CUDA_RESOLVE(fn)                                                         \
   if (api->fn == nullptr && !resolve(*library, KTUNE_CUDA_STRINGIFY(fn), api->fn)) {   \
-    return make_error(protocol::code::no_device,                                       \
+    return make_error(ErrorCode::no_device,                                       \
                       api->library + " lacks the symbol " + KTUNE_CUDA_STRINGIFY(fn) + \
                           ": the NVIDIA driver is older than ktune needs (CUDA " +     \
                           std::to_string(CUDA_VERSION / 1000) + "." +                  \
@@ -192,24 +192,24 @@ Result<const DriverApi*> open_driver(const std::string& name) {
     const std::string head =
         "cuInit returned " + driver_error_name(*api, init) + " (" + std::to_string(init) + ")";
     if (init == CUDA_ERROR_STUB_LIBRARY) {
-      return make_error(protocol::code::no_device,
+      return make_error(ErrorCode::no_device,
                         head + ": " + api->library +
                             " is the CUDA toolkit's stub library, not a driver: no NVIDIA driver on "
                             "this machine");
     }
     if (init == CUDA_ERROR_NO_DEVICE) {
-      return make_error(protocol::code::no_device, head + ": no CUDA device is visible to this process (" +
+      return make_error(ErrorCode::no_device, head + ": no CUDA device is visible to this process (" +
                                                        visible_devices_note() + ")");
     }
-    return make_error(protocol::code::no_device, head + " (" + driver_error_description(*api, init) +
+    return make_error(ErrorCode::no_device, head + " (" + driver_error_description(*api, init) +
                                                      ") from " + api->library + address_space_note());
   }
   if (const CUresult r = api->cuDriverGetVersion(&api->driver_version); r != CUDA_SUCCESS) {
-    return make_error(protocol::code::no_device,
+    return make_error(ErrorCode::no_device,
                       api->library + ": " + driver_failure(*api, r, "cuDriverGetVersion"));
   }
   if (auto problem = driver_version_problem(api->driver_version, CUDA_VERSION)) {
-    return make_error(protocol::code::no_device, api->library + ": " + *problem);
+    return make_error(ErrorCode::no_device, api->library + ": " + *problem);
   }
   library->release();
   return api.release();

@@ -14,7 +14,6 @@
 
 namespace ktune::daemon {
 
-namespace code = protocol::code;
 
 namespace {
 
@@ -24,7 +23,7 @@ using nlohmann::json;
 // machine, and ten milliseconds of them cost an A/B of 20 rounds 0.4 s.
 constexpr double k_min_round_s = 0.01;
 
-Error bad(const std::string& message) { return make_error(code::bad_request, "confirm: " + message); }
+Error bad(const std::string& message) { return make_error(ErrorCode::bad_request, "confirm: " + message); }
 
 std::string short_hash(const std::string& hash) { return hash.substr(0, 12); }
 
@@ -131,7 +130,7 @@ struct AbService::Side {
 };
 
 struct AbService::Run {
-  std::weak_ptr<Session> session;
+  std::weak_ptr<Client> session;
   json id;
   ConfirmRequest request;
   DeviceInfo device;
@@ -175,7 +174,7 @@ Result<AbService::Side> AbService::resolve_side(const ConfirmRequest& request,
     if (archived && archived->has_value()) {
       side.kernel = std::move(**archived);
       side.build = "archived";
-    } else if (!current && current.error().code == code::unknown_kernel) {
+    } else if (!current && current.error().code == ErrorCode::unknown_kernel) {
       return current.error();
     } else {
       side.impossible =
@@ -200,7 +199,7 @@ Result<AbService::Side> AbService::resolve_side(const ConfirmRequest& request,
   return side;
 }
 
-void AbService::confirm(const std::shared_ptr<Session>& session, const protocol::Request& request) {
+void AbService::confirm(const std::shared_ptr<Client>& session, const protocol::Request& request) {
   const auto fail = [&](const Error& error) {
     session->send(protocol::encode_error(request.id, error.code, error.message));
   };
@@ -216,7 +215,7 @@ void AbService::confirm(const std::shared_ptr<Session>& session, const protocol:
       return d.fingerprint == run->request.device;
     });
     if (it == local.end()) {
-      return fail(make_error(code::unknown_device, "confirm: device " + run->request.device +
+      return fail(make_error(ErrorCode::unknown_device, "confirm: device " + run->request.device +
                                                        " is no device of this machine: an A/B "
                                                        "measures on the device itself"));
     }
@@ -261,7 +260,7 @@ void AbService::build(const std::shared_ptr<Run>& run) {
                      s.built = std::move(*built);
                    } else if (run->impossible.empty()) {
                      run->impossible = std::string(i == 0 ? "baseline" : "candidate") +
-                                       ": its build failed (" + built.error().code + "): " +
+                                       ": its build failed (" + std::string(to_string(built.error().code)) + "): " +
                                        built.error().message;
                    }
                    if (!run->sides[0].ready || !run->sides[1].ready) return;
@@ -295,8 +294,7 @@ void AbService::measure(const std::shared_ptr<Run>& run) {
   work.device = run->device.name;
   work.on_reply = [this, run](Result<json> reply, const Delivery&) {
     if (!reply) {
-      run->impossible = "the A/B measurement failed: " + reply.error().code + ": " +
-                        reply.error().message;
+      run->impossible = "the A/B measurement failed: " + describe(reply.error());
       return finish(run);
     }
     auto outcome = AbOutcome::from_json(*reply);

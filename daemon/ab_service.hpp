@@ -29,7 +29,7 @@
 #include "core/protocol.hpp"
 #include "daemon/config.hpp"
 #include "daemon/devices.hpp"
-#include "daemon/session.hpp"
+#include "daemon/client.hpp"
 #include "daemon/worker_pool.hpp"
 #include "db/store.hpp"
 #include "jobs/kernel_registry.hpp"
@@ -62,7 +62,7 @@ public:
             KernelRegistry& registry, const DaemonConfig& config);
 
   // Answers a confirm request on `session` once the A/B is judged (or at once on an error).
-  void confirm(const std::shared_ptr<Session>& session, const protocol::Request& request);
+  void confirm(const std::shared_ptr<Client>& session, const protocol::Request& request);
 
 private:
   struct Run;

@@ -14,7 +14,6 @@
 
 namespace ktune::daemon {
 
-namespace code = protocol::code;
 
 namespace {
 
@@ -71,7 +70,7 @@ Canary::Canary(asio::io_context& io, WorkerPool& pool, Store& store, DeviceRegis
     : m_io(io), m_pool(pool), m_store(store), m_devices(devices), m_config(config),
       m_kernels_dir(std::move(kernels_dir)) {}
 
-void Canary::request(const std::shared_ptr<Session>& session, const protocol::Request& request) {
+void Canary::request(const std::shared_ptr<Client>& session, const protocol::Request& request) {
   const auto fail = [&](const Error& error) {
     session->send(protocol::encode_error(request.id, error.code, error.message));
   };
@@ -80,14 +79,14 @@ void Canary::request(const std::shared_ptr<Session>& session, const protocol::Re
     const auto it = request.body.find(key);
     if (it == request.body.end() || it->is_null()) continue;
     if (!it->is_string()) {
-      return fail(make_error(code::bad_request,
+      return fail(make_error(ErrorCode::bad_request,
                              std::string("canary: field '") + key + "' must be a string"));
     }
     *field = it->get<std::string>();
   }
   auto local = m_devices.local(device);
   if (!local) return fail(local.error());
-  std::weak_ptr<Session> weak = session;
+  std::weak_ptr<Client> weak = session;
   measure(*local, context.empty() ? "asked" : context,
           [weak, id = request.id](Result<CanaryReading> reading) {
             auto s = weak.lock();
@@ -114,10 +113,10 @@ void Canary::measure(const DeviceInfo& device, std::string context,
     if (!median && !reading->error) {
       // Every code a client sees is the protocol's: a canary that fails is ktuned's own fault.
       const Error& e = median.error();
-      reading->error = e.code == code::spec_error || e.code == code::no_device || e.code == code::internal
+      reading->error = e.code == ErrorCode::spec_error || e.code == ErrorCode::no_device || e.code == ErrorCode::internal
                            ? e
-                           : make_error(code::internal, "the speed canary on " + reading->row.device +
-                                                            ": " + e.code + ": " + e.message);
+                           : make_error(ErrorCode::internal, "the speed canary on " + reading->row.device +
+                                                            ": " + describe(e));
     }
     if (median) (which == 0 ? reading->row.compute_ms : reading->row.memory_ms) = *median;
     if (--reading->left > 0) return;
@@ -175,7 +174,7 @@ void Canary::measure(const DeviceInfo& device, std::string context,
                      auto outcome = BenchOutcome::from_json(*reply);
                      if (!outcome) return finish(i, outcome.error());
                      if (outcome->status != CandidateStatus::ok || outcome->stats.median_ms <= 0) {
-                       return finish(i, make_error(std::string(to_string(outcome->status)),
+                       return finish(i, make_error(ErrorCode::bench_failed,
                                                    name + " measured " +
                                                        std::string(to_string(outcome->status)) +
                                                        ": " + outcome->reason));

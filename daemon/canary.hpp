@@ -18,7 +18,7 @@
 #include "core/protocol.hpp"
 #include "daemon/config.hpp"
 #include "daemon/devices.hpp"
-#include "daemon/session.hpp"
+#include "daemon/client.hpp"
 #include "daemon/worker_pool.hpp"
 #include "db/store.hpp"
 
@@ -41,7 +41,7 @@ public:
          const DaemonConfig& config, std::string kernels_dir);
 
   // The op: one reading on the device asked for, stored, as the reply.
-  void request(const std::shared_ptr<Session>& session, const protocol::Request& request);
+  void request(const std::shared_ptr<Client>& session, const protocol::Request& request);
 
   // Takes one reading on `device` and stores it; `done` runs once, on the io thread.
   void measure(const DeviceInfo& device, std::string context,

@@ -9,7 +9,6 @@
 
 namespace ktune::daemon {
 
-namespace code = protocol::code;
 
 namespace {
 
@@ -38,7 +37,7 @@ std::string first_line(const std::string& log) {
 
 // One check's results, filled as compiles answer; shared by the job's callbacks.
 struct CheckRun {
-  std::weak_ptr<Session> session;
+  std::weak_ptr<Client> session;
   nlohmann::json id;
   std::int64_t job = 0;
   nlohmann::json header;
@@ -56,7 +55,7 @@ struct CheckRun {
                   {"spills", -1}, {"compile_ms", 0}, {"cached", false}, {"batch_size", 0}});
     };
     if (!reply) {
-      failed(reply.error().code + ": " + reply.error().message);
+      failed(describe(reply.error()));
     } else if (auto outcome = CompileOutcome::from_json(*reply); !outcome) {
       failed(outcome.error().message);
     } else {
@@ -85,7 +84,7 @@ struct CheckRun {
     auto s = session.lock();
     if (!s) return;
     if (state != JobState::done) {
-      s->send(protocol::encode_error(id, code::cancelled,
+      s->send(protocol::encode_error(id, ErrorCode::cancelled,
                                      "compile_check job " + std::to_string(job) + " " +
                                          std::string(to_string(state)) + " before it finished"));
       return;
@@ -104,7 +103,7 @@ struct CheckRun {
 Result<CompileCheckRequest> CompileCheckRequest::from_json(const nlohmann::json& body) {
   CompileCheckRequest req;
   const auto bad = [](const std::string& message) {
-    return make_error(code::bad_request, "compile_check: " + message);
+    return make_error(ErrorCode::bad_request, "compile_check: " + message);
   };
   const auto kernel = body.find("kernel");
   if (kernel == body.end() || !kernel->is_string() || kernel->get<std::string>().empty()) {
@@ -138,7 +137,7 @@ Result<CompileCheckRequest> CompileCheckRequest::from_json(const nlohmann::json&
   return req;
 }
 
-void start_compile_check(const std::shared_ptr<Session>& session, const protocol::Request& request,
+void start_compile_check(const std::shared_ptr<Client>& session, const protocol::Request& request,
                          KernelRegistry& registry, Scheduler& scheduler, Store& store,
                          const std::string& cache_dir) {
   auto fail = [&](const Error& error) {
@@ -167,7 +166,7 @@ void start_compile_check(const std::shared_ptr<Session>& session, const protocol
   auto configs = space->enumerate();
   if (!configs) return fail(configs.error());
   if (configs->empty()) {
-    return fail(make_error(code::empty_space, "kernel " + spec.name + " admits no config at " +
+    return fail(make_error(ErrorCode::empty_space, "kernel " + spec.name + " admits no config at " +
                                                   conformed->to_string()));
   }
 
@@ -210,7 +209,7 @@ void start_compile_check(const std::shared_ptr<Session>& session, const protocol
   record.total = static_cast<std::int64_t>(plan.compiles.size());
   record.options.priority = request.body.value("priority", 0);
   auto id = store.create_job(record);
-  if (!id) return fail(make_error(code::internal, id.error().code + ": " + id.error().message));
+  if (!id) return fail(make_error(ErrorCode::internal, describe(id.error())));
   record.id = *id;
   run->job = *id;
   plan.on_compiled = [run, &scheduler, row_of](std::size_t index, Result<nlohmann::json> reply) {

@@ -19,7 +19,7 @@
 // sm_XX, a malformed field), bad_shape, bad_dtype, empty_space, cancelled, internal.
 #include "jobs/kernel_registry.hpp"
 #include "core/protocol.hpp"
-#include "daemon/session.hpp"
+#include "daemon/client.hpp"
 #include "daemon/scheduler.hpp"
 
 #include <memory>
@@ -41,7 +41,7 @@ inline constexpr std::string_view k_compile_check_strategy = "compile_check";
 
 // Stores the check as a job, queues it and replies on `session` when every compile finished (or
 // at once on an error). io thread only.
-void start_compile_check(const std::shared_ptr<Session>& session, const protocol::Request& request,
+void start_compile_check(const std::shared_ptr<Client>& session, const protocol::Request& request,
                          KernelRegistry& registry, Scheduler& scheduler, Store& store,
                          const std::string& cache_dir);
 

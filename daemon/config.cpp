@@ -61,7 +61,7 @@ public:
       : m_label(label), m_base_dir(base_dir) {}
 
   [[nodiscard]] Error error(const std::string& key, const std::string& message) const {
-    return make_error(k_config_error, m_label + ": " + key + ": " + message);
+    return make_error(ErrorCode::config_error, m_label + ": " + key + ": " + message);
   }
 
   [[nodiscard]] Result<std::string> path(const toml::node& node, const std::string& key) const {
@@ -320,7 +320,7 @@ Result<void> apply_measure_table(const toml::table& table, const FileReader& rea
 Result<std::string> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return make_error(k_config_error, "cannot read config file " + path + ": " +
+    return make_error(ErrorCode::config_error, "cannot read config file " + path + ": " +
                                           std::error_code(errno, std::generic_category()).message());
   }
   std::ostringstream text;
@@ -347,7 +347,7 @@ int online_cores() {
 Result<void> check_consistency(const DaemonConfig& config) {
   const std::string where = config.config_path.empty() ? "settings" : config.config_path;
   if (config.measure.max_samples < config.measure.min_samples) {
-    return make_error(k_config_error,
+    return make_error(ErrorCode::config_error,
                       where + ": [measure].max_samples (" +
                           std::to_string(config.measure.max_samples) +
                           ") must be at least min_samples (" +
@@ -357,16 +357,16 @@ Result<void> check_consistency(const DaemonConfig& config) {
     std::ostringstream msg;
     msg << where << ": [measure].max_time_s (" << config.measure.max_time_s
         << ") must be positive and at least min_time_s (" << config.measure.min_time_s << ")";
-    return make_error(k_config_error, msg.str());
+    return make_error(ErrorCode::config_error, msg.str());
   }
   if (config.bench_timeout_max_s < config.bench_timeout_min_s) {
     std::ostringstream msg;
     msg << where << ": [limits].bench_timeout_max_s (" << config.bench_timeout_max_s
         << ") must be at least bench_timeout_min_s (" << config.bench_timeout_min_s << ")";
-    return make_error(k_config_error, msg.str());
+    return make_error(ErrorCode::config_error, msg.str());
   }
   if (config.kernel_dirs.empty()) {
-    return make_error(k_config_error, where + ": [daemon].kernel_dirs is empty; ktuned needs at "
+    return make_error(ErrorCode::config_error, where + ": [daemon].kernel_dirs is empty; ktuned needs at "
                                               "least one kernel directory");
   }
   return {};
@@ -424,7 +424,7 @@ Result<void> apply_config_text(std::string_view toml_text, const std::string& la
     std::ostringstream msg;
     msg << label << ":" << e.source().begin.line << ":" << e.source().begin.column << ": "
         << e.description();
-    return make_error(k_config_error, msg.str());
+    return make_error(ErrorCode::config_error, msg.str());
   }
   const FileReader reader(label, base_dir);
   for (const auto& [key_node, node] : root) {

@@ -32,7 +32,6 @@
 
 namespace ktune::daemon {
 
-inline constexpr const char* k_config_error = "config_error";
 
 struct DaemonConfig {
   std::string config_path;                 // the file that was read; empty when none

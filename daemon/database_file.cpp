@@ -26,7 +26,7 @@ Result<std::string> read_marker(const SafeDir& dir, const std::string& marker) {
   if (!fd) return fd.error();
   char buf[256] = {};
   const ssize_t n = ::pread(fd->get(), buf, sizeof buf - 1, 0);
-  if (n < 0) return make_error("io_error", "cannot read " + dir.file_path(marker) + ": " + std::strerror(errno));
+  if (n < 0) return make_error(ErrorCode::io_error, "cannot read " + dir.file_path(marker) + ": " + std::strerror(errno));
   std::string text(buf, static_cast<std::size_t>(n));
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   return text.empty() ? std::string("(empty marker)") : text;
@@ -79,7 +79,7 @@ Result<DatabaseFile> DatabaseFile::open(const SafeDir& dir, const std::string& n
     if (auto safe = plain_or_absent(dir, name + suffix); !safe) return safe.error();
   }
 
-  Result<UniqueFd> fd = make_error("io_error", "not opened");
+  Result<UniqueFd> fd = make_error(ErrorCode::io_error, "not opened");
   if (dir.contains(name)) {
     fd = dir.open_file(name, O_RDONLY, FileCreate::existing);
   } else {
@@ -89,7 +89,7 @@ Result<DatabaseFile> DatabaseFile::open(const SafeDir& dir, const std::string& n
           dir.contains(rescued) ? "ktuned saved its content in " + dir.file_path(rescued) +
                                       " when it was deleted: move that to " + file.m_path + "; or "
                                 : std::string();
-      return make_error(k_database_missing,
+      return make_error(ErrorCode::database_missing,
                         "the database " + file.m_path + " is missing, but one was there before (" +
                             marker_path + " says " + *marker + "): it was deleted or moved away "
                             "and its history with it; " + saved + restore_advice(marker_path));
@@ -101,10 +101,10 @@ Result<DatabaseFile> DatabaseFile::open(const SafeDir& dir, const std::string& n
 
   std::string holder;
   if (auto locked = lock_now(file.m_fd.get(), file.m_path, holder); !locked) {
-    if (locked.error().code != k_already_running) return locked.error();
+    if (locked.error().code != ErrorCode::already_running) return locked.error();
     struct stat st {};
     if (::fstat(file.m_fd.get(), &st) == 0) holder = flock_holder(id_of(st));
-    return make_error(k_database_in_use,
+    return make_error(ErrorCode::database_in_use,
                       "database " + file.m_path + " is in use by another ktuned (pid " + holder +
                           "), maybe through another path to the same file (a hard link or a "
                           "bind mount); one daemon per database: stop that one or give this one "
@@ -112,11 +112,11 @@ Result<DatabaseFile> DatabaseFile::open(const SafeDir& dir, const std::string& n
   }
   struct stat st {};
   if (::fstat(file.m_fd.get(), &st) != 0) {
-    return make_error("io_error", "cannot inspect " + file.m_path + ": " + std::strerror(errno));
+    return make_error(ErrorCode::io_error, "cannot inspect " + file.m_path + ": " + std::strerror(errno));
   }
   file.m_id = id_of(st);
   if (st.st_size == 0 && !marker->empty()) {
-    return make_error(k_database_missing,
+    return make_error(ErrorCode::database_missing,
                       "the database " + file.m_path + " is empty (0 bytes), but a database with "
                       "history was there (" + marker_path + " says " + *marker + "): it was "
                       "truncated or replaced by an empty file; " +
@@ -141,7 +141,7 @@ bool DatabaseFile::deleted() const {
 
 Result<void> DatabaseFile::check() const {
   if (deleted()) {
-    return make_error("db_gone",
+    return make_error(ErrorCode::db_gone,
                       "the database " + m_path + " was deleted while ktuned had it open; nothing "
                       "more is written into the deleted file (results go to the spill journal " +
                           m_path + "-spill, replayed at the next start): " +
@@ -153,12 +153,12 @@ Result<void> DatabaseFile::check() const {
   struct stat now {};
   if (::stat(m_path.c_str(), &now) != 0) {
     const int err = errno;
-    return make_error("db_gone", "the database " + m_path + " is no longer at its path (" +
+    return make_error(ErrorCode::db_gone, "the database " + m_path + " is no longer at its path (" +
                                      std::strerror(err) + ": moved or its directory removed); "
                                      "nothing more is written to it until it is back");
   }
   if (id_of(now) != m_id) {
-    return make_error("db_gone", "the database " + m_path + " was replaced by another file (" +
+    return make_error(ErrorCode::db_gone, "the database " + m_path + " was replaced by another file (" +
                                      to_string(id_of(now)) + ", ktuned opened " + to_string(m_id) +
                                      "); nothing more is written until the original is back: "
                                      "stop ktuned to use the new file");

@@ -19,8 +19,6 @@
 
 namespace ktune::daemon {
 
-inline constexpr const char* k_database_in_use = "database_in_use";
-inline constexpr const char* k_database_missing = "database_missing";
 
 class DatabaseFile {
 public:

@@ -29,7 +29,7 @@ constexpr std::size_t k_lanes = 2;
 Result<DescriptorLimit> raise_descriptor_limit() {
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) {
-    return make_error("io_error", std::string("cannot read RLIMIT_NOFILE: ") + std::strerror(errno));
+    return make_error(ErrorCode::io_error, std::string("cannot read RLIMIT_NOFILE: ") + std::strerror(errno));
   }
   DescriptorLimit out;
   out.raised_from = limit.rlim_cur;
@@ -59,7 +59,7 @@ Result<std::string> fit_connections(DaemonConfig& config, const DescriptorLimit&
       " of them itself (database, logs, event loop, " +
       std::to_string(std::max(1, config.compile_workers)) + " compile worker(s) and the bench lanes)";
   if (config.max_connections_set || room == 0) {
-    return make_error("config_error",
+    return make_error(ErrorCode::config_error,
                       "[limits].max_connections = " + std::to_string(config.max_connections) +
                           " cannot fit: " + numbers + ", which leaves " + std::to_string(room) +
                           " for connections. Lower max_connections to at most " +

@@ -8,14 +8,13 @@
 
 namespace ktune::daemon {
 
-namespace code = protocol::code;
 
 namespace {
 
 Result<DeviceInfo> device_from_json(const nlohmann::json& d) {
   if (!d.is_object() || !d.contains("name") || !d["name"].is_string() ||
       !d.contains("fingerprint") || !d["fingerprint"].is_string()) {
-    return make_error(code::internal,
+    return make_error(ErrorCode::internal,
                       "worker reply to 'devices': a device without a name and fingerprint: " +
                           d.dump());
   }
@@ -27,7 +26,7 @@ Result<DeviceInfo> device_from_json(const nlohmann::json& d) {
 
 Result<DeviceProbe> probe_from_json(const nlohmann::json& outcome) {
   if (!outcome.is_object() || !outcome.contains("cpu")) {
-    return make_error(code::internal,
+    return make_error(ErrorCode::internal,
                       "worker reply to 'devices': expected {\"cpu\":{..},\"devices\":[...]}, "
                       "found " + outcome.dump());
   }
@@ -37,13 +36,13 @@ Result<DeviceProbe> probe_from_json(const nlohmann::json& outcome) {
   probe.cpu = std::move(*cpu);
   probe.cuda_backend = outcome.value("cuda_backend", false);
   if (const auto error = outcome.find("cuda_error"); error != outcome.end()) {
-    probe.cuda = make_error(error->value("code", std::string(code::no_device)),
-                            error->value("message", std::string("no CUDA device")));
+    probe.cuda = error_from_wire(error->value("code", std::string(to_string(ErrorCode::no_device))),
+                                 error->value("message", std::string("no CUDA device")));
     return probe;
   }
   const auto list = outcome.find("devices");
   if (list == outcome.end() || !list->is_array()) {
-    return make_error(code::internal, "worker reply to 'devices': neither \"devices\":[...] nor "
+    return make_error(ErrorCode::internal, "worker reply to 'devices': neither \"devices\":[...] nor "
                                       "\"cuda_error\" in " + outcome.dump());
   }
   std::vector<DeviceInfo> cuda;
@@ -58,11 +57,11 @@ Result<DeviceProbe> probe_from_json(const nlohmann::json& outcome) {
 
 namespace {
 
-// A failure to get an answer from a worker (spawn_error, crash, worker_lost, timeout) as a
-// protocol code: internal.
+// A failure to get an answer from a worker (spawn_failed, worker_crashed, worker_gone,
+// worker_timeout) as a protocol code: internal.
 Error as_reply_error(const Error& error) {
-  return make_error(code::internal,
-                    "asking a worker for the devices failed: " + error.code + ": " + error.message);
+  return make_error(ErrorCode::internal,
+                    "asking a worker for the devices failed: " + describe(error));
 }
 
 bool is_hex(const std::string& text) {
@@ -155,14 +154,14 @@ void DeviceRegistry::probe(WorkerPool& pool, std::function<void()> done) {
 
 Error DeviceRegistry::no_cuda(const std::string& device) const {
   if (!m_probed) {
-    return make_error(code::no_device, "device " + device +
+    return make_error(ErrorCode::no_device, "device " + device +
                                            ": ktuned is still asking its workers for CUDA "
                                            "devices; retry in a moment");
   }
-  if (!m_cuda) return make_error(code::no_device, "device " + device + ": " + m_cuda.error().message);
+  if (!m_cuda) return make_error(ErrorCode::no_device, "device " + device + ": " + m_cuda.error().message);
   std::string seen;
   for (const auto& d : *m_cuda) seen += (seen.empty() ? "" : ", ") + d.name;
-  return make_error(code::no_device, "device " + device + ": this machine has " +
+  return make_error(ErrorCode::no_device, "device " + device + ": this machine has " +
                                          std::to_string(m_cuda->size()) + " CUDA device" +
                                          (m_cuda->size() == 1 ? "" : "s") +
                                          (seen.empty() ? "" : " (" + seen + ")"));
@@ -185,7 +184,7 @@ Result<ResolvedDevice> DeviceRegistry::resolve(const std::string& device, Langua
     }
     return ResolvedDevice{device, device, prefer, false};
   }
-  return make_error(code::unknown_device,
+  return make_error(ErrorCode::unknown_device,
                     "unknown device '" + device +
                         "' (expected cpu, cuda:N or a device fingerprint of 32 hex digits)");
 }
@@ -202,12 +201,12 @@ const DeviceInfo* DeviceRegistry::find_cuda(const std::string& device) const {
 Result<DeviceInfo> DeviceRegistry::local(const std::string& device) const {
   if (device == "cpu") {
     if (!m_cpu_unknown.empty()) {
-      return make_error(code::no_device, "device cpu is unknown: " + m_cpu_unknown);
+      return make_error(ErrorCode::no_device, "device cpu is unknown: " + m_cpu_unknown);
     }
     return m_cpu;
   }
   if (!is_cuda_device(device)) {
-    return make_error(code::unknown_device,
+    return make_error(ErrorCode::unknown_device,
                       "unknown device '" + device + "' (expected cpu, cuda:N or all)");
   }
   if (const DeviceInfo* found = find_cuda(device)) return *found;
@@ -228,11 +227,11 @@ nlohmann::json DeviceRegistry::to_json() const {
   if (m_cuda) {
     status = {{"available", true}};
   } else {
-    status = {{"available", false}, {"code", m_cuda.error().code}, {"reason", m_cuda.error().message}};
+    status = {{"available", false}, {"code", std::string(to_string(m_cuda.error().code))}, {"reason", m_cuda.error().message}};
   }
   nlohmann::json out{{"devices", std::move(list)}, {"cuda", std::move(status)}};
   if (!m_cpu_unknown.empty()) {
-    out["cpu"] = {{"available", false}, {"code", code::no_device}, {"reason", m_cpu_unknown}};
+    out["cpu"] = {{"available", false}, {"code", std::string(to_string(ErrorCode::no_device))}, {"reason", m_cpu_unknown}};
   }
   return out;
 }
@@ -243,13 +242,13 @@ Result<void> target_cuda_device(const Store& store, const JobRecord& record, Com
   if (!device) return device.error();
   const std::string where = "job " + std::to_string(record.id) + " on " + record.device;
   if (!device->has_value()) {
-    return make_error(code::internal, where + ": no device with fingerprint " +
+    return make_error(ErrorCode::internal, where + ": no device with fingerprint " +
                                           record.fingerprint + " in the store");
   }
   const auto& details = (*device)->details;
   const auto arch = details.find("arch");
   if (arch == details.end() || !arch->is_string()) {
-    return make_error(code::internal, where + ": the stored device has no \"arch\"");
+    return make_error(ErrorCode::internal, where + ": the stored device has no \"arch\"");
   }
   job.arch = arch->get<std::string>();
   return {};

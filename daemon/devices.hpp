@@ -104,7 +104,7 @@ private:
   bool m_probing = false;
   std::optional<std::chrono::steady_clock::time_point> m_last_retry;
   bool m_cuda_backend = false;
-  Result<std::vector<DeviceInfo>> m_cuda{make_error("no_device", "not probed yet")};
+  Result<std::vector<DeviceInfo>> m_cuda{make_error(ErrorCode::no_device, "not probed yet")};
   std::unordered_map<std::string, std::pair<std::string, Language>> m_known; // fp -> name, kind
 };
 

@@ -1,5 +1,7 @@
 #include "daemon/handlers.hpp"
 
+#include "daemon/reply.hpp"
+
 #include "core/quote.hpp"
 #include "search/strategy.hpp"
 
@@ -23,7 +25,6 @@
 
 namespace ktune::daemon {
 
-namespace code = protocol::code;
 
 namespace {
 
@@ -120,70 +121,64 @@ const std::vector<BrokenKernel>& RequestHandler::load_kernels() {
   return m_registry.broken();
 }
 
-void RequestHandler::handle(const std::shared_ptr<Session>& session, std::string_view line) {
+void RequestHandler::handle(const std::shared_ptr<Client>& client, std::string_view line) {
   const auto start = std::chrono::steady_clock::now();
   if (m_stopping) {
-    session->send(protocol::encode_error(protocol::decode_id(line), code::shutting_down,
-                                         "ktuned is shutting down"));
+    client->send(protocol::encode_error(protocol::decode_id(line), ErrorCode::shutting_down,
+                                        "ktuned is shutting down"));
     return;
   }
-  if (fast_lookup(session, line)) return;
+  if (fast_lookup(client, line)) return;
   auto request = protocol::decode_request(line);
   if (!request) {
     KTUNE_LOG(debug) << "rejected request (" << request.error().code
                      << "): " << request.error().message;
-    session->send(protocol::encode_error(protocol::decode_id(line), request.error().code,
-                                         request.error().message));
+    client->send(protocol::encode_error(protocol::decode_id(line), request.error()));
     return;
   }
-  if (request->op == "tune") {
-    tune(session, *request);
-  } else if (request->op == "devices") {
-    // Asked again each time: a driver installed or a GPU added since start shows up.
-    std::weak_ptr<Session> weak = session;
-    m_ctx.devices.probe(m_ctx.workers, [this, weak, id = request->id] {
-      if (auto s = weak.lock()) s->send(protocol::encode_ok(id, m_ctx.devices.to_json()));
-    });
-  } else if (request->op == "import") {
-    start_import(session, std::move(*request));
-  } else if (request->op == "compile_check") {
-    start_compile_check(session, *request, m_registry, m_ctx.scheduler, m_ctx.store,
-                        m_ctx.config.cache_dir);
-  } else if (request->op == "confirm") {
-    m_ab.confirm(session, *request);
-  } else if (request->op == "canary") {
-    m_canary.request(session, *request);
-  } else {
-    const auto reply = answer(*request, session->peer().uid);
-    session->send(reply ? protocol::encode_ok(request->id, *reply)
-                        : protocol::encode_error(request->id, reply.error().code,
-                                                 reply.error().message));
+  const auto op = parse_op(request->op);
+  if (!op) {
+    client->send(protocol::encode_error(
+        request->id, ErrorCode::unknown_op,
+        "unknown op '" + request->op + "' (expected " + op_list() + ")"));
+    return;
   }
+  dispatch(*op, std::move(*request), client);
   const double ms = log::elapsed_ms(start);
-  if (ms >= k_slow_request_ms) KTUNE_LOG(info) << "op " << request->op << " took " << ms << " ms";
+  if (ms >= k_slow_request_ms) KTUNE_LOG(info) << "op " << to_string(*op) << " took " << ms << " ms";
 }
 
-Result<nlohmann::json> RequestHandler::answer(const protocol::Request& request, uid_t client) {
-  const std::string& op = request.op;
-  if (op == "lookup") return lookup(request, client);
-  if (op == "job") return job(request);
-  if (op == "jobs") return jobs(request);
-  if (op == "kernels") return kernels();
-  if (op == "stats") return stats();
-  if (op == "top") return top();
-  if (op == "cancel") return cancel(request);
-  if (op == "add_kernel_dir" || op == "remove_kernel_dir") {
-    return kernel_dir_request(request, client, m_kernel_dirs, [this] { return kernels(); });
+void RequestHandler::dispatch(Op op, protocol::Request request,
+                              const std::shared_ptr<Client>& client) {
+  const Reply reply(client, request.id);
+  const uid_t uid = client->peer().uid;
+  switch (op) {
+    case Op::lookup: return reply.answer(lookup(request, uid));
+    case Op::tune: return tune(client, request);
+    case Op::job: return reply.answer(job(request));
+    case Op::jobs: return reply.answer(jobs(request));
+    case Op::cancel: return reply.answer(cancel(request));
+    case Op::import: return start_import(client, std::move(request));
+    case Op::kernels: return reply.answer(kernels());
+    case Op::add_kernel_dir:
+    case Op::remove_kernel_dir:
+      return reply.answer(
+          kernel_dir_request(request, uid, m_kernel_dirs, [this] { return kernels(); }));
+    case Op::stats: return reply.answer(stats());
+    case Op::top: return reply.answer(top());
+    case Op::devices:
+      // Asked again each time: a driver installed or a GPU added since start shows up.
+      return m_ctx.devices.probe(m_ctx.workers, [this, reply] { reply.ok(m_ctx.devices.to_json()); });
+    case Op::compile_check:
+      return start_compile_check(client, request, m_registry, m_ctx.scheduler, m_ctx.store,
+                                 m_ctx.config.cache_dir);
+    case Op::confirm: return m_ab.confirm(client, request);
+    case Op::canary: return m_canary.request(client, request);
+    case Op::shutdown:
+      KTUNE_LOG(info) << "shutdown requested by a client";
+      m_ctx.request_stop();
+      return reply.ok(nlohmann::json{{"stopping", true}});
   }
-  if (op == "shutdown") {
-    KTUNE_LOG(info) << "shutdown requested by a client";
-    m_ctx.request_stop();
-    return nlohmann::json{{"stopping", true}};
-  }
-  return make_error(code::unknown_op, "unknown op '" + op +
-                                          "' (expected lookup, tune, job, jobs, cancel, import, "
-                                          "kernels, add_kernel_dir, remove_kernel_dir, stats, top, "
-                                          "devices, compile_check, confirm, canary or shutdown)");
 }
 
 Result<nlohmann::json> RequestHandler::cancel(const protocol::Request& request) {
@@ -199,9 +194,9 @@ Result<nlohmann::json> RequestHandler::cancel(const protocol::Request& request) 
   auto job = m_ctx.store.get_job(req->job);
   if (!job) return internal_error(job.error());
   if (!job->has_value()) {
-    return make_error(code::unknown_job, "no job with id " + std::to_string(req->job));
+    return make_error(ErrorCode::unknown_job, "no job with id " + std::to_string(req->job));
   }
-  return make_error(code::bad_request, "job " + std::to_string(req->job) + " is " +
+  return make_error(ErrorCode::bad_request, "job " + std::to_string(req->job) + " is " +
                                            std::string(to_string((*job)->state)) +
                                            ", not queued or running; nothing to cancel");
 }
@@ -212,11 +207,11 @@ Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel
                                                        const std::string& device_name) {
   const bool cuda = is_cuda_device(device_name);
   if (!cuda && device_name != "cpu") {
-    return make_error(code::unknown_device,
+    return make_error(ErrorCode::unknown_device,
                       "unknown device '" + device_name + "' (expected cpu, cuda:N or all)");
   }
   auto kernel = m_registry.find(kernel_name, cuda ? Language::cuda : Language::cpp);
-  if (!kernel && kernel.error().code == code::unknown_kernel) {
+  if (!kernel && kernel.error().code == ErrorCode::unknown_kernel) {
     if (auto other = m_registry.find(kernel_name)) kernel = std::move(other); // rejected below
   }
   if (!kernel) return kernel.error();
@@ -231,18 +226,18 @@ Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel
   const std::string dtype =
       !spec.dtype_axis && requested_dtype == "f32" ? spec.dtypes.front() : requested_dtype;
   if (std::find(spec.dtypes.begin(), spec.dtypes.end(), dtype) == spec.dtypes.end()) {
-    return make_error(code::bad_dtype, "kernel " + spec.name + " does not declare dtype '" +
+    return make_error(ErrorCode::bad_dtype, "kernel " + spec.name + " does not declare dtype '" +
                                            dtype + "' (declared: " + join(spec.dtypes, ", ") + ")");
   }
   if (spec.language != (cuda ? Language::cuda : Language::cpp)) {
-    return make_error(code::no_device, "kernel " + spec.name + " is written in " +
+    return make_error(ErrorCode::no_device, "kernel " + spec.name + " is written in " +
                                            std::string(to_string(spec.language)) +
                                            " and cannot run on device " + device_name +
                                            (cuda ? "" : " (tune it with --device cuda:N)"));
   }
   if (!cuda) {
     if (auto c_type = dtype_c_type(dtype); !c_type) {
-      return make_error(code::bad_dtype,
+      return make_error(ErrorCode::bad_dtype,
                         "dtype '" + dtype + "' cannot run on device cpu: " + c_type.error().message);
     }
   }
@@ -288,7 +283,7 @@ Result<nlohmann::json> RequestHandler::submit_tune(PlanRequest request,
   return reply;
 }
 
-void RequestHandler::tune(const std::shared_ptr<Session>& session, const protocol::Request& request) {
+void RequestHandler::tune(const std::shared_ptr<Client>& session, const protocol::Request& request) {
   auto fail = [&](const Error& error) {
     session->send(protocol::encode_error(request.id, error.code, error.message));
   };
@@ -302,11 +297,11 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   if (std::find(strategies.begin(), strategies.end(), req.strategy) == strategies.end()) {
     std::string known;
     for (const auto& name : strategies) known += (known.empty() ? "" : ", ") + name;
-    return fail(make_error(code::bad_request,
+    return fail(make_error(ErrorCode::bad_request,
                            "unknown strategy '" + req.strategy + "' (expected " + known + ")"));
   }
   if (req.budget && *req.budget < 1) {
-    return fail(make_error(code::bad_request,
+    return fail(make_error(ErrorCode::bad_request,
                            "budget must be at least 1, got " + std::to_string(*req.budget)));
   }
   JobOptions options;
@@ -315,7 +310,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   // Lifecycle fields: "retry_failed" (run quarantined configs again) and per-job deadlines.
   if (auto it = request.body.find("retry_failed"); it != request.body.end() && !it->is_null()) {
     if (!it->is_boolean()) {
-      return fail(make_error(code::bad_request, std::string("tune: field 'retry_failed' must be "
+      return fail(make_error(ErrorCode::bad_request, std::string("tune: field 'retry_failed' must be "
                                                             "a boolean, found ") + it->type_name()));
     }
     options.retry_failed = it->get<bool>();
@@ -326,7 +321,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     auto it = request.body.find(deadline_fields[i]);
     if (it == request.body.end() || it->is_null()) continue;
     if (!it->is_number() || !(it->get<double>() > 0)) {
-      return fail(make_error(code::bad_request, std::string("tune: field '") + deadline_fields[i] +
+      return fail(make_error(ErrorCode::bad_request, std::string("tune: field '") + deadline_fields[i] +
                                                     "' must be a positive number of seconds, "
                                                     "found " + it->dump()));
     }
@@ -336,7 +331,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     const double floor = i == 0 ? compile_timeout_floor_s(m_ctx.config.compile_timeout_s)
                                 : m_ctx.config.bench_timeout_min_s;
     if (it->get<double>() < floor) {
-      return fail(make_error(code::bad_request,
+      return fail(make_error(ErrorCode::bad_request,
                              std::string("tune: field '") + deadline_fields[i] + "' is " +
                                  it->dump() + " s, under this ktuned's minimum of " +
                                  nlohmann::json(floor).dump() + " s (" +
@@ -347,7 +342,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     const double limit = i == 0 ? compile_timeout_limit_s(m_ctx.config.compile_timeout_s)
                                 : m_ctx.config.bench_timeout_max_s;
     if (it->get<double>() > limit) {
-      return fail(make_error(code::bad_request,
+      return fail(make_error(ErrorCode::bad_request,
                              std::string("tune: field '") + deadline_fields[i] + "' is " +
                                  it->dump() + " s, over this ktuned's limit of " +
                                  nlohmann::json(limit).dump() + " s ([limits] " +
@@ -368,7 +363,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
     }
     if (device_names.empty()) {
       auto known = m_registry.find(req.kernel);
-      return fail(known ? make_error(code::no_device, "kernel " + req.kernel +
+      return fail(known ? make_error(ErrorCode::no_device, "kernel " + req.kernel +
                                                           " has no family for any device of this "
                                                           "machine")
                         : known.error());
@@ -405,7 +400,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   }
   // A big space is enumerated on the helper thread; the loop goes on serving meanwhile. A client
   // gone by then has its request dropped (no job is created).
-  std::weak_ptr<Session> weak = session;
+  std::weak_ptr<Client> weak = session;
   auto shared = std::make_shared<std::vector<PlanRequest>>(std::move(plans));
   asio::post(m_offload, [this, weak, request, wait = req.wait, all, shared] {
     auto spaces = std::make_shared<std::vector<Result<std::vector<Config>>>>();
@@ -418,7 +413,7 @@ void RequestHandler::tune(const std::shared_ptr<Session>& session, const protoco
   });
 }
 
-void RequestHandler::submit_tunes(const std::shared_ptr<Session>& session,
+void RequestHandler::submit_tunes(const std::shared_ptr<Client>& session,
                                   const protocol::Request& request, bool wait, bool all,
                                   std::vector<PlanRequest> plans,
                                   std::vector<Result<std::vector<Config>>> spaces) {
@@ -449,11 +444,11 @@ void RequestHandler::submit_tunes(const std::shared_ptr<Session>& session,
   watch_job(session, request, jobs.front().at("job").get<std::int64_t>());
 }
 
-void RequestHandler::start_import(const std::shared_ptr<Session>& session,
+void RequestHandler::start_import(const std::shared_ptr<Client>& session,
                                   protocol::Request request) {
   // Reading a table of thousands of rows takes a while: it runs on the helper thread (it touches
   // nothing but the request), the store is written back on the io thread.
-  std::weak_ptr<Session> weak = session;
+  std::weak_ptr<Client> weak = session;
   ImportDone done = [weak, id = request.id](Result<nlohmann::json> reply) {
     auto session = weak.lock();
     if (!session) return;
@@ -527,7 +522,7 @@ void RequestHandler::import_step(std::shared_ptr<ImportRun> run, ImportDone done
   if (!stored) {
     KTUNE_LOG(warn) << "import stopped after " << run->rows_done() << " rows: "
                     << stored.error().message;
-    done(make_error(code::internal, stored.error().message + " (the rows before this step of " +
+    done(make_error(ErrorCode::internal, stored.error().message + " (the rows before this step of " +
                                         std::to_string(k_import_step_rows) + " are imported)"));
     return;
   }
@@ -541,7 +536,7 @@ void RequestHandler::import_step(std::shared_ptr<ImportRun> run, ImportDone done
   });
 }
 
-void RequestHandler::watch_jobs(const std::shared_ptr<Session>& session,
+void RequestHandler::watch_jobs(const std::shared_ptr<Client>& session,
                                 const protocol::Request& request, std::vector<std::int64_t> ids) {
   // Progress events of every job (each names its job); one reply once the last one ended:
   // {"jobs":[summary, ...]} in the order of `ids`.
@@ -550,7 +545,7 @@ void RequestHandler::watch_jobs(const std::shared_ptr<Session>& session,
     std::size_t left = 0;
   };
   auto waiting = std::make_shared<Waiting>(Waiting{ids, ids.size()});
-  std::weak_ptr<Session> weak = session;
+  std::weak_ptr<Client> weak = session;
   auto reply = [this, weak, waiting, request_id = request.id] {
     auto s = weak.lock();
     if (!s) return;
@@ -558,7 +553,7 @@ void RequestHandler::watch_jobs(const std::shared_ptr<Session>& session,
     for (const std::int64_t job : waiting->ids) {
       auto summary = job_summary(m_ctx.store, job, WithResults::no);
       if (!summary) {
-        s->send(protocol::encode_error(request_id, code::internal, summary.error().message));
+        s->send(protocol::encode_error(request_id, ErrorCode::internal, summary.error().message));
         return;
       }
       summaries.push_back(std::move(*summary));
@@ -578,9 +573,9 @@ void RequestHandler::watch_jobs(const std::shared_ptr<Session>& session,
   if (waiting->left == 0) reply();
 }
 
-void RequestHandler::watch_job(const std::shared_ptr<Session>& session,
+void RequestHandler::watch_job(const std::shared_ptr<Client>& session,
                                const protocol::Request& request, std::int64_t job_id) {
-  std::weak_ptr<Session> weak = session;
+  std::weak_ptr<Client> weak = session;
   JobWatcher watcher;
   watcher.on_progress = [weak, request_id = request.id](const nlohmann::json& progress) {
     if (auto s = weak.lock()) s->send(protocol::encode_event(request_id, "progress", progress));
@@ -590,11 +585,11 @@ void RequestHandler::watch_job(const std::shared_ptr<Session>& session,
     if (!s) return;
     auto summary = job_summary(m_ctx.store, finished, WithResults::no);
     s->send(summary ? protocol::encode_ok(request_id, *summary)
-                    : protocol::encode_error(request_id, code::internal, summary.error().message));
+                    : protocol::encode_error(request_id, ErrorCode::internal, summary.error().message));
   };
   if (!m_ctx.scheduler.watch(job_id, std::move(watcher))) {
     session->send(protocol::encode_error(
-        request.id, code::internal, "job " + std::to_string(job_id) + " vanished before it started"));
+        request.id, ErrorCode::internal, "job " + std::to_string(job_id) + " vanished before it started"));
   }
 }
 
@@ -690,7 +685,7 @@ std::string lookup_key(const std::string& kernel, const std::string& source_hash
 
 } // namespace
 
-bool RequestHandler::fast_lookup(const std::shared_ptr<Session>& session, std::string_view line) {
+bool RequestHandler::fast_lookup(const std::shared_ptr<Client>& session, std::string_view line) {
   FlatField fields[k_max_flat_fields];
   const int count = scan_flat_object(line, fields, k_max_flat_fields);
   if (count < 0) return false;
@@ -798,14 +793,14 @@ Result<std::string> RequestHandler::climb(const std::string& kernel_name,
   if (!valid) {
     // The same checks with their messages; a remote device is checked as a local one of its kind.
     auto target = resolve(kernel_name, shape_text, dtype, cpu ? "cpu" : "cuda:0");
-    if (!target && target.error().code != code::no_device) return target.error();
+    if (!target && target.error().code != ErrorCode::no_device) return target.error();
     if (!kernel) {
-      return make_error(code::unknown_kernel,
+      return make_error(ErrorCode::unknown_kernel,
                         "kernel " + clip_quoted(kernel_name) + " has no " +
                             std::string(cpu ? "cpu (cpp)" : "CUDA") + " family to answer device " +
                             device_name + ": " + cached.error().message);
     }
-    return make_error(code::internal, "lookup of " + clip_quoted(kernel_name) + " " + clip_quoted(shape_text) +
+    return make_error(ErrorCode::internal, "lookup of " + clip_quoted(kernel_name) + " " + clip_quoted(shape_text) +
                                           ": the kernel cache disagrees with the registry");
   }
 
@@ -818,7 +813,7 @@ Result<std::string> RequestHandler::climb(const std::string& kernel_name,
     auto queued = this->tune_on_miss(*kernel, canonical, dtype, *device, client);
     if (queued) {
       tune_job = *queued;
-    } else if (queued.error().code == code::too_many_jobs) {
+    } else if (queued.error().code == ErrorCode::too_many_jobs) {
       KTUNE_LOG(debug) << "tune-on-miss for " << kernel->name << " " << canonical << " " << dtype
                        << " not queued: " << queued.error().message;
     } else {
@@ -924,7 +919,7 @@ Result<nlohmann::json> RequestHandler::lookup(const protocol::Request& request, 
   bool tune_on_miss = false;
   if (const auto it = request.body.find("tune_on_miss"); it != request.body.end()) {
     if (!it->is_boolean()) {
-      return make_error(code::bad_request, "lookup: field 'tune_on_miss' must be true or false, "
+      return make_error(ErrorCode::bad_request, "lookup: field 'tune_on_miss' must be true or false, "
                                            "found " + it->dump());
     }
     tune_on_miss = it->get<bool>();
@@ -939,7 +934,7 @@ Result<nlohmann::json> RequestHandler::job(const protocol::Request& request) {
   auto req = protocol::JobRequest::from_json(request.body);
   if (!req) return req.error();
   auto summary = job_summary(m_ctx.store, req->job, WithResults::yes);
-  if (!summary && summary.error().code != code::unknown_job) return internal_error(summary.error());
+  if (!summary && summary.error().code != ErrorCode::unknown_job) return internal_error(summary.error());
   if (summary) mark_stalled(*summary);
   return summary;
 }

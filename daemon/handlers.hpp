@@ -2,7 +2,9 @@
 // RequestHandler: decodes one request line and answers it (docs/protocol.md). Every request
 // gets exactly one reply carrying its id, ok or error; `tune` with "wait": true sends progress
 // events first and replies when the job ends. A malformed line gets an error reply and the
-// connection keeps being served. io thread only.
+// connection keeps being served. The op a request names (daemon/ops.hpp) picks the one route
+// that answers it (dispatch()); answers go to the connection through the Client interface
+// (daemon/client.hpp), never through the Session class. io thread only.
 #include "jobs/kernel_registry.hpp"
 #include "core/device.hpp"
 #include "core/protocol.hpp"
@@ -16,7 +18,8 @@
 #include "daemon/planner.hpp"
 #include "daemon/scheduler.hpp"
 #include "daemon/table_import.hpp"
-#include "daemon/session.hpp"
+#include "daemon/client.hpp"
+#include "daemon/ops.hpp"
 #include "daemon/table_publisher.hpp"
 #include "daemon/winner_index.hpp"
 #include "db/store.hpp"
@@ -67,7 +70,7 @@ public:
     return m_registry.dir_problems();
   }
 
-  void handle(const std::shared_ptr<Session>& session, std::string_view line);
+  void handle(const std::shared_ptr<Client>& client, std::string_view line);
 
   // Lookups answered so far, by rung, and their latency (/metrics).
   [[nodiscard]] const LookupCounters& lookup_counters() const { return m_lookups; }
@@ -101,7 +104,7 @@ private:
                                                    Result<std::vector<Config>> configs,
                                                    uid_t client);
   // The second half of `tune`: submits each plan over its space, then replies or watches.
-  void submit_tunes(const std::shared_ptr<Session>& session, const protocol::Request& request,
+  void submit_tunes(const std::shared_ptr<Client>& session, const protocol::Request& request,
                     bool wait, bool all, std::vector<PlanRequest> plans,
                     std::vector<Result<std::vector<Config>>> spaces);
   // The tune-on-miss job of `key` submitted over its space; on failure the key is forgotten.
@@ -110,9 +113,10 @@ private:
                                                          Result<std::vector<Config>> configs,
                                                          uid_t client);
 
-  // Ops answered at once; answer() dispatches them. `client`: the uid of the requesting
-  // connection, charged for the jobs the request creates (tune-on-miss).
-  [[nodiscard]] Result<nlohmann::json> answer(const protocol::Request& request, uid_t client);
+  // The route of each op: answers `request` of `client`, whose uid is charged for the jobs the
+  // request creates (tune, tune-on-miss). Every Op has exactly one case.
+  void dispatch(Op op, protocol::Request request, const std::shared_ptr<Client>& client);
+  // Ops answered at once. `client`: the uid of the requesting connection.
   [[nodiscard]] Result<nlohmann::json> lookup(const protocol::Request& request, uid_t client);
   [[nodiscard]] Result<nlohmann::json> job(const protocol::Request& request);
   [[nodiscard]] Result<nlohmann::json> jobs(const protocol::Request& request);
@@ -127,27 +131,27 @@ private:
   // `tune` answers later when it waits; the reply (or error) is sent by tune itself. At the quota
   // (JobQuota) it is refused before anything else, joining an identical job included. Device
   // "all": one job per local device that has a family of the kernel.
-  void tune(const std::shared_ptr<Session>& session, const protocol::Request& request);
+  void tune(const std::shared_ptr<Client>& session, const protocol::Request& request);
   // {"job": N}: cancels a queued or running job (Scheduler::cancel).
   [[nodiscard]] Result<nlohmann::json> cancel(const protocol::Request& request);
   // `import`: the table is written in steps of k_import_step_rows rows, each one transaction,
   // with the loop free between steps; the reply comes after the last one. A step the database
   // does not take for now is tried again (for up to a minute).
-  void start_import(const std::shared_ptr<Session>& session, protocol::Request request);
+  void start_import(const std::shared_ptr<Client>& session, protocol::Request request);
   void import_run(Result<ImportRun> run, ImportDone done);
   void import_step(std::shared_ptr<ImportRun> run, ImportDone done);
   // Streams a queued or running job's progress to the session as events of `request`, then its
   // summary as the reply.
-  void watch_job(const std::shared_ptr<Session>& session, const protocol::Request& request,
+  void watch_job(const std::shared_ptr<Client>& session, const protocol::Request& request,
                  std::int64_t job_id);
   // The same for several jobs (tune --device all): one reply {"jobs":[...]} once all ended.
-  void watch_jobs(const std::shared_ptr<Session>& session, const protocol::Request& request,
+  void watch_jobs(const std::shared_ptr<Client>& session, const protocol::Request& request,
                   std::vector<std::int64_t> ids);
 
   // Lookup path (winner_index.hpp): the fast path answers a lookup line of the plain shape
   // {"v":1,"id":..,"op":"lookup","kernel":..,...} without building a JSON tree; false = not
   // that shape, handle() goes the general way. lookup_result() is the ladder both paths share.
-  [[nodiscard]] bool fast_lookup(const std::shared_ptr<Session>& session, std::string_view line);
+  [[nodiscard]] bool fast_lookup(const std::shared_ptr<Client>& session, std::string_view line);
   // lookup_result() counts the lookup and its time; climb() answers it and sets `rung`.
   [[nodiscard]] Result<std::string> lookup_result(const std::string& kernel,
                                                   const std::string& shape,

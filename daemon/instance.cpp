@@ -29,9 +29,9 @@ Result<void> lock_now(int fd, const std::string& path, std::string& holder) {
   if (errno == EWOULDBLOCK) {
     holder = trim(read_small(fd));
     if (holder.empty()) holder = "unknown";
-    return make_error(k_already_running, holder);
+    return make_error(ErrorCode::already_running, holder);
   }
-  return make_error("io_error", "cannot lock " + path + ": " + std::strerror(errno));
+  return make_error(ErrorCode::io_error, "cannot lock " + path + ": " + std::strerror(errno));
 }
 
 bool write_all(int fd, std::string_view text) { return write_all_fd(fd, text); }
@@ -43,12 +43,12 @@ Result<InstanceLock> InstanceLock::acquire(const SafeDir& dir, const std::string
   if (!fd) return fd.error();
   std::string holder;
   if (auto locked = lock_now(fd->get(), lock_file, holder); !locked) {
-    if (locked.error().code != k_already_running) return locked.error();
-    return make_error(k_already_running, "ktuned already running (pid " + holder + ")");
+    if (locked.error().code != ErrorCode::already_running) return locked.error();
+    return make_error(ErrorCode::already_running, "ktuned already running (pid " + holder + ")");
   }
   const std::string pid_line = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd->get(), 0) != 0 || !write_all(fd->get(), pid_line)) {
-    return make_error("io_error", "cannot write pid into " + lock_file + ": " + std::strerror(errno));
+    return make_error(ErrorCode::io_error, "cannot write pid into " + lock_file + ": " + std::strerror(errno));
   }
   // Written whole under a temporary name and renamed, so readers never see it half-written.
   if (auto written = dir.write_atomic(pid_name, pid_line); !written) return written.error();

@@ -14,7 +14,6 @@
 
 namespace ktune::daemon {
 
-inline constexpr const char* k_already_running = "already_running";
 
 class InstanceLock {
 public:

@@ -9,7 +9,7 @@ namespace ktune::daemon {
 std::optional<Error> JobQuota::refusal(uid_t uid) {
   const std::size_t n = active(uid);
   if (n < static_cast<std::size_t>(m_limit)) return std::nullopt;
-  return make_error(protocol::code::too_many_jobs,
+  return make_error(ErrorCode::too_many_jobs,
                     "uid " + std::to_string(uid) + " has " + std::to_string(n) +
                         " tune jobs queued or running, the limit "
                         "([limits].max_queued_jobs_per_client = " +

@@ -17,7 +17,6 @@
 namespace ktune::daemon {
 
 namespace fs = std::filesystem;
-namespace code = protocol::code;
 
 std::string added_kernel_dirs_file(const std::string& db_path) { return db_path + "-kernel-dirs"; }
 
@@ -67,7 +66,7 @@ std::vector<std::string> journal_lines(const std::string& path, std::vector<std:
 Result<void> check_client(uid_t client, const char* op) {
   const uid_t self = ::getuid();
   if (client == self || client == 0) return {};
-  return make_error(code::permission_denied,
+  return make_error(ErrorCode::permission_denied,
                     std::string(op) + ": uid " + std::to_string(client) +
                         " may not change ktuned's kernel directories (only uid " +
                         std::to_string(self) + ", ktuned's own, and root may)");
@@ -77,12 +76,12 @@ Result<std::string> request_path(const protocol::Request& request) {
   const auto& body = request.body;
   const auto field = body.find("path");
   if (field == body.end() || !field->is_string()) {
-    return make_error(code::bad_request, request.op + ": field 'path' (an absolute directory path, "
+    return make_error(ErrorCode::bad_request, request.op + ": field 'path' (an absolute directory path, "
                                                       "a string) is missing or not a string");
   }
   std::string path = field->get<std::string>();
   if (path.empty() || path.front() != '/') {
-    return make_error(code::bad_request,
+    return make_error(ErrorCode::bad_request,
                       request.op + ": path " + quote(path) + ": expected an absolute path");
   }
   return path;
@@ -91,32 +90,32 @@ Result<std::string> request_path(const protocol::Request& request) {
 // The resolved directory, checked as add() promises.
 Result<std::string> checked_directory(const std::string& path) {
   if (path.empty() || path.front() != '/') {
-    return make_error(code::bad_request,
+    return make_error(ErrorCode::bad_request,
                       "add_kernel_dir: path " + quote(path) + ": expected an absolute path");
   }
   std::error_code ec;
   const fs::path resolved = fs::canonical(path, ec);
   if (ec) {
-    return make_error(code::bad_request, "add_kernel_dir: " + quote(path) + ": " + ec.message());
+    return make_error(ErrorCode::bad_request, "add_kernel_dir: " + quote(path) + ": " + ec.message());
   }
   struct stat st {};
   if (::stat(resolved.c_str(), &st) != 0) {
-    return make_error(code::bad_request,
+    return make_error(ErrorCode::bad_request,
                       "add_kernel_dir: " + quote(path) + ": " + std::strerror(errno));
   }
   if (!S_ISDIR(st.st_mode)) {
-    return make_error(code::bad_request,
+    return make_error(ErrorCode::bad_request,
                       "add_kernel_dir: " + quote_path(resolved.string()) + " is not a directory");
   }
   const uid_t self = ::getuid();
   if (st.st_uid != self && st.st_uid != 0) {
-    return make_error(code::bad_request,
+    return make_error(ErrorCode::bad_request,
                       "add_kernel_dir: " + quote_path(resolved.string()) + " belongs to uid " +
                           std::to_string(st.st_uid) + ", not to ktuned's uid " +
                           std::to_string(self) + " or root: its families would run as ktuned");
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return make_error(code::bad_request,
+    return make_error(ErrorCode::bad_request,
                       "add_kernel_dir: " + quote_path(resolved.string()) +
                           " is writable by its group or by others (fix: chmod go-w)");
   }
@@ -149,7 +148,7 @@ std::vector<std::string> KernelDirs::all() const {
 Result<void> KernelDirs::append(char sign, const std::string& path) {
   UniqueFd fd(::open(m_journal.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
   if (!fd.valid()) {
-    return make_error(code::internal, "cannot open " + m_journal + ": " + std::strerror(errno));
+    return make_error(ErrorCode::internal, "cannot open " + m_journal + ": " + std::strerror(errno));
   }
   const std::string line = std::string(1, sign) + path + "\n";
   std::size_t done = 0;
@@ -157,12 +156,12 @@ Result<void> KernelDirs::append(char sign, const std::string& path) {
     const ssize_t n = ::write(fd.get(), line.data() + done, line.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      return make_error(code::internal, "cannot write " + m_journal + ": " + std::strerror(errno));
+      return make_error(ErrorCode::internal, "cannot write " + m_journal + ": " + std::strerror(errno));
     }
     done += static_cast<std::size_t>(n);
   }
   if (::fsync(fd.get()) != 0) {
-    return make_error(code::internal, "cannot sync " + m_journal + ": " + std::strerror(errno));
+    return make_error(ErrorCode::internal, "cannot sync " + m_journal + ": " + std::strerror(errno));
   }
   return {};
 }
@@ -173,7 +172,7 @@ Result<KernelDirs::Change> KernelDirs::add(const std::string& path, uid_t client
   if (!dir) return dir.error();
   if (contains(m_configured, *dir) || contains(m_added, *dir)) return Change{*dir, false};
   if (m_added.size() >= k_max_added) {
-    return make_error(code::bad_request, "add_kernel_dir: " + std::to_string(k_max_added) +
+    return make_error(ErrorCode::bad_request, "add_kernel_dir: " + std::to_string(k_max_added) +
                                              " directories are added already (fix: remove_kernel_dir "
                                              "the ones no longer used)");
   }
@@ -190,7 +189,7 @@ Result<KernelDirs::Change> KernelDirs::remove(const std::string& path, uid_t cli
   std::string dir = resolved.string();
   if (!contains(m_added, dir) && contains(m_added, path)) dir = path;
   if (contains(m_configured, dir) && !contains(m_added, dir)) {
-    return make_error(code::bad_request,
+    return make_error(ErrorCode::bad_request,
                       "remove_kernel_dir: " + quote_path(dir) +
                           " is configured ([daemon].kernel_dirs or --kernel-dir), not added");
   }

@@ -214,7 +214,7 @@ public:
     if (!ec) m_acceptor.bind(endpoint, ec);
     if (!ec) m_acceptor.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
-      return make_error("io_error", "[daemon].metrics: cannot listen on " + what + ": " +
+      return make_error(ErrorCode::io_error, "[daemon].metrics: cannot listen on " + what + ": " +
                                         ec.message());
     }
     return {};
@@ -293,7 +293,7 @@ Result<std::shared_ptr<Listener<asio::ip::tcp>>> listen_tcp(asio::io_context& io
                                                             const std::string& listen,
                                                             std::function<std::string()> render) {
   const auto bad = [&](const std::string& why) {
-    return make_error(k_config_error, "[daemon].metrics: \"" + listen + "\": " + why +
+    return make_error(ErrorCode::config_error, "[daemon].metrics: \"" + listen + "\": " + why +
                                           " (expected a loopback host:port such as "
                                           "\"127.0.0.1:9464\", or an absolute socket path)");
   };
@@ -333,7 +333,7 @@ Result<std::shared_ptr<Listener<asio::local::stream_protocol>>> listen_unix(
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
-      return make_error("io_error", "[daemon].metrics: " + path +
+      return make_error(ErrorCode::io_error, "[daemon].metrics: " + path +
                                         " exists and is not a socket; not replacing it");
     }
     ::unlink(path.c_str()); // a socket left by an earlier ktuned

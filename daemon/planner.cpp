@@ -16,7 +16,6 @@
 
 namespace ktune::daemon {
 
-namespace code = protocol::code;
 
 namespace {
 
@@ -43,12 +42,12 @@ Result<std::vector<Config>> pick_given(const KernelSpec& spec, const std::string
     for (const ParamSpec& param : spec.params) {
       const auto it = object.find(param.name);
       if (it == object.end() || !it->is_number_integer()) {
-        return make_error(code::bad_request, at + " has no integer value of " + spec.name +
+        return make_error(ErrorCode::bad_request, at + " has no integer value of " + spec.name +
                                                  "'s param " + param.name);
       }
       const auto value = it->get<std::int64_t>();
       if (std::find(param.values.begin(), param.values.end(), value) == param.values.end()) {
-        return make_error(code::bad_request, at + "." + param.name + " = " + std::to_string(value) +
+        return make_error(ErrorCode::bad_request, at + "." + param.name + " = " + std::to_string(value) +
                                                  " is not one of the values " + spec.name +
                                                  " declares for it");
       }
@@ -57,13 +56,13 @@ Result<std::vector<Config>> pick_given(const KernelSpec& spec, const std::string
     if (object.size() != spec.params.size()) {
       for (auto it = object.begin(); it != object.end(); ++it) {
         if (!spec.find_param(it.key())) {
-          return make_error(code::bad_request, at + "." + it.key() + " is not a param of " + spec.name);
+          return make_error(ErrorCode::bad_request, at + "." + it.key() + " is not a param of " + spec.name);
         }
       }
     }
     const auto found = index.find(config_json_text(config));
     if (found == index.end()) {
-      return make_error(code::bad_request, at + " " + config_to_string(config) + " is not admitted by " +
+      return make_error(ErrorCode::bad_request, at + " " + config_to_string(config) + " is not admitted by " +
                                                spec.name + "'s [space].constraints at " + shape);
     }
     if (seen.insert(found->second).second) picked.push_back(space[found->second]);
@@ -184,7 +183,7 @@ Result<std::vector<Config>> Planner::enumerate(const KernelSpec& spec, const Sha
   KTUNE_LOG(debug) << "enumerated " << configs->size() << " of " << space->cartesian_size()
                    << " configs of " << spec.name << " in " << log::elapsed_ms(start) << " ms";
   if (configs->empty()) {
-    return make_error(code::empty_space,
+    return make_error(ErrorCode::empty_space,
                       "kernel " + spec.name + " admits no config at " + shape.to_string() +
                           ": all " + std::to_string(space->cartesian_size()) +
                           " combinations are rejected by [space].constraints");
@@ -216,7 +215,7 @@ Result<JobPlan> Planner::plan(PlanRequest request, Result<std::vector<Config>> c
 
   if (!request.given.empty()) {
     if (request.strategy != "exhaustive") {
-      return make_error(code::bad_request, "tune: 'configs' are measured one by one, each of them "
+      return make_error(ErrorCode::bad_request, "tune: 'configs' are measured one by one, each of them "
                                            "(strategy exhaustive), not searched by " + request.strategy);
     }
     if (auto r = restrict_to_given(spec, record, *configs, request.given); !r) return r.error();
@@ -232,7 +231,7 @@ Result<JobPlan> Planner::plan(PlanRequest request, Result<std::vector<Config>> c
                       << " quarantined config(s) that crashed or hung in earlier jobs";
     }
     if (configs->empty()) {
-      return make_error(code::empty_space,
+      return make_error(ErrorCode::empty_space,
                         "every config of " + spec.name + " at " + record.shape +
                             " crashed or hung in an earlier job on " + record.device + " (" +
                             std::to_string(plan.quarantined) +
@@ -286,7 +285,7 @@ Result<JobPlan> Planner::resume(KernelRegistry& registry, const JobRecord& job) 
   auto kernel = registry.find(job.kernel);
   if (!kernel) return kernel.error();
   if (kernel->source_hash != job.source_hash) {
-    return make_error("source_changed", "kernel " + job.kernel + " changed since the job started "
+    return make_error(ErrorCode::source_changed, "kernel " + job.kernel + " changed since the job started "
                                         "(source hash " + job.source_hash + ", now " +
                                         kernel->source_hash + ")");
   }
@@ -301,7 +300,7 @@ Result<JobPlan> Planner::resume(KernelRegistry& registry, const JobRecord& job) 
   if (!job.configs.empty()) {  // given configs: the stored list, in its order
     const auto list = nlohmann::json::parse(job.configs, nullptr, false);
     if (!list.is_array()) {
-      return make_error("internal", "job " + std::to_string(job.id) + ": jobs.configs is not a JSON array");
+      return make_error(ErrorCode::internal, "job " + std::to_string(job.id) + ": jobs.configs is not a JSON array");
     }
     auto picked = pick_given(kernel->spec, job.shape, *configs, list.get<std::vector<nlohmann::json>>());
     if (!picked) return picked.error();

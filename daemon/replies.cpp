@@ -144,7 +144,7 @@ Result<nlohmann::json> job_summary(const Store& store, std::int64_t job_id, With
   auto job = store.get_job(job_id);
   if (!job) return job.error();
   if (!job->has_value()) {
-    return make_error(protocol::code::unknown_job, "no job with id " + std::to_string(job_id));
+    return make_error(ErrorCode::unknown_job, "no job with id " + std::to_string(job_id));
   }
   auto results = store.job_results(job_id);
   if (!results) return results.error();
@@ -184,11 +184,11 @@ std::string first_error_line(const std::string& log) {
 
 Error internal_error(const Error& error) {
   if (is_transient(error)) {
-    return make_error(protocol::code::store_busy,
+    return make_error(ErrorCode::store_busy,
                       error.message + " (the database takes no writes right now; nothing was "
                                       "started: try again)");
   }
-  return make_error(protocol::code::internal, error.code + ": " + error.message);
+  return make_error(ErrorCode::internal, describe(error));
 }
 
 } // namespace ktune::daemon

@@ -37,16 +37,16 @@ ResultRecord failed_result(CandidateStatus status, std::string reason, std::stri
 // `log` is the worker's stderr tail.
 ResultRecord worker_failure(const Error& error, CandidateStatus otherwise,
                             CandidateStatus timed_out, std::string log, double compile_ms = 0) {
-  if (error.code == k_worker_crash) {
+  if (error.code == ErrorCode::worker_crashed) {
     return failed_result(CandidateStatus::crash, error.message, std::move(log), compile_ms);
   }
-  if (error.code == k_worker_lost) {
+  if (error.code == ErrorCode::worker_gone) {
     return failed_result(CandidateStatus::worker_lost, error.message, std::move(log), compile_ms);
   }
-  if (error.code == k_worker_timeout) {
+  if (error.code == ErrorCode::worker_timeout) {
     return failed_result(timed_out, error.message, std::move(log), compile_ms);
   }
-  return failed_result(otherwise, "worker error " + error.code + ": " + error.message,
+  return failed_result(otherwise, "worker error " + describe(error),
                        std::move(log), compile_ms);
 }
 
@@ -55,8 +55,6 @@ ResultRecord worker_failure(const Error& error, CandidateStatus otherwise,
 constexpr int k_killed_attempts = 2;
 // How long a measurement waits before it asks again for a device another ktuned measures on.
 constexpr std::chrono::milliseconds k_device_busy_retry{200};
-// The worker's error when another process holds the device's measurement lock (worker.hpp).
-constexpr const char* k_device_busy = "device_busy";
 // Compiles of one config that may fail by the host's fault (CompileOutcome::infra).
 constexpr int k_infra_attempts = 2;
 // The longest a batch of compiles may take (BatchSizer): the bench worker waits for no longer.
@@ -429,7 +427,7 @@ void Scheduler::submit_check(std::int64_t job_id, const std::vector<std::size_t>
     if (it == m_checks.end()) return;
     ActiveCheck& check = *it->second;
     --check.requests;
-    const bool withdrawn = !reply && reply.error().code == k_withdrawn;
+    const bool withdrawn = !reply && reply.error().code == ErrorCode::withdrawn;
     const auto whole = [&]() -> const nlohmann::json* {
       if (!reply) return nullptr;
       const auto list = reply->find("outcomes");
@@ -572,13 +570,13 @@ void Scheduler::submit_attempt(ActiveJob& job, const std::string& lane, std::str
     if (ActiveJob* active = find_tune(id)) {
       account(*active);
       --active->in_flight;
-      if (!reply && reply.error().code == k_device_busy && !m_stopped && active->error.empty()) {
+      if (!reply && reply.error().code == ErrorCode::device_busy && !m_stopped && active->error.empty()) {
         // Another ktuned measures on this device: nothing was measured; ask again shortly.
         wait_for_device(*active, lane, std::move(op), std::move(request), deadline,
                         std::move(handle), attempt, reply.error().message);
         return;
       }
-      if (!reply && reply.error().code == k_worker_killed) {
+      if (!reply && reply.error().code == ErrorCode::worker_killed) {
         if (attempt < k_killed_attempts && !m_stopped) {
           KTUNE_LOG(warn) << "job " << id << ": " << reply.error().message
                           << "; the " << op << " goes to a fresh worker once more";
@@ -587,7 +585,7 @@ void Scheduler::submit_attempt(ActiveJob& job, const std::string& lane, std::str
                          std::move(handle), attempt + 1);
           return;
         }
-        reply = make_error(k_worker_crash, reply.error().message +
+        reply = make_error(ErrorCode::worker_crashed, reply.error().message +
                                                "; again in a fresh worker: the failure reproduces");
       }
       (*handle)(*active, std::move(reply), delivery);
@@ -822,7 +820,7 @@ void Scheduler::start_reference(ActiveJob& job) {
 }
 
 void Scheduler::on_reference_compiled(ActiveJob& job, Result<nlohmann::json> reply) {
-  if (!reply && reply.error().code == k_withdrawn) return; // the job was cancelled
+  if (!reply && reply.error().code == ErrorCode::withdrawn) return; // the job was cancelled
   const std::string name = reference_name(job.plan.kernel);
   if (!reply) {
     fail(job, name + ": " + reply.error().message);
@@ -912,7 +910,7 @@ namespace {
 Result<std::vector<CompileOutcome>> batch_outcomes(const nlohmann::json& reply, std::size_t configs) {
   const auto list = reply.find("outcomes");
   if (list == reply.end() || !list->is_array() || list->size() != configs) {
-    return make_error("bad_reply", "expected {\"outcomes\": [..]} with " + std::to_string(configs) +
+    return make_error(ErrorCode::bad_reply, "expected {\"outcomes\": [..]} with " + std::to_string(configs) +
                                        " outcomes, found " + reply.dump().substr(0, 200));
   }
   std::vector<CompileOutcome> outcomes;
@@ -938,7 +936,7 @@ void unpause(std::vector<CompileOutcome>& outcomes, double paused_ms) {
 
 void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::json> reply,
                             const Delivery& delivery) {
-  if (!reply && reply.error().code == k_withdrawn) return; // the job was cancelled
+  if (!reply && reply.error().code == ErrorCode::withdrawn) return; // the job was cancelled
   job.timing.compile_sum_ms += delivery.request_ms - delivery.paused_ms;
   const std::string& stderr_tail = delivery.stderr_tail;
   if (!reply) {
@@ -964,7 +962,7 @@ void Scheduler::on_compiled(ActiveJob& job, std::size_t index, Result<nlohmann::
 // about any one config: each is compiled again alone, and only those results count.
 void Scheduler::on_batch_compiled(ActiveJob& job, const std::vector<std::size_t>& indices,
                                   Result<nlohmann::json> reply, const Delivery& delivery) {
-  if (!reply && reply.error().code == k_withdrawn) return; // the job was cancelled
+  if (!reply && reply.error().code == ErrorCode::withdrawn) return; // the job was cancelled
   job.timing.compile_sum_ms += delivery.request_ms - delivery.paused_ms;
   auto outcomes = reply ? batch_outcomes(*reply, indices.size())
                         : Result<std::vector<CompileOutcome>>(reply.error());
@@ -1089,7 +1087,7 @@ void Scheduler::start_bench(ActiveJob& job, Compiled candidate) {
          [this, candidate, again](ActiveJob& j, Result<nlohmann::json> reply,
                                   const Delivery& delivery) {
            j.benchmarking = false;
-           if (!reply && reply.error().code == k_withdrawn) return; // cancelled
+           if (!reply && reply.error().code == ErrorCode::withdrawn) return; // cancelled
            j.timing.bench_sum_ms += delivery.request_ms;
            if (again) {
              on_final_measured(j, candidate, std::move(reply));
@@ -1516,7 +1514,7 @@ void Scheduler::finish(ActiveJob& job) {
         const auto id_of = [&](std::int64_t index) -> Result<std::int64_t> {
           const auto it = ids.find(index);
           if (it == ids.end()) {
-            return make_error("unknown_result", "job " + std::to_string(job_id) +
+            return make_error(ErrorCode::unknown_result, "job " + std::to_string(job_id) +
                                                     " has no stored row for config index " +
                                                     std::to_string(index));
           }

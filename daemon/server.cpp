@@ -37,7 +37,7 @@ constexpr auto k_identity_period = std::chrono::seconds(1);
 // too); larger ones quick_check, which reads every page once.
 constexpr std::uintmax_t k_integrity_check_bytes = 64ull << 20;
 
-Error io_error(const std::string& message) { return make_error("io_error", message); }
+Error io_error(const std::string& message) { return make_error(ErrorCode::io_error, message); }
 
 std::string parent_dir(const std::string& path) {
   const std::string parent = fs::path(path).parent_path().string();
@@ -64,11 +64,11 @@ Result<void> make_missing_dir(const std::string& dir) {
 
 // A database SQLite or the check at start found damaged: the reason, then what to do.
 Error damaged_advice(const Error& error, const std::string& db) {
-  const bool damaged = error.code == "db_corrupt" ||
+  const bool damaged = error.code == ErrorCode::db_corrupt ||
                        error.message.find("malformed") != std::string::npos ||
                        error.message.find("not a database") != std::string::npos;
   if (!damaged) return error;
-  return make_error("db_corrupt",
+  return make_error(ErrorCode::db_corrupt,
                     error.message + ". ktuned does not start on a damaged database. Either restore "
                     "a backup over it (`ktune db backup` makes one while ktuned runs), or run `ktune "
                     "db recover " + db + " NEW.db` to copy what can still be read into a new file "
@@ -149,8 +149,8 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   auto start = std::chrono::steady_clock::now();
   auto store = Store::open(cfg.db, OpenMode::read_write);
   if (!store) {
-    if (store.error().code == "db_busy") {
-      return make_error("db_busy", store.error().message +
+    if (store.error().code == ErrorCode::db_busy) {
+      return make_error(ErrorCode::db_busy, store.error().message +
                                        " (another process has held a lock on the database for "
                                        "more than 5 s; ktuned cannot start on it)");
     }
@@ -519,7 +519,7 @@ void Server::accept_next() {
 
 bool Server::refuse_waiting() {
   const std::string line =
-      protocol::encode_error(nullptr, protocol::code::too_many_connections,
+      protocol::encode_error(nullptr, ErrorCode::too_many_connections,
                              "ktuned has no file descriptor left for another connection (" +
                                  std::to_string(m_sessions.size()) +
                                  " open; RLIMIT_NOFILE); try again later") +
@@ -551,13 +551,13 @@ void Server::admit(asio::local::stream_protocol::socket socket) {
   if (auto why = access_refusal(fd, peer)) {
     KTUNE_LOG(warn) << "refused a connection from uid " << peer.uid << " (pid " << peer.pid
                     << "): " << *why;
-    send_and_close(fd, protocol::code::permission_denied, *why);
+    send_and_close(fd, ErrorCode::permission_denied, *why);
     return;
   }
   if (m_sessions.size() >= m_config.max_connections) {
     KTUNE_LOG(warn) << "refused a connection from uid " << peer.uid << " (pid " << peer.pid
                     << "): " << m_sessions.size() << " connections open, the limit";
-    send_and_close(fd, protocol::code::too_many_connections,
+    send_and_close(fd, ErrorCode::too_many_connections,
                    "ktuned serves at most " + std::to_string(m_config.max_connections) +
                        " connections at once ([limits].max_connections) and all are in use; "
                        "try again later");
@@ -565,12 +565,10 @@ void Server::admit(asio::local::stream_protocol::socket socket) {
   }
   const SessionLimits limits{m_config.max_message_bytes, seconds_to_ms(m_config.message_timeout_s),
                              seconds_to_ms(m_config.connection_idle_s)};
-  auto session = std::make_shared<Session>(
+  m_sessions.insert(start_session(
       std::move(socket), limits, peer,
-      [this](const std::shared_ptr<Session>& s, std::string_view line) { dispatch(s, line); },
-      [this](const std::shared_ptr<Session>& s) { m_sessions.erase(s); });
-  m_sessions.insert(session);
-  session->start();
+      [this](const std::shared_ptr<Client>& c, std::string_view line) { dispatch(c, line); },
+      [this](const std::shared_ptr<Client>& c) { m_sessions.erase(c); }));
 }
 
 std::optional<std::string> Server::access_refusal(int fd, const PeerCredentials& peer) const {
@@ -610,7 +608,7 @@ std::optional<std::string> Server::access_refusal(int fd, const PeerCredentials&
   return why;
 }
 
-void Server::send_and_close(int fd, const char* code, const std::string& message) {
+void Server::send_and_close(int fd, ErrorCode code, const std::string& message) {
   // One short line on a fresh connection fits the socket buffer: never blocks.
   const std::string line = protocol::encode_error(nullptr, code, message) + "\n";
   [[maybe_unused]] const ssize_t n =
@@ -619,13 +617,13 @@ void Server::send_and_close(int fd, const char* code, const std::string& message
   // The socket object closes the descriptor when it goes out of scope.
 }
 
-void Server::dispatch(const std::shared_ptr<Session>& session, std::string_view line) {
+void Server::dispatch(const std::shared_ptr<Client>& client, std::string_view line) {
   try {
-    m_handler->handle(session, line);
+    m_handler->handle(client, line);
   } catch (const std::exception& e) {
     // A defect, not a bad request: answer it and keep serving everyone else.
     KTUNE_LOG(error) << "request failed with an exception: " << e.what();
-    session->send(protocol::encode_error(protocol::decode_id(line), protocol::code::internal,
+    client->send(protocol::encode_error(protocol::decode_id(line), ErrorCode::internal,
                                          std::string("internal error: ") + e.what()));
   }
 }
@@ -658,7 +656,7 @@ void Server::stop() {
   // Jobs first (the candidate in flight may finish, bounded by stop_grace_s), so that clients
   // waiting on one get its final state before their connection closes.
   m_scheduler->stop(seconds_to_ms(m_config.stop_grace_s), [this] {
-    for (const auto& session : std::set(m_sessions)) session->close_after_flush();
+    for (const auto& client : std::set(m_sessions)) client->close_after_flush();
     m_workers->shutdown([this] { finish_stop(); });
   });
 }

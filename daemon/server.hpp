@@ -23,7 +23,7 @@
 #include "daemon/instance.hpp"
 #include "daemon/metrics_http.hpp"
 #include "daemon/scheduler.hpp"
-#include "daemon/session.hpp"
+#include "daemon/client.hpp"
 #include "daemon/table_watch.hpp"
 #include "daemon/worker_pool.hpp"
 #include "db/store.hpp"
@@ -68,9 +68,9 @@ private:
   bool refuse_waiting();
   // Why `peer` may not connect ([access]); nullopt when it may.
   [[nodiscard]] std::optional<std::string> access_refusal(int fd, const PeerCredentials& peer) const;
-  static void send_and_close(int fd, const char* code, const std::string& message);
+  static void send_and_close(int fd, ErrorCode code, const std::string& message);
   void wait_signal();
-  void dispatch(const std::shared_ptr<Session>& session, std::string_view line);
+  void dispatch(const std::shared_ptr<Client>& client, std::string_view line);
   void announce_ready();
   void stop();
   void finish_stop();
@@ -104,7 +104,7 @@ private:
   std::unique_ptr<RequestHandler> m_handler;
   std::unique_ptr<TableWatch> m_table_watch;   // [daemon].table_dirs; null when none
   std::unique_ptr<MetricsHttp> m_metrics;      // [daemon].metrics; null when off
-  std::set<std::shared_ptr<Session>> m_sessions;
+  std::set<std::shared_ptr<Client>> m_sessions;
   std::chrono::steady_clock::time_point m_started;
   DescriptorReserve m_reserve;                 // answers connections when no descriptor is left
   std::uint64_t m_accept_failures = 0;         // since the last report in the log

@@ -36,7 +36,7 @@ void submit_try(asio::io_context& io, WorkerPool& pool, const std::string& lane,
   Work again = work;
   work.on_reply = [&io, &pool, lane, again = std::move(again), done,
                    first](Result<nlohmann::json> reply, const Delivery& delivery) mutable {
-    if (!reply && reply.error().code == "device_busy" &&
+    if (!reply && reply.error().code == ErrorCode::device_busy &&
         std::chrono::steady_clock::now() - first < k_service_busy_patience) {
       auto timer = std::make_shared<asio::steady_timer>(io, k_service_busy_retry);
       timer->async_wait([&io, &pool, lane, again = std::move(again), done, first,
@@ -60,7 +60,7 @@ void build_config(asio::io_context& io, WorkerPool& pool, const LoadedKernel& ke
   if (job && job->language == "cuda") {
     const auto arch = device.details.find("arch");
     if (arch == device.details.end() || !arch->is_string()) {
-      job = make_error(protocol::code::no_device,
+      job = make_error(ErrorCode::no_device,
                        "device " + device.name + " reports no architecture to compile for");
     } else {
       job->arch = arch->get<std::string>();
@@ -83,9 +83,10 @@ void build_config(asio::io_context& io, WorkerPool& pool, const LoadedKernel& ke
     auto outcome = CompileOutcome::from_json(*reply);
     if (!outcome) return done(outcome.error());
     if (outcome->status != CandidateStatus::ok) {
-      return done(make_error(std::string(to_string(outcome->status)),
-                             name + ": " + (outcome->infra.empty() ? log_head(outcome->log)
-                                                                   : outcome->infra)));
+      const std::string status(to_string(outcome->status));
+      return done(make_error(ErrorCode::compile_error,
+                             name + " " + status + ": " +
+                                 (outcome->infra.empty() ? log_head(outcome->log) : outcome->infra)));
     }
     done(BuiltConfig{outcome->artifact_path, outcome->entry_symbol, outcome->cached});
   };

@@ -104,7 +104,7 @@ void Session::take_lines() {
     const std::size_t newline = m_pending.find('\n', std::max(start, m_scanned));
     if (newline == std::string::npos) break;
     if (newline - start + 1 > m_limits.max_message_bytes) {
-      refuse(protocol::code::message_too_large,
+      refuse(ErrorCode::message_too_large,
              "message of " + std::to_string(newline - start + 1) + " bytes exceeds the limit of " +
                  std::to_string(m_limits.max_message_bytes) +
                  " bytes (newline included); closing the connection");
@@ -121,7 +121,7 @@ void Session::take_lines() {
   m_pending.erase(0, start);
   m_scanned = m_pending.size();
   if (m_pending.size() >= m_limits.max_message_bytes) {
-    refuse(protocol::code::message_too_large,
+    refuse(ErrorCode::message_too_large,
            "message exceeds the limit of " + std::to_string(m_limits.max_message_bytes) +
                " bytes (newline included; " + std::to_string(m_pending.size()) +
                " bytes received without one); closing the connection");
@@ -131,7 +131,7 @@ void Session::take_lines() {
   if (start > 0 && !m_pending.empty()) m_line_deadline = Clock::now() + m_limits.message_timeout;
 }
 
-void Session::refuse(const char* code, const std::string& message) {
+void Session::refuse(ErrorCode code, const std::string& message) {
   KTUNE_LOG(warn) << "client connection (uid " << m_peer.uid << ", pid " << m_peer.pid
                   << "): " << code << ": " << message;
   send(protocol::encode_error(nullptr, code, message));
@@ -224,7 +224,7 @@ void Session::on_timer() {
   const auto now = Clock::now();
   if (!m_pending.empty() && !m_read_paused && m_limits.message_timeout.count() > 0 &&
       now >= m_line_deadline) {
-    refuse(protocol::code::timeout,
+    refuse(ErrorCode::timeout,
            "a request line was started and not finished within " +
                seconds_text(m_limits.message_timeout) + " (" + std::to_string(m_pending.size()) +
                " bytes received without a newline); closing the connection");
@@ -232,7 +232,7 @@ void Session::on_timer() {
   }
   if (m_in_flight == 0 && m_limits.idle_timeout.count() > 0 &&
       now >= m_last_activity + m_limits.idle_timeout) {
-    refuse(protocol::code::idle_timeout, "no request for " + seconds_text(m_limits.idle_timeout) +
+    refuse(ErrorCode::idle_timeout, "no request for " + seconds_text(m_limits.idle_timeout) +
                                          "; closing the idle connection");
     return;
   }
@@ -255,6 +255,14 @@ void Session::close_now() {
   m_socket.shutdown(asio::socket_base::shutdown_both, ignored);
   m_socket.close(ignored);
   if (m_on_closed) m_on_closed(shared_from_this());
+}
+
+std::shared_ptr<Client> start_session(asio::local::stream_protocol::socket socket, SessionLimits limits,
+                                      PeerCredentials peer, Dispatch dispatch, OnClosed on_closed) {
+  auto session = std::make_shared<Session>(std::move(socket), limits, peer, std::move(dispatch),
+                                           std::move(on_closed));
+  session->start();
+  return session;
 }
 
 } // namespace ktune::daemon

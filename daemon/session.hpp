@@ -1,5 +1,6 @@
 #pragma once
-// Session: one client connection. Reads newline-delimited requests (at most `max_message_bytes`
+// Session: one client connection, the one implementation of Client (daemon/client.hpp), which
+// is all the rest of ktuned sees of it. Reads newline-delimited requests (at most `max_message_bytes`
 // per line, newline included), hands each line to the server's dispatcher in order, and writes
 // replies and events in the order they are sent. Owned by shared_ptr (enable_shared_from_this):
 // the pending asynchronous operations and the server's registry keep it alive. io thread only.
@@ -15,6 +16,9 @@
 // A zero duration turns that limit off. A client that shuts down its writing side gets the
 // replies to every request it sent, then the connection is closed. Nothing else closes a
 // connection from this side except a daemon stop.
+#include "core/error_code.hpp"
+#include "daemon/client.hpp"
+
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -33,24 +37,8 @@ namespace ktune::daemon {
 
 namespace asio = boost::asio;
 
-struct SessionLimits {
-  std::size_t max_message_bytes = 1 << 20;
-  std::chrono::milliseconds message_timeout{10'000}; // 0 = no deadline
-  std::chrono::milliseconds idle_timeout{600'000};   // 0 = never idle out
-};
-
-// The peer's credentials (SO_PEERCRED), read once when the connection is accepted.
-struct PeerCredentials {
-  pid_t pid = 0;
-  uid_t uid = 0;
-  gid_t gid = 0;
-};
-
-class Session : public std::enable_shared_from_this<Session> {
+class Session final : public Client, public std::enable_shared_from_this<Session> {
 public:
-  using Dispatch = std::function<void(const std::shared_ptr<Session>& session, std::string_view line)>;
-  using OnClosed = std::function<void(const std::shared_ptr<Session>& session)>;
-
   Session(asio::local::stream_protocol::socket socket, SessionLimits limits, PeerCredentials peer,
           Dispatch dispatch, OnClosed on_closed);
   Session(const Session&) = delete;
@@ -59,11 +47,11 @@ public:
   void start();
   // Queues one message (a trailing newline is added when missing). Ignored once closed. A reply
   // (a message with "ok") ends one request in flight; an event does not.
-  void send(std::string message);
+  void send(std::string message) override;
   // Stops reading, writes what is queued, then closes.
-  void close_after_flush();
+  void close_after_flush() override;
   [[nodiscard]] bool open() const { return !m_closed; }
-  [[nodiscard]] const PeerCredentials& peer() const { return m_peer; }
+  [[nodiscard]] const PeerCredentials& peer() const override { return m_peer; }
   // Requests dispatched and not yet answered.
   [[nodiscard]] std::size_t in_flight() const { return m_in_flight; }
 
@@ -73,7 +61,7 @@ private:
   void read_next();
   void on_read(std::size_t n);
   void take_lines();
-  void refuse(const char* code, const std::string& message);
+  void refuse(ErrorCode code, const std::string& message);
   void write_next();
   void close_now();
   void schedule_timer();

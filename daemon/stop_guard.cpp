@@ -17,13 +17,13 @@ Result<std::shared_ptr<StopGuard>> StopGuard::start(const std::string& worker_pa
   const std::string name = "the stop guard " + worker_path + " --stop-guard";
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
-    return make_error(k_spawn_error, "cannot start " + name + ": pipe: " + std::strerror(errno));
+    return make_error(ErrorCode::spawn_failed, "cannot start " + name + ": pipe: " + std::strerror(errno));
   }
   UniqueFd read_end(fds[0]);
   UniqueFd write_end(fds[1]);
   const int flags = ::fcntl(write_end.get(), F_GETFL);
   if (flags < 0 || ::fcntl(write_end.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
-    return make_error(k_spawn_error, "cannot start " + name + ": fcntl: " + std::strerror(errno));
+    return make_error(ErrorCode::spawn_failed, "cannot start " + name + ": fcntl: " + std::strerror(errno));
   }
   // Its own group: neither a terminal's signals to ktuned's group nor a stop reach it.
   auto spawned = spawn_group_leader(name, {worker_path, "--stop-guard", "--fd", "3"}, environ,

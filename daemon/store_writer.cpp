@@ -71,7 +71,7 @@ Result<ResultRecord> row_from_json(const json& line, const std::string& where) {
     r.config = j.at("config").get<std::string>();
     r.config_index = j.at("config_index").get<std::int64_t>();
     const auto status = parse_candidate_status(j.at("status").get<std::string>());
-    if (!status) return make_error("io_error", where + ": unknown status " + j.at("status").dump());
+    if (!status) return make_error(ErrorCode::io_error, where + ": unknown status " + j.at("status").dump());
     r.status = *status;
     r.reason = j.at("reason").get<std::string>();
     r.log = j.at("log").get<std::string>();
@@ -93,14 +93,14 @@ Result<ResultRecord> row_from_json(const json& line, const std::string& where) {
     r.unlocked = j.value("unlocked", std::string());  // absent in journals of older ktuneds
     return r;
   } catch (const json::exception& e) {
-    return make_error("io_error", where + ": " + e.what());
+    return make_error(ErrorCode::io_error, where + ": " + e.what());
   }
 }
 
 std::string stall_reason(const Error& error) {
-  if (error.code == "db_busy") return "database busy (another process holds its lock): " + error.message;
-  if (error.code == "db_full") return "database full (no space left on its disk): " + error.message;
-  if (error.code == "db_gone") return "database file gone: " + error.message;
+  if (error.code == ErrorCode::db_busy) return "database busy (another process holds its lock): " + error.message;
+  if (error.code == ErrorCode::db_full) return "database full (no space left on its disk): " + error.message;
+  if (error.code == ErrorCode::db_gone) return "database file gone: " + error.message;
   return "database I/O error: " + error.message;
 }
 
@@ -286,7 +286,7 @@ Result<std::size_t> StoreWriter::replay_spill(Store& store) {
   std::ifstream in(path);
   if (!in) {
     if (errno == ENOENT) return std::size_t{0};
-    return make_error("io_error", "cannot read the spill journal " + path + ": " + std::strerror(errno));
+    return make_error(ErrorCode::io_error, "cannot read the spill journal " + path + ": " + std::strerror(errno));
   }
   std::vector<ResultRecord> rows;
   std::string line;
@@ -310,11 +310,11 @@ Result<std::size_t> StoreWriter::replay_spill(Store& store) {
       auto id = store.insert_result(row);
       if (id) {
         ++written;
-      } else if (id.error().code == "unknown_job") {
+      } else if (id.error().code == ErrorCode::unknown_job) {
         KTUNE_LOG(warn) << "spill journal: job " << row.job_id << " no longer exists; its row for "
                         << row.config << " is dropped";
         continue;
-      } else if (id.error().code != "duplicate_result") {
+      } else if (id.error().code != ErrorCode::duplicate_result) {
         return id.error();
       }
       jobs[row.job_id] = true;
@@ -337,7 +337,7 @@ Result<std::size_t> StoreWriter::replay_spill(Store& store) {
                                                stored.error().message);
   }
   if (::unlink(path.c_str()) != 0) {
-    return make_error("io_error", "replayed the spill journal " + path + " but cannot remove it: " +
+    return make_error(ErrorCode::io_error, "replayed the spill journal " + path + " but cannot remove it: " +
                                       std::strerror(errno));
   }
   KTUNE_LOG(info) << "replayed the spill journal " << path << ": " << written << " of "

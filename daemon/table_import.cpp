@@ -229,7 +229,7 @@ Result<json> import_table(Store& store, const Table& table, Policy policy,
 Result<ImportRun> decode_import(const json& body) {
   auto table_it = body.find("table");
   if (table_it == body.end() || !table_it->is_object()) {
-    return make_error(protocol::code::bad_request,
+    return make_error(ErrorCode::bad_request,
                       "import: field 'table' must be an object (the json export schema, "
                       "docs/export-format.md)");
   }
@@ -240,14 +240,14 @@ Result<ImportRun> decode_import(const json& body) {
                             ? tableio::parse_policy(policy_it->get<std::string>())
                             : std::nullopt;
     if (!parsed) {
-      return make_error(protocol::code::bad_request,
+      return make_error(ErrorCode::bad_request,
                         "import: field 'policy' must be \"faster\", \"newer\" or \"keep\", found " +
                             policy_it->dump());
     }
     policy = *parsed;
   }
   auto table = tableio::table_from_json(nlohmann::ordered_json(*table_it), "import: table");
-  if (!table) return make_error(protocol::code::bad_request, table.error().message);
+  if (!table) return make_error(ErrorCode::bad_request, table.error().message);
   return ImportRun(std::move(*table), policy);
 }
 

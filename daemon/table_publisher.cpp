@@ -216,7 +216,7 @@ std::uint64_t TableFileWriter::adopt_existing() {
 Result<void> TableFileWriter::write(std::span<const std::byte> bytes, std::uint64_t generation) {
   const std::string tmp = m_file.path + ".new";
   auto fail = [&](const std::string& what) {
-    Error error = make_error("io_error", what + ": " + errno_text());
+    Error error = make_error(ErrorCode::io_error, what + ": " + errno_text());
     ::unlink(tmp.c_str());
     return error;
   };
@@ -224,7 +224,7 @@ Result<void> TableFileWriter::write(std::span<const std::byte> bytes, std::uint6
   // put there (a socket directory may be shared and sticky) cannot be, and is never written.
   ::unlink(tmp.c_str());
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, m_file.mode));
-  if (!fd.valid()) return make_error("io_error", "cannot create " + tmp + ": " + errno_text());
+  if (!fd.valid()) return make_error(ErrorCode::io_error, "cannot create " + tmp + ": " + errno_text());
   if (::fchmod(fd.get(), m_file.mode) != 0) return fail("cannot set the mode of " + tmp);
   if (m_file.group != static_cast<gid_t>(-1) &&
       ::fchown(fd.get(), static_cast<uid_t>(-1), m_file.group) != 0) {

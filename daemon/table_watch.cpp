@@ -33,19 +33,19 @@ Result<std::unique_ptr<TableWatch>> TableWatch::create(boost::asio::io_context& 
                                                        Import import) {
   UniqueFd fd(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (fd.get() < 0) {
-    return make_error(k_config_error, std::string("table_dirs: inotify_init1 failed: ") +
+    return make_error(ErrorCode::config_error, std::string("table_dirs: inotify_init1 failed: ") +
                                           std::strerror(errno));
   }
   std::unique_ptr<TableWatch> watch(new TableWatch(io, std::move(import)));
   for (const auto& dir : dirs) {
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec)) {
-      return make_error(k_config_error, "[daemon].table_dirs: " + dir + " is not a directory" +
+      return make_error(ErrorCode::config_error, "[daemon].table_dirs: " + dir + " is not a directory" +
                                             (ec ? " (" + ec.message() + ")" : std::string()));
     }
     const int wd = ::inotify_add_watch(fd.get(), dir.c_str(), IN_CLOSE_WRITE | IN_MOVED_TO);
     if (wd < 0) {
-      return make_error(k_config_error, "[daemon].table_dirs: cannot watch " + dir + ": " +
+      return make_error(ErrorCode::config_error, "[daemon].table_dirs: cannot watch " + dir + ": " +
                                             std::strerror(errno));
     }
     watch->m_dirs[wd] = dir;
@@ -120,7 +120,7 @@ void TableWatch::consider(const std::string& path) {
       // Not a table (kept: the same bytes are not tried again), or the store failed (forgotten:
       // the next change of the file tries again).
       KTUNE_LOG(warn) << "table_dirs: " << path << " not imported: " << reply.error().message;
-      if (reply.error().code != "bad_request" && reply.error().code != "invalid_table") {
+      if (reply.error().code != ErrorCode::bad_request && reply.error().code != ErrorCode::invalid_table) {
         m_hashes.erase(hash);
       }
       return;

@@ -262,12 +262,12 @@ void WorkerPool::fail_later(Work work, Error error) {
 
 void WorkerPool::submit(const std::string& lane, Work work) {
   if (m_shutting_down) {
-    return fail_later(std::move(work), make_error(k_withdrawn, "ktuned is shutting down"));
+    return fail_later(std::move(work), make_error(ErrorCode::withdrawn, "ktuned is shutting down"));
   }
   const auto queue = m_queues.find(lane);
   if (queue == m_queues.end()) {
     return fail_later(std::move(work),
-                      make_error(protocol::code::no_device, "no bench lane for device '" + lane +
+                      make_error(ErrorCode::no_device, "no bench lane for device '" + lane +
                                                                 "' on this ktuned"));
   }
   queue->second.waiting.push_back(Waiting{std::move(work), ++m_seq});
@@ -280,7 +280,7 @@ std::size_t WorkerPool::withdraw(std::int64_t owner) {
     auto mine = std::stable_partition(queue.waiting.begin(), queue.waiting.end(),
                                       [owner](const Waiting& w) { return w.work.owner != owner; });
     for (auto it = mine; it != queue.waiting.end(); ++it) {
-      fail_later(std::move(it->work), make_error(k_withdrawn, "withdrawn before a worker took it"));
+      fail_later(std::move(it->work), make_error(ErrorCode::withdrawn, "withdrawn before a worker took it"));
       ++count;
     }
     queue.waiting.erase(mine, queue.waiting.end());
@@ -543,7 +543,7 @@ std::map<std::string, std::uint64_t> WorkerPool::restarts() const {
 void WorkerPool::shutdown(std::function<void()> on_done) {
   for (auto& [lane, queue] : m_queues) {
     for (auto& waiting : queue.waiting) {
-      fail_later(std::move(waiting.work), make_error(k_withdrawn, "ktuned is shutting down"));
+      fail_later(std::move(waiting.work), make_error(ErrorCode::withdrawn, "ktuned is shutting down"));
     }
     queue.waiting.clear();
   }

@@ -45,8 +45,6 @@
 
 namespace ktune::daemon {
 
-// Error code a withdrawn request's handler receives (withdraw(), shutdown()).
-inline constexpr const char* k_withdrawn = "withdrawn";
 
 // The daemon's side of one worker: what the pool needs of it. WorkerProcess is the real one;
 // tests plug in endpoints of their own through a WorkerSpawner.
@@ -100,8 +98,8 @@ struct Work {
   std::int64_t owner = 0;          // the job it is for: fairness among equals, withdraw()
   std::string device;              // the device lane it serves, for the time per lane ("" none)
   // Exactly once, on the io thread, never inside submit(): the outcome, or an Error (the
-  // worker's own, k_worker_crash / k_worker_lost / k_worker_timeout / k_spawn_error, or
-  // k_withdrawn when the work was withdrawn before a worker took it).
+  // worker's own, ErrorCode::worker_crashed / ErrorCode::worker_gone / ErrorCode::worker_timeout / ErrorCode::spawn_failed, or
+  // ErrorCode::withdrawn when the work was withdrawn before a worker took it).
   std::function<void(Result<nlohmann::json> reply, const Delivery& delivery)> on_reply;
 };
 
@@ -171,7 +169,7 @@ public:
   void submit(const std::string& lane, Work work);
 
   // Removes the queued (not yet sent) work of `owner` from every queue; each handler receives
-  // k_withdrawn (posted). Work a worker has taken finishes normally. Returns how many.
+  // ErrorCode::withdrawn (posted). Work a worker has taken finishes normally. Returns how many.
   std::size_t withdraw(std::int64_t owner);
 
   [[nodiscard]] std::size_t alive(WorkerRole role) const;

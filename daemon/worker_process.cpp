@@ -59,7 +59,7 @@ struct SpawnSetup {
 };
 
 Error spawn_error(const std::string& name, const std::string& what, int err) {
-  return make_error(k_spawn_error, "cannot start " + name + ": " + what + ": " +
+  return make_error(ErrorCode::spawn_failed, "cannot start " + name + ": " + what + ": " +
                                        std::strerror(err));
 }
 
@@ -199,7 +199,7 @@ Result<std::shared_ptr<WorkerProcess>> WorkerProcess::spawn(
     ::kill(-pid, SIGKILL);
     int status = 0;
     ::waitpid(pid, &status, 0);
-    return make_error(k_spawn_error, "cannot watch worker socket: " + ec.message());
+    return make_error(ErrorCode::spawn_failed, "cannot watch worker socket: " + ec.message());
   }
   (void)ours.release(); // now owned by the asio socket
   std::weak_ptr<WorkerProcess> weak = worker;
@@ -327,7 +327,7 @@ void WorkerProcess::request(std::string_view op, nlohmann::json job, ReplyHandle
                          : m_closing ? worker + " is exiting"
                                      : worker + " is busy";
     asio::post(m_socket.get_executor(), [on_reply = std::move(on_reply), reason] {
-      on_reply(make_error(k_worker_lost, reason));
+      on_reply(make_error(ErrorCode::worker_gone, reason));
     });
     return;
   }
@@ -481,7 +481,7 @@ void WorkerProcess::on_line(std::string_view line) {
     const auto outcome = message.find("outcome");
     if (outcome == message.end() || !outcome->is_object()) {
       fail_protocol("reply without an outcome object");
-      handler(make_error(k_worker_lost, m_protocol_error));
+      handler(make_error(ErrorCode::worker_gone, m_protocol_error));
       return;
     }
     handler(*outcome);
@@ -489,11 +489,11 @@ void WorkerProcess::on_line(std::string_view line) {
   }
   const auto error = message.find("error");
   if (error == message.end() || !error->is_object()) {
-    handler(make_error(k_worker_lost, "worker replied ok:false without an error object"));
+    handler(make_error(ErrorCode::worker_gone, "worker replied ok:false without an error object"));
     return;
   }
-  handler(make_error(error->value("code", std::string("worker_error")),
-                     error->value("message", std::string("worker gave no message"))));
+  handler(error_from_wire(error->value("code", std::string(to_string(ErrorCode::worker_error))),
+                          error->value("message", std::string("worker gave no message"))));
 }
 
 void WorkerProcess::fail_protocol(const std::string& message) {
@@ -567,23 +567,23 @@ void WorkerProcess::maybe_finish() {
   const int status = *m_wait_status;
   std::string doing = m_role == WorkerRole::compile ? "compiling" : "benchmarking";
   if (m_timed_out) {
-    handler(make_error(k_worker_timeout,
+    handler(make_error(ErrorCode::worker_timeout,
                        "killed after its " + std::to_string(m_request_deadline.count()) +
                            " ms deadline while " + doing));
   } else if (!m_protocol_error.empty()) {
-    handler(make_error(k_worker_lost, m_protocol_error));
+    handler(make_error(ErrorCode::worker_gone, m_protocol_error));
   } else if (m_killed_silent) {
-    handler(make_error(k_worker_lost, "worker closed its socket while " + doing +
+    handler(make_error(ErrorCode::worker_gone, "worker closed its socket while " + doing +
                                           " without exiting; killed"));
   } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && !m_killed_by_us) {
-    handler(make_error(k_worker_killed,
+    handler(make_error(ErrorCode::worker_killed,
                        "worker killed by SIGKILL from outside ktuned (the OOM killer or an "
                        "administrator) while " + doing));
   } else if (WIFSIGNALED(status)) {
-    handler(make_error(k_worker_crash, "worker " + describe_wait_status(status) + " while " + doing +
+    handler(make_error(ErrorCode::worker_crashed, "worker " + describe_wait_status(status) + " while " + doing +
                                            guard_fault_note(m_stderr_tail)));
   } else {
-    handler(make_error(k_worker_lost, "worker " + describe_wait_status(status) + " while " + doing));
+    handler(make_error(ErrorCode::worker_gone, "worker " + describe_wait_status(status) + " while " + doing));
   }
 }
 

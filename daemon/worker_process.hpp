@@ -31,15 +31,6 @@ namespace asio = boost::asio;
 enum class WorkerRole { compile, bench };
 [[nodiscard]] std::string_view to_string(WorkerRole role);
 
-// Codes a request ends with when the worker did not answer it (besides the worker's own error
-// replies). They match the candidate statuses of the same names.
-inline constexpr const char* k_worker_crash = "crash";        // killed by a signal
-inline constexpr const char* k_worker_lost = "worker_lost";   // exited, closed its socket, broke the protocol
-inline constexpr const char* k_spawn_error = "spawn_error";
-inline constexpr const char* k_worker_timeout = "timeout";    // killed at the request's deadline
-// Killed by SIGKILL that ktuned did not send (the OOM killer, an administrator): the host's doing
-// until it happens again (the scheduler retries the request once in a fresh worker).
-inline constexpr const char* k_worker_killed = "worker_killed";
 
 // The worker op that compiles several configs in one request (worker/worker.hpp): its jobs travel
 // as "jobs", and its time is compile time.
@@ -74,7 +65,7 @@ private:
 class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
 public:
   // Called with the outcome object of a successful reply, or an Error: the worker's own
-  // {code, message}, or k_worker_crash / k_worker_lost when the worker died or misbehaved.
+  // {code, message}, or ErrorCode::worker_crashed / ErrorCode::worker_gone when the worker died or misbehaved.
   // A reply that carries "exiting": true (the worker exits after it, e.g. after losing its
   // CUDA context) marks the worker closing before the handler runs: idle() is already false
   // inside the handler, so nobody hands it the next request.
@@ -100,7 +91,7 @@ public:
   // array of compile jobs). `on_reply` runs exactly once, on the io thread and never
   // inside this call, unless terminate() abandons the request first. Precondition: idle().
   // A `deadline` > 0 bounds the request: when no reply came in time, the worker's whole process
-  // group gets SIGKILL and `on_reply` receives k_worker_timeout once the worker has exited.
+  // group gets SIGKILL and `on_reply` receives ErrorCode::worker_timeout once the worker has exited.
   void request(std::string_view op, nlohmann::json job, ReplyHandler on_reply,
                std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
 

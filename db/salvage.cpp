@@ -33,7 +33,7 @@ struct Finalizer {
 using Stmt = std::unique_ptr<sqlite3_stmt, Finalizer>;
 
 Error db_error(const std::string& op, const std::string& path, sqlite3* db) {
-  return make_error("db_error", op + " on " + path + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
+  return make_error(ErrorCode::db_error, op + " on " + path + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
 }
 
 Result<Connection> open(const std::string& path, int flags) {
@@ -54,7 +54,7 @@ Stmt prepare(sqlite3* db, const std::string& sql) {
 Result<void> refuse_existing(const std::string& destination) {
   struct stat st {};
   if (::lstat(destination.c_str(), &st) == 0) {
-    return make_error("io_error", destination + " exists; name a new file (nothing is overwritten)");
+    return make_error(ErrorCode::io_error, destination + " exists; name a new file (nothing is overwritten)");
   }
   return {};
 }
@@ -74,7 +74,7 @@ Result<void> check(sqlite3* db, const std::string& path) {
     findings += (findings.empty() ? "" : "; ") + line;
   }
   if (findings.empty()) return {};
-  return make_error("db_corrupt", "the copy " + path + " fails its check: " + findings);
+  return make_error(ErrorCode::db_corrupt, "the copy " + path + " fails its check: " + findings);
 }
 
 std::string quoted(const std::string& name) {

@@ -11,13 +11,13 @@ namespace {
 // The code an SQLite result code is reported under: the conditions that pass by themselves (another
 // process holds the lock, the disk is full, the disk failed) have their own codes, so a writer can
 // wait them out instead of giving up; everything else is "db_error".
-const char* code_for(int rc) {
+ErrorCode code_for(int rc) {
   switch (rc & 0xff) {
   case SQLITE_BUSY:
-  case SQLITE_LOCKED: return "db_busy";
-  case SQLITE_FULL: return "db_full";
-  case SQLITE_IOERR: return "db_io";
-  default: return "db_error";
+  case SQLITE_LOCKED: return ErrorCode::db_busy;
+  case SQLITE_FULL: return ErrorCode::db_full;
+  case SQLITE_IOERR: return ErrorCode::db_io;
+  default: return ErrorCode::db_error;
   }
 }
 
@@ -37,7 +37,7 @@ Error DbRef::error(std::string_view op) const {
 }
 
 Error DbRef::error(std::string_view op, std::string_view what) const {
-  return make_error("db_error", where(op, path).append(what));
+  return make_error(ErrorCode::db_error, where(op, path).append(what));
 }
 
 Result<void> DbRef::exec(std::string_view op, const char* sql) const {

@@ -49,7 +49,7 @@ struct ConnectionCloser {
 using Connection = std::unique_ptr<sqlite3, ConnectionCloser>;
 
 Error unknown_job(DbRef db, std::string_view op, std::int64_t job_id) {
-  return make_error("unknown_job", std::string(op) + " on " + std::string(db.path) +
+  return make_error(ErrorCode::unknown_job, std::string(op) + " on " + std::string(db.path) +
                                        ": no job with id " + std::to_string(job_id));
 }
 
@@ -303,7 +303,7 @@ Result<Store> Store::open(const std::string& path, OpenMode mode) {
   if (read_only) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) {
-      return make_error("db_error", std::string(op) + " on " + path +
+      return make_error(ErrorCode::db_error, std::string(op) + " on " + path +
                                         ": no database file there (ktuned creates it)");
     }
   }
@@ -418,13 +418,13 @@ void Store::set_busy_timeout(std::chrono::milliseconds timeout) {
 }
 
 bool is_transient(const Error& error) {
-  return error.code == "db_busy" || error.code == "db_full" || error.code == "db_io" ||
-         error.code == "db_gone";
+  return error.code == ErrorCode::db_busy || error.code == ErrorCode::db_full || error.code == ErrorCode::db_io ||
+         error.code == ErrorCode::db_gone;
 }
 
 Result<void> Store::backup_to(const std::string& path) const {
   struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0) return make_error("io_error", path + " exists; not overwritten");
+  if (::lstat(path.c_str(), &st) == 0) return make_error(ErrorCode::io_error, path + " exists; not overwritten");
   sqlite3* raw = nullptr;
   const mode_t before = ::umask(077);
   const int rc = sqlite3_open_v2(path.c_str(), &raw,
@@ -448,7 +448,7 @@ Result<void> Store::verify(Verify depth) const {
   auto statement = Statement::prepare(
       db, op, depth == Verify::full ? "PRAGMA integrity_check(5)" : "PRAGMA quick_check(5)");
   const auto corrupt = [&](const std::string& findings) {
-    return make_error("db_corrupt", "the database " + m_path + " is damaged (SQLite's " +
+    return make_error(ErrorCode::db_corrupt, "the database " + m_path + " is damaged (SQLite's " +
                                         std::string(op) + ": " + findings + ")");
   };
   if (!statement) return corrupt(statement.error().message);
@@ -671,7 +671,7 @@ Result<std::int64_t> Store::insert_result(const ResultRecord& result) {
   if (auto ran = insert.run(db, op); !ran) {
     const int code = sqlite3_extended_errcode(m_db);
     if (code == SQLITE_CONSTRAINT_UNIQUE) {
-      return make_error("duplicate_result",
+      return make_error(ErrorCode::duplicate_result,
                         std::string(op) + " on " + m_path + ": job " +
                             std::to_string(result.job_id) + " already has a result for config " +
                             result.config);
@@ -738,7 +738,7 @@ Result<void> Store::update_measurement(std::int64_t result_id, const Remeasureme
   auto changed = write_one(db, op, *statement);
   if (!changed) return changed.error();
   if (*changed == 0) {
-    return make_error("unknown_result", std::string(op) + " on " + m_path +
+    return make_error(ErrorCode::unknown_result, std::string(op) + " on " + m_path +
                                             ": no result with id " + std::to_string(result_id));
   }
   return {};

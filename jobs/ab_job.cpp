@@ -6,7 +6,7 @@ namespace {
 
 using nlohmann::json;
 
-Error bad(const std::string& message) { return make_error("bad_request", message); }
+Error bad(const std::string& message) { return make_error(ErrorCode::bad_request, message); }
 
 json side_json(const AbSide& side) {
   return {{"median_ms", side.median_ms}, {"samples", side.samples}, {"retaken", side.retaken}};

@@ -25,7 +25,7 @@ constexpr std::string_view k_hash_name = "xxh3-128";
 constexpr std::int64_t k_stale_temp_s = 3600;
 
 Error io_error(const std::string& what, const std::string& path, int err) {
-  return make_error("io_error", what + " " + path + ": " + std::strerror(err));
+  return make_error(ErrorCode::io_error, what + " " + path + ": " + std::strerror(err));
 }
 
 std::string parent_of(const std::string& path) {
@@ -111,7 +111,7 @@ Result<void> place(int from_dir, const std::string& from_name, const std::string
   std::string bytes;
   int err = 0;
   if (!read_whole(from_path, bytes, err)) return io_error("cannot read", from_path, err);
-  if (record_of(bytes) != record) return make_error("io_error", from_path + " changed after it was sealed");
+  if (record_of(bytes) != record) return make_error(ErrorCode::io_error, from_path + " changed after it was sealed");
   return write_synced(dir, to, bytes);
 }
 
@@ -229,7 +229,7 @@ Result<CacheScan> scan_cache(const std::string& cache_dir) {
   CacheScan scan;
   std::error_code ec;
   fs::directory_iterator top(cache_dir, ec);
-  if (ec) return make_error("io_error", "cannot read the compile cache " + cache_dir + ": " + ec.message());
+  if (ec) return make_error(ErrorCode::io_error, "cannot read the compile cache " + cache_dir + ": " + ec.message());
   const auto now = static_cast<std::int64_t>(::time(nullptr));
   for (const auto& sub : top) {
     if (!sub.is_directory(ec) || sub.is_symlink(ec)) continue;

@@ -14,19 +14,17 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* k_bad_request = "bad_request";
-
 std::string type_of(const json& value) { return value.type_name(); }
 
 Error field_error(std::string_view what, const std::string& field, std::string_view expected,
                   const json& found) {
-  return make_error(k_bad_request, std::string(what) + ": field '" + field + "': expected " +
+  return make_error(ErrorCode::bad_request, std::string(what) + ": field '" + field + "': expected " +
                                        std::string(expected) + ", found " + type_of(found) + " " +
                                        found.dump());
 }
 
 Error missing_field(std::string_view what, const std::string& field, std::string_view expected) {
-  return make_error(k_bad_request, std::string(what) + ": field '" + field + "' (" +
+  return make_error(ErrorCode::bad_request, std::string(what) + ": field '" + field + "' (" +
                                        std::string(expected) + ") is missing");
 }
 
@@ -396,7 +394,7 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
                                 const MeasureSettings& settings) {
   const std::string where = "kernel " + spec.name + " at " + shape.to_string();
   if (!parse_dtype(dtype)) {
-    return make_error("bad_dtype", where + ": dtype '" + dtype +
+    return make_error(ErrorCode::bad_dtype, where + ": dtype '" + dtype +
                                        "': expected one of f32, f64, f16, i32, i64");
   }
 
@@ -466,13 +464,13 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
     arg.dtype = !spec_arg.dtype.empty() ? spec_arg.dtype : (scalar ? "i64" : dtype);
     const auto arg_dtype = parse_dtype(arg.dtype);
     if (!arg_dtype) {
-      return make_error("bad_dtype", where + ": " + label + ": dtype '" + arg.dtype +
+      return make_error(ErrorCode::bad_dtype, where + ": " + label + ": dtype '" + arg.dtype +
                                          "': expected one of f32, f64, f16, i32, i64");
     }
 
     if (scalar) {
       if (spec_arg.value.empty()) {
-        return make_error("bad_expression",
+        return make_error(ErrorCode::bad_expression,
                           where + ": " + label + ".value: a scalar arg needs a value expression");
       }
       if (is_integral(*arg_dtype)) {
@@ -480,7 +478,7 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
         if (!value) return value.error();
         if (*arg_dtype == DType::i32 && (value.value() < std::numeric_limits<std::int32_t>::min() ||
                                          value.value() > std::numeric_limits<std::int32_t>::max())) {
-          return make_error("bad_shape", where + ": " + label + ".value '" + spec_arg.value +
+          return make_error(ErrorCode::bad_shape, where + ": " + label + ".value '" + spec_arg.value +
                                              "' = " + std::to_string(value.value()) +
                                              ": expected a value that fits i32");
         }
@@ -492,20 +490,20 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
       }
     } else {
       if (spec_arg.count.empty()) {
-        return make_error("bad_expression",
+        return make_error(ErrorCode::bad_expression,
                           where + ": " + label + ".count: a buffer arg needs a count expression");
       }
       auto count = eval_integer(spec_arg.count, label + ".count");
       if (!count) return count.error();
       if (count.value() < 1) {
-        return make_error("bad_shape", where + ": " + label + ".count '" + spec_arg.count +
+        return make_error(ErrorCode::bad_shape, where + ": " + label + ".count '" + spec_arg.count +
                                            "' = " + std::to_string(count.value()) +
                                            ": expected at least 1 element");
       }
       arg.count = count.value();
       arg.init = spec_arg.init.empty() ? std::string("uniform") : spec_arg.init;
       if (!parse_buffer_init(arg.init)) {
-        return make_error("spec_error", where + ": " + label + ".init '" + arg.init +
+        return make_error(ErrorCode::spec_error, where + ": " + label + ".init '" + arg.init +
                                             "': expected uniform, normal, uniform(lo, hi), "
                                             "normal(mean, std), zero, ones, index or file:PATH");
       }

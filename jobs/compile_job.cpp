@@ -25,7 +25,7 @@ Error field_error(std::string_view what, std::string_view field, std::string_vie
     message += ", found ";
     message += object.at(std::string(field)).type_name();
   }
-  return make_error(protocol::code::bad_request, std::move(message));
+  return make_error(ErrorCode::bad_request, std::move(message));
 }
 
 // Reads a required string field.
@@ -89,7 +89,7 @@ json CompileJob::to_json() const {
 
 Result<CompileJob> CompileJob::from_json(const json& j) {
   if (!j.is_object()) {
-    return make_error(protocol::code::bad_request,
+    return make_error(ErrorCode::bad_request,
                       std::string(k_job) + ": expected a JSON object, found " + j.type_name());
   }
   CompileJob job;
@@ -136,7 +136,7 @@ Result<CompileJob> CompileJob::from_json(const json& j) {
     }
     for (const auto& [name, value] : it->items()) {
       if (!value.is_number_integer()) {
-        return make_error(protocol::code::bad_request,
+        return make_error(ErrorCode::bad_request,
                           std::string(k_job) + ": field 'defines." + name +
                               "' must be an integer, found " + value.type_name());
       }
@@ -165,7 +165,7 @@ json CompileOutcome::to_json() const {
 
 Result<CompileOutcome> CompileOutcome::from_json(const json& j) {
   if (!j.is_object()) {
-    return make_error(protocol::code::bad_request,
+    return make_error(ErrorCode::bad_request,
                       std::string(k_outcome) + ": expected a JSON object, found " + j.type_name());
   }
   CompileOutcome outcome;
@@ -173,7 +173,7 @@ Result<CompileOutcome> CompileOutcome::from_json(const json& j) {
   if (!status_text) return status_text.error();
   auto status = parse_candidate_status(*status_text);
   if (!status) {
-    return make_error(protocol::code::bad_request,
+    return make_error(ErrorCode::bad_request,
                       std::string(k_outcome) + ": field 'status' is not a candidate status: '" +
                           *status_text + "'");
   }
@@ -213,7 +213,7 @@ Result<CompileOutcome> CompileOutcome::from_json(const json& j) {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null()) continue;
     if (!it->is_number_integer()) {
-      return make_error(protocol::code::bad_request, std::string(k_outcome) + ": field '" + key +
+      return make_error(ErrorCode::bad_request, std::string(k_outcome) + ": field '" + key +
                                                          "' must be an integer, found " +
                                                          it->type_name());
     }
@@ -221,7 +221,7 @@ Result<CompileOutcome> CompileOutcome::from_json(const json& j) {
   }
   if (outcome.status == CandidateStatus::ok && outcome.artifact_path.empty()) {
     return make_error(
-        protocol::code::bad_request,
+        ErrorCode::bad_request,
         std::string(k_outcome) +
             ": field 'artifact_path' is missing (expected a string when status is ok)");
   }

@@ -11,7 +11,7 @@ namespace {
 using nlohmann::json;
 
 Error field_error(const std::string& field, std::string_view expected, const json& found) {
-  return make_error(protocol::code::bad_request, "bench job: field '" + field + "': expected " +
+  return make_error(ErrorCode::bad_request, "bench job: field '" + field + "': expected " +
                                                      std::string(expected) + ", found " + found.dump());
 }
 
@@ -33,7 +33,7 @@ Result<void> read_dim3(const json& j, const std::string& field, const char* key,
   const auto it = j.find(key);
   const std::string name = field + "." + key;
   if (it == j.end()) {
-    return make_error(protocol::code::bad_request, "bench job: field '" + name + "' is missing");
+    return make_error(ErrorCode::bad_request, "bench job: field '" + name + "' is missing");
   }
   if (!it->is_array() || it->size() != 3) return field_error(name, "an array of 3 integers", *it);
   for (std::size_t i = 0; i < 3; ++i) {
@@ -75,7 +75,7 @@ Result<CudaLaunch> make_cuda_launch(const KernelSpec& spec, const Shape& shape, 
   const std::string where =
       "kernel " + spec.name + " at " + shape.to_string() + " config " + config_to_string(config);
   if (!spec.launch) {
-    return make_error(protocol::code::spec_error, where + ": [launch]: missing (required for a CUDA launch)");
+    return make_error(ErrorCode::spec_error, where + ": [launch]: missing (required for a CUDA launch)");
   }
   std::vector<std::string> variables = spec.shape_dims;
   for (const auto& param : spec.params) variables.push_back(param.name);
@@ -90,7 +90,7 @@ Result<CudaLaunch> make_cuda_launch(const KernelSpec& spec, const Shape& shape, 
   };
   const auto out_of_range = [&](const std::string& key, const std::string& text, std::int64_t value,
                                 const std::string& expected) {
-    return make_error("invalid_config", where + ": " + key + " '" + text + "' = " + std::to_string(value) +
+    return make_error(ErrorCode::bad_launch, where + ": " + key + " '" + text + "' = " + std::to_string(value) +
                                             ": expected " + expected);
   };
 
@@ -118,7 +118,7 @@ Result<CudaLaunch> make_cuda_launch(const KernelSpec& spec, const Shape& shape, 
     launch.block[i] = block.value();
   }
   if (launch.threads_per_block() > k_cuda_max_threads_per_block) {
-    return make_error("invalid_config",
+    return make_error(ErrorCode::bad_launch,
                       where + ": [launch].block: " + std::to_string(launch.block[0]) + "x" +
                           std::to_string(launch.block[1]) + "x" + std::to_string(launch.block[2]) + " = " +
                           std::to_string(launch.threads_per_block()) + " threads: expected at most " +

@@ -49,9 +49,9 @@ Result<std::string> dtype_c_type(std::string_view dtype) {
   if (dtype == "i32") return std::string("int32_t");
   if (dtype == "i64") return std::string("int64_t");
   if (dtype == "f16") {
-    return make_error(protocol::code::bad_dtype, "f16 is not supported by the host compiler");
+    return make_error(ErrorCode::bad_dtype, "f16 is not supported by the host compiler");
   }
-  return make_error(protocol::code::bad_dtype, "unknown dtype '" + std::string(dtype) +
+  return make_error(ErrorCode::bad_dtype, "unknown dtype '" + std::string(dtype) +
                                                    "' (expected f32, f64, i32, i64 or f16)");
 }
 
@@ -59,7 +59,7 @@ Result<std::size_t> dtype_size(std::string_view dtype) {
   if (dtype == "f32" || dtype == "i32") return std::size_t{4};
   if (dtype == "f64" || dtype == "i64") return std::size_t{8};
   if (dtype == "f16") return std::size_t{2};
-  return make_error(protocol::code::bad_dtype, "unknown dtype '" + std::string(dtype) +
+  return make_error(ErrorCode::bad_dtype, "unknown dtype '" + std::string(dtype) +
                                                    "' (expected f32, f64, i32, i64 or f16)");
 }
 

@@ -109,7 +109,7 @@ Result<void> confined_angle_includes(const fs::path& spec_file, const fs::path& 
       return part == "..";
     });
     if (path.is_absolute() || climbs) {
-      return make_error(protocol::code::spec_error,
+      return make_error(ErrorCode::spec_error,
                         spec_file.string() + ": [kernel].source: #include <" + clip_quoted(name) +
                             "> in " + file.string() + " names a file outside the include path " +
                             "(an absolute path or '..'); include system headers by their plain "
@@ -188,7 +188,7 @@ Result<void> hash_includes(Hasher& hasher, const fs::path& spec_file, const fs::
     if (found.empty()) continue;
     fs::path real;
     if (!resolves_inside(boundary.dir, found, real)) {
-      return make_error(protocol::code::spec_error,
+      return make_error(ErrorCode::spec_error,
                         spec_file.string() + ": [kernel].source: #include \"" + name + "\" in " +
                             file.string() + " resolves to " +
                             (real.empty() ? found.string() : real.string()) + ", outside " +
@@ -199,7 +199,7 @@ Result<void> hash_includes(Hasher& hasher, const fs::path& spec_file, const fs::
     bool too_large = false;
     if (!read_text(found, header, reason, reading, SpecLimits::max_source_bytes, &too_large)) {
       if (too_large) {
-        return make_error(k_spec_too_large, spec_file.string() + ": [kernel].source: #include \"" +
+        return make_error(ErrorCode::spec_too_large, spec_file.string() + ": [kernel].source: #include \"" +
                                                 name + "\" in " + file.string() + ": " + reason);
       }
       continue;
@@ -251,7 +251,7 @@ Result<void> load_reference(KernelSpec& spec, LoadedKernel& kernel, const Bounda
   std::string text, reason;
   bool too_large = false;
   if (!read_text(source, text, reason, reading, SpecLimits::max_source_bytes, &too_large)) {
-    return make_error(too_large ? k_spec_too_large : protocol::code::spec_error,
+    return make_error(too_large ? ErrorCode::spec_too_large : ErrorCode::spec_error,
                       where + "[check].source: '" + spec.check.source + "' cannot be read at " +
                           source.string() + ": " + reason +
                           " (fix: name the file that defines " + spec.check.function +
@@ -259,14 +259,14 @@ Result<void> load_reference(KernelSpec& spec, LoadedKernel& kernel, const Bounda
   }
   fs::path real;
   if (!resolves_inside(boundary.dir, source, real)) {
-    return make_error(protocol::code::spec_error,
+    return make_error(ErrorCode::spec_error,
                       where + "[check].source: '" + spec.check.source + "' resolves to " +
                           (real.empty() ? source.string() : real.string()) + ", outside " +
                           boundary.what + " " + boundary.dir.string());
   }
   auto signature = find_signature(text, spec.check.function);
   if (!signature) {
-    return make_error(protocol::code::spec_error,
+    return make_error(ErrorCode::spec_error,
                       where + "[check].function: " + source.string() + ": " +
                           signature.error().message + " (fix: define void " +
                           spec.check.function + "(...) with the kernel's parameters there)");
@@ -308,7 +308,7 @@ Result<LoadedKernel> load_kernel_reading(const std::string& spec_path, const std
   bool too_large = false;
   if (!read_text(spec_file, spec_text, reason, reading, SpecLimits::max_spec_bytes, &too_large,
                  "max_spec_bytes")) {
-    return make_error(too_large ? k_spec_too_large : protocol::code::spec_error,
+    return make_error(too_large ? ErrorCode::spec_too_large : ErrorCode::spec_error,
                       spec_file.string() + ": cannot read the kernel spec: " + reason);
   }
   auto spec = parse_kernel_spec(spec_text, spec_file.string());
@@ -324,7 +324,7 @@ Result<LoadedKernel> load_kernel_reading(const std::string& spec_path, const std
   std::error_code exists_ec;
   if (fs::exists(source_file, exists_ec) &&
       !resolves_inside(boundary.dir, source_file, real_source)) {
-    return make_error(protocol::code::spec_error,
+    return make_error(ErrorCode::spec_error,
                       kernel.spec_path + ": [kernel].source: '" + spec->source + "' resolves to " +
                           (real_source.empty() ? kernel.source_path : real_source.string()) +
                           ", outside " + boundary.what + " " + boundary.dir.string());
@@ -333,7 +333,7 @@ Result<LoadedKernel> load_kernel_reading(const std::string& spec_path, const std
   std::string source_text;
   if (spec->source.empty() ||
       !read_text(source_file, source_text, reason, reading, SpecLimits::max_source_bytes, &too_large)) {
-    return make_error(too_large ? k_spec_too_large : protocol::code::spec_error,
+    return make_error(too_large ? ErrorCode::spec_too_large : ErrorCode::spec_error,
                       kernel.spec_path + ": [kernel].source: '" + spec->source +
                           "' cannot be read at " + kernel.source_path + ": " +
                           (spec->source.empty() ? std::string("empty name") : reason));
@@ -353,7 +353,7 @@ Result<LoadedKernel> load_kernel_reading(const std::string& spec_path, const std
   if (spec->signature_text == "source") {
     auto signature = find_signature(source_text, spec->entry);
     if (!signature) {
-      return make_error(protocol::code::spec_error,
+      return make_error(ErrorCode::spec_error,
                         kernel.spec_path + ":" + std::to_string(spec->signature_line) +
                             ": [kernel].signature: \"source\", but " + kernel.source_path + ": " +
                             signature.error().message + " (fix: declare void " + spec->entry +
@@ -376,7 +376,7 @@ Result<LoadedKernel> load_kernel_reading(const std::string& spec_path, const std
     const fs::path path = (spec_file.parent_path() / file).lexically_normal();
     const fs::path relative = path.lexically_relative(boundary.dir);
     if (relative.empty() || *relative.begin() == "..") {
-      return make_error(protocol::code::spec_error,
+      return make_error(ErrorCode::spec_error,
                         kernel.spec_path + ": " + key + ": '" + file + "' leads outside " +
                             boundary.what + " " + boundary.dir.string());
     }
@@ -408,7 +408,7 @@ Result<LoadedKernel> load_kernel(const std::string& spec_path, const std::string
   Reading reading;
   auto kernel = load_kernel_reading(spec_path, kernel_dir, reading);
   if (!kernel && reading.short_of_resources) {
-    kernel = make_error(protocol::code::out_of_resources,
+    kernel = make_error(ErrorCode::out_of_resources,
                         kernel.error().message + " (the process is short of file descriptors or "
                         "memory; the family is read again later)");
   }
@@ -521,7 +521,7 @@ void KernelRegistry::load(const std::vector<std::string>& dirs) {
       if (!inserted) {
         m_broken.push_back(BrokenKernel{
             kernel->spec_path,
-            make_error(protocol::code::spec_error,
+            make_error(ErrorCode::spec_error,
                        kernel->spec_path + ": [kernel].name: '" + kernel->spec.name + "' (" +
                            std::string(to_string(kernel->spec.language)) +
                            ") is already defined by " + it->second.spec_path)});
@@ -548,7 +548,7 @@ Result<LoadedKernel> KernelRegistry::install(const std::string& name, const std:
                                              Result<LoadedKernel> kernel,
                                              std::vector<FileStamp> inputs) {
   const std::string path = normalized_path(spec_path);
-  if (!kernel && kernel.error().code == protocol::code::out_of_resources) {
+  if (!kernel && kernel.error().code == ErrorCode::out_of_resources) {
     // Passing trouble of the host: the family as it was loaded last, else the error; never
     // recorded as broken.
     for (const auto& [key, loaded] : m_kernels) {
@@ -582,7 +582,7 @@ Result<LoadedKernel> KernelRegistry::find(const std::string& name, Language lang
 Result<LoadedKernel> KernelRegistry::find_impl(const std::string& name,
                                                std::optional<Language> language) {
   if (name.size() > k_max_family_name) {
-    return make_error(protocol::code::unknown_kernel,
+    return make_error(ErrorCode::unknown_kernel,
                       "unknown kernel '" + clip_quoted(name) + "': a family name has at most " +
                           std::to_string(k_max_family_name) + " characters");
   }
@@ -621,7 +621,7 @@ Result<LoadedKernel> KernelRegistry::find_impl(const std::string& name,
   }
   const std::string which =
       language ? " written in " + std::string(to_string(*language)) : std::string();
-  return make_error(protocol::code::unknown_kernel,
+  return make_error(ErrorCode::unknown_kernel,
                     "unknown kernel '" + clip_quoted(name) + "': no family with that name" + which + " in " +
                         (m_dirs.empty() ? std::string("(no kernel directories configured)")
                                         : "the kernel directories " + join(m_dirs) +
@@ -649,7 +649,7 @@ Result<CompileJob> make_compile_job(const LoadedKernel& kernel, const Config& co
                                     const std::string& dtype, const std::string& cache_dir) {
   const auto& dtypes = kernel.spec.dtypes;
   if (std::find(dtypes.begin(), dtypes.end(), dtype) == dtypes.end()) {
-    return make_error(protocol::code::bad_dtype, "kernel '" + kernel.spec.name +
+    return make_error(ErrorCode::bad_dtype, "kernel '" + kernel.spec.name +
                                                      "' does not support dtype '" + dtype +
                                                      "' (its dtypes: " + join(dtypes) + ")");
   }
@@ -674,7 +674,7 @@ Result<CompileJob> make_compile_job(const LoadedKernel& kernel, const Config& co
 Result<CompileJob> make_reference_compile_job(const LoadedKernel& kernel, const std::string& dtype,
                                               const std::string& cache_dir) {
   if (!kernel.reference_signature) {
-    return make_error(protocol::code::spec_error,
+    return make_error(ErrorCode::spec_error,
                       kernel.spec_path + ": [check]: the family has no reference function");
   }
   auto job = make_compile_job(kernel, {}, dtype, cache_dir);

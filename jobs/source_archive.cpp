@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 constexpr const char* k_manifest = "manifest.json";
 constexpr const char* k_files = "files";
 
-Error io_error(const std::string& message) { return make_error("io_error", message); }
+Error io_error(const std::string& message) { return make_error(ErrorCode::io_error, message); }
 
 // A source hash is what names an entry: hex digits only, so that it can never leave the root.
 bool is_hash(const std::string& text) {
@@ -137,7 +137,7 @@ Result<std::optional<LoadedKernel>> load_archived_kernel(const std::string& root
   auto kernel = load_kernel(spec.string(), files.string());
   if (!kernel) return kernel.error();
   if (kernel->source_hash != source_hash) {
-    return make_error("archive_mismatch", "the archived sources in " + entry.string() +
+    return make_error(ErrorCode::source_changed, "the archived sources in " + entry.string() +
                                               " hash to " + kernel->source_hash + ", not " +
                                               source_hash);
   }

@@ -29,7 +29,7 @@ namespace ktune {
 [[nodiscard]] Result<bool> archive_kernel(const LoadedKernel& kernel, const std::string& root);
 
 // The family as it was at `source_hash`, loaded from its copy; nullopt when the archive has none.
-// Errors: spec_error (the copy no longer loads), archive_mismatch (it loads to another hash: the
+// Errors: spec_error (the copy no longer loads), source_changed (it loads to another hash: the
 // archive was tampered with), io_error (an unreadable manifest).
 [[nodiscard]] Result<std::optional<LoadedKernel>> load_archived_kernel(const std::string& root,
                                                                        const std::string& source_hash);

@@ -30,19 +30,19 @@ Result<std::string> read_all(gzFile file, const std::string& name, std::size_t m
     if (n < 0) {
       int code = 0;
       const char* message = gzerror(file, &code);
-      return make_error("io_error", name + ": cannot read: " +
+      return make_error(ErrorCode::io_error, name + ": cannot read: " +
                                         (code == Z_ERRNO ? std::string(std::strerror(errno)) : std::string(message)));
     }
     if (n == 0) break;
     if (out.size() + static_cast<std::size_t>(n) > max_bytes) {
-      return make_error("io_error", name + ": larger than " + std::to_string(max_bytes) + " bytes (decompressed)");
+      return make_error(ErrorCode::io_error, name + ": larger than " + std::to_string(max_bytes) + " bytes (decompressed)");
     }
     out.append(buffer, static_cast<std::size_t>(n));
   }
   // A gzip stream cut short reads as end of file; gzerror tells the difference.
   int code = 0;
   const char* message = gzerror(file, &code);
-  if (code != Z_OK && code != Z_STREAM_END) return make_error("io_error", name + ": cannot read: " + message);
+  if (code != Z_OK && code != Z_STREAM_END) return make_error(ErrorCode::io_error, name + ": cannot read: " + message);
   return out;
 }
 
@@ -53,7 +53,7 @@ Result<std::string> read_text_file(const std::string& path, std::size_t max_byte
   errno = 0;
   GzFile file(gzopen(path.c_str(), "rb"));
   if (!file) {
-    return make_error("io_error", path + ": cannot open: " + (errno != 0 ? std::strerror(errno) : "out of memory"));
+    return make_error(ErrorCode::io_error, path + ": cannot open: " + (errno != 0 ? std::strerror(errno) : "out of memory"));
   }
   return read_all(file.get(), path, max_bytes);
 }
@@ -63,26 +63,26 @@ Result<std::string> decode_text(std::string_view bytes, std::string_view label, 
   // that reads files from disk (gzip detection, concatenated members, truncation errors).
   const std::string name(label);
   const int fd = memfd_create("ktune-record", MFD_CLOEXEC);
-  if (fd < 0) return make_error("io_error", name + ": cannot create an in-memory file: " + std::strerror(errno));
+  if (fd < 0) return make_error(ErrorCode::io_error, name + ": cannot create an in-memory file: " + std::strerror(errno));
   for (std::size_t written = 0; written < bytes.size();) {
     const ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const std::string reason = n < 0 ? std::strerror(errno) : "nothing written";
       close(fd);
-      return make_error("io_error", name + ": cannot buffer " + std::to_string(bytes.size()) + " bytes: " + reason);
+      return make_error(ErrorCode::io_error, name + ": cannot buffer " + std::to_string(bytes.size()) + " bytes: " + reason);
     }
     written += static_cast<std::size_t>(n);
   }
   if (lseek(fd, 0, SEEK_SET) != 0) {
     const std::string reason = std::strerror(errno);
     close(fd);
-    return make_error("io_error", name + ": cannot rewind the in-memory file: " + reason);
+    return make_error(ErrorCode::io_error, name + ": cannot rewind the in-memory file: " + reason);
   }
   GzFile file(gzdopen(fd, "rb")); // owns fd from here on
   if (!file) {
     close(fd);
-    return make_error("io_error", name + ": cannot open: out of memory");
+    return make_error(ErrorCode::io_error, name + ": cannot open: out of memory");
   }
   return read_all(file.get(), name, max_bytes);
 }

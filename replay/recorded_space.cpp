@@ -21,7 +21,7 @@ namespace {
 constexpr double k_failure_time_ms = 1e10;
 
 Error record_error(std::string_view label, const std::string& message) {
-  return make_error("bad_record", std::string(label) + ": " + message);
+  return make_error(ErrorCode::bad_record, std::string(label) + ": " + message);
 }
 
 std::string type_name(const json& v) { return v.type_name(); }
@@ -347,7 +347,7 @@ Result<RecordedSpace> parse_kerneltuner_cache(const json& root, std::string_view
       return record_error(label, "objective: expected a string, found " + type_name(*it));
     }
     if (*it != "time") {
-      return make_error("unsupported_objective",
+      return make_error(ErrorCode::unsupported_objective,
                         std::string(label) + ": objective \"" + it->get<std::string>() +
                             "\" is not supported: replay compares run times (objective \"time\", "
                             "minimised); a \"score\" (hyper-parameter sweeps) is maximised and may be negative");

@@ -74,7 +74,7 @@ Result<ReplayRun> replay_run_for(const RecordedSpace& recorded, const std::strin
                                  std::chrono::milliseconds simulated, std::uint64_t seed, std::size_t batch,
                                  const search::Prior& prior) {
   if (recorded.cost_ms.size() != recorded.time_ms.size()) {
-    return make_error("no_cost", recorded.label + " records no compile and benchmark time to charge a time budget (" +
+    return make_error(ErrorCode::no_cost, recorded.label + " records no compile and benchmark time to charge a time budget (" +
                                      recorded.cost_missing + "); give the budget in evaluations instead");
   }
   return run_within(recorded, strategy, search::Budget{std::nullopt, std::nullopt, simulated, std::nullopt}, seed,
@@ -101,7 +101,7 @@ Result<search::PriorSource> prior_source(const RecordedSpace& target, const Reco
       for (const auto& name : n) out += (out.empty() ? "" : ",") + name;
       return out;
     };
-    return make_error("bad_prior", "prior " + source.label + " has the params " + list(names(from)) + ", " +
+    return make_error(ErrorCode::bad_prior, "prior " + source.label + " has the params " + list(names(from)) + ", " +
                                        target.label + " has " + list(names(to)) +
                                        ": a prior must be a recording of the same kernel");
   }
@@ -150,12 +150,12 @@ std::vector<std::size_t> even_checkpoints(std::size_t budget, std::size_t steps)
 
 Result<ReplayReport> run_replay(const RecordedSpace& recorded, const ReplayOptions& options) {
   if (options.budget == 0 && !options.time_budget) {
-    return make_error("bad_budget", "replay: expected a budget of at least 1 evaluation");
+    return make_error(ErrorCode::bad_budget, "replay: expected a budget of at least 1 evaluation");
   }
-  if (options.repeats == 0) return make_error("bad_budget", "replay: expected at least 1 repeat");
-  if (options.batch == 0) return make_error("bad_budget", "replay: expected a batch of at least 1 config");
+  if (options.repeats == 0) return make_error(ErrorCode::bad_budget, "replay: expected at least 1 repeat");
+  if (options.batch == 0) return make_error(ErrorCode::bad_budget, "replay: expected a batch of at least 1 config");
   if (options.time_budget && options.time_budget->count() <= 0) {
-    return make_error("bad_budget", "replay: expected a time budget of more than 0 ms");
+    return make_error(ErrorCode::bad_budget, "replay: expected a time budget of more than 0 ms");
   }
   ReplayReport report;
   report.strategy = options.strategy;
@@ -167,7 +167,7 @@ Result<ReplayReport> run_replay(const RecordedSpace& recorded, const ReplayOptio
     if (times.empty()) times.push_back(*options.time_budget);
     for (std::size_t i = 0; i < times.size(); ++i) {
       if (times[i].count() <= 0 || times[i] > *options.time_budget || (i > 0 && times[i] <= times[i - 1])) {
-        return make_error("bad_budget", "replay: time checkpoints must ascend within (0, " +
+        return make_error(ErrorCode::bad_budget, "replay: time checkpoints must ascend within (0, " +
                                             std::to_string(options.time_budget->count()) + "] ms, found " +
                                             std::to_string(times[i].count()) + " at position " + std::to_string(i));
       }
@@ -179,7 +179,7 @@ Result<ReplayReport> run_replay(const RecordedSpace& recorded, const ReplayOptio
     for (std::size_t i = 0; i < checkpoints.size(); ++i) {
       if (checkpoints[i] == 0 || checkpoints[i] > options.budget ||
           (i > 0 && checkpoints[i] <= checkpoints[i - 1])) {
-        return make_error("bad_budget", "replay: checkpoints must ascend within [1, " +
+        return make_error(ErrorCode::bad_budget, "replay: checkpoints must ascend within [1, " +
                                             std::to_string(options.budget) + "], found " +
                                             std::to_string(checkpoints[i]) + " at position " + std::to_string(i));
       }

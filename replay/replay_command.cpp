@@ -47,12 +47,12 @@ int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, s
   };
   const auto& names = search::strategy_names();
   if (std::find(names.begin(), names.end(), options.strategy) == names.end()) {
-    return fail(make_error("unknown_strategy", "unknown strategy '" + options.strategy + "'; expected one of: " +
+    return fail(make_error(ErrorCode::unknown_strategy, "unknown strategy '" + options.strategy + "'; expected one of: " +
                                                    strategy_list()),
                 k_exit_usage);
   }
-  if (options.repeats == 0) return fail(make_error("bad_repeats", "--repeats: expected at least 1"), k_exit_usage);
-  if (options.batch == 0) return fail(make_error("bad_batch", "--batch: expected at least 1"), k_exit_usage);
+  if (options.repeats == 0) return fail(make_error(ErrorCode::bad_repeats, "--repeats: expected at least 1"), k_exit_usage);
+  if (options.batch == 0) return fail(make_error(ErrorCode::bad_batch, "--batch: expected at least 1"), k_exit_usage);
 
   auto text = read_text_file(options.file);
   if (!text) return fail(text.error(), k_exit_error);
@@ -84,7 +84,7 @@ int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, s
     auto time_budget = search::parse_time_budget(options.budget);
     if (!time_budget) return fail(time_budget.error(), k_exit_usage);
     if (recorded->cost_ms.empty()) {
-      return fail(make_error("no_cost", label + " records no compile and benchmark time (" + recorded->cost_missing +
+      return fail(make_error(ErrorCode::no_cost, label + " records no compile and benchmark time (" + recorded->cost_missing +
                                             "): a time budget such as " + options.budget +
                                             " needs them; give the budget in evaluations or as a percentage"),
                   k_exit_usage);

@@ -29,7 +29,7 @@ Result<std::int64_t> parse_id(std::string_view text, std::string_view item) {
   const auto* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (text.empty() || ec != std::errc{} || ptr != end || value < 1) {
-    return make_error("bad_job_list", "job list item '" + std::string(item) +
+    return make_error(ErrorCode::bad_job_list, "job list item '" + std::string(item) +
                                           "': expected a job id >= 1 or a range like 3-7, found '" +
                                           std::string(text) + "'");
   }
@@ -300,7 +300,7 @@ Result<std::vector<std::int64_t>> parse_job_list(std::string_view text) {
   std::vector<std::int64_t> ids;
   std::set<std::int64_t> seen;
   if (trim(text).empty()) {
-    return make_error("bad_job_list", "expected a job id, a comma list or a range (3,5,9-12), "
+    return make_error(ErrorCode::bad_job_list, "expected a job id, a comma list or a range (3,5,9-12), "
                                       "found an empty job list");
   }
   std::size_t start = 0;
@@ -309,7 +309,7 @@ Result<std::vector<std::int64_t>> parse_job_list(std::string_view text) {
     const std::string_view item = trim(text.substr(start, comma - start));
     start = comma + 1;
     if (item.empty()) {
-      return make_error("bad_job_list", "job list '" + std::string(text) +
+      return make_error(ErrorCode::bad_job_list, "job list '" + std::string(text) +
                                             "' has an empty item; expected ids or ranges "
                                             "separated by commas");
     }
@@ -322,7 +322,7 @@ Result<std::vector<std::int64_t>> parse_job_list(std::string_view text) {
       low = *first;
       high = *last;
       if (low > high) {
-        return make_error("bad_job_list", "job range '" + std::string(item) +
+        return make_error(ErrorCode::bad_job_list, "job range '" + std::string(item) +
                                               "' runs backwards; expected low-high with low <= high");
       }
     } else {
@@ -331,7 +331,7 @@ Result<std::vector<std::int64_t>> parse_job_list(std::string_view text) {
       low = high = *id;
     }
     if (static_cast<std::uint64_t>(high - low) >= k_max_report_jobs) {
-      return make_error("bad_job_list", "job range '" + std::string(item) + "' holds more than " +
+      return make_error(ErrorCode::bad_job_list, "job range '" + std::string(item) + "' holds more than " +
                                             std::to_string(k_max_report_jobs) +
                                             " jobs, the most one report shows");
     }
@@ -339,7 +339,7 @@ Result<std::vector<std::int64_t>> parse_job_list(std::string_view text) {
       if (seen.insert(id).second) ids.push_back(id);
     }
     if (ids.size() > k_max_report_jobs) {
-      return make_error("bad_job_list", "job list '" + std::string(text) + "' names " +
+      return make_error(ErrorCode::bad_job_list, "job list '" + std::string(text) + "' names " +
                                             std::to_string(ids.size()) + " jobs or more; one "
                                             "report shows at most " +
                                             std::to_string(k_max_report_jobs));
@@ -355,7 +355,7 @@ Result<std::vector<JobData>> load_jobs(const Store& store, const std::vector<std
     auto job = store.get_job(id);
     if (!job) return job.error();
     if (!job->has_value()) {
-      return make_error("unknown_job", "job " + std::to_string(id) + " is not in the database " +
+      return make_error(ErrorCode::unknown_job, "job " + std::to_string(id) + " is not in the database " +
                                            store.path() + " (see `ktune jobs`)");
     }
     JobData data;

@@ -24,6 +24,7 @@ packages=(
   python3-yaml          # the Kubernetes files check (tests/packaging/check_k8s.py)
   python3-venv python3-setuptools  # pip install of the Python client into a venv, offline
   help2man              # the man pages of ktune and ktuned
+  universal-ctags       # scripts/long-functions.py (a lint test)
   dpkg-dev lintian      # `make package` (dpkg-shlibdeps) and its check in tests/packaging
   mmdebstrap zstd       # the clean Debian root the packages are installed in (tests/packaging)
   chromium              # renders `ktune report` pages headless in tests/report

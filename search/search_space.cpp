@@ -8,7 +8,7 @@ namespace ktune::search {
 
 namespace {
 
-Error space_error(std::string message) { return make_error("bad_space", std::move(message)); }
+Error space_error(std::string message) { return make_error(ErrorCode::bad_space, std::move(message)); }
 
 } // namespace
 

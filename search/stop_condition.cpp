@@ -10,7 +10,7 @@ namespace ktune::search {
 Result<std::size_t> parse_evaluation_budget(std::string_view text, std::size_t valid_configs) {
   const std::string shown(text);
   auto bad = [&](const std::string& why) {
-    return make_error("bad_budget", "budget '" + shown + "': " + why);
+    return make_error(ErrorCode::bad_budget, "budget '" + shown + "': " + why);
   };
   if (text.empty()) {
     return bad("expected a number of evaluations (e.g. 200), a percentage (e.g. 2%) or seconds (e.g. 60s), found nothing");
@@ -40,7 +40,7 @@ bool is_time_budget(std::string_view text) { return !text.empty() && text.back()
 Result<std::chrono::milliseconds> parse_time_budget(std::string_view text) {
   const std::string shown(text);
   auto bad = [&](const std::string& why) {
-    return make_error("bad_budget", "budget '" + shown + "': " + why);
+    return make_error(ErrorCode::bad_budget, "budget '" + shown + "': " + why);
   };
   if (!is_time_budget(text)) return bad("expected seconds such as 60s or 1.5s");
   text.remove_suffix(1);

@@ -42,16 +42,16 @@ std::vector<std::size_t> Strategy::propose(std::size_t max_batch) {
 
 Result<void> Strategy::observe(std::size_t config, std::optional<double> time_ms) {
   if (config >= m_space.size()) {
-    return make_error("bad_observation", "observe: config " + std::to_string(config) +
+    return make_error(ErrorCode::bad_observation, "observe: config " + std::to_string(config) +
                                              " is not in the search space (size " + std::to_string(m_space.size()) + ")");
   }
   if (m_state[config] != State::pending) {
-    return make_error("bad_observation", "observe: config " + std::to_string(config) + " is not outstanding (" +
+    return make_error(ErrorCode::bad_observation, "observe: config " + std::to_string(config) + " is not outstanding (" +
                                              (m_state[config] == State::unproposed ? "never proposed" : "already observed") +
                                              ")");
   }
   if (time_ms && !(std::isfinite(*time_ms) && *time_ms > 0)) {
-    return make_error("bad_observation", "observe: config " + std::to_string(config) +
+    return make_error(ErrorCode::bad_observation, "observe: config " + std::to_string(config) +
                                              ": expected a finite time > 0 ms, found " + std::to_string(*time_ms));
   }
   ++m_observed;
@@ -113,7 +113,7 @@ Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, const Sea
   if (name == "bayes") return make_bayes(space, seed, prior);
   std::string known;
   for (const auto& n : strategy_names()) known += (known.empty() ? "" : ", ") + n;
-  return make_error("unknown_strategy", "unknown strategy '" + std::string(name) + "'; expected one of: " + known);
+  return make_error(ErrorCode::unknown_strategy, "unknown strategy '" + std::string(name) + "'; expected one of: " + known);
 }
 
 } // namespace ktune::search

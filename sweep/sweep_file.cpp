@@ -19,12 +19,12 @@ public:
   explicit Reader(std::string where) : m_where(std::move(where)) {}
 
   [[nodiscard]] Error error(const std::string& key, const std::string& message) const {
-    return make_error("sweep_error", m_where + ": " + key + ": " + message);
+    return make_error(ErrorCode::sweep_error, m_where + ": " + key + ": " + message);
   }
   [[nodiscard]] Error error_at(const toml::node& node, const std::string& key,
                                const std::string& message) const {
     const auto& at = node.source().begin;
-    return make_error("sweep_error", m_where + ":" + std::to_string(at.line) + ": " + key + ": " +
+    return make_error(ErrorCode::sweep_error, m_where + ":" + std::to_string(at.line) + ": " + key + ": " +
                                          message);
   }
   [[nodiscard]] const std::string& where() const { return m_where; }
@@ -231,7 +231,7 @@ Result<void> expand_kernel(const toml::table& table, std::size_t position, const
 
 Result<Shard> parse_shard(std::string_view text) {
   const auto bad = [&] {
-    return make_error("bad_shard", "expected a shard as i/N with 1 <= i <= N (e.g. 1/4), found '" +
+    return make_error(ErrorCode::bad_shard, "expected a shard as i/N with 1 <= i <= N (e.g. 1/4), found '" +
                                        std::string(text) + "'");
   };
   const auto slash = text.find('/');
@@ -253,7 +253,7 @@ Result<Sweep> parse_sweep(std::string_view text, const std::string& where) {
     root = toml::parse(text, where);
   } catch (const toml::parse_error& error) {
     const auto& at = error.source().begin;
-    return make_error("sweep_error", where + ":" + std::to_string(at.line) + ":" +
+    return make_error(ErrorCode::sweep_error, where + ":" + std::to_string(at.line) + ":" +
                                          std::to_string(at.column) + ": " +
                                          std::string(error.description()));
   }
@@ -295,7 +295,7 @@ Result<Sweep> parse_sweep(std::string_view text, const std::string& where) {
 
 Result<Sweep> load_sweep(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("sweep_error", "cannot read sweep file " + path);
+  if (!in) return make_error(ErrorCode::sweep_error, "cannot read sweep file " + path);
   std::ostringstream text;
   text << in.rdbuf();
   return parse_sweep(text.str(), path);

@@ -132,7 +132,7 @@ bool is_identifier(std::string_view text) {
 
 Result<std::string> write_cpp_header(const Table& table, std::string_view name_space) {
   if (!is_identifier(name_space)) {
-    return make_error("invalid_table", "cpp-header: namespace '" + std::string(name_space) +
+    return make_error(ErrorCode::invalid_table, "cpp-header: namespace '" + std::string(name_space) +
                                            "' is not a C++ identifier");
   }
   std::string out = "// ktune tuned configurations: " + std::to_string(table.rows.size()) +
@@ -154,7 +154,7 @@ Result<std::string> write_cpp_header(const Table& table, std::string_view name_s
       bool first = true;
       for (auto it = row.config.begin(); it != row.config.end(); ++it) {
         if (!it.value().is_number_integer()) {
-          return make_error("invalid_table",
+          return make_error(ErrorCode::invalid_table,
                             "cpp-header: row " + std::to_string(i) + " (" + to_string(row.key()) +
                                 "): config." + it.key() + " is " + it.value().dump() +
                                 "; the header holds integer parameter values only");

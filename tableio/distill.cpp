@@ -366,7 +366,7 @@ std::vector<std::size_t> by_distance(const std::vector<DistillShape>& shapes,
 }
 
 Result<void> check_input(const DistillInput& in, const DistillOptions& options) {
-  auto bad = [](const std::string& what) { return make_error("bad_request", "distill: " + what); };
+  auto bad = [](const std::string& what) { return make_error(ErrorCode::bad_request, "distill: " + what); };
   if (options.max_configs == 0) return bad("max_configs must be at least 1");
   if (in.shapes.empty()) return bad("no tuned shapes");
   if (in.cells.size() != in.shapes.size()) return bad("cells has a row per shape");

@@ -52,19 +52,19 @@ Result<DistillKey> resolve_distill_key(const Store& store, const std::string& ke
     newest = DistillKey{kernel, dtype, w.fingerprint, w.source_hash, name->second};
   }
   if (dtypes.empty()) {
-    return make_error("not_found", "the store " + store.path() + " holds no winner of kernel '" +
+    return make_error(ErrorCode::not_found, "the store " + store.path() + " holds no winner of kernel '" +
                                        kernel + "': tune it at a few shapes first");
   }
   if (!dtypes.count(dtype)) {
     std::string list;
     for (const auto& d : dtypes) list += (list.empty() ? "" : ", ") + d;
-    return make_error("not_found", "kernel '" + kernel + "' is tuned in " + list + " only, not in " +
+    return make_error(ErrorCode::not_found, "kernel '" + kernel + "' is tuned in " + list + " only, not in " +
                                        dtype + " (store " + store.path() + ")");
   }
   if (!newest) {
     std::string list;
     for (const auto& d : tuned_on) list += (list.empty() ? "" : ", ") + d;
-    return make_error("not_found", "no winner of " + kernel + " " + dtype + " on device '" + device +
+    return make_error(ErrorCode::not_found, "no winner of " + kernel + " " + dtype + " on device '" + device +
                                        "' in " + store.path() + "; it is tuned on " + list);
   }
   return *newest;
@@ -81,7 +81,7 @@ Result<LoadedDistillInput> load_distill_input(const Store& store, const DistillK
     }
   }
   if (tuned.empty()) {
-    return make_error("not_found", "no winner of " + key.kernel + " " + key.dtype + " on " +
+    return make_error(ErrorCode::not_found, "no winner of " + key.kernel + " " + key.dtype + " on " +
                                        short_fp(key.fingerprint) + " (source " +
                                        short_fp(key.source_hash) + ") in " + store.path());
   }
@@ -98,7 +98,7 @@ Result<LoadedDistillInput> load_distill_input(const Store& store, const DistillK
     }
   }
   auto invalid = [&](const std::string& what) {
-    return make_error("invalid_table", "distill " + key.kernel + " " + key.dtype + " on " +
+    return make_error(ErrorCode::invalid_table, "distill " + key.kernel + " " + key.dtype + " on " +
                                            short_fp(key.fingerprint) + ": " + what);
   };
   auto first_config = nlohmann::ordered_json::parse(tuned.front().config, nullptr, false);

@@ -139,7 +139,7 @@ ordered_json buckets_json(const Group& group, const RuleDocument& doc, std::size
 }
 
 Error invalid(std::string_view where, const std::string& what) {
-  return make_error("invalid_table", std::string(where) + ": " + what);
+  return make_error(ErrorCode::invalid_table, std::string(where) + ": " + what);
 }
 
 } // namespace
@@ -192,7 +192,7 @@ Result<std::vector<EngineFile>> write_engine_json(const Table& table, const std:
     name += ",dtype=" + sanitize(group.dtype) + ",device_name=" + engine_device_name(first);
     const std::string file_name = name + ".json";
     if (auto [it, added] = taken.emplace(file_name, group.fingerprint + group.source_hash); !added) {
-      return make_error("invalid_table",
+      return make_error(ErrorCode::invalid_table,
                         "two tables would be written as " + file_name + " (devices " +
                             it->second.substr(0, 12) + "... and " + group.fingerprint.substr(0, 12) +
                             "..., or two sources of the kernel): export one device with --device "

@@ -24,7 +24,7 @@ constexpr std::string_view k_format_name = "ktune-table";
 constexpr std::string_view k_t4_schema_version = "1.0.0";
 
 Error invalid(std::string_view where, const std::string& path, const std::string& message) {
-  return make_error("invalid_table", std::string(where) + ": " + path + ": " + message);
+  return make_error(ErrorCode::invalid_table, std::string(where) + ": " + path + ": " + message);
 }
 
 std::string describe(const ordered_json& value) {
@@ -415,7 +415,7 @@ Result<ordered_json> parse_document(std::string_view text, std::string_view wher
   try {
     return ordered_json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    return make_error("invalid_table", std::string(where) + ": not JSON: " + e.what());
+    return make_error(ErrorCode::invalid_table, std::string(where) + ": not JSON: " + e.what());
   }
 }
 
@@ -525,7 +525,7 @@ Result<std::string> write_table(const Table& table, Format format) {
     case Format::cpp_header: return write_cpp_header(table);
     case Format::t4: return write_t4(table);
   }
-  return make_error("invalid_table", "unknown export format");
+  return make_error(ErrorCode::invalid_table, "unknown export format");
 }
 
 // ---- readers ----
@@ -533,7 +533,7 @@ Result<std::string> write_table(const Table& table, Format format) {
 Result<Table> table_from_json(const ordered_json& document, std::string_view where) {
   const Object top(document, where, "");
   if (!document.is_object()) {
-    return make_error("invalid_table", std::string(where) + ": expected a JSON object, found " +
+    return make_error(ErrorCode::invalid_table, std::string(where) + ": expected a JSON object, found " +
                                            describe(document));
   }
   std::string format;
@@ -568,7 +568,7 @@ Result<Table> table_from_json(const ordered_json& document, std::string_view whe
   }
   if (top.has("kernels")) KTUNE_TABLE_TRY(table.kernels, kernels_from_json(top.at("kernels"), where, "kernels"));
   if (auto ok = table.normalize(); !ok) {
-    return make_error("invalid_table", std::string(where) + ": " + ok.error().message);
+    return make_error(ErrorCode::invalid_table, std::string(where) + ": " + ok.error().message);
   }
   return table;
 }
@@ -584,7 +584,7 @@ namespace {
 Result<Table> t4_from_document(const ordered_json& document, std::string_view where,
                                const T4Defaults& defaults) {
   if (!document.is_object()) {
-    return make_error("invalid_table", std::string(where) + ": expected a T4 object, found " +
+    return make_error(ErrorCode::invalid_table, std::string(where) + ": expected a T4 object, found " +
                                            describe(document));
   }
   const Object top(document, where, "");
@@ -642,7 +642,7 @@ Result<Table> t4_from_document(const ordered_json& document, std::string_view wh
 
   if (foreign > 0 && best) {
     if (defaults.kernel.empty() || defaults.shape.empty() || defaults.dtype.empty()) {
-      return make_error("invalid_table",
+      return make_error(ErrorCode::invalid_table,
                         std::string(where) + ": the T4 results carry no kernel, shape or dtype "
                         "(no \"ktune\" object); give the kernel, shape and dtype they were tuned "
                         "for (ktune import --kernel K --shape S --dtype D)");
@@ -660,7 +660,7 @@ Result<Table> t4_from_document(const ordered_json& document, std::string_view wh
     table.rows.push_back(std::move(row));
   }
   if (auto ok = table.normalize(); !ok) {
-    return make_error("invalid_table", std::string(where) + ": " + ok.error().message);
+    return make_error(ErrorCode::invalid_table, std::string(where) + ": " + ok.error().message);
   }
   return table;
 }
@@ -680,7 +680,7 @@ Result<Table> read_table(std::string_view text, std::string_view where,
   if (document->is_object() && document->contains("format")) return table_from_json(*document, where);
   if (document->is_object() && document->contains("results")) return t4_from_document(*document, where, defaults);
   if (is_engine_json(*document)) return read_engine_json(*document, where);
-  return make_error("invalid_table",
+  return make_error(ErrorCode::invalid_table,
                     std::string(where) + ": expected a ktune table (\"format\": \"" +
                         std::string(k_format_name) + "\"), a T4 results file (\"results\") or an "
                         "engine-json file (\"metadata\"), found " + describe(*document));

@@ -97,7 +97,7 @@ std::string regret_line(const RuleDocument& doc) {
 }
 
 Error invalid(std::string_view where, const std::string& what) {
-  return make_error("invalid_rule", std::string(where) + ": " + what);
+  return make_error(ErrorCode::invalid_rule, std::string(where) + ": " + what);
 }
 
 // Reads the regret summary object of a document (the figures it needs back: the counts and the
@@ -161,7 +161,7 @@ Result<std::vector<ordered_json>> RuleDocument::ranking(std::string_view shape) 
   std::vector<std::int64_t> values;
   for (const auto& dim : rule.dims) {
     auto value = parsed->get(dim);
-    if (!value) return make_error("bad_shape", "shape '" + std::string(shape) + "' has no dim " + dim);
+    if (!value) return make_error(ErrorCode::bad_shape, "shape '" + std::string(shape) + "' has no dim " + dim);
     values.push_back(*value);
   }
   std::vector<ordered_json> out;
@@ -366,10 +366,10 @@ Result<RuleDocument> read_rule_json(std::string_view text, std::string_view wher
 Result<std::string> write_rule_cpp_header(const RuleDocument& doc, std::string name_space) {
   if (name_space.empty()) name_space = identifier("ktune_rule_" + doc.key.kernel + "_" + doc.key.dtype);
   for (const auto& name : doc.rule.params) {
-    if (cpp_reserved(name)) return make_error("invalid_rule", "param '" + name + "' of " + doc.key.kernel + " is a reserved name in C++ or in the header; it cannot be a field of Config");
+    if (cpp_reserved(name)) return make_error(ErrorCode::invalid_rule, "param '" + name + "' of " + doc.key.kernel + " is a reserved name in C++ or in the header; it cannot be a field of Config");
   }
   for (const auto& name : doc.rule.dims) {
-    if (cpp_reserved(name)) return make_error("invalid_rule", "dim '" + name + "' of " + doc.key.kernel + " is a reserved name in C++ or in the header; it cannot name a parameter of rank()");
+    if (cpp_reserved(name)) return make_error(ErrorCode::invalid_rule, "dim '" + name + "' of " + doc.key.kernel + " is a reserved name in C++ or in the header; it cannot name a parameter of rank()");
   }
   std::ostringstream out;
   out << "// ktune distilled rule: " << doc.key.kernel << ' ' << doc.key.dtype << " on "
@@ -423,7 +423,7 @@ Result<std::string> write_rule_cpp_header(const RuleDocument& doc, std::string n
 
 Result<std::string> write_rule_python(const RuleDocument& doc) {
   for (const auto& name : doc.rule.dims) {
-    if (python_reserved(name)) return make_error("invalid_rule", "dim '" + name + "' of " + doc.key.kernel + " is a reserved name in Python; it cannot name a parameter of rank()");
+    if (python_reserved(name)) return make_error(ErrorCode::invalid_rule, "dim '" + name + "' of " + doc.key.kernel + " is a reserved name in Python; it cannot name a parameter of rank()");
   }
   std::ostringstream out;
   out << "\"\"\"ktune distilled rule: " << doc.key.kernel << ' ' << doc.key.dtype << " on "
@@ -461,7 +461,7 @@ std::string rules_dir_name(std::string_view database_file_name) {
 Result<std::string> rule_file_name(const DistillKey& key) {
   for (const std::string* part : {&key.kernel, &key.dtype, &key.fingerprint}) {
     if (!safe_name_part(*part)) {
-      return make_error("invalid_rule", "'" + *part + "' cannot be part of a rule's file name "
+      return make_error(ErrorCode::invalid_rule, "'" + *part + "' cannot be part of a rule's file name "
                                         "(letters, digits, '_', '-' and '.', not first)");
     }
   }

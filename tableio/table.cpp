@@ -34,7 +34,7 @@ Result<void> Table::normalize() {
             [](const TableRow& a, const TableRow& b) { return a.key() < b.key(); });
   for (std::size_t i = 1; i < rows.size(); ++i) {
     if (rows[i].key() == rows[i - 1].key()) {
-      return make_error("invalid_table", "two rows have the same key " +
+      return make_error(ErrorCode::invalid_table, "two rows have the same key " +
                                              to_string(rows[i].key()) +
                                              "; expected one winner per key");
     }
@@ -133,7 +133,7 @@ Result<Table> load_table(const Store& store, const TableFilter& filter, const st
     row.source_hash = winner.source_hash;
     row.config = nlohmann::ordered_json::parse(winner.config, nullptr, false);
     if (row.config.is_discarded() || !row.config.is_object()) {
-      return make_error("db_error", "load_table on " + store.path() + ": winners.config of " +
+      return make_error(ErrorCode::db_error, "load_table on " + store.path() + ": winners.config of " +
                                         to_string(row.key()) + " is not a JSON object: " +
                                         winner.config);
     }

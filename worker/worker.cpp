@@ -48,7 +48,7 @@ constexpr bool k_cuda_backend = false;
 using nlohmann::json;
 
 Error errno_error(const std::string& step) {
-  return make_error(protocol::code::internal, step + ": " + std::strerror(errno));
+  return make_error(ErrorCode::internal, step + ": " + std::strerror(errno));
 }
 
 // Writes all of `text` plus a newline; false when the socket fails.
@@ -120,11 +120,11 @@ json cuda_devices_json() {
     for (const auto& d : *listed) devices.push_back(device_json(d));
     return {{"devices", std::move(devices)}};
   } else {
-    return {{"cuda_error", {{"code", listed.error().code}, {"message", listed.error().message}}}};
+    return {{"cuda_error", {{"code", std::string(to_string(listed.error().code))}, {"message", listed.error().message}}}};
   }
 #else
   return {{"cuda_error",
-           {{"code", protocol::code::no_device},
+           {{"code", std::string(to_string(ErrorCode::no_device))},
             {"message", "this ktune-worker was built without the CUDA backend (no CUDA toolkit at "
                         "configure time)"}}}};
 #endif
@@ -138,7 +138,7 @@ json cuda_devices_from_child() {
   auto ran = run_captured({"/proc/self/exe", "--list-cuda-devices"}, k_max_output);
   auto failed = [](const std::string& why) {
     return json{{"cuda_error",
-                 {{"code", protocol::code::no_device},
+                 {{"code", std::string(to_string(ErrorCode::no_device))},
                   {"message", "the CUDA device probe (ktune-worker --list-cuda-devices) " + why}}}};
   };
   if (!ran) return failed("could not start: " + ran.error().message);
@@ -156,10 +156,10 @@ json cuda_devices_from_child() {
   return parsed;
 }
 
-std::string error_reply(const json& id, std::string_view code, std::string_view message) {
+std::string error_reply(const json& id, ErrorCode code, std::string_view message) {
   return dump(json{{"id", id},
                    {"ok", false},
-                   {"error", {{"code", std::string(code)}, {"message", std::string(message)}}}});
+                   {"error", {{"code", std::string(to_string(code))}, {"message", std::string(message)}}}});
 }
 
 // One worker's request handling; owns the compiler or the runner of its role. The CUDA backends
@@ -182,18 +182,18 @@ public:
     try {
       request = json::parse(line);
     } catch (const json::parse_error& e) {
-      return error_reply(nullptr, protocol::code::bad_request,
+      return error_reply(nullptr, ErrorCode::bad_request,
                          std::string("request is not valid JSON: ") + e.what());
     }
     if (!request.is_object()) {
-      return error_reply(nullptr, protocol::code::bad_request,
+      return error_reply(nullptr, ErrorCode::bad_request,
                          std::string("request must be a JSON object, found ") +
                              request.type_name());
     }
     json id = nullptr;
     if (auto it = request.find("id"); it != request.end()) {
       if (!(it->is_number() || it->is_string() || it->is_null())) {
-        return error_reply(nullptr, protocol::code::bad_request,
+        return error_reply(nullptr, ErrorCode::bad_request,
                            std::string("field 'id' must be a number, string or null, found ") +
                                it->type_name());
       }
@@ -201,7 +201,7 @@ public:
     }
     auto op_it = request.find("op");
     if (op_it == request.end() || !op_it->is_string()) {
-      return error_reply(id, protocol::code::bad_request,
+      return error_reply(id, ErrorCode::bad_request,
                          op_it == request.end()
                              ? std::string("field 'op' is missing (expected a string)")
                              : std::string("field 'op' must be a string, found ") +
@@ -213,18 +213,18 @@ public:
       try {
         return devices(id);
       } catch (const std::exception& e) {
-        return error_reply(id, protocol::code::internal,
+        return error_reply(id, ErrorCode::internal,
                            std::string("op 'devices' failed in the worker: ") + e.what());
       }
     }
     if (op != "compile" && op != "compile_batch" && op != "bench" && op != "bench_ab") {
-      return error_reply(id, protocol::code::unknown_op,
+      return error_reply(id, ErrorCode::unknown_op,
                          "unknown op '" + op +
                              "' (expected compile, compile_batch, bench, bench_ab, devices or exit)");
     }
     const Role needs = op == "bench" || op == "bench_ab" ? Role::bench : Role::compile;
     if (needs != m_role) {
-      return error_reply(id, protocol::code::bad_request,
+      return error_reply(id, ErrorCode::bad_request,
                          "this is a " + std::string(to_string(m_role)) + " worker; op '" + op +
                              "' goes to a " + std::string(to_string(needs)) + " worker");
     }
@@ -232,7 +232,7 @@ public:
       if (op == "compile_batch") return compile_batch(id, request);
       auto job_it = request.find("job");
       if (job_it == request.end() || !job_it->is_object()) {
-        return error_reply(id, protocol::code::bad_request,
+        return error_reply(id, ErrorCode::bad_request,
                            job_it == request.end()
                                ? std::string("field 'job' is missing (expected an object)")
                                : std::string("field 'job' must be an object, found ") +
@@ -241,7 +241,7 @@ public:
       if (op == "bench_ab") return bench_ab(id, *job_it);
       return m_role == Role::compile ? compile(id, *job_it) : bench(id, *job_it);
     } catch (const std::exception& e) {
-      return error_reply(id, protocol::code::internal,
+      return error_reply(id, ErrorCode::internal,
                          "op '" + op + "' failed in the worker: " + e.what());
     }
   }
@@ -283,11 +283,11 @@ private:
   static Result<std::vector<CompileJob>> batch_jobs(const json& request) {
     const auto it = request.find("jobs");
     if (it == request.end()) {
-      return make_error(protocol::code::bad_request,
+      return make_error(ErrorCode::bad_request,
                         "field 'jobs' is missing (expected an array of compile jobs)");
     }
     if (!it->is_array() || it->empty()) {
-      return make_error(protocol::code::bad_request,
+      return make_error(ErrorCode::bad_request,
                         std::string("field 'jobs' must be a non-empty array of compile jobs, found ") +
                             (it->is_array() ? "an empty array" : it->type_name()));
     }
@@ -323,7 +323,7 @@ private:
     for (auto& result : m_nvrtc->compile_batch(jobs)) outcomes.push_back(std::move(result.outcome));
     return outcomes;
 #else
-    return make_error(protocol::code::no_device,
+    return make_error(ErrorCode::no_device,
                       "kernel '" + jobs.front().kernel +
                           "' is CUDA, and this ktune-worker was built without the CUDA backend "
                           "(no CUDA toolkit at configure time)");
@@ -353,7 +353,7 @@ private:
         return without_lock("cannot lock " + m_measure_lock + ": " + std::strerror(errno));
       }
       if (std::chrono::steady_clock::now() >= give_up) {
-        return make_error("device_busy", "another process holds the measurement lock " +
+        return make_error(ErrorCode::device_busy, "another process holds the measurement lock " +
                                              m_measure_lock + " (another ktuned measures on "
                                              "this device)");
       }
@@ -412,7 +412,7 @@ private:
     if (result.context_lost) m_must_exit = true;
     return result.to_json();
 #else
-    return make_error(protocol::code::no_device,
+    return make_error(ErrorCode::no_device,
                       "kernel '" + job.kernel +
                           "' is CUDA, and this ktune-worker was built without the CUDA backend "
                           "(no CUDA toolkit at configure time)");
@@ -453,7 +453,7 @@ private:
     if (!locked) return error_reply(id, locked.error().code, locked.error().message);
     auto outcome = run_ab_rounds(*ab, [this](const BenchJob& job) -> Result<BenchOutcome> {
       if (m_must_exit) {
-        return make_error(protocol::code::internal, "the CUDA context was lost in this A/B");
+        return make_error(ErrorCode::internal, "the CUDA context was lost in this A/B");
       }
       auto measured = measure(job);
       if (!measured) return measured.error();
@@ -523,7 +523,7 @@ Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> c
   if (::sigaction(SIGTERM, &on_term, nullptr) != 0) return errno_error("sigaction(SIGTERM)");
   if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) return errno_error("prctl(PR_SET_PDEATHSIG)");
   if (::getppid() != parent_pid) {
-    return make_error("parent_gone", "the parent process " + std::to_string(parent_pid) +
+    return make_error(ErrorCode::parent_gone, "the parent process " + std::to_string(parent_pid) +
                                          " exited before the worker started");
   }
   if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR) return errno_error("signal(SIGPIPE, SIG_IGN)");
@@ -533,7 +533,7 @@ Result<void> prepare_worker_process(int fd, int parent_pid, std::optional<int> c
   }
   if (cpu) {
     if (*cpu < 0 || *cpu >= CPU_SETSIZE) {
-      return make_error(protocol::code::internal,
+      return make_error(ErrorCode::internal,
                         "--cpu " + std::to_string(*cpu) + " is not a valid CPU index");
     }
     cpu_set_t set;
@@ -614,7 +614,7 @@ int run_worker(int fd, Role role, std::string measure_lock, std::string device_n
     if (!discarding && buffer.size() > k_max_line_bytes) {
       discarding = true;
       const std::string reply =
-          error_reply(nullptr, protocol::code::message_too_large,
+          error_reply(nullptr, ErrorCode::message_too_large,
                       "request line over " + std::to_string(k_max_line_bytes) + " bytes");
       if (!write_line(fd, reply)) return 1;
     }

@@ -222,7 +222,7 @@ TEST_CASE("make_bench_job rejects bad counts, values and dtypes", "[bench][bench
         parse_spec(replace_once(k_spec_toml, "count = \"N\"", "count = \"N - 2000\""));
     auto job = make_bench_job(spec, parse_shape("N=1000"), config, "f32", "/a/c.so", "", settings);
     REQUIRE_FALSE(job.ok());
-    CHECK(job.error().code == "bad_shape");
+    CHECK(job.error().code == ktune::ErrorCode::bad_shape);
     CHECK_THAT(job.error().message, Catch::Contains("'X'"));
     CHECK_THAT(job.error().message, Catch::Contains("N - 2000"));
     CHECK_THAT(job.error().message, Catch::Contains("-1000"));
@@ -234,7 +234,7 @@ TEST_CASE("make_bench_job rejects bad counts, values and dtypes", "[bench][bench
         parse_spec(replace_once(k_spec_toml, "count = \"N\"", "count = \"N - 1000\""));
     auto job = make_bench_job(spec, parse_shape("N=1000"), config, "f32", "/a/c.so", "", settings);
     REQUIRE_FALSE(job.ok());
-    CHECK(job.error().code == "bad_shape");
+    CHECK(job.error().code == ktune::ErrorCode::bad_shape);
     CHECK_THAT(job.error().message, Catch::Contains("= 0"));
   }
 
@@ -243,7 +243,7 @@ TEST_CASE("make_bench_job rejects bad counts, values and dtypes", "[bench][bench
         parse_spec(replace_once(k_spec_toml, "count = \"N\"", "count = \"N % (UNROLL - 2)\""));
     auto job = make_bench_job(spec, parse_shape("N=1000"), config, "f32", "/a/c.so", "", settings);
     REQUIRE_FALSE(job.ok());
-    CHECK(job.error().code == "bad_expression");
+    CHECK(job.error().code == ktune::ErrorCode::bad_expression);
     CHECK_THAT(job.error().message, Catch::Contains("args[0] 'X'"));
   }
 
@@ -252,7 +252,7 @@ TEST_CASE("make_bench_job rejects bad counts, values and dtypes", "[bench][bench
         replace_once(k_spec_toml, "value = \"N / 2 + UNROLL\"", "value = \"N * N * N\""));
     auto job = make_bench_job(spec, parse_shape("N=100000"), config, "f32", "/a/c.so", "", settings);
     REQUIRE_FALSE(job.ok());
-    CHECK(job.error().code == "bad_shape");
+    CHECK(job.error().code == ktune::ErrorCode::bad_shape);
     CHECK_THAT(job.error().message, Catch::Contains("half_n"));
     CHECK_THAT(job.error().message, Catch::Contains("i32"));
   }
@@ -262,7 +262,7 @@ TEST_CASE("make_bench_job rejects bad counts, values and dtypes", "[bench][bench
         parse_spec(replace_once(k_spec_toml, "value = \"N\"", "value = \"N * 0.25\""));
     auto job = make_bench_job(spec, parse_shape("N=1001"), config, "f32", "/a/c.so", "", settings);
     REQUIRE_FALSE(job.ok());
-    CHECK(job.error().code == "bad_expression");
+    CHECK(job.error().code == ktune::ErrorCode::bad_expression);
     CHECK_THAT(job.error().message, Catch::Contains("'n'"));
   }
 
@@ -270,7 +270,7 @@ TEST_CASE("make_bench_job rejects bad counts, values and dtypes", "[bench][bench
     const KernelSpec spec = parse_spec(k_spec_toml);
     auto job = make_bench_job(spec, parse_shape("N=10"), config, "f8", "/a/c.so", "", settings);
     REQUIRE_FALSE(job.ok());
-    CHECK(job.error().code == "bad_dtype");
+    CHECK(job.error().code == ktune::ErrorCode::bad_dtype);
     CHECK_THAT(job.error().message, Catch::Contains("f8"));
   }
 }
@@ -316,7 +316,7 @@ TEST_CASE("MeasureSettings JSON", "[bench][bench_job]") {
     CHECK(lenient.warmup_ms == 3);
     auto strict = MeasureSettings::parse(j);
     REQUIRE_FALSE(strict.ok());
-    CHECK(strict.error().code == "bad_request");
+    CHECK(strict.error().code == ktune::ErrorCode::bad_request);
     CHECK_THAT(strict.error().message, Catch::Contains("min_samples"));
     CHECK_FALSE(MeasureSettings::parse(nlohmann::json{{"seed", -1}}).ok());
   }
@@ -356,7 +356,7 @@ TEST_CASE("BenchJob JSON", "[bench][bench_job]") {
     j.erase("entry");
     auto back = BenchJob::from_json(j);
     REQUIRE_FALSE(back.ok());
-    CHECK(back.error().code == "bad_request");
+    CHECK(back.error().code == ktune::ErrorCode::bad_request);
     CHECK_THAT(back.error().message, Catch::Contains("'entry'"));
   }
 
@@ -458,7 +458,7 @@ TEST_CASE("BenchOutcome JSON", "[bench][bench_job]") {
     j["status"] = "fine";
     auto back = BenchOutcome::from_json(j);
     REQUIRE_FALSE(back.ok());
-    CHECK(back.error().code == "bad_request");
+    CHECK(back.error().code == ktune::ErrorCode::bad_request);
     CHECK_THAT(back.error().message, Catch::Contains("status"));
   }
 

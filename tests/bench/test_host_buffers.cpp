@@ -85,7 +85,7 @@ TEST_CASE("HostBuffer", "[bench][host_buffers]") {
   SECTION("bad sizes are runtime_error naming the buffer") {
     auto empty = HostBuffer::allocate(DType::f32, 0, "Z");
     REQUIRE_FALSE(empty.ok());
-    CHECK(empty.error().code == "runtime_error");
+    CHECK(empty.error().code == ktune::ErrorCode::bench_failed);
     CHECK_THAT(empty.error().message, Catch::Contains("Z"));
     auto huge = HostBuffer::allocate(DType::f64, std::numeric_limits<std::size_t>::max() / 4, "H");
     REQUIRE_FALSE(huge.ok());

@@ -93,7 +93,7 @@ TEST_CASE("Connection: requests and replies", "[client]") {
     REQUIRE(conn.ok());
     auto reply = conn->request({{"op", "stats"}}, {}, milliseconds(100));
     REQUIRE_FALSE(reply.ok());
-    CHECK(reply.error().code == "io_error");
+    CHECK(reply.error().code == ktune::ErrorCode::io_error);
     CHECK_THAT(reply.error().message, Catch::Contains("timed out after 100 ms") &&
                                           Catch::Contains("'stats'"));
   }
@@ -104,7 +104,7 @@ TEST_CASE("Connection: requests and replies", "[client]") {
     REQUIRE(conn.ok());
     auto reply = conn->request({{"op", "stats"}}, {}, milliseconds(5000));
     REQUIRE_FALSE(reply.ok());
-    CHECK(reply.error().code == "io_error");
+    CHECK(reply.error().code == ktune::ErrorCode::io_error);
     CHECK_THAT(reply.error().message, Catch::Contains("closed by the daemon"));
   }
 
@@ -114,7 +114,7 @@ TEST_CASE("Connection: requests and replies", "[client]") {
     REQUIRE(conn.ok());
     auto reply = conn->request({{"op", "stats"}}, {}, milliseconds(5000));
     REQUIRE_FALSE(reply.ok());
-    CHECK(reply.error().code == "io_error");
+    CHECK(reply.error().code == ktune::ErrorCode::io_error);
     CHECK_THAT(reply.error().message, Catch::Contains("this is not json"));
   }
 
@@ -124,7 +124,7 @@ TEST_CASE("Connection: requests and replies", "[client]") {
     REQUIRE(conn.ok());
     auto reply = conn->request(json::array({1, 2}));
     REQUIRE_FALSE(reply.ok());
-    CHECK(reply.error().code == "bad_request");
+    CHECK(reply.error().code == ktune::ErrorCode::bad_request);
   }
 }
 
@@ -166,7 +166,7 @@ TEST_CASE("Connection: raw lines", "[client]") {
     Connection moved = std::move(*conn);
     auto reply = conn->request({{"op", "stats"}});
     REQUIRE_FALSE(reply.ok());
-    CHECK(reply.error().code == "io_error");
+    CHECK(reply.error().code == ktune::ErrorCode::io_error);
     REQUIRE(moved.send_raw("x\n").ok());
     auto line = moved.read_line(milliseconds(5000));
     REQUIRE(line.ok());
@@ -181,7 +181,7 @@ TEST_CASE("Connection: nothing listening", "[client]") {
     const std::string socket = dir.str() + "/missing.sock";
     auto conn = Connection::connect(socket, milliseconds(500));
     REQUIRE_FALSE(conn.ok());
-    CHECK(conn.error().code == "not_running");
+    CHECK(conn.error().code == ktune::ErrorCode::not_running);
     CHECK_THAT(conn.error().message, Catch::Contains(socket));
   }
 
@@ -196,14 +196,14 @@ TEST_CASE("Connection: nothing listening", "[client]") {
     ::close(fd);
     auto conn = Connection::connect(socket, milliseconds(500));
     REQUIRE_FALSE(conn.ok());
-    CHECK(conn.error().code == "not_running");
+    CHECK(conn.error().code == ktune::ErrorCode::not_running);
   }
 
   SECTION("a path too long for sun_path is an io_error naming the limit") {
     const std::string socket = dir.str() + "/" + std::string(200, 'x');
     auto conn = Connection::connect(socket, milliseconds(500));
     REQUIRE_FALSE(conn.ok());
-    CHECK(conn.error().code == "io_error");
+    CHECK(conn.error().code == ktune::ErrorCode::io_error);
     CHECK_THAT(conn.error().message, Catch::Contains("limit"));
   }
 }

@@ -66,7 +66,7 @@ TEST_CASE("CompileJob JSON round trip and validation", "[compiler]") {
       j.erase(field);
       auto back = CompileJob::from_json(j);
       REQUIRE_FALSE(back.ok());
-      CHECK(back.error().code == "bad_request");
+      CHECK(back.error().code == ktune::ErrorCode::bad_request);
       CHECK_THAT(back.error().message, Catch::Contains(std::string("'") + field + "'") &&
                                            Catch::Contains("missing"));
     }
@@ -95,7 +95,7 @@ TEST_CASE("CompileJob JSON round trip and validation", "[compiler]") {
   SECTION("not an object") {
     auto back = CompileJob::from_json(json::array());
     REQUIRE_FALSE(back.ok());
-    CHECK(back.error().code == "bad_request");
+    CHECK(back.error().code == ktune::ErrorCode::bad_request);
   }
 }
 
@@ -157,7 +157,7 @@ TEST_CASE("CompileOutcome JSON round trip and validation", "[compiler]") {
     j["status"] = "exploded";
     auto back = CompileOutcome::from_json(j);
     REQUIRE_FALSE(back.ok());
-    CHECK(back.error().code == "bad_request");
+    CHECK(back.error().code == ktune::ErrorCode::bad_request);
     CHECK_THAT(back.error().message, Catch::Contains("exploded"));
   }
 
@@ -191,14 +191,14 @@ TEST_CASE("dtype names map to C types and sizes", "[compiler]") {
   SECTION("f16 is not a host compiler type") {
     auto c_type = ktune::dtype_c_type("f16");
     REQUIRE_FALSE(c_type.ok());
-    CHECK(c_type.error().code == "bad_dtype");
+    CHECK(c_type.error().code == ktune::ErrorCode::bad_dtype);
     CHECK(c_type.error().message == "f16 is not supported by the host compiler");
   }
 
   SECTION("unknown dtypes name themselves") {
     auto c_type = ktune::dtype_c_type("bf16");
     REQUIRE_FALSE(c_type.ok());
-    CHECK(c_type.error().code == "bad_dtype");
+    CHECK(c_type.error().code == ktune::ErrorCode::bad_dtype);
     CHECK_THAT(c_type.error().message, Catch::Contains("'bf16'"));
     auto size = ktune::dtype_size("u8");
     REQUIRE_FALSE(size.ok());

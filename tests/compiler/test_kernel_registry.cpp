@@ -79,7 +79,7 @@ TEST_CASE("KernelRegistry names unknown kernels and the directories searched", "
 
   auto found = registry.find("no_such_kernel");
   REQUIRE_FALSE(found.ok());
-  CHECK(found.error().code == "unknown_kernel");
+  CHECK(found.error().code == ktune::ErrorCode::unknown_kernel);
   CHECK_THAT(found.error().message, Catch::Contains("no_such_kernel") &&
                                         Catch::Contains(k_kernels_dir) &&
                                         Catch::Contains(dir.str()));
@@ -90,7 +90,7 @@ TEST_CASE("KernelRegistry names unknown kernels and the directories searched", "
     for (const char* name : {"../outside", "..", "", "a/b"}) {
       auto result = registry.find(name);
       REQUIRE_FALSE(result.ok());
-      CHECK(result.error().code == "unknown_kernel");
+      CHECK(result.error().code == ktune::ErrorCode::unknown_kernel);
     }
   }
 
@@ -99,7 +99,7 @@ TEST_CASE("KernelRegistry names unknown kernels and the directories searched", "
     empty.load({});
     auto result = empty.find("gemm");
     REQUIRE_FALSE(result.ok());
-    CHECK(result.error().code == "unknown_kernel");
+    CHECK(result.error().code == ktune::ErrorCode::unknown_kernel);
   }
 }
 
@@ -120,19 +120,19 @@ TEST_CASE("KernelRegistry keeps broken specs with their reason", "[compiler]") {
   CHECK(contains(names, "nosource"));
   CHECK_FALSE(contains(names, "not_a_family"));
   CHECK(registry.broken().size() == 3);
-  for (const auto& broken : registry.broken()) CHECK(broken.error.code == "spec_error");
+  for (const auto& broken : registry.broken()) CHECK(broken.error.code == ktune::ErrorCode::spec_error);
 
   SECTION("find answers a broken family with its spec error") {
     auto bad = registry.find("bad");
     REQUIRE_FALSE(bad.ok());
-    CHECK(bad.error().code == "spec_error");
+    CHECK(bad.error().code == ktune::ErrorCode::spec_error);
     CHECK_THAT(bad.error().message, Catch::Contains((dir.path() / "bad/kernel.toml").string()));
   }
 
   SECTION("a missing source names the spec and the source key") {
     auto nosource = registry.find("nosource");
     REQUIRE_FALSE(nosource.ok());
-    CHECK(nosource.error().code == "spec_error");
+    CHECK(nosource.error().code == ktune::ErrorCode::spec_error);
     CHECK_THAT(nosource.error().message,
                Catch::Contains((dir.path() / "nosource/kernel.toml").string()) &&
                    Catch::Contains("source") && Catch::Contains("missing.cpp"));
@@ -149,7 +149,7 @@ TEST_CASE("KernelRegistry keeps broken specs with their reason", "[compiler]") {
     dir.write("good/kernel.toml", "[kernel]\n");
     auto good = registry.find("good");
     REQUIRE_FALSE(good.ok());
-    CHECK(good.error().code == "spec_error");
+    CHECK(good.error().code == ktune::ErrorCode::spec_error);
   }
 }
 
@@ -267,7 +267,7 @@ TEST_CASE("make_compile_job builds the job for one config", "[compiler]") {
   SECTION("a dtype the family does not declare") {
     auto job = ktune::make_compile_job(*kernel, {{"U", 2}}, "i32", "/cache");
     REQUIRE_FALSE(job.ok());
-    CHECK(job.error().code == "bad_dtype");
+    CHECK(job.error().code == ktune::ErrorCode::bad_dtype);
     CHECK_THAT(job.error().message, Catch::Contains("'k'") && Catch::Contains("'i32'") &&
                                         Catch::Contains("f32, f64"));
   }
@@ -296,7 +296,7 @@ TEST_CASE("KernelRegistry keys families by name and language", "[compiler]") {
 
     auto softmax_cpp = registry.find("softmax", ktune::Language::cpp);
     REQUIRE_FALSE(softmax_cpp.ok());
-    CHECK(softmax_cpp.error().code == "unknown_kernel");
+    CHECK(softmax_cpp.error().code == ktune::ErrorCode::unknown_kernel);
     CHECK(softmax_cpp.error().message.find("written in cpp") != std::string::npos);
     CHECK(registry.find("softmax").ok());
   }

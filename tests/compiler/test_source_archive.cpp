@@ -80,7 +80,7 @@ TEST_CASE("The source archive keeps a family as it was, by its source hash", "[c
     std::ofstream(fs::path(root) / before->source_hash / "files/sum/passes.hpp") << "#define PASSES 99\n";
     auto tampered = ktune::load_archived_kernel(root, before->source_hash);
     REQUIRE_FALSE(tampered.ok());
-    CHECK(tampered.error().code == "archive_mismatch");
+    CHECK(tampered.error().code == ktune::ErrorCode::source_changed);
     CHECK_THAT(tampered.error().message, Catch::Contains(before->source_hash));
   }
 }

@@ -45,14 +45,14 @@ TEST_CASE("run_captured runs a program without a shell and captures its output",
   SECTION("a missing program is an error naming it") {
     auto result = run_captured({"/nonexistent/ktune-no-such-program"}, 1024);
     REQUIRE_FALSE(result.ok());
-    CHECK(result.error().code == "spawn_failed");
+    CHECK(result.error().code == ktune::ErrorCode::spawn_failed);
     CHECK_THAT(result.error().message, Catch::Contains("ktune-no-such-program"));
   }
 
   SECTION("an empty command line is an error") {
     auto result = run_captured({}, 1024);
     REQUIRE_FALSE(result.ok());
-    CHECK(result.error().code == "spawn_failed");
+    CHECK(result.error().code == ktune::ErrorCode::spawn_failed);
   }
 
   SECTION("stdin is /dev/null") {

@@ -98,7 +98,7 @@ TEST_CASE("core/expr: errors", "[core][expr]") {
   SECTION("unknown variable names the variable") {
     auto expr = Expr::compile("M * X + 1", {"M", "N"});
     REQUIRE_FALSE(expr.ok());
-    CHECK(expr.error().code == "bad_expression");
+    CHECK(expr.error().code == ktune::ErrorCode::bad_expression);
     CHECK_THAT(expr.error().message, Catch::Contains("'X'") && Catch::Contains("M * X + 1"));
   }
   SECTION("syntax errors are found at compile time") {
@@ -106,7 +106,7 @@ TEST_CASE("core/expr: errors", "[core][expr]") {
       auto expr = Expr::compile(text, {"K", "BK"});
       INFO(text);
       REQUIRE_FALSE(expr.ok());
-      CHECK(expr.error().code == "bad_expression");
+      CHECK(expr.error().code == ktune::ErrorCode::bad_expression);
       CHECK_THAT(expr.error().message, Catch::Contains(std::string("'") + text + "'"));
     }
   }
@@ -114,7 +114,7 @@ TEST_CASE("core/expr: errors", "[core][expr]") {
     CHECK_THAT(eval_error("1 / x", {{"x", 0}}).message, Catch::Contains("division by zero"));
     CHECK_THAT(eval_error("1 % x", {{"x", 0}}).message, Catch::Contains("remainder by zero"));
     CHECK_THAT(eval_error("ceil_div(1, x)", {{"x", 0}}).message, Catch::Contains("by zero"));
-    CHECK(eval_error("1 / x", {{"x", 0}}).code == "bad_expression");
+    CHECK(eval_error("1 / x", {{"x", 0}}).code == ktune::ErrorCode::bad_expression);
   }
   SECTION("eval_int rejects non-integral results") {
     CHECK_THAT(eval_error("x / 2.5", {{"x", 4}}).message, Catch::Contains("integer"));
@@ -151,7 +151,7 @@ TEST_CASE("core/expr: only ktune's functions", "[core][expr]") {
     INFO(text);
     auto expr = Expr::compile(text, {});
     REQUIRE_FALSE(expr.ok());
-    CHECK(expr.error().code == "bad_expression");
+    CHECK(expr.error().code == ktune::ErrorCode::bad_expression);
   }
   SECTION("names of removed functions may be variables") {
     CHECK(eval_int("sin + 1", {{"sin", 2}}) == 3);

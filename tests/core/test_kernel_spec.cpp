@@ -100,7 +100,7 @@ std::string edit(std::string text, const std::string& from, const std::string& t
 std::string error_of(const std::string& text) {
   auto spec = parse_kernel_spec(text, "kernels/gemm/kernel.toml");
   REQUIRE_FALSE(spec.ok());
-  CHECK(spec.error().code == "spec_error");
+  CHECK(spec.error().code == ktune::ErrorCode::spec_error);
   CHECK_THAT(spec.error().message, Catch::StartsWith("kernels/gemm/kernel.toml"));
   return spec.error().message;
 }

@@ -64,14 +64,14 @@ TEST_CASE("core/param_space: indexing and enumeration", "[core][param_space]") {
     REQUIRE_FALSE(error.ok());
     // An arithmetic error is the spec's: named with the constraint, the config and the shape,
     // never an empty space.
-    CHECK(error.error().code == "spec_error");
+    CHECK(error.error().code == ktune::ErrorCode::spec_error);
     CHECK_THAT(error.error().message, Catch::Contains("constraints[0]") &&
                                           Catch::Contains("M % (BK - 4) == 0") &&
                                           Catch::Contains("by zero") &&
                                           Catch::Contains("BM=16,BK=4") && Catch::Contains("M=32"));
     auto all = space->enumerate();
     REQUIRE_FALSE(all.ok());
-    CHECK(all.error().code == "spec_error");
+    CHECK(all.error().code == ktune::ErrorCode::spec_error);
     CHECK_THAT(all.error().message, Catch::Contains("remainder by zero"));
   }
   SECTION("space too large") {
@@ -79,7 +79,7 @@ TEST_CASE("core/param_space: indexing and enumeration", "[core][param_space]") {
     REQUIRE(space.ok());
     auto all = space->enumerate(5);
     REQUIRE_FALSE(all.ok());
-    CHECK(all.error().code == "space_too_large");
+    CHECK(all.error().code == ktune::ErrorCode::space_too_large);
     CHECK_THAT(all.error().message, Catch::Contains("6"));
   }
   SECTION("no params: one empty config") {
@@ -96,7 +96,7 @@ TEST_CASE("core/param_space: indexing and enumeration", "[core][param_space]") {
   SECTION("a bad constraint is a spec error") {
     auto space = ParamSpace::create(make_spec({"BM <"}), shape_of("M=32,K=16"));
     REQUIRE_FALSE(space.ok());
-    CHECK(space.error().code == "spec_error");
+    CHECK(space.error().code == ktune::ErrorCode::spec_error);
     CHECK_THAT(space.error().message, Catch::Contains("constraints[0]") && Catch::Contains("BM <"));
   }
 }

@@ -22,16 +22,16 @@ TEST_CASE("core/protocol: decode_request", "[core][protocol]") {
     CHECK(s->id == "abc");
   }
   SECTION("errors") {
-    struct Case { const char* line; const char* code; const char* text; };
-    for (auto c : {Case{"{\"op\":", p::code::bad_json, "JSON"}, Case{"", p::code::bad_json, "JSON"},
-                   Case{"[1,2]", p::code::bad_request, "object"}, Case{"42", p::code::bad_request, "object"},
-                   Case{R"({"id":1})", p::code::bad_request, "'op'"},
-                   Case{R"({"op":3})", p::code::bad_request, "'op'"},
-                   Case{R"({"op":"x","id":[1]})", p::code::bad_request, "'id'"},
-                   Case{R"({"op":"x","id":{"a":1}})", p::code::bad_request, "'id'"},
-                   Case{R"({"op":"x","v":2})", p::code::unsupported_version, "2"},
-                   Case{R"({"op":"x","v":"1"})", p::code::unsupported_version, "\"1\""},
-                   Case{R"({"op":"x","v":1.0})", p::code::unsupported_version, "1"}}) {
+    struct Case { const char* line; ktune::ErrorCode code; const char* text; };
+    for (auto c : {Case{"{\"op\":", ktune::ErrorCode::bad_json, "JSON"}, Case{"", ktune::ErrorCode::bad_json, "JSON"},
+                   Case{"[1,2]", ktune::ErrorCode::bad_request, "object"}, Case{"42", ktune::ErrorCode::bad_request, "object"},
+                   Case{R"({"id":1})", ktune::ErrorCode::bad_request, "'op'"},
+                   Case{R"({"op":3})", ktune::ErrorCode::bad_request, "'op'"},
+                   Case{R"({"op":"x","id":[1]})", ktune::ErrorCode::bad_request, "'id'"},
+                   Case{R"({"op":"x","id":{"a":1}})", ktune::ErrorCode::bad_request, "'id'"},
+                   Case{R"({"op":"x","v":2})", ktune::ErrorCode::unsupported_version, "2"},
+                   Case{R"({"op":"x","v":"1"})", ktune::ErrorCode::unsupported_version, "\"1\""},
+                   Case{R"({"op":"x","v":1.0})", ktune::ErrorCode::unsupported_version, "1"}}) {
       INFO(c.line);
       auto r = p::decode_request(c.line);
       REQUIRE_FALSE(r.ok());
@@ -60,7 +60,7 @@ TEST_CASE("core/protocol: decode_request", "[core][protocol]") {
                                     R"({"id":4,"op":"tune","kernel":)" + deep + "}"}) {
       auto r = p::decode_request(line);
       REQUIRE_FALSE(r.ok());
-      CHECK(r.error().code == p::code::bad_request);
+      CHECK(r.error().code == ktune::ErrorCode::bad_request);
       CHECK_THAT(r.error().message, Catch::Contains("500001 levels deep (at most 64)"));
       CHECK(p::decode_id(line) == 4);
     }
@@ -84,7 +84,7 @@ TEST_CASE("core/protocol: encode", "[core][protocol]") {
     CHECK(j["result"]["config"]["BM"] == 64);
   }
   SECTION("error reply echoes a null id") {
-    const json j = json::parse(p::encode_error(nullptr, p::code::unknown_kernel, "no kernel 'x'"));
+    const json j = json::parse(p::encode_error(nullptr, ktune::ErrorCode::unknown_kernel, "no kernel 'x'"));
     CHECK(j["v"] == 1);
     CHECK(j["id"].is_null());
     CHECK(j["ok"] == false);
@@ -102,7 +102,7 @@ TEST_CASE("core/protocol: encode", "[core][protocol]") {
     CHECK_FALSE(j.contains("ok"));
   }
   SECTION("invalid UTF-8 and newlines never break the line") {
-    const std::string line = p::encode_error(1, "internal", std::string("bad \xff byte\nsecond line"));
+    const std::string line = p::encode_error(1, ktune::ErrorCode::internal, std::string("bad \xff byte\nsecond line"));
     CHECK(line.find('\n') == std::string::npos);
     const json j = json::parse(line);
     CHECK_THAT(j["error"]["message"].get<std::string>(), Catch::Contains("second line"));
@@ -149,12 +149,12 @@ TEST_CASE("core/protocol: typed requests", "[core][protocol]") {
     CHECK_FALSE(p::TuneRequest{}.to_json().contains("budget"));
     CHECK_FALSE(p::TuneRequest{}.to_json().contains("cold"));
     CHECK(p::TuneRequest::from_json({{"kernel", "gemm"}, {"shape", "M=1"}, {"cold", 1}}).error().code ==
-          "bad_request");
+          ktune::ErrorCode::bad_request);
   }
   SECTION("tune: field errors name op and field") {
     auto missing = p::TuneRequest::from_json({{"kernel", "gemm"}});
     REQUIRE_FALSE(missing.ok());
-    CHECK(missing.error().code == p::code::bad_request);
+    CHECK(missing.error().code == ktune::ErrorCode::bad_request);
     CHECK_THAT(missing.error().message, Catch::StartsWith("tune: field 'shape'"));
     auto wrong = p::TuneRequest::from_json({{"kernel", "gemm"}, {"shape", 5}});
     REQUIRE_FALSE(wrong.ok());
@@ -175,7 +175,7 @@ TEST_CASE("core/protocol: typed requests", "[core][protocol]") {
     CHECK_THAT(wait.error().message, Catch::Contains("'wait'"));
     auto not_object = p::TuneRequest::from_json(json::array());
     REQUIRE_FALSE(not_object.ok());
-    CHECK(not_object.error().code == p::code::bad_request);
+    CHECK(not_object.error().code == ktune::ErrorCode::bad_request);
   }
   SECTION("lookup") {
     auto l = p::LookupRequest::from_json({{"kernel", "gemm"}, {"shape", "M=1"}, {"device", "cuda:0"}});

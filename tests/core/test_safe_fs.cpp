@@ -57,19 +57,19 @@ TEST_CASE("SafeDir refuses a symlink, a directory others can write and a missing
   fs::create_directory_symlink(tmp.path() / "real", tmp.path() / "link");
   auto linked = SafeDir::open((tmp.path() / "link").string(), DirCreate::yes);
   REQUIRE_FALSE(linked.ok());
-  CHECK(linked.error().code == ktune::k_unsafe_path);
+  CHECK(linked.error().code == ktune::ErrorCode::unsafe_path);
   CHECK_THAT(linked.error().message, Catch::Contains("is a symbolic link"));
 
   fs::create_directories(tmp.path() / "open");
   ::chmod((tmp.path() / "open").c_str(), 0777);
   auto open = SafeDir::open((tmp.path() / "open").string(), DirCreate::no);
   REQUIRE_FALSE(open.ok());
-  CHECK(open.error().code == ktune::k_unsafe_path);
+  CHECK(open.error().code == ktune::ErrorCode::unsafe_path);
   CHECK_THAT(open.error().message, Catch::Contains("0777"));
 
   auto missing = SafeDir::open((tmp.path() / "none").string(), DirCreate::no);
   REQUIRE_FALSE(missing.ok());
-  CHECK(missing.error().code == "io_error");
+  CHECK(missing.error().code == ktune::ErrorCode::io_error);
   // Sticky and shared (as /tmp): fine for a socket's directory only.
   ::chmod((tmp.path() / "open").c_str(), 01777);
   CHECK(SafeDir::open_shared((tmp.path() / "open").string()).ok());
@@ -90,7 +90,7 @@ TEST_CASE("SafeDir::open_file never follows a link and creates 0600 files", "[sa
   }
   auto fd = dir->open_file("lock", O_RDWR, FileCreate::either);
   REQUIRE_FALSE(fd.ok());
-  CHECK(fd.error().code == ktune::k_unsafe_path);
+  CHECK(fd.error().code == ktune::ErrorCode::unsafe_path);
   CHECK_THAT(fd.error().message, Catch::Contains("is a symbolic link"));
   CHECK(read_text(tmp.path() / "victim") == "precious");
 

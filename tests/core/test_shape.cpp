@@ -30,7 +30,7 @@ TEST_CASE("core/shape: parse", "[core][shape]") {
       auto shape = Shape::parse(c.text);
       INFO(c.text);
       REQUIRE_FALSE(shape.ok());
-      CHECK(shape.error().code == "bad_shape");
+      CHECK(shape.error().code == ktune::ErrorCode::bad_shape);
       CHECK_THAT(shape.error().message, Catch::Contains(c.expect));
     }
   }
@@ -47,7 +47,7 @@ TEST_CASE("core/shape: conform to a kernel's dims", "[core][shape]") {
   SECTION("missing dimension") {
     auto conformed = ktune::conform_shape(*shape, {"M", "N", "K", "B"}, "gemm");
     REQUIRE_FALSE(conformed.ok());
-    CHECK(conformed.error().code == "bad_shape");
+    CHECK(conformed.error().code == ktune::ErrorCode::bad_shape);
     CHECK_THAT(conformed.error().message, Catch::Contains("missing dimension 'B'") && Catch::Contains("gemm"));
   }
   SECTION("undeclared dimension") {
@@ -64,7 +64,7 @@ TEST_CASE("core/shape: a huge shape is refused after a bounded amount of work, q
   for (int i = 0; i < 143000; ++i) text += (i ? ",D" : "D") + std::to_string(i) + "=1";
   auto shape = ktune::Shape::parse(text);
   REQUIRE_FALSE(shape.ok());
-  CHECK(shape.error().code == "bad_shape");
+  CHECK(shape.error().code == ktune::ErrorCode::bad_shape);
   CHECK_THAT(shape.error().message, Catch::Contains("more than 64 dimensions"));
   CHECK(shape.error().message.size() < 400);
 

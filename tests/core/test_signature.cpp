@@ -53,7 +53,7 @@ TEST_CASE("core/signature: what is refused", "[core][signature]") {
   auto message = [](const std::string& text) {
     auto sig = parse_signature(text);
     REQUIRE_FALSE(sig.ok());
-    CHECK(sig.error().code == "spec_error");
+    CHECK(sig.error().code == ktune::ErrorCode::spec_error);
     return sig.error().message;
   };
   CHECK_THAT(message("int f(float* x)"), Catch::Contains("returning void"));

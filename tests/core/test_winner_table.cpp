@@ -166,12 +166,12 @@ TEST_CASE("winner table: a damaged or foreign table answers nothing", "[core][wi
   }
   SECTION("truncated, another version, a bad header check") {
     auto bytes = t.bytes;
-    CHECK(TableView::open(std::span(bytes).first(bytes.size() - 8)).error().code == "bad_table");
+    CHECK(TableView::open(std::span(bytes).first(bytes.size() - 8)).error().code == ErrorCode::bad_table);
     bytes[8] = std::byte{2};
-    CHECK(TableView::open(bytes).error().code == "unknown_layout");
+    CHECK(TableView::open(bytes).error().code == ErrorCode::unknown_layout);
     bytes = t.bytes;
     bytes[16] ^= std::byte{1};  // generation, under the header check
-    CHECK(TableView::open(bytes).error().code == "bad_table");
+    CHECK(TableView::open(bytes).error().code == ErrorCode::bad_table);
   }
   SECTION("the superseded word is outside the header check") {
     std::uint64_t next = 8;
@@ -187,7 +187,7 @@ TEST_CASE("winner table: encode refuses what it cannot represent", "[core][winne
   std::vector<WinnerGroup> g = {{"gemm", "f32", k_cpu_fp, {w("M=1,N=1,K=1", R"({"BM":"x"})")}}};
   auto bad = encode(c, g);
   REQUIRE_FALSE(bad.ok());
-  CHECK(bad.error().code == "bad_table");
+  CHECK(bad.error().code == ErrorCode::bad_table);
   CHECK(bad.error().message.find("M=1,N=1,K=1") != std::string::npos);
   g = {{"gemm", "f32", k_cpu_fp, {w("M=x", R"({})")}}};
   CHECK_FALSE(encode(c, g).ok());

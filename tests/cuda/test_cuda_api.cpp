@@ -19,7 +19,7 @@ TEST_CASE("the driver loads, or fails with no_device and the cause", "[cuda]") {
     CHECK(driver.value()->cuLaunchKernel != nullptr);
     return;
   }
-  CHECK(driver.error().code == "no_device");
+  CHECK(driver.error().code == ktune::ErrorCode::no_device);
   const std::string& message = driver.error().message;
   const bool named_cause = message.find("libcuda.so.1 not found: no NVIDIA driver on this machine") == 0 ||
                            message.find("CUDA_ERROR_STUB_LIBRARY") != std::string::npos ||
@@ -49,7 +49,7 @@ TEST_CASE("the toolkit's stub libcuda is recognised as no driver", "[cuda]") {
   }
   auto driver = cuda::load_driver_from(stub);
   REQUIRE_FALSE(driver.ok());
-  CHECK(driver.error().code == "no_device");
+  CHECK(driver.error().code == ktune::ErrorCode::no_device);
   CHECK_THAT(driver.error().message, StartsWith("cuInit returned CUDA_ERROR_STUB_LIBRARY (34)") &&
                                          Contains("stub library, not a driver"));
 }
@@ -59,7 +59,7 @@ TEST_CASE("a missing library is no_device naming it", "[cuda]") {
   const std::string path = (dir.path() / "libcuda.so.1").string();
   auto driver = cuda::load_driver_from(path);
   REQUIRE_FALSE(driver.ok());
-  CHECK(driver.error().code == "no_device");
+  CHECK(driver.error().code == ktune::ErrorCode::no_device);
   CHECK_THAT(driver.error().message, StartsWith(path + " not found: no NVIDIA driver on this machine"));
 }
 

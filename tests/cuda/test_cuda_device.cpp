@@ -77,11 +77,11 @@ TEST_CASE("CUDA arch and version strings", "[cuda]") {
 TEST_CASE("listing CUDA devices answers a list or no_device", "[cuda]") {
   auto devices = list_cuda_devices();
   if (!devices) {
-    CHECK(devices.error().code == "no_device");
+    CHECK(devices.error().code == ktune::ErrorCode::no_device);
     CHECK_FALSE(devices.error().message.empty());
     auto props = query_cuda_device(0);
     REQUIRE_FALSE(props.ok());
-    CHECK(props.error().code == "no_device");
+    CHECK(props.error().code == ktune::ErrorCode::no_device);
     return;
   }
   REQUIRE_FALSE(devices->empty());
@@ -105,5 +105,5 @@ TEST_CASE("the properties of device 0", "[cuda][gpu]") {
   CHECK(props->uuid.size() == 40);
   auto missing = query_cuda_device(1000);
   REQUIRE_FALSE(missing.ok());
-  CHECK(missing.error().code == "no_device");
+  CHECK(missing.error().code == ktune::ErrorCode::no_device);
 }

@@ -72,7 +72,7 @@ TEST_CASE("launches CUDA cannot run are invalid_config", "[cuda]") {
   SECTION("a block dimension over 1024") {
     auto launch = make_cuda_launch(spec, shape_of("M=64,N=4096"), {{"BM", 16}, {"BN", 2048}});
     REQUIRE_FALSE(launch.ok());
-    CHECK(launch.error().code == "invalid_config");
+    CHECK(launch.error().code == ktune::ErrorCode::bad_launch);
     CHECK_THAT(launch.error().message, Contains("[launch].block[0] 'BN' = 2048") && Contains("BN=2048"));
   }
   SECTION("a dimension below 1") {
@@ -80,7 +80,7 @@ TEST_CASE("launches CUDA cannot run are invalid_config", "[cuda]") {
     zero.launch->block[1] = "BM / 128";
     auto launch = make_cuda_launch(zero, shape_of("M=64,N=64"), {{"BM", 64}, {"BN", 32}});
     REQUIRE_FALSE(launch.ok());
-    CHECK(launch.error().code == "invalid_config");
+    CHECK(launch.error().code == ktune::ErrorCode::bad_launch);
     CHECK_THAT(launch.error().message, Contains("[launch].block[1]") && Contains("= 0"));
   }
   SECTION("too many threads in all") {
@@ -88,13 +88,13 @@ TEST_CASE("launches CUDA cannot run are invalid_config", "[cuda]") {
     wide.launch->block[1] = "BM";
     auto launch = make_cuda_launch(wide, shape_of("M=64,N=64"), {{"BM", 64}, {"BN", 32}});
     REQUIRE_FALSE(launch.ok());
-    CHECK(launch.error().code == "invalid_config");
+    CHECK(launch.error().code == ktune::ErrorCode::bad_launch);
     CHECK_THAT(launch.error().message, Contains("2048 threads"));
   }
   SECTION("a grid over CUDA's y limit") {
     auto launch = make_cuda_launch(spec, shape_of("M=2097152,N=64"), {{"BM", 16}, {"BN", 32}});
     REQUIRE_FALSE(launch.ok());
-    CHECK(launch.error().code == "invalid_config");
+    CHECK(launch.error().code == ktune::ErrorCode::bad_launch);
     CHECK_THAT(launch.error().message, Contains("[launch].grid[1]") && Contains("65535"));
   }
 }
@@ -104,13 +104,13 @@ TEST_CASE("launch expressions that do not evaluate are bad_expression", "[cuda]"
   spec.launch->grid[0] = "N / (BN - BN)";
   auto launch = make_cuda_launch(spec, shape_of("M=64,N=64"), {{"BM", 32}, {"BN", 32}});
   REQUIRE_FALSE(launch.ok());
-  CHECK(launch.error().code == "bad_expression");
+  CHECK(launch.error().code == ktune::ErrorCode::bad_expression);
   CHECK_THAT(launch.error().message, Contains("kernel tiles at M=64,N=64") && Contains("[launch].grid[0]"));
 
   spec.launch.reset();
   auto missing = make_cuda_launch(spec, shape_of("M=64,N=64"), {{"BM", 32}, {"BN", 32}});
   REQUIRE_FALSE(missing.ok());
-  CHECK(missing.error().code == "spec_error");
+  CHECK(missing.error().code == ktune::ErrorCode::spec_error);
 }
 
 TEST_CASE("launch geometry to and from JSON", "[cuda]") {
@@ -128,7 +128,7 @@ TEST_CASE("launch geometry to and from JSON", "[cuda]") {
   SECTION("malformed") {
     auto not_object = CudaLaunch::from_json(nlohmann::json::array());
     REQUIRE_FALSE(not_object.ok());
-    CHECK(not_object.error().code == "bad_request");
+    CHECK(not_object.error().code == ktune::ErrorCode::bad_request);
 
     auto two_dims = CudaLaunch::from_json(nlohmann::json{{"grid", {1, 1}}, {"block", {1, 1, 1}}});
     REQUIRE_FALSE(two_dims.ok());
@@ -185,7 +185,7 @@ TEST_CASE("bench jobs of CUDA families carry the candidate's and the reference's
     j["reference_launch"]["block"] = {0, 1, 1};
     auto back = BenchJob::from_json(j);
     REQUIRE_FALSE(back.ok());
-    CHECK(back.error().code == "bad_request");
+    CHECK(back.error().code == ktune::ErrorCode::bad_request);
     CHECK_THAT(back.error().message, Contains("reference_launch"));
   }
   SECTION("a reference config that cannot launch fails the job") {
@@ -194,7 +194,7 @@ TEST_CASE("bench jobs of CUDA families carry the candidate's and the reference's
     auto failed = make_bench_job(broken, shape, {{"BM", 64}, {"BN", 16}}, "f32", "/c.cubin",
                                  "/r.cubin", MeasureSettings{});
     REQUIRE_FALSE(failed.ok());
-    CHECK(failed.error().code == "invalid_config");
+    CHECK(failed.error().code == ktune::ErrorCode::bad_launch);
   }
 }
 

@@ -115,7 +115,7 @@ TEST_CASE("a CUDA runner without a device is no_device, not a crash", "[cuda]") 
     return;
   }
   REQUIRE_FALSE(runner.ok());
-  CHECK(runner.error().code == "no_device");
+  CHECK(runner.error().code == ktune::ErrorCode::no_device);
   CHECK(runner.error().message == "cuda:0: " + devices.error().message);
   // A lane's worker sees its device as ordinal 0 and names it as the daemon does.
   auto named = CudaRunner::create(0, 0, "cuda:5");

@@ -70,7 +70,7 @@ public:
   [[nodiscard]] daemon::WorkerSpawner spawner() {
     return [this](const daemon::WorkerSlot& slot, std::function<void()> on_exit)
                -> Result<std::shared_ptr<daemon::WorkerEndpoint>> {
-      if (m_fail_spawn) return make_error("spawn_error", "cannot start a fake worker");
+      if (m_fail_spawn) return make_error(ktune::ErrorCode::spawn_failed, "cannot start a fake worker");
       auto endpoint = std::make_shared<FakeEndpoint>(*this, slot.lane, std::move(on_exit));
       endpoints.push_back(endpoint);
       borrowed.push_back(slot.borrowed);

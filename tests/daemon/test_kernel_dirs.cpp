@@ -50,7 +50,7 @@ TEST_CASE("KernelDirs: an added directory comes after the configured ones and ou
     CHECK_FALSE(dirs.remove(other.string(), ::getuid())->changed);
     auto configured_removal = dirs.remove(configured.string(), ::getuid());
     REQUIRE_FALSE(configured_removal.ok());
-    CHECK(configured_removal.error().code == "bad_request");
+    CHECK(configured_removal.error().code == ktune::ErrorCode::bad_request);
   }
   KernelDirs restarted({configured.string()}, journal);
   CHECK(restarted.all() == std::vector<std::string>{configured.string(), mine.string()});
@@ -76,7 +76,7 @@ TEST_CASE("KernelDirs: only ktuned's uid or root may add, and only a directory n
   const uid_t stranger = ::getuid() == 0 ? 1 : ::getuid() + 1;
   auto refused = dirs.add(fine.string(), stranger);
   REQUIRE_FALSE(refused.ok());
-  CHECK(refused.error().code == "permission_denied");
+  CHECK(refused.error().code == ktune::ErrorCode::permission_denied);
   CHECK_THAT(refused.error().message, Catch::Contains("uid " + std::to_string(stranger)));
 
   auto relative = dirs.add("fine", ::getuid());
@@ -84,7 +84,7 @@ TEST_CASE("KernelDirs: only ktuned's uid or root may add, and only a directory n
   CHECK_THAT(relative.error().message, Catch::Contains("absolute"));
   auto missing = dirs.add((tmp.path() / "nope").string(), ::getuid());
   REQUIRE_FALSE(missing.ok());
-  CHECK(missing.error().code == "bad_request");
+  CHECK(missing.error().code == ktune::ErrorCode::bad_request);
   const auto file = tmp.write("plain", "x");
   auto not_dir = dirs.add(file.string(), ::getuid());
   REQUIRE_FALSE(not_dir.ok());

@@ -494,7 +494,7 @@ TEST_CASE("a batch that fails as a whole is compiled again config by config",
   REQUIRE(rig.fakes.count("", k_compile_batch) == 1);
   const json failed = rig.fakes.pending.front().job;
   REQUIRE(rig.fakes.reply("", k_compile_batch,
-                          make_error(k_worker_timeout, "killed after its 120000 ms deadline")));
+                          make_error(ktune::ErrorCode::worker_timeout, "killed after its 120000 ms deadline")));
   ktune::test::poll(rig.io);
   REQUIRE(rig.drive([&] { return rig.ended.count(id) > 0; }));
   CHECK(rig.state(id) == JobState::done);

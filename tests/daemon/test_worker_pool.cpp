@@ -28,7 +28,7 @@ Work tagged(const std::string& tag, std::vector<std::string>& log, std::int64_t 
   work.owner = owner;
   work.priority = priority;
   work.on_reply = [&log, tag](ktune::Result<json> reply, const Delivery&) {
-    log.push_back(tag + ":" + (reply ? std::string("ok") : reply.error().code));
+    log.push_back(tag + ":" + (reply ? std::string("ok") : std::string(ktune::to_string(reply.error().code))));
   };
   return work;
 }
@@ -122,19 +122,19 @@ TEST_CASE("a worker that announced its exit gets no more work; a fresh one takes
   // inside that reply's handler, as the scheduler does.
   Work next = tagged("good", log, 1, 0, "bench");
   fakes.endpoints[0]->close_after_reply();
-  REQUIRE(fakes.reply("cpu", "bench", ktune::make_error("crash", "context lost")));
+  REQUIRE(fakes.reply("cpu", "bench", ktune::make_error(ktune::ErrorCode::worker_crashed, "context lost")));
   pool.submit("cpu", std::move(next));
   ktune::test::poll(io);
   ktune::test::poll(io);
-  CHECK(log == std::vector<std::string>{"bad:crash"});
+  CHECK(log == std::vector<std::string>{"bad:worker_crashed"});
   REQUIRE(fakes.endpoints.size() == 2);
   CHECK(fakes.count("cpu", "bench") == 1);
   REQUIRE(fakes.reply("cpu", "bench", json::object()));
   ktune::test::poll(io);
-  CHECK(log == std::vector<std::string>{"bad:crash", "good:ok"});
+  CHECK(log == std::vector<std::string>{"bad:worker_crashed", "good:ok"});
 }
 
-TEST_CASE("an unknown lane answers no_device, a worker that cannot start spawn_error",
+TEST_CASE("an unknown lane answers no_device, a worker that cannot start spawn_failed",
           "[daemon][pool]") {
   boost::asio::io_context io;
   FakeWorkers fakes(io);
@@ -145,7 +145,7 @@ TEST_CASE("an unknown lane answers no_device, a worker that cannot start spawn_e
   pool.submit("", tagged("unstartable", log, 1));
   CHECK(log.empty()); // never inside submit()
   ktune::test::poll(io);
-  CHECK(log == std::vector<std::string>{"nowhere:no_device", "unstartable:spawn_error"});
+  CHECK(log == std::vector<std::string>{"nowhere:no_device", "unstartable:spawn_failed"});
 }
 
 TEST_CASE("shutdown withdraws waiting work and stops every worker", "[daemon][pool]") {

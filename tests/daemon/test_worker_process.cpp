@@ -109,7 +109,7 @@ TEST_CASE("a worker whose reply says exiting is not idle when the reply is handl
   // The request made anyway is refused at once, never written to the dying worker.
   REQUIRE(replies.second.has_value());
   REQUIRE_FALSE(replies.second->ok());
-  CHECK(replies.second->error().code == k_worker_lost);
+  CHECK(replies.second->error().code == ktune::ErrorCode::worker_gone);
   CHECK_THAT(replies.second->error().message, Contains("is exiting"));
   CHECK(replies.exited);
 }
@@ -126,7 +126,7 @@ TEST_CASE("a worker whose reply does not say exiting stays idle for the next req
   // The fake answers one request only: the second is lost when it exits.
   REQUIRE(replies.second.has_value());
   REQUIRE_FALSE(replies.second->ok());
-  CHECK(replies.second->error().code == k_worker_lost);
+  CHECK(replies.second->error().code == ktune::ErrorCode::worker_gone);
   CHECK_THAT(replies.second->error().message, Contains("exited with status 3"));
   CHECK(replies.exited);
 }

@@ -192,7 +192,7 @@ TEST_CASE("migrations run in order, in one transaction", "[db]") {
                                          Migration{"create c", &broken}};
     auto applied = db::run_migrations(connection.ref(), steps);
     REQUIRE_FALSE(applied.ok());
-    CHECK(applied.error().code == "db_error");
+    CHECK(applied.error().code == ktune::ErrorCode::db_error);
     CHECK(applied.error().message.find("v3") != std::string::npos);
     CHECK(applied.error().message.find("create c") != std::string::npos);
     CHECK(applied.error().message.find(dir.str()) != std::string::npos);

@@ -64,13 +64,13 @@ Store open_store(const std::string& path, OpenMode mode = OpenMode::read_write) 
 
 template <class T>
 T must(Result<T> result) {
-  INFO((result.ok() ? std::string() : result.error().code + ": " + result.error().message));
+  INFO((result.ok() ? std::string() : ktune::describe(result.error())));
   REQUIRE(result.ok());
   return std::move(result).value();
 }
 
 void must(Result<void> result) {
-  INFO((result.ok() ? std::string() : result.error().code + ": " + result.error().message));
+  INFO((result.ok() ? std::string() : ktune::describe(result.error())));
   REQUIRE(result.ok());
 }
 
@@ -348,7 +348,7 @@ TEST_CASE("records round-trip with every field", "[db]") {
     CHECK(must(store.get_job(id))->search.prior.empty());
     auto unknown = store.set_job_search(id + 100, JobSearch{1, ""});
     REQUIRE_FALSE(unknown);
-    CHECK(unknown.error().code == "unknown_job");
+    CHECK(unknown.error().code == ktune::ErrorCode::unknown_job);
   }
 
   SECTION("the winner a job named, a remeasurement with its samples, a row measured unlocked") {
@@ -387,7 +387,7 @@ TEST_CASE("records round-trip with every field", "[db]") {
     CHECK(rows[0].unlocked.empty());
     auto unknown = store.set_job_winner(id + 100, a);
     REQUIRE_FALSE(unknown);
-    CHECK(unknown.error().code == "unknown_job");
+    CHECK(unknown.error().code == ktune::ErrorCode::unknown_job);
   }
 
   SECTION("every job state is accepted by the schema") {
@@ -544,11 +544,11 @@ TEST_CASE("job state changes stamp times and record errors", "[db]") {
   SECTION("an unknown job id is reported, not ignored") {
     auto state = store.set_job_state(id + 1, JobState::done);
     REQUIRE_FALSE(state.ok());
-    CHECK(state.error().code == "unknown_job");
+    CHECK(state.error().code == ktune::ErrorCode::unknown_job);
     CHECK(contains(state.error().message, std::to_string(id + 1)));
     auto progress = store.update_job_progress(id + 1, 1, 0);
     REQUIRE_FALSE(progress.ok());
-    CHECK(progress.error().code == "unknown_job");
+    CHECK(progress.error().code == ktune::ErrorCode::unknown_job);
   }
 }
 
@@ -563,7 +563,7 @@ TEST_CASE("a job never gets two results for one config", "[db]") {
   const auto first = must(store.insert_result(sample_result(job_id, config, 0)));
   auto again = store.insert_result(sample_result(job_id, config, 5));
   REQUIRE_FALSE(again.ok());
-  CHECK(again.error().code == "duplicate_result");
+  CHECK(again.error().code == ktune::ErrorCode::duplicate_result);
   CHECK(contains(again.error().message, path));
   CHECK(contains(again.error().message, config));
 
@@ -580,7 +580,7 @@ TEST_CASE("a job never gets two results for one config", "[db]") {
   SECTION("a result for a job that does not exist") {
     auto orphan = store.insert_result(sample_result(other_job + 10, config, 0));
     REQUIRE_FALSE(orphan.ok());
-    CHECK(orphan.error().code == "unknown_job");
+    CHECK(orphan.error().code == ktune::ErrorCode::unknown_job);
   }
 }
 
@@ -761,7 +761,7 @@ TEST_CASE("a read-only store reads what the daemon wrote and refuses writes", "[
 
       auto refused = reader.insert_result(sample_result(job_id, R"({"B":3})", 2));
       REQUIRE_FALSE(refused.ok());
-      CHECK(refused.error().code == "db_error");
+      CHECK(refused.error().code == ktune::ErrorCode::db_error);
       CHECK(contains(refused.error().message, "read-only"));
       CHECK(contains(refused.error().message, path));
       CHECK_FALSE(reader.upsert_kernel("gemm", "h", "spec").ok());
@@ -789,7 +789,7 @@ TEST_CASE("a read-only open of a missing file names the path", "[db]") {
   const std::string path = dir.str() + "/absent/ktune.db";
   auto store = Store::open(path, OpenMode::read_only);
   REQUIRE_FALSE(store.ok());
-  CHECK(store.error().code == "db_error");
+  CHECK(store.error().code == ktune::ErrorCode::db_error);
   CHECK(contains(store.error().message, path));
   CHECK_FALSE(std::filesystem::exists(path));
 }
@@ -806,7 +806,7 @@ TEST_CASE("files that are not ktune databases are refused", "[db]") {
     }
     auto store = Store::open(path, mode);
     REQUIRE_FALSE(store.ok());
-    CHECK(store.error().code == "db_error");
+    CHECK(store.error().code == ktune::ErrorCode::db_error);
     CHECK(contains(store.error().message, path));
     CHECK(contains(store.error().message, "0x12345678"));
     RawDb raw(path, SQLITE_OPEN_READONLY);
@@ -829,7 +829,7 @@ TEST_CASE("files that are not ktune databases are refused", "[db]") {
     dir.write("other.db", std::string(4096, 'x'));
     auto store = Store::open(path, mode);
     REQUIRE_FALSE(store.ok());
-    CHECK(store.error().code == "db_error");
+    CHECK(store.error().code == ktune::ErrorCode::db_error);
     CHECK(contains(store.error().message, path));
   }
 }
@@ -848,7 +848,7 @@ TEST_CASE("a database from a newer ktune is refused", "[db]") {
   for (OpenMode mode : {OpenMode::read_write, OpenMode::read_only}) {
     auto store = Store::open(path, mode);
     REQUIRE_FALSE(store.ok());
-    CHECK(store.error().code == "db_error");
+    CHECK(store.error().code == ktune::ErrorCode::db_error);
     CHECK(contains(store.error().message, path));
     CHECK(contains(store.error().message, "99"));
     CHECK(contains(store.error().message, "newer"));
@@ -965,7 +965,7 @@ TEST_CASE("writes in one transaction are committed together or not at all", "[db
     return store.insert_result(sample_result(job_id, R"({"BLOCK_M":64})", 3)).error(); // duplicate
   });
   REQUIRE_FALSE(failed.ok());
-  CHECK(failed.error().code == "duplicate_result");
+  CHECK(failed.error().code == ktune::ErrorCode::duplicate_result);
   CHECK(must(store.job_results(job_id)).size() == 2);
   CHECK(must(store.get_job(job_id))->done == 2);
   must(store.insert_result(sample_result(job_id, R"({"BLOCK_M":8})", 4)));

@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   auto expr = ktune::Expr::compile(text, k_variables);
   if (!expr) {
-    FUZZ_CHECK(expr.error().code == "bad_expression", "compile errors use code bad_expression");
+    FUZZ_CHECK(expr.error().code == ktune::ErrorCode::bad_expression, "compile errors use code bad_expression");
     return 0;
   }
   FUZZ_CHECK(expr->text() == text, "text() is the compiled text");
@@ -47,12 +47,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto real = expr->eval(bindings);
     auto integer = expr->eval_int(bindings);
     if (real) FUZZ_CHECK(std::isfinite(*real), "eval gives a finite value");
-    else FUZZ_CHECK(real.error().code == "bad_expression", "eval errors use code bad_expression");
+    else FUZZ_CHECK(real.error().code == ktune::ErrorCode::bad_expression, "eval errors use code bad_expression");
     if (integer) {
       FUZZ_CHECK(real.ok(), "eval_int succeeds only where eval does");
       FUZZ_CHECK(static_cast<double>(*integer) == *real, "eval_int agrees with eval");
     } else {
-      FUZZ_CHECK(integer.error().code == "bad_expression", "eval_int errors use code bad_expression");
+      FUZZ_CHECK(integer.error().code == ktune::ErrorCode::bad_expression, "eval_int errors use code bad_expression");
     }
     if (values.remaining_bytes() == 0) break;
   }

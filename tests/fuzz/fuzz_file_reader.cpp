@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   auto text = ktune::replay::decode_text(bytes, "fuzz.json.gz", k_max_bytes);
   if (!text) {
-    FUZZ_CHECK(text.error().code == "io_error", "errors use code io_error");
+    FUZZ_CHECK(text.error().code == ktune::ErrorCode::io_error, "errors use code io_error");
     FUZZ_CHECK(text.error().message.rfind("fuzz.json.gz", 0) == 0, "errors start with the label");
     return 0;
   }
@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!gzip) FUZZ_CHECK(*text == bytes, "bytes that are not gzip come back unchanged");
   auto space = ktune::replay::parse_recorded_space(*text, "fuzz.json.gz");
   if (!space) {
-    FUZZ_CHECK(space.error().code == "bad_record" || space.error().code == "unsupported_objective",
+    FUZZ_CHECK(space.error().code == ktune::ErrorCode::bad_record || space.error().code == ktune::ErrorCode::unsupported_objective,
                "parse errors use code bad_record or unsupported_objective");
   }
   return 0;

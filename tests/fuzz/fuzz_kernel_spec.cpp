@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   auto spec = ktune::parse_kernel_spec(text, k_label);
   if (!spec) {
-    FUZZ_CHECK(spec.error().code == "spec_error", "errors use code spec_error");
+    FUZZ_CHECK(spec.error().code == ktune::ErrorCode::spec_error, "errors use code spec_error");
     FUZZ_CHECK(spec.error().message.rfind(k_label, 0) == 0, "errors start with the file label");
     return 0;
   }

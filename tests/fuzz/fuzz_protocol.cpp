@@ -28,7 +28,7 @@ template <class T>
 void check_typed(const json& body) {
   auto request = T::from_json(body);
   if (!request) {
-    FUZZ_CHECK(request.error().code == protocol::code::bad_request, "typed requests fail with bad_request");
+    FUZZ_CHECK(request.error().code == ktune::ErrorCode::bad_request, "typed requests fail with bad_request");
     FUZZ_CHECK(!request.error().message.empty(), "an error has a message");
     check_reply_line(protocol::encode_error(nullptr, request.error().code, request.error().message));
     return;
@@ -62,8 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto request = protocol::decode_request(line);
   if (!request) {
     const auto& code = request.error().code;
-    FUZZ_CHECK(code == protocol::code::bad_json || code == protocol::code::bad_request ||
-                   code == protocol::code::unsupported_version,
+    FUZZ_CHECK(code == ktune::ErrorCode::bad_json || code == ktune::ErrorCode::bad_request ||
+                   code == ktune::ErrorCode::unsupported_version,
                "decode_request fails with bad_json, bad_request or unsupported_version");
     check_reply_line(protocol::encode_error(id, code, request.error().message));
     return 0;

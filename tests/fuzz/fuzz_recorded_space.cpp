@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   auto space = ktune::replay::parse_recorded_space(text, "fuzz.json");
   if (!space) {
-    FUZZ_CHECK(space.error().code == "bad_record" || space.error().code == "unsupported_objective",
+    FUZZ_CHECK(space.error().code == ktune::ErrorCode::bad_record || space.error().code == ktune::ErrorCode::unsupported_objective,
                "errors use code bad_record or unsupported_objective");
     FUZZ_CHECK(space.error().message.rfind("fuzz.json", 0) == 0, "errors start with the label");
     return 0;

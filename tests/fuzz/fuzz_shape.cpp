@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   auto shape = ktune::Shape::parse(text);
   if (!shape) {
-    FUZZ_CHECK(shape.error().code == "bad_shape", "parse errors use code bad_shape");
+    FUZZ_CHECK(shape.error().code == ktune::ErrorCode::bad_shape, "parse errors use code bad_shape");
     FUZZ_CHECK(!shape.error().message.empty(), "an error has a message");
     return 0;
   }
@@ -54,7 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (order.size() > 1) {
     std::vector<std::string> fewer(order.begin() + 1, order.end());
     auto missing = ktune::conform_shape(*shape, fewer, "fuzz");
-    FUZZ_CHECK(!missing.ok() && missing.error().code == "bad_shape", "an undeclared dimension is an error");
+    FUZZ_CHECK(!missing.ok() && missing.error().code == ktune::ErrorCode::bad_shape, "an undeclared dimension is an error");
   }
   return 0;
 }

@@ -69,7 +69,7 @@ seed = 9
   SECTION("an unknown key names the file and the key") {
     const auto r = apply_config_text("[daemon]\nsockett = \"x\"\n", "ktuned.toml", "/", config);
     REQUIRE_FALSE(r.ok());
-    CHECK(r.error().code == "config_error");
+    CHECK(r.error().code == ktune::ErrorCode::config_error);
     CHECK(r.error().message.find("ktuned.toml") != std::string::npos);
     CHECK(r.error().message.find("[daemon].sockett") != std::string::npos);
   }

@@ -573,7 +573,7 @@ TEST_CASE("a kernel spec cannot reach outside its own directory", "[integration]
   auto expect_refused = [](const auto& result, const std::string& path_part) {
     REQUIRE_FALSE(result.ok());
     INFO(result.error().message);
-    CHECK(result.error().code == "spec_error");
+    CHECK(result.error().code == ktune::ErrorCode::spec_error);
     CHECK_THAT(result.error().message, Catch::Contains("[kernel].source"));
     CHECK_THAT(result.error().message, Catch::Contains(path_part));
   };

@@ -247,7 +247,7 @@ allow_root = false
       INFO(text);
       const auto r = apply_config_text(text, "ktuned.toml", "/", config);
       REQUIRE_FALSE(r.ok());
-      CHECK(r.error().code == ktune::daemon::k_config_error);
+      CHECK(r.error().code == ktune::ErrorCode::config_error);
       CHECK_THAT(r.error().message, Catch::Contains(key));
     }
   }

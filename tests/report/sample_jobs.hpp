@@ -14,11 +14,11 @@ namespace ktune::test {
 
 template <class T>
 T must(Result<T> r) {
-  if (!r) FAIL(r.error().code + ": " + r.error().message);
+  if (!r) FAIL(ktune::describe(r.error()));
   return std::move(r).value();
 }
 inline void must(Result<void> r) {
-  if (!r) FAIL(r.error().code + ": " + r.error().message);
+  if (!r) FAIL(ktune::describe(r.error()));
 }
 
 struct SampleJobs {

@@ -21,7 +21,7 @@ TEST_CASE("parse_job_list reads ids, comma lists and ranges", "[report]") {
     for (const char* text : {"", "0", "x", "3-", "-3", "5-2", "1,,2", "2.5", "1-2-3"}) {
       auto r = parse_job_list(text);
       REQUIRE_FALSE(r);
-      CHECK(r.error().code == "bad_job_list");
+      CHECK(r.error().code == ktune::ErrorCode::bad_job_list);
     }
     CHECK_THAT(parse_job_list("1,5-2").error().message, Catch::Contains("5-2"));
   }
@@ -136,7 +136,7 @@ TEST_CASE("report_data computes what the charts draw from a stored job", "[repor
   SECTION("an unknown job names the id and the database") {
     auto r = load_jobs(store, {ids.first, 999});
     REQUIRE_FALSE(r);
-    CHECK(r.error().code == "unknown_job");
+    CHECK(r.error().code == ktune::ErrorCode::unknown_job);
     CHECK_THAT(r.error().message, Catch::Contains("999") && Catch::Contains(db));
   }
 

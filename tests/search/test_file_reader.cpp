@@ -53,12 +53,12 @@ TEST_CASE("replay/file_reader: plain and gzip files", "[replay][file_reader]") {
   SECTION("errors") {
     auto missing = read_text_file((dir.path() / "nope.json.gz").string());
     REQUIRE_FALSE(missing.ok());
-    CHECK(missing.error().code == "io_error");
+    CHECK(missing.error().code == ktune::ErrorCode::io_error);
     CHECK_THAT(missing.error().message, Catch::Contains("nope.json.gz") && Catch::Contains("cannot open"));
 
     auto directory = read_text_file(dir.str());
     REQUIRE_FALSE(directory.ok());
-    CHECK(directory.error().code == "io_error");
+    CHECK(directory.error().code == ktune::ErrorCode::io_error);
 
     const auto big = dir.write("big.json", text);
     auto too_big = read_text_file(big.string(), 1000);
@@ -72,7 +72,7 @@ TEST_CASE("replay/file_reader: plain and gzip files", "[replay][file_reader]") {
     const auto cut = dir.write("cut.json.gz", bytes.substr(0, bytes.size() / 2));
     auto read = read_text_file(cut.string());
     REQUIRE_FALSE(read.ok());
-    CHECK(read.error().code == "io_error");
+    CHECK(read.error().code == ktune::ErrorCode::io_error);
   }
 }
 
@@ -103,7 +103,7 @@ TEST_CASE("replay/file_reader: decode_text reads bytes in memory like a file", "
   SECTION("errors name the label") {
     auto cut = decode_text(gzip.substr(0, gzip.size() / 2), "cut.json.gz");
     REQUIRE_FALSE(cut.ok());
-    CHECK(cut.error().code == "io_error");
+    CHECK(cut.error().code == ktune::ErrorCode::io_error);
     CHECK_THAT(cut.error().message, Catch::StartsWith("cut.json.gz: cannot read"));
     auto too_big = decode_text(gzip, "big.json.gz", 1000);
     REQUIRE_FALSE(too_big.ok());

@@ -182,7 +182,7 @@ TEST_CASE("replay/recorded_space: old results list", "[replay][recorded_space]")
 }
 
 TEST_CASE("replay/recorded_space: errors name the file and the place", "[replay][recorded_space]") {
-  auto expect_error = [](const std::string& text, const std::string& code, const std::string& fragment) {
+  auto expect_error = [](const std::string& text, ktune::ErrorCode code, const std::string& fragment) {
     INFO(text);
     auto parsed = parse_recorded_space(text, "f.json");
     REQUIRE_FALSE(parsed.ok());
@@ -190,34 +190,34 @@ TEST_CASE("replay/recorded_space: errors name the file and the place", "[replay]
     CHECK_THAT(parsed.error().message, Catch::StartsWith("f.json: ") && Catch::Contains(fragment));
   };
   SECTION("not JSON, or not a known format") {
-    expect_error("", "bad_record", "does not parse as JSON");
-    expect_error("{\"a\": ", "bad_record", "does not parse as JSON");
-    expect_error("42", "bad_record", "found number");
-    expect_error("{\"x\": 1}", "bad_record", "without either key");
+    expect_error("", ktune::ErrorCode::bad_record, "does not parse as JSON");
+    expect_error("{\"a\": ", ktune::ErrorCode::bad_record, "does not parse as JSON");
+    expect_error("42", ktune::ErrorCode::bad_record, "found number");
+    expect_error("{\"x\": 1}", ktune::ErrorCode::bad_record, "without either key");
   }
   SECTION("objective other than time") {
     expect_error(R"({"objective": "score", "tune_params_keys": ["m"], "tune_params": {"m": ["a"]},
                      "cache": {"a": {"m": "a", "score": 0.5}}})",
-                 "unsupported_objective", "\"score\"");
+                 ktune::ErrorCode::unsupported_objective, "\"score\"");
   }
   SECTION("Kernel Tuner cache contents") {
-    expect_error(R"({"tune_params": {"a": [1]}, "cache": []})", "bad_record", "cache: expected an object");
-    expect_error(R"({"cache": {}})", "bad_record", "tune_params");
-    expect_error(R"({"tune_params_keys": ["a"], "tune_params": {"a": [1, 1]}, "cache": {}})", "bad_record",
+    expect_error(R"({"tune_params": {"a": [1]}, "cache": []})", ktune::ErrorCode::bad_record, "cache: expected an object");
+    expect_error(R"({"cache": {}})", ktune::ErrorCode::bad_record, "tune_params");
+    expect_error(R"({"tune_params_keys": ["a"], "tune_params": {"a": [1, 1]}, "cache": {}})", ktune::ErrorCode::bad_record,
                  "listed twice");
-    expect_error(R"({"tune_params_keys": ["a", "b"], "tune_params": {"a": [1]}, "cache": {}})", "bad_record",
+    expect_error(R"({"tune_params_keys": ["a", "b"], "tune_params": {"a": [1]}, "cache": {}})", ktune::ErrorCode::bad_record,
                  "'b' of tune_params_keys is missing");
     expect_error(R"({"tune_params_keys": ["a"], "tune_params": {"a": [1]}, "cache": {"1": {"a": 2, "time": 1}}})",
-                 "bad_record", "cache entry '1': a = 2 is not one of tune_params.a");
-    expect_error(R"({"tune_params_keys": ["a"], "tune_params": {"a": [1]}, "cache": {"1": {"a": 1}}})", "bad_record",
+                 ktune::ErrorCode::bad_record, "cache entry '1': a = 2 is not one of tune_params.a");
+    expect_error(R"({"tune_params_keys": ["a"], "tune_params": {"a": [1]}, "cache": {"1": {"a": 1}}})", ktune::ErrorCode::bad_record,
                  "expected a field 'time'");
     expect_error(R"({"tune_params_keys": ["a"], "tune_params": {"a": [1]}, "cache": {"1": {"a": 1, "time": -2}}})",
-                 "bad_record", "expected a number > 0");
+                 ktune::ErrorCode::bad_record, "expected a number > 0");
     expect_error(R"({"tune_params_keys": ["a"], "tune_params": {"a": [1]}, "cache": {"1": {"a": 1, "time": [1]}}})",
-                 "bad_record", "found array");
+                 ktune::ErrorCode::bad_record, "found array");
     expect_error(R"({"tune_params_keys": ["a"], "tune_params": {"a": [1, 2]},
                      "cache": {"1": {"a": 1, "time": "RuntimeFailedConfig"}}})",
-                 "bad_record", "only 1 failed");
+                 ktune::ErrorCode::bad_record, "only 1 failed");
   }
   SECTION("values come from the key when an entry lacks the field") {
     auto parsed = parse_recorded_space(
@@ -227,21 +227,21 @@ TEST_CASE("replay/recorded_space: errors name the file and the place", "[replay]
     REQUIRE(parsed.ok());
     CHECK(parsed->config_text(parsed->optimum_config) == "a=2,b=y");
     expect_error(R"({"tune_params_keys": ["a", "b"], "tune_params": {"a": [1], "b": [1]}, "cache": {"1": {"time": 1}}})",
-                 "bad_record", "its key has 1 values, expected 2");
+                 ktune::ErrorCode::bad_record, "its key has 1 values, expected 2");
   }
   SECTION("T4 and list contents") {
     expect_error(R"({"results": [{"configuration": {"a": 1}, "invalidity": "correct", "measurements": []}]})",
-                 "bad_record", "results[0]: expected a measurement named \"time\"");
+                 ktune::ErrorCode::bad_record, "results[0]: expected a measurement named \"time\"");
     expect_error(R"({"results": [{"configuration": {"a": 1}, "measurements": [{"name": "time", "value": 1}]},
                                  {"configuration": {"b": 1}, "measurements": [{"name": "time", "value": 1}]}]})",
-                 "bad_record", "results[1].configuration: expected the parameters of results[0]");
+                 ktune::ErrorCode::bad_record, "results[1].configuration: expected the parameters of results[0]");
     expect_error(R"({"results": [{"configuration": {"a": 1}, "measurements": [{"name": "time", "value": 1}]},
                                  {"configuration": {"a": 1}, "measurements": [{"name": "time", "value": 2}]}]})",
-                 "bad_record", "repeats the configuration of");
-    expect_error(R"({"results": [{"configuration": {"a": [1]}}]})", "bad_record", "expected a number, boolean or string");
-    expect_error(R"([[{"a": 1, "time": 1}, {"a": 1}]])", "bad_record", "results[0][1]: expected a field 'time'");
-    expect_error(R"([])", "bad_record", "at least one configuration");
-    expect_error(R"([3])", "bad_record", "results[0]: expected an object, found number");
+                 ktune::ErrorCode::bad_record, "repeats the configuration of");
+    expect_error(R"({"results": [{"configuration": {"a": [1]}}]})", ktune::ErrorCode::bad_record, "expected a number, boolean or string");
+    expect_error(R"([[{"a": 1, "time": 1}, {"a": 1}]])", ktune::ErrorCode::bad_record, "results[0][1]: expected a field 'time'");
+    expect_error(R"([])", ktune::ErrorCode::bad_record, "at least one configuration");
+    expect_error(R"([3])", ktune::ErrorCode::bad_record, "results[0]: expected an object, found number");
   }
 }
 
@@ -261,7 +261,7 @@ TEST_CASE("replay/recorded_space: hostile input never crashes", "[replay][record
           R"({"schema_version": "1.0.0", "results": [{"configuration": {"a": )" + deep + "}}]}"}) {
       auto parsed = parse_recorded_space(text, "deep.json");
       REQUIRE_FALSE(parsed.ok());
-      CHECK(parsed.error().code == "bad_record");
+      CHECK(parsed.error().code == ktune::ErrorCode::bad_record);
       CHECK_THAT(parsed.error().message,
                  Catch::StartsWith("deep.json: ") && Catch::Contains("at most 32 levels of nested arrays and objects, found 1000"));
     }

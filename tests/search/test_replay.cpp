@@ -72,7 +72,7 @@ TEST_CASE("replay/replay: one run answers from the recording", "[replay][replay]
   SECTION("unknown strategy") {
     auto run = ktune::replay::replay_run(r, "nope", 10, 0);
     REQUIRE_FALSE(run.ok());
-    CHECK(run.error().code == "unknown_strategy");
+    CHECK(run.error().code == ktune::ErrorCode::unknown_strategy);
   }
 }
 
@@ -192,7 +192,7 @@ TEST_CASE("replay/replay: a recording of another device as a prior", "[replay][p
     other.label = "other kernel";
     auto prior = ktune::replay::prior_source(target, other);
     REQUIRE_FALSE(prior.ok());
-    CHECK(prior.error().code == "bad_prior");
+    CHECK(prior.error().code == ktune::ErrorCode::bad_prior);
     CHECK(prior.error().message.find("other kernel") != std::string::npos);
   }
   SECTION("bayes with a prior of the same landscape starts at its optimum") {

@@ -53,7 +53,7 @@ TEST_CASE("search/search_space: creation", "[search][search_space]") {
   SECTION("errors") {
     auto no_params = SearchSpace::create({}, {{}});
     REQUIRE_FALSE(no_params.ok());
-    CHECK(no_params.error().code == "bad_space");
+    CHECK(no_params.error().code == ktune::ErrorCode::bad_space);
 
     auto empty_values = SearchSpace::create({{"A", {}}}, {{0}});
     REQUIRE_FALSE(empty_values.ok());

@@ -22,7 +22,7 @@ TEST_CASE("search/stop_condition: parsing budgets", "[search][stop_condition]") 
       INFO(bad);
       auto parsed = parse_evaluation_budget(bad, 100);
       REQUIRE_FALSE(parsed.ok());
-      CHECK(parsed.error().code == "bad_budget");
+      CHECK(parsed.error().code == ktune::ErrorCode::bad_budget);
     }
   }
 }
@@ -44,7 +44,7 @@ TEST_CASE("search/stop_condition: parsing time budgets", "[search][stop_conditio
       INFO(bad);
       auto parsed = parse_time_budget(bad);
       REQUIRE_FALSE(parsed.ok());
-      CHECK(parsed.error().code == "bad_budget");
+      CHECK(parsed.error().code == ktune::ErrorCode::bad_budget);
     }
     // A count budget names the time form in its message.
     CHECK_THAT(parse_evaluation_budget("", 10).error().message, Catch::Contains("60s"));

@@ -155,7 +155,7 @@ TEST_CASE("search/strategy: observe rejects what was not outstanding", "[search]
 
   auto not_proposed = strategy->observe(never, 1.0);
   REQUIRE_FALSE(not_proposed.ok());
-  CHECK(not_proposed.error().code == "bad_observation");
+  CHECK(not_proposed.error().code == ktune::ErrorCode::bad_observation);
   CHECK_THAT(not_proposed.error().message, Catch::Contains("never proposed"));
 
   CHECK_FALSE(strategy->observe(space.size(), 1.0).ok());
@@ -264,6 +264,6 @@ TEST_CASE("search/strategy: unknown names", "[search][strategy]") {
   const SearchSpace space = synthetic_space();
   auto strategy = ktune::search::make_strategy("simplex", space, 0);
   REQUIRE_FALSE(strategy.ok());
-  CHECK(strategy.error().code == "unknown_strategy");
+  CHECK(strategy.error().code == ktune::ErrorCode::unknown_strategy);
   CHECK_THAT(strategy.error().message, Catch::Contains("'simplex'") && Catch::Contains("genetic"));
 }

@@ -76,7 +76,7 @@ TEST_CASE("shards split the jobs exactly once, deterministically", "[sweep]") {
     INFO(bad);
     auto shard = parse_shard(bad);
     REQUIRE_FALSE(shard.ok());
-    CHECK(shard.error().code == "bad_shard");
+    CHECK(shard.error().code == ktune::ErrorCode::bad_shard);
   }
 }
 
@@ -84,7 +84,7 @@ TEST_CASE("broken sweep files are errors naming the file, the table and the key"
   const auto error = [](const std::string& text) {
     auto sweep = parse_sweep(text, "bad.toml");
     REQUIRE_FALSE(sweep.ok());
-    CHECK(sweep.error().code == "sweep_error");
+    CHECK(sweep.error().code == ktune::ErrorCode::sweep_error);
     CHECK_THAT(sweep.error().message, Catch::Contains("bad.toml"));
     return sweep.error().message;
   };

@@ -107,7 +107,7 @@ TEST_CASE("the cpp-header refuses what it cannot hold", "[tableio]") {
     auto table = make_table({make_row("M=1,N=1,K=1", R"({"BM":64,"MODE":"fast"})", 1, 1)});
     auto header = tableio::write_cpp_header(table);
     REQUIRE_FALSE(header.ok());
-    REQUIRE(header.error().code == "invalid_table");
+    REQUIRE(header.error().code == ktune::ErrorCode::invalid_table);
     REQUIRE_THAT(header.error().message, Catch::Contains("row 0"));
     REQUIRE_THAT(header.error().message, Catch::Contains("config.MODE"));
   }

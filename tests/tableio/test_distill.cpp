@@ -208,7 +208,7 @@ TEST_CASE("distill: bad input is refused, naming what is wrong", "[tableio][dist
     for (auto& cell : in.cells[2]) cell = Cell{CellState::failed, 0};
     auto out = distill(in, {});
     REQUIRE_FALSE(out.ok());
-    CHECK(out.error().code == "bad_request");
+    CHECK(out.error().code == ErrorCode::bad_request);
     CHECK_THAT(out.error().message, Catch::Contains("M=64,N=64,K=64"));
   }
   SECTION("no shapes") {

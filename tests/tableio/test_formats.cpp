@@ -81,7 +81,7 @@ TEST_CASE("json reader errors name the file, the row and the field", "[tableio]"
     auto bad = tableio::read_json(edited(text, "\"median_ms\": 9.5", "\"median_ms\": \"fast\""),
                                   "w.json");
     REQUIRE_FALSE(bad.ok());
-    REQUIRE(bad.error().code == "invalid_table");
+    REQUIRE(bad.error().code == ktune::ErrorCode::invalid_table);
     REQUIRE_THAT(bad.error().message,
                  Catch::StartsWith("w.json: rows[1].median_ms: expected a number, found string"));
   }

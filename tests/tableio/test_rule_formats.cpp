@@ -126,7 +126,7 @@ TEST_CASE("resolving the key to distil names what the store lacks", "[tableio][d
   SECTION("errors") {
     auto kernel = tableio::resolve_distill_key(*store, "nope", "f32", "cpu");
     REQUIRE_FALSE(kernel.ok());
-    CHECK(kernel.error().code == "not_found");
+    CHECK(kernel.error().code == ErrorCode::not_found);
     auto dtype = tableio::resolve_distill_key(*store, "gemm", "f64", "cpu");
     REQUIRE_FALSE(dtype.ok());
     CHECK_THAT(dtype.error().message, Catch::Contains("tuned in f32 only"));
@@ -160,7 +160,7 @@ TEST_CASE("a rule document survives its JSON", "[tableio][distill]") {
     };
     auto format = bad("\"ktune-rule\"", "\"ktune-table\"");
     REQUIRE_FALSE(format.ok());
-    CHECK(format.error().code == "invalid_rule");
+    CHECK(format.error().code == ErrorCode::invalid_rule);
     CHECK_THAT(format.error().message, Catch::StartsWith("rule.json: format"));
     auto version = bad("\"schema_version\": 1", "\"schema_version\": 2");
     REQUIRE_FALSE(version.ok());

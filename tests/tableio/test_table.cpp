@@ -136,7 +136,7 @@ TEST_CASE("Table::normalize sorts rows and refuses a duplicate key", "[tableio]"
   table.rows.push_back(make_row("M=1,N=1,K=1", k_config_b, 2, 2));
   auto again = table.normalize();
   REQUIRE_FALSE(again.ok());
-  REQUIRE(again.error().code == "invalid_table");
+  REQUIRE(again.error().code == ktune::ErrorCode::invalid_table);
   REQUIRE_THAT(again.error().message, Catch::Contains("M=1,N=1,K=1"));
 }
 

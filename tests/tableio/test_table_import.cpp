@@ -186,7 +186,7 @@ TEST_CASE("import_table into a read-only store fails naming the row", "[tableio]
   REQUIRE(store.ok());
   auto reply = daemon::import_table(*store, incoming(), Policy::faster);
   REQUIRE_FALSE(reply.ok());
-  REQUIRE(reply.error().code == "db_error");
+  REQUIRE(reply.error().code == ktune::ErrorCode::db_error);
   REQUIRE_THAT(reply.error().message, Catch::StartsWith("import: row 0 (gemm M=256,N=256,K=256"));
 }
 
@@ -234,13 +234,13 @@ TEST_CASE("the import op decodes the request body the CLI sends and imports in s
   SECTION("a bad policy") {
     auto reply = run_import(store, json{{"table", table}, {"policy", 3}});
     REQUIRE_FALSE(reply.ok());
-    REQUIRE(reply.error().code == "bad_request");
+    REQUIRE(reply.error().code == ktune::ErrorCode::bad_request);
     REQUIRE_THAT(reply.error().message, Catch::Contains("'policy'"));
   }
   SECTION("no table") {
     auto reply = run_import(store, json{{"op", "import"}});
     REQUIRE_FALSE(reply.ok());
-    REQUIRE(reply.error().code == "bad_request");
+    REQUIRE(reply.error().code == ktune::ErrorCode::bad_request);
     REQUIRE_THAT(reply.error().message, Catch::Contains("'table'"));
   }
   SECTION("a bad row names it") {
@@ -248,7 +248,7 @@ TEST_CASE("the import op decodes the request body the CLI sends and imports in s
     broken["rows"][1]["median_ms"] = "slow";
     auto reply = run_import(store, json{{"table", broken}});
     REQUIRE_FALSE(reply.ok());
-    REQUIRE(reply.error().code == "bad_request");
+    REQUIRE(reply.error().code == ktune::ErrorCode::bad_request);
     REQUIRE_THAT(reply.error().message,
                  Catch::StartsWith("import: table: rows[1].median_ms: expected a number"));
   }
