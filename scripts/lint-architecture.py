@@ -13,9 +13,11 @@
   4. No error code compared as a string (`.code == "`, `.code != "`) anywhere: codes are
      ErrorCode values (core/error_code.hpp); strings exist only where messages are encoded.
   5. Sizes: no daemon/ file over 800 lines; the dispatch (daemon/handlers.cpp) at most 300.
+  6. No ';' in a Catch2 test name: catch_discover_tests splits a name there, and ctest then runs
+     two halves that match no test and pass without running anything.
 
   scripts/lint-architecture.py                      every rule
-  scripts/lint-architecture.py --rules cycles,session,codes
+  scripts/lint-architecture.py --rules cycles,session,codes,testnames
 
 Exit 1 with one line per violation. ctest runs it (test lint_architecture) with the rules the
 tree keeps today; a rule joins that list once the tree keeps it.
@@ -144,8 +146,22 @@ def sizes(files):
     return problems
 
 
+def test_names(files):
+    problems = []
+    name = re.compile(r'TEST_CASE\(\s*((?:"(?:[^"\\]|\\.)*"\s*)+)')
+    for f in files:
+        if not f.startswith("tests/"):
+            continue
+        text = read(f)
+        for m in name.finditer(text):
+            if ";" in m.group(1):
+                n = text.count("\n", 0, m.start()) + 1
+                problems.append(f"{f}:{n}: a ';' in a test name (ctest would run no test by it)")
+    return problems
+
+
 RULES = {"cycles": include_cycles, "session": session_includes, "store": store_writes,
-         "codes": code_compares, "sizes": sizes}
+         "codes": code_compares, "sizes": sizes, "testnames": test_names}
 
 
 def main():

@@ -30,7 +30,7 @@ void write_bytes(const fs::path& path, const std::string& bytes) {
 
 } // namespace
 
-TEST_CASE("a stored artifact verifies; truncated, emptied, replaced or unrecorded it does not",
+TEST_CASE("a stored artifact verifies, truncated, emptied, replaced or unrecorded it does not",
           "[artifact_cache]") {
   ktune::test::TempDir tmp;
   const std::string path = ktune::artifact_path(tmp.str(), "abcdef0123", ".so");

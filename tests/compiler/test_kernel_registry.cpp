@@ -328,7 +328,7 @@ TEST_CASE("KernelRegistry keys families by name and language", "[compiler]") {
   }
 }
 
-TEST_CASE("Families of one kernel directory may share a source through '..'; nothing outside it",
+TEST_CASE("Families of one kernel directory may share a source through '..', nothing outside it",
           "[compiler]") {
   ktune::test::TempDir dir;
   dir.write("kernels/common/scale.cpp", "#include \"scale.hpp\"\nextern \"C\" void a(void**) {}\n");

@@ -148,7 +148,7 @@ TEST_CASE("typed configs compiled in one batch each call their own renamed shim"
   }
 }
 
-TEST_CASE("signature = \"source\" reads the declaration; scalars are converted to the declared "
+TEST_CASE("signature = \"source\" reads the declaration, scalars are converted to the declared "
           "type", "[compiler][typed_entry]") {
   ktune::test::TempDir dir;
   dir.write("k/kernel.cpp",

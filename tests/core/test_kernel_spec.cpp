@@ -359,7 +359,7 @@ BK = 16
 
 } // namespace
 
-TEST_CASE("core/kernel_spec: a typed signature types the args; no dtypes, no adapter",
+TEST_CASE("core/kernel_spec: a typed signature types the args, no dtypes, no adapter",
           "[core][kernel_spec][signature]") {
   auto parsed = parse_kernel_spec(k_typed, "tests/kernels/gemm_blocked/kernel.toml");
   INFO((parsed ? std::string() : parsed.error().message));

@@ -364,7 +364,7 @@ TEST_CASE("stop interrupts queued and running jobs", "[daemon][scheduler]") {
   CHECK(rig.state(a) == JobState::interrupted);
 }
 
-TEST_CASE("the winner is the incumbent when it ties, else the fastest tie; a re-run keeps it",
+TEST_CASE("the winner is the incumbent when it ties, else the fastest tie, a re-run keeps it",
           "[daemon][scheduler]") {
   Rig rig;
   // The first three gemm configs (a budget of 3, exhaustive), timed by the test; tie_margin (3%)
@@ -454,7 +454,7 @@ std::vector<std::size_t> compile_sizes(const Rig& rig) {
 
 } // namespace
 
-TEST_CASE("a job's compiles grow into batches as their times are measured; each artifact is "
+TEST_CASE("a job's compiles grow into batches as their times are measured, each artifact is "
           "called by its own symbol", "[daemon][scheduler][batch]") {
   Rig rig(1, 0);  // compile_ahead follows the batch size
   sgemm_like_compiles(rig);

@@ -87,7 +87,7 @@ TEST_CASE("waiting work goes out by priority, then fairly across owners", "[daem
   CHECK(log.size() == 6);
 }
 
-TEST_CASE("withdraw drops an owner's queued work; its request in flight finishes",
+TEST_CASE("withdraw drops an owner's queued work, its request in flight finishes",
           "[daemon][pool]") {
   boost::asio::io_context io;
   FakeWorkers fakes(io);
@@ -109,7 +109,7 @@ TEST_CASE("withdraw drops an owner's queued work; its request in flight finishes
   CHECK(sent(fakes) == std::vector<std::string>{"x1", "y1"});
 }
 
-TEST_CASE("a worker that announced its exit gets no more work; a fresh one takes it",
+TEST_CASE("a worker that announced its exit gets no more work, a fresh one takes it",
           "[daemon][pool]") {
   boost::asio::io_context io;
   FakeWorkers fakes(io);

@@ -380,7 +380,7 @@ TEST_CASE("a candidate that loses the CUDA context is the only one blamed",
   }
 }
 
-TEST_CASE("ktuned learns the CPU from a worker; without one it still serves, and says why",
+TEST_CASE("ktuned learns the CPU from a worker, without one it still serves, and says why",
           "[integration][lanes]") {
   TempDir home;
   SECTION("a runnable worker: the CPU is a device with its fingerprint") {

@@ -299,7 +299,7 @@ TEST_CASE("with race_margin set, clearly slower candidates are raced out after 8
   CHECK(raced >= 1);
 }
 
-TEST_CASE("the finals measure the nearest candidates again in rounds; the winner is the tie "
+TEST_CASE("the finals measure the nearest candidates again in rounds, the winner is the tie "
           "with the lowest median",
           "[integration][pipeline]") {
   TempDir home;

@@ -413,7 +413,7 @@ TEST_CASE("last-good runs leave regressed runs out of later baselines", "[tablei
   }
 }
 
-TEST_CASE("history selects the keys an A/B confirms; the A/B decides", "[tableio][history][ab]") {
+TEST_CASE("history selects the keys an A/B confirms, the A/B decides", "[tableio][history][ab]") {
   const tableio::CompareOptions options{.min_effect = 0.05};
   const auto row = make_row(k_small, k_config_a, 1.0, 1);
   auto other_row = make_row(k_big, k_config_a, 1.0, 1);
