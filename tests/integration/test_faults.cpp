@@ -235,3 +235,32 @@ TEST_CASE("a CUDA config that does not compile fails alone in a compile check's 
   CHECK(batched > 0);  // the sizer moved on from single compiles
 }
 
+// The CUDA twin of the stencil above (tests/faults/cuda_stencil): every config compiles, the
+// guilty TX=256 too (its fault is at run time); the [gpu] case in test_lanes runs it.
+TEST_CASE("the CUDA stencil's configs all compile with nvrtc, the guilty one too",
+          "[integration][faults]") {
+  TempDir home;
+  home.write("ktuned.toml", k_config);
+  DaemonProcess daemon(home.str(), {"--config", (home.path() / "ktuned.toml").string(),
+                                    "--kernel-dir", ktune::test::source_path("/tests/faults")});
+  REQUIRE(daemon.wait_ready(k_start_timeout));
+  auto conn = Connection::connect(daemon.socket());
+  REQUIRE(conn.ok());
+  Connection& c = *conn;
+  if (!ok_result(c, {{"op", "kernels"}}).value("cuda_backend", false)) {
+    ktune::test::skip_test("ktune is built without the CUDA backend");
+  }
+  const json check = ok_result(c, {{"op", "compile_check"}, {"kernel", "cuda_stencil"},
+                                   {"arch", {"sm_90"}}, {"shape", "NX=256,NY=64"}},
+                               k_tune_timeout);
+  INFO(check.dump());
+  CHECK(check["compiled"] == 7);
+  CHECK(check["errors"] == 0);
+  bool guilty = false;
+  for (const auto& row : check["rows"]) {
+    CHECK(row["status"] == "ok");
+    guilty = guilty || row["config"]["TX"] == 256;
+  }
+  CHECK(guilty);
+}
+

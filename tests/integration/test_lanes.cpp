@@ -380,6 +380,51 @@ TEST_CASE("a candidate that loses the CUDA context is the only one blamed",
   }
 }
 
+// The CUDA twin of test_faults' stencil case (tests/faults/cuda_stencil): TX=256 also writes one
+// buffer-length past OUT. It may lose the context (an illegal address) or land in a neighbouring
+// allocation; either way it alone is blamed, and every config measured after it is ok.
+TEST_CASE("a CUDA candidate that writes past its output is blamed alone: the CUDA stencil's TX=256",
+          "[integration][gpu][loses-context]") {
+  TempDir home;
+  home.write("ktuned.toml",
+             "[measure]\nmin_samples = 3\nmax_samples = 20\nmax_time_s = 0.02\nmin_time_s = 0\n"
+             "warmup_ms = 1\nflush_cache = false\nfinalists = 0\n");
+  auto daemon = std::make_unique<DaemonProcess>(
+      home.str(), std::vector<std::string>{"--config", (home.path() / "ktuned.toml").string(),
+                                           "--kernel-dir", ktune::test::source_path("/tests/faults"),
+                                           "--log-level", "info"});
+  REQUIRE(daemon->wait_ready(k_start_timeout));
+  Connection c = connect(*daemon);
+  const json devices = ok_result(c, {{"op", "devices"}});
+  if (!devices["cuda"].value("available", false)) {
+    skip(daemon, "no CUDA device: " + devices["cuda"].value("reason", std::string("?")));
+  }
+  for (const std::string shape : {"NX=256,NY=32", "NX=1024,NY=256"}) {
+    INFO(shape);
+    const json tuned = ok_result(c, {{"op", "tune"}, {"kernel", "cuda_stencil"}, {"shape", shape},
+                                     {"device", "cuda:0"}, {"retry_failed", true}, {"wait", true}},
+                                 k_tune_timeout);
+    CHECK(tuned["job"]["state"] == "done");
+    const json job = ok_result(c, {{"op", "job"}, {"job", tuned["job"]["id"]}});
+    std::size_t guilty = 0, innocent = 0;
+    for (const auto& r : job["results"]) {
+      INFO(r.dump());
+      if (r["config"]["TX"] == 256) {
+        ++guilty;
+        CHECK((r["status"] == "crash" || r["status"] == "mismatch"));
+        CHECK_FALSE(r["reason"].get<std::string>().empty());
+      } else {
+        ++innocent;
+        CHECK(r["status"] == "ok");
+      }
+    }
+    CHECK(guilty == 1);
+    CHECK(innocent == 6);
+    REQUIRE(job["winner"].is_object());
+    CHECK(job["winner"]["config"]["TX"] != 256);
+  }
+}
+
 TEST_CASE("ktuned learns the CPU from a worker, without one it still serves, and says why",
           "[integration][lanes]") {
   TempDir home;
