@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <sstream>
 
 namespace ktune {
 namespace {
@@ -149,6 +150,18 @@ std::string batch_unit_text(const std::string& source_path, const SourceScan& sc
     for (const auto& name : defined) unit += "#undef " + name + "\n";
   }
   return unit;
+}
+
+std::string first_error_line(const std::string& log) {
+  std::istringstream lines(log);
+  std::string line, first;
+  while (std::getline(lines, line)) {
+    if (line.find("error") != std::string::npos || line.find("Error") != std::string::npos) {
+      return line;
+    }
+    if (first.empty() && line.find_first_not_of(" \t\r") != std::string::npos) first = line;
+  }
+  return first;
 }
 
 } // namespace ktune

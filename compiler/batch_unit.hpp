@@ -17,6 +17,9 @@
 #include "core/shape.hpp"
 #include "jobs/compile_job.hpp"
 
+#include <algorithm>
+#include <span>
+
 #include <string>
 #include <string_view>
 #include <utility>
@@ -67,5 +70,30 @@ struct UnitConfig {
                                           const std::string& shim,
                                           const std::vector<UnitConfig>& configs,
                                           const std::string& preamble_end = {});
+
+// The first line of a compiler log that reports an error (a compiler's "error", an assembler's
+// "Error"), else its first non-empty line.
+[[nodiscard]] std::string first_error_line(const std::string& log);
+
+// A unit of several configs failed to compile as a whole: builds each half again with `build`
+// (which splits further as it fails), so that a config's own error stays its result. When every
+// config then compiles, they failed only together: each gets `batch_error` saying so, with the
+// unit's first error line. `outcome(planned)` is the config's CompileOutcome.
+template <class Planned, class Build, class OutcomeOf>
+void split_failed_unit(std::span<Planned* const> unit, const std::string& log, Build&& build,
+                       OutcomeOf&& outcome) {
+  const std::size_t half = unit.size() / 2;
+  build(unit.first(half));
+  build(unit.subspan(half));
+  const bool all_ok = std::all_of(unit.begin(), unit.end(), [&](Planned* p) {
+    return outcome(*p).status == CandidateStatus::ok;
+  });
+  if (!all_ok) return;  // a config's own failure explains the unit's
+  for (Planned* planned : unit) {
+    outcome(*planned).batch_error = "a batch of " + std::to_string(unit.size()) +
+                                    " configs failed though each compiles without the others: " +
+                                    first_error_line(log);
+  }
+}
 
 } // namespace ktune

@@ -145,20 +145,6 @@ std::string batch_signature(const CompileJob& job) {
   return j.dump();
 }
 
-// The first line of a compiler log that reports an error (the compiler's "error", the
-// assembler's "Error"), else its first non-empty line.
-std::string first_error_line(const std::string& log) {
-  std::istringstream lines(log);
-  std::string line, first;
-  while (std::getline(lines, line)) {
-    if (line.find("error") != std::string::npos || line.find("Error") != std::string::npos) {
-      return line;
-    }
-    if (first.empty() && line.find_first_not_of(" \t\r") != std::string::npos) first = line;
-  }
-  return first;
-}
-
 // One job on its way through compile_batch.
 struct Planned {
   const CompileJob* job = nullptr;
@@ -269,18 +255,8 @@ public:
       for (Planned* planned : unit) fail(*planned, run, unit.size());
       return;
     }
-    const std::size_t half = unit.size() / 2;
-    build(unit.first(half));
-    build(unit.subspan(half));
-    const bool all_ok = std::all_of(unit.begin(), unit.end(), [](const Planned* p) {
-      return p->outcome.status == CandidateStatus::ok;
-    });
-    if (!all_ok) return;  // a config's own failure explains the batch's
-    for (Planned* planned : unit) {
-      planned->outcome.batch_error = "a batch of " + std::to_string(unit.size()) +
-                                     " configs failed though each compiles without the others: " +
-                                     first_error_line(run.log);
-    }
+    split_failed_unit(unit, run.log, [this](std::span<Planned* const> part) { build(part); },
+                      [](Planned& p) -> CompileOutcome& { return p.outcome; });
   }
 
 private:

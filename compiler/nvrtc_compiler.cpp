@@ -88,17 +88,6 @@ CompileOutcome host_failure(CompileOutcome outcome, std::string why) {
   return outcome;
 }
 
-// The first line of a log that reports an error, else its first non-empty line.
-std::string first_error_line(const std::string& log) {
-  std::istringstream lines(log);
-  std::string line, first;
-  while (std::getline(lines, line)) {
-    if (line.find("error") != std::string::npos) return line;
-    if (first.empty() && line.find_first_not_of(" \t\r") != std::string::npos) first = line;
-  }
-  return first;
-}
-
 // The numeric part of "sm_90a" (90); -1 when there is none.
 int arch_number(std::string_view arch) {
   int value = 0;
@@ -431,18 +420,8 @@ public:
       for (Planned* planned : unit) fail(*planned, run, unit.size());
       return;
     }
-    const std::size_t half = unit.size() / 2;
-    build(unit.first(half));
-    build(unit.subspan(half));
-    const bool all_ok = std::all_of(unit.begin(), unit.end(), [](const Planned* p) {
-      return p->result.outcome.status == CandidateStatus::ok;
-    });
-    if (!all_ok) return;  // a config's own failure explains the unit's
-    for (Planned* planned : unit) {
-      planned->result.outcome.batch_error = "a batch of " + std::to_string(unit.size()) +
-                                            " configs failed though each compiles without the others: " +
-                                            first_error_line(run.log);
-    }
+    split_failed_unit(unit, run.log, [this](std::span<Planned* const> part) { build(part); },
+                      [](Planned& p) -> CompileOutcome& { return p.result.outcome; });
   }
 
 private:
