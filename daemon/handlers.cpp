@@ -25,7 +25,6 @@
 
 namespace ktune::daemon {
 
-
 namespace {
 
 // Rows of an import written in one step: one transaction, ~3 ms of the loop.
@@ -37,28 +36,6 @@ constexpr std::chrono::milliseconds k_import_wait{60'000};
 
 // Requests slower than this are logged with their duration.
 constexpr double k_slow_request_ms = 100.0;
-
-std::string join(const std::vector<std::string>& items, const char* separator) {
-  std::string out;
-  for (const auto& item : items) {
-    if (!out.empty()) out += separator;
-    out += item;
-  }
-  return out;
-}
-
-// The combinations of the spec's params (saturating): what enumeration walks at any shape.
-std::uint64_t cartesian_size(const KernelSpec& spec) {
-  std::uint64_t size = 1;
-  for (const auto& param : spec.params) {
-    const std::uint64_t n = param.values.size();
-    if (n != 0 && size > std::numeric_limits<std::uint64_t>::max() / n) {
-      return std::numeric_limits<std::uint64_t>::max();
-    }
-    size *= n;
-  }
-  return size;
-}
 
 nlohmann::json kernel_to_json(const LoadedKernel& kernel) {
   const KernelSpec& spec = kernel.spec;
@@ -84,33 +61,9 @@ nlohmann::json kernel_to_json(const LoadedKernel& kernel) {
 
 RequestHandler::RequestHandler(HandlerContext context)
     : m_ctx(std::move(context)), m_quota(m_ctx.store, m_ctx.config.max_queued_jobs_per_client) {
-  const char* policy = std::getenv("KTUNE_TUNE_ON_MISS");
-  m_tune_on_miss_policy = policy && std::string_view(policy) == "1";
-  auto winners = m_ctx.store.all_winners();
-  if (winners) {
-    for (const auto& w : *winners) m_index.put(w);
-    KTUNE_LOG(info) << "winner index: " << m_index.size() << " winner(s) loaded";
-  } else {
-    KTUNE_LOG(error) << "cannot load the winners; lookups start from an empty index: "
-                     << winners.error().message;
-  }
   for (const auto& warning : m_kernel_dirs.warnings()) KTUNE_LOG(warn) << "kernel dirs: " << warning;
   m_ctx.scheduler.set_job_end_hook(
-      [this](std::int64_t job_id, JobState state) { on_job_end(job_id, state); });
-  // A family edited while ktuned runs is read (parsed, hashed) on the helper thread; lookups
-  // go on from the entry they had meanwhile.
-  m_kernel_cache.set_reload([this](std::string spec_path, std::string kernel_dir,
-                                   KernelCache::Done done) {
-    asio::post(m_offload, [this, spec_path = std::move(spec_path),
-                           kernel_dir = std::move(kernel_dir), done = std::move(done)]() mutable {
-      std::vector<FileStamp> inputs;
-      auto loaded = load_kernel(spec_path, kernel_dir, &inputs);
-      asio::post(m_ctx.io, [done = std::move(done), loaded = std::move(loaded),
-                            inputs = std::move(inputs)]() mutable {
-        done(std::move(loaded), std::move(inputs));
-      });
-    });
-  });
+      [this](std::int64_t job_id, JobState state) { m_lookup.job_ended(job_id, state); });
   m_canary.start();
 }
 
@@ -128,7 +81,7 @@ void RequestHandler::handle(const std::shared_ptr<Client>& client, std::string_v
                                         "ktuned is shutting down"));
     return;
   }
-  if (fast_lookup(client, line)) return;
+  if (m_lookup.answer_line(*client, line)) return;
   auto request = protocol::decode_request(line);
   if (!request) {
     KTUNE_LOG(debug) << "rejected request (" << request.error().code
@@ -153,7 +106,7 @@ void RequestHandler::dispatch(Op op, protocol::Request request,
   const Reply reply(client, request.id);
   const uid_t uid = client->peer().uid;
   switch (op) {
-    case Op::lookup: return reply.answer(lookup(request, uid));
+    case Op::lookup: return reply.answer(m_lookup.lookup(request, uid));
     case Op::tune: return tune(client, request);
     case Op::job: return reply.answer(job(request));
     case Op::jobs: return reply.answer(jobs(request));
@@ -201,58 +154,6 @@ Result<nlohmann::json> RequestHandler::cancel(const protocol::Request& request) 
                                            ", not queued or running; nothing to cancel");
 }
 
-Result<RequestHandler::Target> RequestHandler::resolve(const std::string& kernel_name,
-                                                       const std::string& shape_text,
-                                                       const std::string& requested_dtype,
-                                                       const std::string& device_name) {
-  const bool cuda = is_cuda_device(device_name);
-  if (!cuda && device_name != "cpu") {
-    return make_error(ErrorCode::unknown_device,
-                      "unknown device '" + device_name + "' (expected cpu, cuda:N or all)");
-  }
-  auto kernel = m_registry.find(kernel_name, cuda ? Language::cuda : Language::cpp);
-  if (!kernel && kernel.error().code == ErrorCode::unknown_kernel) {
-    if (auto other = m_registry.find(kernel_name)) kernel = std::move(other); // rejected below
-  }
-  if (!kernel) return kernel.error();
-  const KernelSpec& spec = kernel->spec;
-
-  auto shape = Shape::parse(shape_text);
-  if (!shape) return shape.error();
-  auto conformed = conform_shape(*shape, spec.shape_dims, spec.name);
-  if (!conformed) return conformed.error();
-
-  // A family without a dtype axis answers the default dtype (f32) with its one element type.
-  const std::string dtype =
-      !spec.dtype_axis && requested_dtype == "f32" ? spec.dtypes.front() : requested_dtype;
-  if (std::find(spec.dtypes.begin(), spec.dtypes.end(), dtype) == spec.dtypes.end()) {
-    return make_error(ErrorCode::bad_dtype, "kernel " + spec.name + " does not declare dtype '" +
-                                           dtype + "' (declared: " + join(spec.dtypes, ", ") + ")");
-  }
-  if (spec.language != (cuda ? Language::cuda : Language::cpp)) {
-    return make_error(ErrorCode::no_device, "kernel " + spec.name + " is written in " +
-                                           std::string(to_string(spec.language)) +
-                                           " and cannot run on device " + device_name +
-                                           (cuda ? "" : " (tune it with --device cuda:N)"));
-  }
-  if (!cuda) {
-    if (auto c_type = dtype_c_type(dtype); !c_type) {
-      return make_error(ErrorCode::bad_dtype,
-                        "dtype '" + dtype + "' cannot run on device cpu: " + c_type.error().message);
-    }
-  }
-  auto device = m_ctx.devices.local(device_name);
-  if (!device) {
-    // An unknown CPU (a worker could not run when asked): asked again, so that the next tune
-    // finds it once workers run again.
-    if (!cuda && m_ctx.devices.probe_again_if_unknown(m_ctx.workers)) {
-      return make_error(device.error().code,
-                        device.error().message + "; a worker is being asked again: try again");
-    }
-    return device.error();
-  }
-  return Target{std::move(*kernel), std::move(*conformed), dtype, std::move(*device)};
-}
 
 // What a tune reply says of the job's prior: null when the job has none (cold, a strategy that
 // uses none, nothing stored), else the earlier keys it learns from.
@@ -374,7 +275,7 @@ void RequestHandler::tune(const std::shared_ptr<Client>& session, const protocol
   std::vector<PlanRequest> plans;
   bool big = false;
   for (const auto& name : device_names) {
-    auto target = resolve(req.kernel, req.shape, req.dtype, name);
+    auto target = m_targets.resolve(req.kernel, req.shape, req.dtype, name);
     if (!target) return fail(target.error());
     PlanRequest plan;
     plan.kernel = std::move(target->kernel);
@@ -510,7 +411,7 @@ void RequestHandler::import_step(std::shared_ptr<ImportRun> run, ImportDone done
   }
   std::set<std::string> fingerprints;
   for (const auto& winner : upserted) {
-    m_index.put(winner);
+    m_lookup.learn(winner);
     fingerprints.insert(winner.fingerprint);
   }
   // Imported devices can be named by fingerprint in lookups from now on.
@@ -593,342 +494,6 @@ void RequestHandler::watch_job(const std::shared_ptr<Client>& session,
   }
 }
 
-namespace {
-
-// One member of a flat JSON object: `raw` is the value's text (a string without its quotes).
-struct FlatField {
-  std::string_view key;
-  std::string_view raw;
-  bool is_string = false;
-};
-constexpr int k_max_flat_fields = 12;
-
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-
-// Scans `text` as a JSON object whose members are plain ASCII strings without escapes, integers,
-// true, false or null. Returns the member count, or -1 for anything else (the caller then takes
-// the general path, which parses and reports errors).
-int scan_flat_object(std::string_view text, FlatField* fields, int max_fields) {
-  std::size_t i = 0;
-  const std::size_t n = text.size();
-  auto skip = [&] {
-    while (i < n && is_space(text[i])) ++i;
-  };
-  auto string_at = [&](std::string_view& out) {
-    if (i >= n || text[i] != '"') return false;
-    const std::size_t begin = ++i;
-    while (i < n && text[i] != '"') {
-      const auto c = static_cast<unsigned char>(text[i]);
-      if (c == '\\' || c < 0x20 || c > 0x7e) return false;
-      ++i;
-    }
-    if (i >= n) return false;
-    out = text.substr(begin, i - begin);
-    ++i;
-    return true;
-  };
-  skip();
-  if (i >= n || text[i] != '{') return -1;
-  ++i;
-  skip();
-  int count = 0;
-  if (i < n && text[i] == '}') {
-    ++i;
-  } else {
-    while (true) {
-      if (count == max_fields) return -1;
-      FlatField& field = fields[count++];
-      skip();
-      if (!string_at(field.key)) return -1;
-      skip();
-      if (i >= n || text[i] != ':') return -1;
-      ++i;
-      skip();
-      if (i < n && text[i] == '"') {
-        if (!string_at(field.raw)) return -1;
-        field.is_string = true;
-      } else {
-        const std::size_t begin = i;
-        if (i < n && text[i] == '-') ++i;
-        const std::size_t digits = i;
-        while (i < n && text[i] >= '0' && text[i] <= '9') ++i;
-        if (i == digits) {
-          while (i < n && text[i] >= 'a' && text[i] <= 'z') ++i;
-          const auto word = text.substr(begin, i - begin);
-          if (word != "true" && word != "false" && word != "null") return -1;
-        } else if (i - digits > 1 && text[digits] == '0') {
-          return -1; // JSON has no leading zeros
-        }
-        field.raw = text.substr(begin, i - begin);
-        field.is_string = false;
-      }
-      skip();
-      if (i < n && text[i] == ',') {
-        ++i;
-        continue;
-      }
-      if (i < n && text[i] == '}') {
-        ++i;
-        break;
-      }
-      return -1;
-    }
-  }
-  skip();
-  return i == n ? count : -1;
-}
-
-std::string lookup_key(const std::string& kernel, const std::string& source_hash,
-                       const std::string& shape, const std::string& dtype) {
-  return kernel + '\x1f' + source_hash + '\x1f' + shape + '\x1f' + dtype;
-}
-
-} // namespace
-
-bool RequestHandler::fast_lookup(const std::shared_ptr<Client>& session, std::string_view line) {
-  FlatField fields[k_max_flat_fields];
-  const int count = scan_flat_object(line, fields, k_max_flat_fields);
-  if (count < 0) return false;
-  std::string_view id = "null";
-  std::string_view op;
-  std::string kernel, shape, dtype = "f32", device = "cpu";
-  bool has_kernel = false, has_shape = false, tune_on_miss = false;
-  for (int f = 0; f < count; ++f) {
-    const FlatField& field = fields[f];
-    if (field.key == "v") {
-      if (field.is_string || field.raw != "1") return false;
-    } else if (field.key == "id") {
-      if (field.raw == "true" || field.raw == "false") return false;
-      id = field.is_string ? std::string_view(field.raw.data() - 1, field.raw.size() + 2)
-                           : field.raw;
-    } else if (field.key == "tune_on_miss") {
-      if (field.is_string || (field.raw != "true" && field.raw != "false")) return false;
-      tune_on_miss = field.raw == "true";
-    } else {
-      if (!field.is_string) return false;
-      if (field.key == "op") {
-        op = field.raw;
-      } else if (field.key == "kernel") {
-        kernel = field.raw;
-        has_kernel = true;
-      } else if (field.key == "shape") {
-        shape = field.raw;
-        has_shape = true;
-      } else if (field.key == "dtype") {
-        dtype = field.raw;
-      } else if (field.key == "device") {
-        device = field.raw;
-      } else {
-        return false;
-      }
-    }
-  }
-  if (op != "lookup" || !has_kernel || !has_shape) return false;
-
-  auto result = lookup_result(kernel, shape, dtype, device, tune_on_miss, session->peer().uid);
-  if (!result) {
-    const auto id_json = nlohmann::json::parse(id.begin(), id.end(), nullptr, false);
-    session->send(protocol::encode_error(id_json.is_discarded() ? nlohmann::json() : id_json,
-                                         result.error().code, result.error().message));
-    return true;
-  }
-  std::string reply;
-  reply.reserve(result->size() + id.size() + 40);
-  reply += "{\"v\":1,\"id\":";
-  reply += id;
-  reply += ",\"ok\":true,\"result\":";
-  reply += *result;
-  reply += "}\n";
-  session->send(std::move(reply));
-  return true;
-}
-
-Result<std::string> RequestHandler::lookup_result(const std::string& kernel_name,
-                                                  const std::string& shape_text,
-                                                  const std::string& dtype,
-                                                  const std::string& device_name,
-                                                  bool tune_on_miss, uid_t client) {
-  const auto start = std::chrono::steady_clock::now();
-  std::optional<Rung> rung;
-  auto result = climb(kernel_name, shape_text, dtype, device_name, tune_on_miss, client, rung);
-  m_lookups.add(result ? rung : std::nullopt,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return result;
-}
-
-Result<std::string> RequestHandler::climb(const std::string& kernel_name,
-                                          const std::string& shape_text,
-                                          const std::string& requested_dtype,
-                                          const std::string& device_name, bool tune_on_miss,
-                                          uid_t client, std::optional<Rung>& rung) {
-  auto device = m_ctx.devices.resolve(device_name, Language::cuda);
-  if (!device) return device.error();
-  // The common case is checked against the cached kernel; anything that does not pass goes
-  // through resolve(), which owns the error messages.
-  const auto now = std::chrono::steady_clock::now();
-  auto cached = m_kernel_cache.get(kernel_name, device->language, now);
-  if (!cached && !device->local && device->language == Language::cuda) {
-    // A fingerprint never seen here: the family that exists answers.
-    device->language = Language::cpp;
-    cached = m_kernel_cache.get(kernel_name, Language::cpp, now);
-  }
-  const CachedKernel* kernel = cached ? *cached : nullptr;
-  // As resolve(): a family without a dtype axis answers the default dtype with its own.
-  const std::string dtype = kernel != nullptr && !kernel->dtype_axis && requested_dtype == "f32"
-                                ? kernel->dtypes.front()
-                                : requested_dtype;
-  std::optional<Shape> shape;
-  if (kernel) {
-    if (auto parsed = Shape::parse(shape_text)) {
-      if (auto conformed = conform_shape(*parsed, kernel->dims, kernel->name)) {
-        shape = std::move(*conformed);
-      }
-    }
-  }
-  const bool cpu = device->language == Language::cpp;
-  const bool valid = kernel && shape &&
-                     std::find(kernel->dtypes.begin(), kernel->dtypes.end(), dtype) !=
-                         kernel->dtypes.end() &&
-                     (!cpu || static_cast<bool>(dtype_c_type(dtype)));
-  if (!valid) {
-    // The same checks with their messages; a remote device is checked as a local one of its kind.
-    auto target = resolve(kernel_name, shape_text, dtype, cpu ? "cpu" : "cuda:0");
-    if (!target && target.error().code != ErrorCode::no_device) return target.error();
-    if (!kernel) {
-      return make_error(ErrorCode::unknown_kernel,
-                        "kernel " + clip_quoted(kernel_name) + " has no " +
-                            std::string(cpu ? "cpu (cpp)" : "CUDA") + " family to answer device " +
-                            device_name + ": " + cached.error().message);
-    }
-    return make_error(ErrorCode::internal, "lookup of " + clip_quoted(kernel_name) + " " + clip_quoted(shape_text) +
-                                          ": the kernel cache disagrees with the registry");
-  }
-
-  const std::string canonical = shape->to_string();
-  const LadderAnswer answer = climb_ladder(m_index, *kernel, canonical, dtype, device->fingerprint);
-  rung = answer.rung;
-  std::optional<std::int64_t> tune_job;
-  if (answer.rung != Rung::exact && (tune_on_miss || m_tune_on_miss_policy) && !m_stopping &&
-      device->local) {
-    auto queued = this->tune_on_miss(*kernel, canonical, dtype, *device, client);
-    if (queued) {
-      tune_job = *queued;
-    } else if (queued.error().code == ErrorCode::too_many_jobs) {
-      KTUNE_LOG(debug) << "tune-on-miss for " << kernel->name << " " << canonical << " " << dtype
-                       << " not queued: " << queued.error().message;
-    } else {
-      KTUNE_LOG(warn) << "tune-on-miss for " << kernel->name << " " << canonical << " " << dtype
-                      << " not queued: " << queued.error().message;
-    }
-  }
-  std::string out;
-  out.reserve(160 + (answer.config ? answer.config->size() : 0));
-  append_lookup_result(out, answer, tune_job);
-  return out;
-}
-
-Result<std::optional<std::int64_t>> RequestHandler::tune_on_miss(const CachedKernel& kernel,
-                                                                 const std::string& shape,
-                                                                 const std::string& dtype,
-                                                                 const ResolvedDevice& device,
-                                                                 uid_t client) {
-  using Queued = std::optional<std::int64_t>;
-  std::string key = lookup_key(kernel.name, kernel.source_hash, shape, dtype);
-  key += '\x1f';
-  key += device.fingerprint;
-  if (const auto it = m_pending_tunes.find(key); it != m_pending_tunes.end()) {
-    return it->second == 0 ? Queued() : Queued(it->second);
-  }
-  if (auto refused = m_quota.refusal(client)) return *refused;
-  auto target = resolve(kernel.name, shape, dtype, std::string(device.name));
-  if (!target) return target.error();
-  PlanRequest request;
-  request.kernel = std::move(target->kernel);
-  request.shape = std::move(target->shape);
-  request.dtype = target->dtype;
-  request.device = std::move(target->device);
-  request.options.priority = k_background_priority;
-  if (cartesian_size(request.kernel.spec) > k_inline_enumeration) {
-    m_pending_tunes[key] = 0;
-    auto shared = std::make_shared<PlanRequest>(std::move(request));
-    asio::post(m_offload, [this, key, shared, client] {
-      auto configs = std::make_shared<Result<std::vector<Config>>>(
-          Planner::enumerate(shared->kernel.spec, shared->shape));
-      asio::post(m_ctx.io, [this, key, shared, client, configs] {
-        if (m_stopping) return;
-        auto id = submit_tune_on_miss(key, std::move(*shared), std::move(*configs), client);
-        if (!id) {
-          KTUNE_LOG(warn) << "tune-on-miss not queued: " << id.error().message;
-        }
-      });
-    });
-    return Queued();
-  }
-  auto configs = Planner::enumerate(request.kernel.spec, request.shape);
-  auto id = submit_tune_on_miss(key, std::move(request), std::move(configs), client);
-  if (!id) return id.error();
-  return Queued(*id);
-}
-
-Result<std::int64_t> RequestHandler::submit_tune_on_miss(const std::string& key,
-                                                         PlanRequest request,
-                                                         Result<std::vector<Config>> configs,
-                                                         uid_t client) {
-  const std::string what = request.kernel.spec.name + " " + request.shape.to_string() + " " +
-                           request.dtype + " on " + request.device.name;
-  auto submitted = submit_tune(std::move(request), std::move(configs), client);
-  if (!submitted) {
-    m_pending_tunes.erase(key);
-    return submitted.error();
-  }
-  const std::int64_t id = submitted->at("job").get<std::int64_t>();
-  KTUNE_LOG(info) << "tune-on-miss: " << what
-                  << (submitted->value("joined", false) ? " joins" : " is") << " job " << id;
-  m_pending_tunes[key] = id;
-  m_pending_jobs.emplace(id, key);
-  return id;
-}
-
-void RequestHandler::on_job_end(std::int64_t job_id, JobState state) {
-  if (state == JobState::done) {
-    auto job = m_ctx.store.get_job(job_id);
-    if (job && job->has_value() && (*job)->strategy != k_compile_check_strategy) {
-      const JobRecord& rec = **job;
-      auto winner = m_ctx.store.find_winner(rec.kernel, rec.source_hash, rec.shape, rec.dtype,
-                                            rec.fingerprint);
-      if (winner && winner->has_value()) {
-        m_index.put(**winner);
-      } else if (!winner) {
-        KTUNE_LOG(error) << "job " << job_id << ": cannot read its winner for the index: "
-                         << winner.error().message;
-      }
-    } else if (!job) {
-      KTUNE_LOG(error) << "job " << job_id << ": cannot read it for the winner index: "
-                       << job.error().message;
-    }
-  }
-  for (auto it = m_pending_jobs.find(job_id); it != m_pending_jobs.end() && it->first == job_id;
-       it = m_pending_jobs.erase(it)) {
-    m_pending_tunes.erase(it->second);
-  }
-}
-
-Result<nlohmann::json> RequestHandler::lookup(const protocol::Request& request, uid_t client) {
-  auto req = protocol::LookupRequest::from_json(request.body);
-  if (!req) return req.error();
-  bool tune_on_miss = false;
-  if (const auto it = request.body.find("tune_on_miss"); it != request.body.end()) {
-    if (!it->is_boolean()) {
-      return make_error(ErrorCode::bad_request, "lookup: field 'tune_on_miss' must be true or false, "
-                                           "found " + it->dump());
-    }
-    tune_on_miss = it->get<bool>();
-  }
-  auto text =
-      lookup_result(req->kernel, req->shape, req->dtype, req->device, tune_on_miss, client);
-  if (!text) return text.error();
-  return nlohmann::json::parse(*text);
-}
 
 Result<nlohmann::json> RequestHandler::job(const protocol::Request& request) {
   auto req = protocol::JobRequest::from_json(request.body);
@@ -1057,7 +622,7 @@ Result<nlohmann::json> RequestHandler::stats() const {
 Result<nlohmann::json> RequestHandler::top() const {
   const double uptime_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - m_ctx.started).count();
-  return top_view(DaemonView{m_ctx.scheduler, m_ctx.workers, m_lookups, uptime_s,
+  return top_view(DaemonView{m_ctx.scheduler, m_ctx.workers, m_lookup.counters(), uptime_s,
                              m_ctx.connections()});
 }
 

@@ -21,7 +21,8 @@
 #include "daemon/client.hpp"
 #include "daemon/ops.hpp"
 #include "daemon/table_publisher.hpp"
-#include "daemon/winner_index.hpp"
+#include "daemon/lookup_service.hpp"
+#include "daemon/targets.hpp"
 #include "db/store.hpp"
 #include "jobs/source_archive.hpp"
 
@@ -73,11 +74,12 @@ public:
   void handle(const std::shared_ptr<Client>& client, std::string_view line);
 
   // Lookups answered so far, by rung, and their latency (/metrics).
-  [[nodiscard]] const LookupCounters& lookup_counters() const { return m_lookups; }
+  [[nodiscard]] const LookupCounters& lookup_counters() const { return m_lookup.counters(); }
 
   // From now on every request is answered with shutting_down.
   void set_stopping() {
     m_stopping = true;
+    m_lookup.set_stopping();
     m_canary.stop();
   }
 
@@ -89,15 +91,6 @@ public:
   void import_text(std::string text, std::string where, tableio::Policy policy, ImportDone done);
 
 private:
-  // A kernel, shape, dtype and local device resolved and checked against each other.
-  struct Target {
-    LoadedKernel kernel;
-    Shape shape;
-    std::string dtype;
-    DeviceInfo device;
-  };
-  [[nodiscard]] Result<Target> resolve(const std::string& kernel, const std::string& shape,
-                                       const std::string& dtype, const std::string& device);
   // Plans (over `configs`, PlanRequest's space as Planner::enumerate gives it), joins or creates
   // and queues one tune job; the reply fields of that job.
   [[nodiscard]] Result<nlohmann::json> submit_tune(PlanRequest request,
@@ -107,17 +100,11 @@ private:
   void submit_tunes(const std::shared_ptr<Client>& session, const protocol::Request& request,
                     bool wait, bool all, std::vector<PlanRequest> plans,
                     std::vector<Result<std::vector<Config>>> spaces);
-  // The tune-on-miss job of `key` submitted over its space; on failure the key is forgotten.
-  [[nodiscard]] Result<std::int64_t> submit_tune_on_miss(const std::string& key,
-                                                         PlanRequest request,
-                                                         Result<std::vector<Config>> configs,
-                                                         uid_t client);
 
   // The route of each op: answers `request` of `client`, whose uid is charged for the jobs the
   // request creates (tune, tune-on-miss). Every Op has exactly one case.
   void dispatch(Op op, protocol::Request request, const std::shared_ptr<Client>& client);
   // Ops answered at once. `client`: the uid of the requesting connection.
-  [[nodiscard]] Result<nlohmann::json> lookup(const protocol::Request& request, uid_t client);
   [[nodiscard]] Result<nlohmann::json> job(const protocol::Request& request);
   [[nodiscard]] Result<nlohmann::json> jobs(const protocol::Request& request);
   [[nodiscard]] Result<nlohmann::json> kernels();
@@ -148,52 +135,28 @@ private:
   void watch_jobs(const std::shared_ptr<Client>& session, const protocol::Request& request,
                   std::vector<std::int64_t> ids);
 
-  // Lookup path (winner_index.hpp): the fast path answers a lookup line of the plain shape
-  // {"v":1,"id":..,"op":"lookup","kernel":..,...} without building a JSON tree; false = not
-  // that shape, handle() goes the general way. lookup_result() is the ladder both paths share.
-  [[nodiscard]] bool fast_lookup(const std::shared_ptr<Client>& session, std::string_view line);
-  // lookup_result() counts the lookup and its time; climb() answers it and sets `rung`.
-  [[nodiscard]] Result<std::string> lookup_result(const std::string& kernel,
-                                                  const std::string& shape,
-                                                  const std::string& dtype,
-                                                  const std::string& device, bool tune_on_miss,
-                                                  uid_t client);
-  [[nodiscard]] Result<std::string> climb(const std::string& kernel, const std::string& shape,
-                                          const std::string& dtype, const std::string& device,
-                                          bool tune_on_miss, uid_t client,
-                                          std::optional<Rung>& rung);
-  // Tune-on-miss: a job of the lowest priority for the exact key on a local device, joined like
-  // any identical request. Returns the job id; a new job is charged to `client`, and refused
-  // with too_many_jobs at its quota. A space over k_inline_enumeration combinations is planned
-  // off the loop: nullopt until then (the misses answered meanwhile carry no tune_job).
-  [[nodiscard]] Result<std::optional<std::int64_t>> tune_on_miss(const CachedKernel& kernel,
-                                                  const std::string& shape,
-                                                  const std::string& dtype,
-                                                  const ResolvedDevice& device, uid_t client);
-  void on_job_end(std::int64_t job_id, JobState state);
-
   HandlerContext m_ctx;
   JobQuota m_quota;
   KernelDirs m_kernel_dirs{m_ctx.config.kernel_dirs, added_kernel_dirs_file(m_ctx.config.db)};
   KernelRegistry m_registry;
   bool m_stopping = false;
-  WinnerIndex m_index;
-  KernelCache m_kernel_cache{m_registry};
+  TargetResolver m_targets{m_registry, m_ctx.devices, m_ctx.workers};
   Planner m_planner{m_ctx.store, source_archive_dir(m_ctx.config.cache_dir)};
   // The ops confirm (an A/B of two builds) and canary (the speed canary's reading).
   AbService m_ab{m_ctx.io, m_ctx.workers, m_ctx.store, m_ctx.devices, m_registry, m_ctx.config};
   Canary m_canary{m_ctx.io, m_ctx.workers, m_ctx.store, m_ctx.devices, m_ctx.config,
                   shipped_kernels_dir(executable_dir())};
-  LookupCounters m_lookups;
-  bool m_tune_on_miss_policy = false;               // KTUNE_TUNE_ON_MISS=1 in ktuned's environment
-  // Tune-on-miss keys with a queued or running job, so that a repeated miss skips planning.
-  std::map<std::string, std::int64_t> m_pending_tunes;  // key -> job id (0: being planned)
-  std::multimap<std::int64_t, std::string> m_pending_jobs; // job id -> keys
-  // The winner table runtimes map (table_publisher.hpp): follows m_index.
+  // The lookup path: the winner index, the ladder, tune-on-miss (lookup_service.hpp).
+  LookupService m_lookup{LookupContext{
+      m_ctx.io, m_offload, m_ctx.store, m_registry, m_ctx.devices, m_targets, m_quota,
+      [this](PlanRequest request, Result<std::vector<Config>> configs, uid_t client) {
+        return submit_tune(std::move(request), std::move(configs), client);
+      }}};
+  // The winner table runtimes map (table_publisher.hpp): follows the lookup service's index.
   TablePublisher m_publisher{m_ctx.io, table_file_for(m_ctx.config),
-                             TableSources{m_registry, m_kernel_cache, m_ctx.devices,
-                                          m_tune_on_miss_policy},
-                             m_index};
+                             TableSources{m_registry, m_lookup.kernel_cache(), m_ctx.devices,
+                                          m_lookup.tune_on_miss_everywhere()},
+                             m_lookup.winners()};
   // One thread for pure work too slow for the io thread (decoding an imported table,
   // enumerating a search space of more than k_inline_enumeration combinations). Declared
   // last, so it is joined before anything its tasks use is destroyed.

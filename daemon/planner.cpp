@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -16,6 +17,17 @@
 
 namespace ktune::daemon {
 
+std::uint64_t cartesian_size(const KernelSpec& spec) {
+  std::uint64_t size = 1;
+  for (const auto& param : spec.params) {
+    const std::uint64_t n = param.values.size();
+    if (n != 0 && size > std::numeric_limits<std::uint64_t>::max() / n) {
+      return std::numeric_limits<std::uint64_t>::max();
+    }
+    size *= n;
+  }
+  return size;
+}
 
 namespace {
 

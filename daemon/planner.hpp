@@ -31,8 +31,10 @@
 namespace ktune::daemon {
 
 // Spaces of up to this many combinations are enumerated on the io thread (a few ms at most);
-// bigger ones on a helper thread (RequestHandler), so that lookups never wait for them.
+// bigger ones on a helper thread (RequestHandler, LookupService), so that lookups never wait for them.
 inline constexpr std::uint64_t k_inline_enumeration = 10'000;
+// The combinations of the spec's params (saturating): what enumeration walks at any shape.
+[[nodiscard]] std::uint64_t cartesian_size(const KernelSpec& spec);
 
 // The priority of tune-on-miss jobs: below any a client may ask for (-100..100).
 inline constexpr int k_background_priority = -1000;

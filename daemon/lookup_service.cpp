@@ -1,0 +1,267 @@
+#include "daemon/lookup_service.hpp"
+
+#include "core/quote.hpp"
+#include "daemon/compile_check.hpp"
+#include "daemon/devices.hpp"
+#include "daemon/log.hpp"
+#include "daemon/lookup_line.hpp"
+#include "daemon/replies.hpp"
+#include "jobs/dtype.hpp"
+
+#include <boost/asio/post.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+
+namespace ktune::daemon {
+
+namespace {
+
+std::string lookup_key(const std::string& kernel, const std::string& source_hash,
+                       const std::string& shape, const std::string& dtype) {
+  return kernel + '\x1f' + source_hash + '\x1f' + shape + '\x1f' + dtype;
+}
+
+} // namespace
+
+LookupService::LookupService(LookupContext context) : m_ctx(std::move(context)) {
+  const char* policy = std::getenv("KTUNE_TUNE_ON_MISS");
+  m_tune_on_miss_policy = policy && std::string_view(policy) == "1";
+  auto winners = m_ctx.store.all_winners();
+  if (winners) {
+    for (const auto& w : *winners) m_index.put(w);
+    KTUNE_LOG(info) << "winner index: " << m_index.size() << " winner(s) loaded";
+  } else {
+    KTUNE_LOG(error) << "cannot load the winners; lookups start from an empty index: "
+                     << winners.error().message;
+  }
+  // A family edited while ktuned runs is read (parsed, hashed) on the helper thread; lookups
+  // go on from the entry they had meanwhile.
+  m_kernel_cache.set_reload([this](std::string spec_path, std::string kernel_dir,
+                                   KernelCache::Done done) {
+    asio::post(m_ctx.offload, [this, spec_path = std::move(spec_path),
+                               kernel_dir = std::move(kernel_dir), done = std::move(done)]() mutable {
+      std::vector<FileStamp> inputs;
+      auto loaded = load_kernel(spec_path, kernel_dir, &inputs);
+      asio::post(m_ctx.io, [done = std::move(done), loaded = std::move(loaded),
+                            inputs = std::move(inputs)]() mutable {
+        done(std::move(loaded), std::move(inputs));
+      });
+    });
+  });
+}
+
+bool LookupService::answer_line(Client& client, std::string_view line) {
+  auto read = read_lookup_line(line);
+  if (!read) return false;
+  const std::string_view id = read->id;
+  auto result = result_text(read->kernel, read->shape, read->dtype, read->device,
+                            read->tune_on_miss, client.peer().uid);
+  if (!result) {
+    const auto id_json = nlohmann::json::parse(id.begin(), id.end(), nullptr, false);
+    client.send(protocol::encode_error(id_json.is_discarded() ? nlohmann::json() : id_json,
+                                       result.error().code, result.error().message));
+    return true;
+  }
+  std::string reply;
+  reply.reserve(result->size() + id.size() + 40);
+  reply += "{\"v\":1,\"id\":";
+  reply += id;
+  reply += ",\"ok\":true,\"result\":";
+  reply += *result;
+  reply += "}\n";
+  client.send(std::move(reply));
+  return true;
+}
+
+Result<nlohmann::json> LookupService::lookup(const protocol::Request& request, uid_t client) {
+  auto req = protocol::LookupRequest::from_json(request.body);
+  if (!req) return req.error();
+  bool tune_on_miss = false;
+  if (const auto it = request.body.find("tune_on_miss"); it != request.body.end()) {
+    if (!it->is_boolean()) {
+      return make_error(ErrorCode::bad_request, "lookup: field 'tune_on_miss' must be true or false, "
+                                           "found " + it->dump());
+    }
+    tune_on_miss = it->get<bool>();
+  }
+  auto text =
+      result_text(req->kernel, req->shape, req->dtype, req->device, tune_on_miss, client);
+  if (!text) return text.error();
+  return nlohmann::json::parse(*text);
+}
+
+Result<std::string> LookupService::result_text(const std::string& kernel_name,
+                                                  const std::string& shape_text,
+                                                  const std::string& dtype,
+                                                  const std::string& device_name,
+                                                  bool tune_on_miss, uid_t client) {
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<Rung> rung;
+  auto result = climb(kernel_name, shape_text, dtype, device_name, tune_on_miss, client, rung);
+  m_lookups.add(result ? rung : std::nullopt,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return result;
+}
+
+Result<std::string> LookupService::climb(const std::string& kernel_name,
+                                          const std::string& shape_text,
+                                          const std::string& requested_dtype,
+                                          const std::string& device_name, bool tune_on_miss,
+                                          uid_t client, std::optional<Rung>& rung) {
+  auto device = m_ctx.devices.resolve(device_name, Language::cuda);
+  if (!device) return device.error();
+  // The common case is checked against the cached kernel; anything that does not pass goes
+  // through TargetResolver::resolve(), which owns the error messages.
+  const auto now = std::chrono::steady_clock::now();
+  auto cached = m_kernel_cache.get(kernel_name, device->language, now);
+  if (!cached && !device->local && device->language == Language::cuda) {
+    // A fingerprint never seen here: the family that exists answers.
+    device->language = Language::cpp;
+    cached = m_kernel_cache.get(kernel_name, Language::cpp, now);
+  }
+  const CachedKernel* kernel = cached ? *cached : nullptr;
+  // As TargetResolver::resolve(): a family without a dtype axis answers the default dtype with its own.
+  const std::string dtype = kernel != nullptr && !kernel->dtype_axis && requested_dtype == "f32"
+                                ? kernel->dtypes.front()
+                                : requested_dtype;
+  std::optional<Shape> shape;
+  if (kernel) {
+    if (auto parsed = Shape::parse(shape_text)) {
+      if (auto conformed = conform_shape(*parsed, kernel->dims, kernel->name)) {
+        shape = std::move(*conformed);
+      }
+    }
+  }
+  const bool cpu = device->language == Language::cpp;
+  const bool valid = kernel && shape &&
+                     std::find(kernel->dtypes.begin(), kernel->dtypes.end(), dtype) !=
+                         kernel->dtypes.end() &&
+                     (!cpu || static_cast<bool>(dtype_c_type(dtype)));
+  if (!valid) {
+    // The same checks with their messages; a remote device is checked as a local one of its kind.
+    auto target = m_ctx.targets.resolve(kernel_name, shape_text, dtype, cpu ? "cpu" : "cuda:0");
+    if (!target && target.error().code != ErrorCode::no_device) return target.error();
+    if (!kernel) {
+      return make_error(ErrorCode::unknown_kernel,
+                        "kernel " + clip_quoted(kernel_name) + " has no " +
+                            std::string(cpu ? "cpu (cpp)" : "CUDA") + " family to answer device " +
+                            device_name + ": " + cached.error().message);
+    }
+    return make_error(ErrorCode::internal, "lookup of " + clip_quoted(kernel_name) + " " + clip_quoted(shape_text) +
+                                          ": the kernel cache disagrees with the registry");
+  }
+
+  const std::string canonical = shape->to_string();
+  const LadderAnswer answer = climb_ladder(m_index, *kernel, canonical, dtype, device->fingerprint);
+  rung = answer.rung;
+  std::optional<std::int64_t> tune_job;
+  if (answer.rung != Rung::exact && (tune_on_miss || m_tune_on_miss_policy) && !m_stopping &&
+      device->local) {
+    auto queued = this->tune_on_miss(*kernel, canonical, dtype, *device, client);
+    if (queued) {
+      tune_job = *queued;
+    } else if (queued.error().code == ErrorCode::too_many_jobs) {
+      KTUNE_LOG(debug) << "tune-on-miss for " << kernel->name << " " << canonical << " " << dtype
+                       << " not queued: " << queued.error().message;
+    } else {
+      KTUNE_LOG(warn) << "tune-on-miss for " << kernel->name << " " << canonical << " " << dtype
+                      << " not queued: " << queued.error().message;
+    }
+  }
+  std::string out;
+  out.reserve(160 + (answer.config ? answer.config->size() : 0));
+  append_lookup_result(out, answer, tune_job);
+  return out;
+}
+
+Result<std::optional<std::int64_t>> LookupService::tune_on_miss(const CachedKernel& kernel,
+                                                                 const std::string& shape,
+                                                                 const std::string& dtype,
+                                                                 const ResolvedDevice& device,
+                                                                 uid_t client) {
+  using Queued = std::optional<std::int64_t>;
+  std::string key = lookup_key(kernel.name, kernel.source_hash, shape, dtype);
+  key += '\x1f';
+  key += device.fingerprint;
+  if (const auto it = m_pending_tunes.find(key); it != m_pending_tunes.end()) {
+    return it->second == 0 ? Queued() : Queued(it->second);
+  }
+  if (auto refused = m_ctx.quota.refusal(client)) return *refused;
+  auto target = m_ctx.targets.resolve(kernel.name, shape, dtype, std::string(device.name));
+  if (!target) return target.error();
+  PlanRequest request;
+  request.kernel = std::move(target->kernel);
+  request.shape = std::move(target->shape);
+  request.dtype = target->dtype;
+  request.device = std::move(target->device);
+  request.options.priority = k_background_priority;
+  if (cartesian_size(request.kernel.spec) > k_inline_enumeration) {
+    m_pending_tunes[key] = 0;
+    auto shared = std::make_shared<PlanRequest>(std::move(request));
+    asio::post(m_ctx.offload, [this, key, shared, client] {
+      auto configs = std::make_shared<Result<std::vector<Config>>>(
+          Planner::enumerate(shared->kernel.spec, shared->shape));
+      asio::post(m_ctx.io, [this, key, shared, client, configs] {
+        if (m_stopping) return;
+        auto id = submit_tune_on_miss(key, std::move(*shared), std::move(*configs), client);
+        if (!id) {
+          KTUNE_LOG(warn) << "tune-on-miss not queued: " << id.error().message;
+        }
+      });
+    });
+    return Queued();
+  }
+  auto configs = Planner::enumerate(request.kernel.spec, request.shape);
+  auto id = submit_tune_on_miss(key, std::move(request), std::move(configs), client);
+  if (!id) return id.error();
+  return Queued(*id);
+}
+
+Result<std::int64_t> LookupService::submit_tune_on_miss(const std::string& key,
+                                                         PlanRequest request,
+                                                         Result<std::vector<Config>> configs,
+                                                         uid_t client) {
+  const std::string what = request.kernel.spec.name + " " + request.shape.to_string() + " " +
+                           request.dtype + " on " + request.device.name;
+  auto submitted = m_ctx.submit_tune(std::move(request), std::move(configs), client);
+  if (!submitted) {
+    m_pending_tunes.erase(key);
+    return submitted.error();
+  }
+  const std::int64_t id = submitted->at("job").get<std::int64_t>();
+  KTUNE_LOG(info) << "tune-on-miss: " << what
+                  << (submitted->value("joined", false) ? " joins" : " is") << " job " << id;
+  m_pending_tunes[key] = id;
+  m_pending_jobs.emplace(id, key);
+  return id;
+}
+
+void LookupService::job_ended(std::int64_t job_id, JobState state) {
+  if (state == JobState::done) {
+    auto job = m_ctx.store.get_job(job_id);
+    if (job && job->has_value() && (*job)->strategy != k_compile_check_strategy) {
+      const JobRecord& rec = **job;
+      auto winner = m_ctx.store.find_winner(rec.kernel, rec.source_hash, rec.shape, rec.dtype,
+                                            rec.fingerprint);
+      if (winner && winner->has_value()) {
+        m_index.put(**winner);
+      } else if (!winner) {
+        KTUNE_LOG(error) << "job " << job_id << ": cannot read its winner for the index: "
+                         << winner.error().message;
+      }
+    } else if (!job) {
+      KTUNE_LOG(error) << "job " << job_id << ": cannot read it for the winner index: "
+                       << job.error().message;
+    }
+  }
+  for (auto it = m_pending_jobs.find(job_id); it != m_pending_jobs.end() && it->first == job_id;
+       it = m_pending_jobs.erase(it)) {
+    m_pending_tunes.erase(it->second);
+  }
+}
+
+} // namespace ktune::daemon

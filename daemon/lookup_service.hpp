@@ -1,0 +1,122 @@
+#pragma once
+// LookupService: answers `lookup` (docs/protocol.md § lookup) from memory. It owns the winner
+// index (every stored winner) and the kernel cache (what a lookup needs of each family), walks
+// the ladder (exact, nearest shape, the kernel's default; winner_index.hpp), counts lookups by
+// rung and latency (/metrics), and keeps the tune-on-miss registry (one job per missed key).
+//
+// Two ways in: answer_line() reads a lookup line of the plain shape without a JSON tree
+// (lookup_line.hpp), the path runtimes take; lookup() answers a decoded request. Both share the
+// ladder, so they answer alike.
+//
+// Winners come in through learn() (an import) and job_ended() (a done tune job's winner, read
+// from the store). The one "winner changed" hook is the index's observer: winners().set_observer
+// (TablePublisher takes it) hears of every winner learnt (every put(), resume included).
+// io thread only.
+#include "core/protocol.hpp"
+#include "daemon/client.hpp"
+#include "daemon/job_quota.hpp"
+#include "daemon/observe.hpp"
+#include "daemon/planner.hpp"
+#include "daemon/targets.hpp"
+#include "daemon/winner_index.hpp"
+#include "db/store.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <sys/types.h>
+
+namespace ktune::daemon {
+
+class DeviceRegistry;
+struct ResolvedDevice;
+
+// What the lookup service needs of the daemon. References outlive the service.
+struct LookupContext {
+  asio::io_context& io;
+  asio::thread_pool& offload;   // pure work too slow for the io thread (a family read again,
+                                // a big space enumerated); its results come back on `io`
+  Store& store;                 // the winners at start, a done job's winner
+  KernelRegistry& registry;
+  DeviceRegistry& devices;
+  TargetResolver& targets;
+  JobQuota& quota;              // tune-on-miss is refused with too_many_jobs at the quota
+  // Plans (over the given space) and queues or joins one tune job; the reply fields of `tune`
+  // ({"job": N, "joined": bool, ...}).
+  std::function<Result<nlohmann::json>(PlanRequest, Result<std::vector<Config>>, uid_t)>
+      submit_tune;
+};
+
+class LookupService {
+public:
+  // Loads every winner of the store into the index (an error is logged: lookups start empty).
+  // KTUNE_TUNE_ON_MISS=1 in the environment makes every non-exact lookup tune on miss.
+  explicit LookupService(LookupContext context);
+
+  // Answers `line` when it is a lookup line of the plain shape (true: the reply was sent to
+  // `client`); false: not that shape, nothing sent, the caller decodes it the general way.
+  [[nodiscard]] bool answer_line(Client& client, std::string_view line);
+  // `lookup` decoded: {"kernel","shape","dtype","device","tune_on_miss"}. `client`: the uid a
+  // tune-on-miss job is charged to.
+  [[nodiscard]] Result<nlohmann::json> lookup(const protocol::Request& request, uid_t client);
+
+  // A winner just stored (an import): the index holds it from now on.
+  void learn(const WinnerRecord& winner) { m_index.put(winner); }
+  // A job ended: a done tune job's winner is read from the store and learnt; the tune-on-miss
+  // keys it served are forgotten (a later miss queues again).
+  void job_ended(std::int64_t job_id, JobState state);
+
+  // The index; its observer (set_observer) is the "winner changed" hook.
+  [[nodiscard]] WinnerIndex& winners() { return m_index; }
+  [[nodiscard]] KernelCache& kernel_cache() { return m_kernel_cache; }
+  // Whether KTUNE_TUNE_ON_MISS=1 (the reference stays valid as long as the service).
+  [[nodiscard]] const bool& tune_on_miss_everywhere() const { return m_tune_on_miss_policy; }
+  [[nodiscard]] const LookupCounters& counters() const { return m_lookups; }
+  // Tune-on-miss keys with a queued, running or being-planned job.
+  [[nodiscard]] std::size_t pending_tunes() const { return m_pending_tunes.size(); }
+  // From now on no tune-on-miss job is queued.
+  void set_stopping() { m_stopping = true; }
+
+private:
+  // The ladder's answer as the reply's result text; counts the lookup and its time.
+  [[nodiscard]] Result<std::string> result_text(const std::string& kernel, const std::string& shape,
+                                                const std::string& dtype, const std::string& device,
+                                                bool tune_on_miss, uid_t client);
+  [[nodiscard]] Result<std::string> climb(const std::string& kernel, const std::string& shape,
+                                          const std::string& dtype, const std::string& device,
+                                          bool tune_on_miss, uid_t client,
+                                          std::optional<Rung>& rung);
+  // Tune-on-miss: a job of the lowest priority for the exact key on a local device, joined like
+  // any identical request. Returns the job id; a new job is charged to `client`, and refused
+  // with too_many_jobs at its quota. A space over k_inline_enumeration combinations is planned
+  // off the loop: nullopt until then (the misses answered meanwhile carry no tune_job).
+  [[nodiscard]] Result<std::optional<std::int64_t>> tune_on_miss(const CachedKernel& kernel,
+                                                                 const std::string& shape,
+                                                                 const std::string& dtype,
+                                                                 const ResolvedDevice& device,
+                                                                 uid_t client);
+  // The tune-on-miss job of `key` submitted over its space; on failure the key is forgotten.
+  [[nodiscard]] Result<std::int64_t> submit_tune_on_miss(const std::string& key,
+                                                         PlanRequest request,
+                                                         Result<std::vector<Config>> configs,
+                                                         uid_t client);
+
+  LookupContext m_ctx;
+  WinnerIndex m_index;
+  KernelCache m_kernel_cache{m_ctx.registry};
+  LookupCounters m_lookups;
+  bool m_tune_on_miss_policy = false;  // KTUNE_TUNE_ON_MISS=1 in ktuned's environment
+  bool m_stopping = false;
+  // Tune-on-miss keys with a queued or running job, so that a repeated miss skips planning.
+  std::map<std::string, std::int64_t> m_pending_tunes;     // key -> job id (0: being planned)
+  std::multimap<std::int64_t, std::string> m_pending_jobs;  // job id -> keys
+};
+
+} // namespace ktune::daemon
