@@ -47,12 +47,22 @@ Result<UniqueFd> checked(const std::string& path, UniqueFd fd) {
 
 Result<UniqueFd> open_shared_lock_file(const std::string& path) {
   constexpr int k_flags = O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
-  // A few rounds: another ktuned may create the file between our open and our O_EXCL create.
-  for (int round = 0; round < 4; ++round) {
+  // A few rounds: another ktuned may create the file between our open and our O_EXCL create,
+  // and a file another user created a moment ago may not have its shared mode yet.
+  constexpr int k_rounds = 6;
+  for (int round = 0; round < k_rounds; ++round) {
     UniqueFd fd(::open(path.c_str(), O_RDWR | k_flags));
     if (!fd.valid() && (errno == EACCES || errno == EPERM)) {
       fd.reset(::open(path.c_str(), O_RDONLY | k_flags));
-      if (!fd.valid() && (errno == EACCES || errno == EPERM)) return cannot_open(path, errno);
+      if (!fd.valid() && (errno == EACCES || errno == EPERM)) {
+        // Another user's ktuned may have just created it, its fchmod to the shared mode not
+        // yet done: ask again shortly before calling the file unusable.
+        if (round + 1 < k_rounds) {
+          ::usleep(2000);
+          continue;
+        }
+        return cannot_open(path, errno);
+      }
     }
     if (fd.valid()) return checked(path, std::move(fd));
     if (errno == ELOOP) {
