@@ -28,7 +28,7 @@ void read_table(const std::vector<std::byte>& bytes) {
   const std::size_t size = bytes.size();
   auto view = ktune::table::TableView::open(bytes);
   if (!view) {
-    FUZZ_CHECK(view.error().code == ErrorCode::bad_table || view.error().code == ErrorCode::unknown_layout,
+    FUZZ_CHECK(view.error().code == ktune::ErrorCode::bad_table || view.error().code == ktune::ErrorCode::unknown_layout,
                "open errors use code bad_table or unknown_layout");
     return;
   }
