@@ -133,6 +133,7 @@ std::string summary_text(const tableio::MethodSummary& m) {
                      fixed(r.worst) + "  (" + std::to_string(r.shapes) + " shapes";
   if (r.failures) text += ", " + std::to_string(r.failures) + " failed";
   if (r.unknown) text += ", " + std::to_string(r.unknown) + " not measured";
+  if (r.no_choice) text += ", " + std::to_string(r.no_choice) + " with no admitted choice";
   if (m.substituted) text += ", " + std::to_string(m.substituted) + " second resort";
   return text + ")";
 }

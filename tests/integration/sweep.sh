@@ -84,10 +84,18 @@ row.pop("stats", None)
 row.pop("samples_ms", None)
 json.dump(table, open(sys.argv[2], "w"))
 PY
-set +e
-"$bin/ktune" sweep "$work/sweep.toml" --baseline "$work/fast.json" --no-confirm --junit "$work/j2.xml" >"$work/out3.md" 2>"$work/err3.txt"
-code=$?
-set -e
+# Judged by the table alone, the key regresses unless the machine itself moved mid-run (the
+# speed canary's first and last readings differ by more than the minimum effect): then the time
+# may be the machine's, the key is ambiguous and the report says so. A loaded CI box moves now
+# and then, so an unsteady run is asked again, up to three times, and must name the canary.
+for attempt in 1 2 3; do
+  set +e
+  "$bin/ktune" sweep "$work/sweep.toml" --baseline "$work/fast.json" --no-confirm --junit "$work/j2.xml" >"$work/out3.md" 2>"$work/err3.txt"
+  code=$?
+  set -e
+  [[ $code == 0 ]] && grep -q "the canary moved mid-measure" "$work/out3.md" || break
+  echo "sweep test: attempt $attempt: the machine moved mid-run (canary), the key was ambiguous; again"
+done
 [[ $code == 1 ]] || fail "expected exit 1 against a 20% faster baseline, got $code: $(cat "$work/out3.md" "$work/err3.txt")"
 grep -q "M=64,N=32,K=32" "$work/out3.md" || fail "the summary does not name the regressed key: $(cat "$work/out3.md")"
 grep -q "<failure" "$work/j2.xml" || fail "JUnit has no failure for the regression"

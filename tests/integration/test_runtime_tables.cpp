@@ -150,10 +150,18 @@ TEST_CASE("ktune distill measures what its rule lacks, then has every figure",
   REQUIRE(distilled.code == 0);
   CHECK_THAT(distilled.output, Catch::Contains("measuring"));
   const json doc = json::parse(slurp(rule));
+  // Every shape has a figure, or (nearest only) no neighbour's winner the constraints admit
+  // there: at M=16 only BM=32 fits, and the other shapes' winners are ties measured on a busy
+  // machine, so whether one of them is BM=32 is up to the clock. Nothing is left unmeasured.
   for (const char* method : {"in_sample", "leave_one_shape_out", "nearest"}) {
     INFO(method);
-    CHECK(doc.at("regret").at(method).at("shapes") == 3);
-    CHECK(doc.at("regret").at(method).at("unknown") == 0);
+    const json& regret = doc.at("regret").at(method);
+    CHECK(regret.at("unknown") == 0);
+    if (std::string(method) == "nearest") {
+      CHECK(regret.at("shapes").get<int>() + regret.at("no_choice").get<int>() == 3);
+    } else {
+      CHECK(regret.at("shapes") == 3);
+    }
   }
   // Stored beside the database, where export finds it.
   bool stored = false;
