@@ -4,6 +4,7 @@
 #include "jobs/dtype.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -145,15 +146,19 @@ TablePublisher::Meta TablePublisher::gather() const {
 }
 
 void TablePublisher::run() {
+  // Linux nice is per thread; raising it needs no privilege. A failure only costs priority.
+  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), k_publisher_nice) != 0) {
+    KTUNE_LOG(warn) << "table publisher: setpriority: " << errno_text();
+  }
   std::unique_lock lock(m_mutex);
   while (true) {
     m_wake.wait(lock, [this] { return m_stop || m_pending_meta || !m_pending.empty(); });
     if (!m_stop) {
       // Changes that come together are published together; after a publish that took longer
-      // than k_coalesce, the next waits as long (at most half a core for a stream of changes,
-      // such as an import's 32-row steps).
+      // than k_coalesce, the next waits twice as long (at most a third of a core for a stream
+      // of changes, such as an import's 32-row steps).
       const auto earliest = std::max(std::chrono::steady_clock::now() + k_coalesce,
-                                     m_last_publish_end + m_last_publish_took);
+                                     m_last_publish_end + 2 * m_last_publish_took);
       m_wake.wait_until(lock, earliest, [this] { return m_stop; });
     }
     std::vector<WinnerRecord> changes;

@@ -10,8 +10,10 @@
 // about a second, like ktuned's own lookups). Nothing is published before the devices are
 // probed.
 //
-// Publishing runs on a thread of its own, never on the io thread: the changes of the last
-// k_coalesce (after a publish that took longer: of as long as it took) are taken together, the
+// Publishing runs on a thread of its own, never on the io thread, at nice k_publisher_nice (on a
+// busy machine the io thread's lookups and the workers come first; the table follows): the
+// changes of the last k_coalesce (after a publish that took longer: of twice as long as it
+// took, so a stream of changes costs at most a third of a core) are taken together, the
 // table is encoded, written to <path>.new (mode and group from TableFile) and renamed over
 // <path>; then the superseded word of the table it replaced (also one an earlier ktuned left)
 // is set to the new generation, in place, so that a mapped reader notices with one load per
@@ -93,6 +95,7 @@ struct TableSources {
 class TablePublisher {
 public:
   static constexpr auto k_coalesce = std::chrono::milliseconds(1);
+  static constexpr int k_publisher_nice = 10;
   static constexpr auto k_refresh = std::chrono::seconds(1);
   static constexpr auto k_probe_poll = std::chrono::milliseconds(10);
 
