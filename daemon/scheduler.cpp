@@ -2,6 +2,7 @@
 
 #include "daemon/batch_sizer.hpp"
 #include "daemon/devices.hpp"
+#include "daemon/finals.hpp"
 
 #include "jobs/compile_job.hpp"
 #include "core/stats.hpp"
@@ -66,12 +67,6 @@ std::chrono::milliseconds seconds_to_ms(double seconds) {
 
 double ms_since(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
-}
-
-// A near-tie of `best` by median alone: the rule for a best that was not in the finals (a row
-// reused from an earlier job, or a job without finals).
-bool near_tie(const ResultRecord& row, const ResultRecord& best, double margin) {
-  return !row.pruned && row.stats.median_ms <= best.stats.median_ms * (1.0 + margin);
 }
 
 std::string describe_failures(const std::map<CandidateStatus, int>& failures) {
@@ -141,13 +136,12 @@ struct Scheduler::ActiveJob {
   std::chrono::steady_clock::time_point busy_logged; // last "waits for its device" line
   std::map<std::size_t, Compiled> artifacts; // ok candidates measured in this job
   std::map<std::size_t, ResultRecord> ok_rows; // config index -> its ok row
-  // The finals: the finalists in config order, each one's stats round by round, the finalists
-  // the current round has yet to measure, and the rounds started. Finalists raced out of the
-  // finals (race_finals) keep their rounds so far in `raced_out`.
+  // The finals: the finalists in config order, each one's rounds (by config index), the
+  // finalists the current round has yet to measure, and the rounds started. Finalists raced out
+  // of the finals (race_finals) keep their rounds so far in `raced_out`.
   std::vector<Compiled> finalists;
   std::vector<Compiled> raced_out;
-  std::map<std::size_t, std::vector<SampleStats>> final_stats;
-  std::map<std::size_t, std::vector<float>> final_samples; // every round's samples, in order
+  std::map<std::size_t, FinalistRounds> final_rounds;
   std::deque<Compiled> final_queue;
   int rounds_started = 0;
   std::int64_t done = 0;
@@ -751,27 +745,13 @@ void Scheduler::advance(std::int64_t job_id) {
 void Scheduler::start_finals(ActiveJob& job) {
   job.phase = Phase::finals;
   const MeasureSettings& measure = m_settings.measure;
-  // A best reused from an earlier job has no artifact here: its time cannot be paired with the
-  // others', so there are no finals and the medians decide.
-  if (!job.best || job.artifacts.count(static_cast<std::size_t>(job.best->config_index)) == 0) {
-    return;
+  std::set<std::size_t> measured_here;
+  for (const auto& [index, artifact] : job.artifacts) measured_here.insert(index);
+  for (const std::size_t index : pick_finalists(job.ok_rows, job.best, measured_here,
+                                                measure.final_margin, measure.finalists)) {
+    job.finalists.push_back(job.artifacts.at(index));
   }
-  std::vector<const ResultRecord*> near;
-  for (const auto& [index, row] : job.ok_rows) {
-    if (row.pruned || job.artifacts.count(index) == 0) continue; // not measured in this job
-    if (row.stats.median_ms > job.best->stats.median_ms * (1.0 + measure.final_margin)) continue;
-    near.push_back(&row);
-  }
-  std::sort(near.begin(), near.end(), [](const ResultRecord* a, const ResultRecord* b) {
-    return better_result(*a, *b);
-  });
-  near.resize(std::min(near.size(), static_cast<std::size_t>(std::max(0, measure.finalists))));
-  if (near.size() < 2) return;
-  for (const ResultRecord* row : near) {
-    job.finalists.push_back(job.artifacts.at(static_cast<std::size_t>(row->config_index)));
-  }
-  std::sort(job.finalists.begin(), job.finalists.end(),
-            [](const Compiled& a, const Compiled& b) { return a.index < b.index; });
+  if (job.finalists.empty()) return;
   KTUNE_LOG(info) << "job " << job.plan.record.id << ": finals of " << job.finalists.size()
                   << " candidates in " << measure.final_rounds << " rounds";
   queue_round(job);
@@ -1163,9 +1143,10 @@ void Scheduler::on_final_measured(ActiveJob& job, const Compiled& candidate,
     job.ok_rows.at(candidate.index).unlocked = outcome->unlocked;
   }
   if (outcome && outcome->status == CandidateStatus::ok && outcome->stats.median_ms > 0) {
-    job.final_stats[candidate.index].push_back(outcome->stats);
-    auto& kept = job.final_samples[candidate.index];
-    kept.insert(kept.end(), outcome->samples_ms.begin(), outcome->samples_ms.end());
+    FinalistRounds& rounds = job.final_rounds[candidate.index];
+    rounds.index = candidate.index;
+    rounds.rounds.push_back(outcome->stats);
+    rounds.samples.insert(rounds.samples.end(), outcome->samples_ms.begin(), outcome->samples_ms.end());
   } else {
     KTUNE_LOG(warn) << "job " << job.plan.record.id << ": "
                     << config_to_string(job.plan.configs[candidate.index])
@@ -1177,8 +1158,7 @@ void Scheduler::on_final_measured(ActiveJob& job, const Compiled& candidate,
     const auto same = [&](const Compiled& c) { return c.index == candidate.index; };
     std::erase_if(job.finalists, same);
     std::erase_if(job.final_queue, same);
-    job.final_stats.erase(candidate.index);
-    job.final_samples.erase(candidate.index);
+    job.final_rounds.erase(candidate.index);
   }
   if (job.final_queue.empty() && job.finalists.size() >= 2 &&
       job.rounds_started < m_settings.measure.final_rounds) {
@@ -1187,79 +1167,29 @@ void Scheduler::on_final_measured(ActiveJob& job, const Compiled& candidate,
   }
 }
 
-// After each round from the k_race_finals_after-th on, the finalists slower than the best at 95%
-// confidence by more than tie_margin (judge_finals' ratio_low above 1 + tie_margin: they can no
-// longer tie it) leave the finals, slowest first, keeping at least two. Their rounds so far are
-// pooled into their rows like the others'. With five rounds this spares the last two rounds of
-// every clear loser.
+// After each round from the k_race_finals_after-th on, the finalists that can no longer tie the
+// best leave the finals (race_out, daemon/finals.hpp); their rounds so far are pooled into their
+// rows like the others'. With five rounds this spares the last two rounds of every clear loser.
 void Scheduler::race_finals(ActiveJob& job) {
-  if (job.rounds_started < k_race_finals_after || job.finalists.size() <= 2) return;
-  const double tie_margin = m_settings.measure.tie_margin;
-  const FinalsVerdict verdict = judge_rounds(job);
-  std::vector<std::pair<double, std::size_t>> losers; // (ratio_low, index in finalists)
-  for (std::size_t i = 0; i < job.finalists.size(); ++i) {
-    if (verdict.ratio_low[i] > 1.0 + tie_margin) losers.emplace_back(verdict.ratio_low[i], i);
-  }
-  std::sort(losers.rbegin(), losers.rend());
-  if (losers.size() > job.finalists.size() - 2) losers.resize(job.finalists.size() - 2);
-  std::vector<bool> out(job.finalists.size(), false);
-  for (const auto& loser : losers) out[loser.second] = true;
+  const std::vector<std::size_t> losers =
+      race_out(rounds_of(job, job.finalists), job.rounds_started, m_settings.measure.tie_margin);
+  if (losers.empty()) return;
   std::vector<Compiled> kept;
   for (std::size_t i = 0; i < job.finalists.size(); ++i) {
-    (out[i] ? job.raced_out : kept).push_back(job.finalists[i]);
+    const bool out = std::binary_search(losers.begin(), losers.end(), i);
+    (out ? job.raced_out : kept).push_back(job.finalists[i]);
   }
-  if (!losers.empty()) {
-    KTUNE_LOG(debug) << "job " << job.plan.record.id << ": " << losers.size()
-                     << " finalist(s) raced out after round " << job.rounds_started << ", "
-                     << kept.size() << " left";
-  }
+  KTUNE_LOG(debug) << "job " << job.plan.record.id << ": " << losers.size()
+                   << " finalist(s) raced out after round " << job.rounds_started << ", "
+                   << kept.size() << " left";
   job.finalists = std::move(kept);
 }
 
-FinalsVerdict Scheduler::judge_rounds(const ActiveJob& job) const {
-  std::vector<std::vector<double>> round_ms;
-  for (const Compiled& f : job.finalists) {
-    round_ms.emplace_back();
-    for (const SampleStats& s : job.final_stats.at(f.index)) round_ms.back().push_back(s.median_ms);
-  }
-  return judge_finals(round_ms, m_settings.measure.tie_margin);
-}
-
-// The winning group as config indices: the best and its ties. After finals: the best of the
-// finals and the finalists judge_finals ties with it (a row outside the finals never wins: its
-// time was taken at another moment). Without finals: the fastest row and those within
-// tie_margin of its median.
-std::vector<std::size_t> Scheduler::tie_set(const ActiveJob& job,
-                                            const std::vector<ResultRecord>& rows) const {
-  std::vector<std::size_t> ties;
-  if (job.finalists.size() >= 2) {
-    const FinalsVerdict verdict = judge_rounds(job);
-    for (std::size_t i = 0; i < job.finalists.size(); ++i) {
-      KTUNE_LOG(debug) << "job " << job.plan.record.id << " finals: "
-                       << config_to_string(job.plan.configs[job.finalists[i].index]) << " x"
-                       << verdict.ratio[i] << " (95% >= x" << verdict.ratio_low[i] << ")"
-                       << (verdict.tied[i] ? " tied" : "");
-      if (verdict.tied[i]) ties.push_back(job.finalists[i].index);
-    }
-    return ties;
-  }
-  // Every row reused from an earlier job that judged its ties: that judgement stands, so a
-  // re-run of a finished key names the same winner.
-  if (job.artifacts.empty()) {
-    for (const auto& row : rows) {
-      if (row.status == CandidateStatus::ok && row.tied) {
-        ties.push_back(static_cast<std::size_t>(row.config_index));
-      }
-    }
-    if (!ties.empty()) return ties;
-  }
-  const ResultRecord& best = *fastest_result(rows);
-  for (const auto& row : rows) {
-    if (row.status == CandidateStatus::ok && near_tie(row, best, m_settings.measure.tie_margin)) {
-      ties.push_back(static_cast<std::size_t>(row.config_index));
-    }
-  }
-  return ties;
+std::vector<FinalistRounds> Scheduler::rounds_of(const ActiveJob& job,
+                                                 const std::vector<Compiled>& finalists) {
+  std::vector<FinalistRounds> out;
+  for (const Compiled& f : finalists) out.push_back(job.final_rounds.at(f.index));
+  return out;
 }
 
 // Tells the strategy and the stop condition about a result, and keeps the job's tallies.
@@ -1404,86 +1334,109 @@ JobSearch Scheduler::search_record(const ActiveJob& job) {
   return out;
 }
 
-void Scheduler::finish(ActiveJob& job) {
-  const JobRecord& rec = job.plan.record;
-  account(job);
-  if (job.ok_rows.empty()) {
-    m_writer.submit("job " + std::to_string(rec.id) + "'s timing",
-                    [id = rec.id, timing = job.timing, search = search_record(job)](Store& store) -> Result<void> {
-                      if (auto r = store.set_job_timing(id, timing); !r) return r;
-                      return store.set_job_search(id, search);
-                    },
-                    [id = rec.id](const Result<void>& r) {
-                      if (!r) KTUNE_LOG(warn) << "job " << id << ": cannot store its timing: " << r.error().message;
-                    });
-    end_job(rec.id, JobState::failed,
-            "no candidate succeeded (" + describe_failures(job.failures) + ")");
-    return;
-  }
-  // The finalists' rounds pooled into their rows (those raced out of the finals too): the row
-  // keeps the samples of its rounds and the figures of those samples, one record of the
-  // measurement that decided; then the ties of the best, the preferred tie.
-  std::vector<Compiled> measured_in_finals = job.finalists;
-  measured_in_finals.insert(measured_in_finals.end(), job.raced_out.begin(), job.raced_out.end());
-  if (job.finalists.size() >= 2) {
-    for (const Compiled& f : measured_in_finals) {
-      ResultRecord& row = job.ok_rows.at(f.index);
-      std::vector<float>& samples = job.final_samples[f.index];
-      // A worker that sends no samples (an older one) leaves the rounds' figures pooled.
-      const SampleStats pooled =
-          samples.empty() ? pool_rounds(job.final_stats.at(f.index))
-                          : summarize(std::vector<double>(samples.begin(), samples.end()));
-      const double speedup = row.stats.median_ms / pooled.median_ms;
-      row.stats = pooled;
-      row.samples_ms = std::move(samples);
-      row.gflops *= speedup;
-      row.gbps *= speedup;
-      row.remeasured = true;
+namespace {
+
+// What a job's end writes, the rows named by config index (their ids are the store's: a row may
+// still wait in the writer).
+struct JobEnd {
+  std::int64_t job_id = 0;
+  JobTiming timing;
+  JobSearch search;
+  std::vector<std::pair<std::int64_t, Remeasurement>> remeasured; // by config index
+  std::vector<std::int64_t> ties;                                // config indices
+  WinnerRecord winner;                                           // result_id set by the write
+  std::int64_t winner_index = 0;
+};
+
+// The job's end in one commit: timing, the finals' measurements, the ties, the winner, done.
+// `step` names what was being written when it failed.
+StoreWriter::Write job_end_write(JobEnd end, std::shared_ptr<std::string> step) {
+  return [end = std::move(end), step](Store& store) mutable -> Result<void> {
+    const std::int64_t job_id = end.job_id;
+    *step = "its rows";
+    auto stored_rows = store.job_results(job_id);
+    if (!stored_rows) return stored_rows.error();
+    std::map<std::int64_t, std::int64_t> ids; // config index -> result id
+    for (const auto& row : *stored_rows) ids[row.config_index] = row.id;
+    const auto id_of = [&](std::int64_t index) -> Result<std::int64_t> {
+      const auto it = ids.find(index);
+      if (it == ids.end()) {
+        return make_error(ErrorCode::unknown_result, "job " + std::to_string(job_id) +
+                                                         " has no stored row for config index " +
+                                                         std::to_string(index));
+      }
+      return it->second;
+    };
+    *step = "timing";
+    if (auto r = store.set_job_timing(job_id, end.timing); !r) return r.error();
+    *step = "the search record";
+    if (auto r = store.set_job_search(job_id, end.search); !r) return r.error();
+    *step = "a measurement of the finals";
+    for (const auto& [index, m] : end.remeasured) {
+      auto id = id_of(index);
+      if (!id) return id.error();
+      if (auto r = store.update_measurement(*id, m); !r) return r.error();
     }
-  }
-  std::vector<ResultRecord> rows;
-  rows.reserve(job.ok_rows.size());
-  for (auto& [index, row] : job.ok_rows) rows.push_back(row);
-  const std::vector<std::size_t> ties = tie_set(job, rows);
-  std::vector<std::int64_t> tie_indices;
-  for (auto& row : rows) {
-    row.tied = std::find(ties.begin(), ties.end(), static_cast<std::size_t>(row.config_index)) !=
-               ties.end();
-    if (row.tied) tie_indices.push_back(row.config_index);
-  }
+    *step = "the ties";
+    std::vector<std::int64_t> tie_ids;
+    for (const auto index : end.ties) {
+      auto id = id_of(index);
+      if (!id) return id.error();
+      tie_ids.push_back(*id);
+    }
+    if (auto r = store.mark_ties(job_id, tie_ids); !r) return r.error();
+    *step = "the winner";
+    auto id = id_of(end.winner_index);
+    if (!id) return id.error();
+    end.winner.result_id = *id;
+    if (auto r = store.upsert_winner(end.winner); !r) return r.error();
+    if (auto r = store.set_job_winner(job_id, *id); !r) return r.error();
+    *step = "the state";
+    return store.set_job_state(job_id, JobState::done);
+  };
+}
+
+} // namespace
+
+// The job's winning group and winner from what it measured (daemon/finals.hpp), the incumbent
+// read from the store. The job's rows take the pooled figures of the finals.
+WinnerChoice Scheduler::choose(ActiveJob& job) const {
+  const JobRecord& rec = job.plan.record;
+  FinalsInput input;
+  input.ok_rows = job.ok_rows;
+  input.finalists = rounds_of(job, job.finalists);
+  input.raced_out = rounds_of(job, job.raced_out);
+  input.measured_here = !job.artifacts.empty();
+  input.tie_margin = m_settings.measure.tie_margin;
   // The incumbent: the key's winner before this job. Kept when it is in the winning group.
   auto incumbent = m_store.find_winner(rec.kernel, rec.source_hash, rec.shape, rec.dtype, rec.fingerprint);
   if (!incumbent) {
     KTUNE_LOG(warn) << "job " << rec.id << ": cannot read the incumbent winner: "
                     << incumbent.error().message;
   }
-  const std::string incumbent_config =
-      incumbent && incumbent->has_value() ? (*incumbent)->config : std::string();
-  const ResultRecord* chosen = pick_winner(rows, incumbent_config);
-  WinnerRecord winner;
-  winner.kernel = rec.kernel;
-  winner.source_hash = rec.source_hash;
-  winner.shape = rec.shape;
-  winner.dtype = rec.dtype;
-  winner.fingerprint = rec.fingerprint;
-  winner.job_id = chosen->job_id;
-  winner.config = chosen->config;
-  winner.median_ms = chosen->stats.median_ms;
-  winner.gflops = chosen->gflops;
-  // The job's end in one commit: timing, the finals' measurements, the ties, the winner, done.
-  // Rows are named by config index (their ids are the store's: a row may still wait in the writer).
-  std::vector<std::pair<std::int64_t, Remeasurement>> remeasured;  // by config index
-  for (const Compiled& f : job.finalists.size() >= 2 ? measured_in_finals : std::vector<Compiled>{}) {
-    const ResultRecord& row = job.ok_rows.at(f.index);
-    remeasured.emplace_back(row.config_index,
-                            Remeasurement{row.stats, row.samples_ms, row.gflops, row.gbps, row.unlocked});
+  if (incumbent && incumbent->has_value()) input.incumbent_config = (*incumbent)->config;
+  WinnerChoice choice = choose_winner(input);
+  for (std::size_t i = 0; i < job.finalists.size() && !choice.verdict.tied.empty(); ++i) {
+    KTUNE_LOG(debug) << "job " << rec.id << " finals: "
+                     << config_to_string(job.plan.configs[job.finalists[i].index]) << " x"
+                     << choice.verdict.ratio[i] << " (95% >= x" << choice.verdict.ratio_low[i] << ")"
+                     << (choice.verdict.tied[i] ? " tied" : "");
   }
+  for (const auto index : choice.remeasured) {
+    for (const ResultRecord& row : choice.rows) {
+      if (row.config_index == index) job.ok_rows[static_cast<std::size_t>(index)] = row;
+    }
+  }
+  return choice;
+}
+
+std::string Scheduler::end_summary(const ActiveJob& job, const WinnerChoice& choice) {
+  const ResultRecord& winner = choice.rows.at(choice.winner);
   std::ostringstream summary;
-  summary << "job " << rec.id << " done in " << log::elapsed_ms(job.started)
-          << " ms: winner " << winner.config << " median " << winner.median_ms << " ms"
-          << (tie_indices.size() > 1 ? " (" + std::to_string(tie_indices.size()) + "-way tie" +
-                                           (chosen->config == incumbent_config
-                                                ? ", the incumbent kept)" : ")")
+  summary << "job " << job.plan.record.id << " done in " << log::elapsed_ms(job.started)
+          << " ms: winner " << winner.config << " median " << winner.stats.median_ms << " ms"
+          << (choice.ties.size() > 1 ? " (" + std::to_string(choice.ties.size()) + "-way tie" +
+                                           (choice.incumbent_kept ? ", the incumbent kept)" : ")")
                                      : "")
           << ", " << job.failed << " of " << job.done << " candidates failed"
           << "; best found at candidate " << job.best_at
@@ -1498,64 +1451,64 @@ void Scheduler::finish(ActiveJob& job) {
           << "; compile " << static_cast<std::int64_t>(job.timing.compile_ms)
           << " ms, bench " << static_cast<std::int64_t>(job.timing.bench_ms)
           << " ms, overhead " << static_cast<std::int64_t>(job.timing.overhead_ms) << " ms";
+  return summary.str();
+}
+
+// A job without an ok result: its timing and search record are kept, and it fails.
+void Scheduler::fail_without_winner(ActiveJob& job) {
+  const std::int64_t id = job.plan.record.id;
+  m_writer.submit("job " + std::to_string(id) + "'s timing",
+                  [id, timing = job.timing, search = search_record(job)](Store& store) -> Result<void> {
+                    if (auto r = store.set_job_timing(id, timing); !r) return r;
+                    return store.set_job_search(id, search);
+                  },
+                  [id](const Result<void>& r) {
+                    if (!r) KTUNE_LOG(warn) << "job " << id << ": cannot store its timing: " << r.error().message;
+                  });
+  end_job(id, JobState::failed, "no candidate succeeded (" + describe_failures(job.failures) + ")");
+}
+
+void Scheduler::finish(ActiveJob& job) {
+  const JobRecord& rec = job.plan.record;
+  account(job);
+  if (job.ok_rows.empty()) {
+    fail_without_winner(job);
+    return;
+  }
+  const WinnerChoice choice = choose(job);
+  const ResultRecord& chosen = choice.rows.at(choice.winner);
+  JobEnd end;
+  end.job_id = rec.id;
+  end.timing = job.timing;
+  end.search = search_record(job);
+  end.ties = choice.ties;
+  end.winner_index = chosen.config_index;
+  end.winner.kernel = rec.kernel;
+  end.winner.source_hash = rec.source_hash;
+  end.winner.shape = rec.shape;
+  end.winner.dtype = rec.dtype;
+  end.winner.fingerprint = rec.fingerprint;
+  end.winner.job_id = chosen.job_id;
+  end.winner.config = chosen.config;
+  end.winner.median_ms = chosen.stats.median_ms;
+  end.winner.gflops = chosen.gflops;
+  for (const auto index : choice.remeasured) {
+    const ResultRecord& row = job.ok_rows.at(static_cast<std::size_t>(index));
+    end.remeasured.emplace_back(index, Remeasurement{row.stats, row.samples_ms, row.gflops,
+                                                     row.gbps, row.unlocked});
+  }
   const std::int64_t job_id = rec.id;
-  const std::int64_t winner_index = chosen->config_index;
   auto step = std::make_shared<std::string>();
-  m_writer.submit(
-      "job " + std::to_string(job_id) + "'s end",
-      [job_id, timing = job.timing, search = search_record(job), remeasured = std::move(remeasured),
-       tie_indices = std::move(tie_indices), winner, winner_index, step](Store& store) mutable
-      -> Result<void> {
-        *step = "its rows";
-        auto stored_rows = store.job_results(job_id);
-        if (!stored_rows) return stored_rows.error();
-        std::map<std::int64_t, std::int64_t> ids; // config index -> result id
-        for (const auto& row : *stored_rows) ids[row.config_index] = row.id;
-        const auto id_of = [&](std::int64_t index) -> Result<std::int64_t> {
-          const auto it = ids.find(index);
-          if (it == ids.end()) {
-            return make_error(ErrorCode::unknown_result, "job " + std::to_string(job_id) +
-                                                    " has no stored row for config index " +
-                                                    std::to_string(index));
-          }
-          return it->second;
-        };
-        *step = "timing";
-        if (auto r = store.set_job_timing(job_id, timing); !r) return r.error();
-        *step = "the search record";
-        if (auto r = store.set_job_search(job_id, search); !r) return r.error();
-        *step = "a measurement of the finals";
-        for (const auto& [index, m] : remeasured) {
-          auto id = id_of(index);
-          if (!id) return id.error();
-          if (auto r = store.update_measurement(*id, m); !r) return r.error();
-        }
-        *step = "the ties";
-        std::vector<std::int64_t> tie_ids;
-        for (const auto index : tie_indices) {
-          auto id = id_of(index);
-          if (!id) return id.error();
-          tie_ids.push_back(*id);
-        }
-        if (auto r = store.mark_ties(job_id, tie_ids); !r) return r.error();
-        *step = "the winner";
-        auto id = id_of(winner_index);
-        if (!id) return id.error();
-        winner.result_id = *id;
-        if (auto r = store.upsert_winner(winner); !r) return r.error();
-        if (auto r = store.set_job_winner(job_id, *id); !r) return r.error();
-        *step = "the state";
-        return store.set_job_state(job_id, JobState::done);
-      },
-      [this, job_id, step, summary = summary.str()](const Result<void>& stored) {
-        if (!stored) {
-          end_job(job_id, JobState::failed,
-                  "database: cannot store " + *step + ": " + stored.error().message);
-          return;
-        }
-        KTUNE_LOG(info) << summary;
-        announce_end(job_id, JobState::done);
-      });
+  m_writer.submit("job " + std::to_string(job_id) + "'s end", job_end_write(std::move(end), step),
+                  [this, job_id, step, summary = end_summary(job, choice)](const Result<void>& stored) {
+                    if (!stored) {
+                      end_job(job_id, JobState::failed,
+                              "database: cannot store " + *step + ": " + stored.error().message);
+                      return;
+                    }
+                    KTUNE_LOG(info) << summary;
+                    announce_end(job_id, JobState::done);
+                  });
 }
 
 void Scheduler::end_job(std::int64_t job_id, JobState state, const std::string& error) {

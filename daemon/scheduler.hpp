@@ -67,6 +67,7 @@
 // source and device are dropped from the candidates (drop_quarantined) by whoever builds a plan.
 #include "jobs/bench_job.hpp"
 #include "jobs/compile_job.hpp"
+#include "daemon/finals.hpp"
 #include "daemon/planner.hpp"
 #include "daemon/store_writer.hpp"
 #include "daemon/worker_pool.hpp"
@@ -269,10 +270,10 @@ private:
   [[nodiscard]] bool search_over(const ActiveJob& job) const;
   void start_finals(ActiveJob& job);
   void queue_round(ActiveJob& job);
-  static constexpr int k_race_finals_after = 3; // rounds
   void race_finals(ActiveJob& job);
-  // judge_finals on the current finalists' round medians.
-  [[nodiscard]] FinalsVerdict judge_rounds(const ActiveJob& job) const;
+  // The rounds of `finalists` so far, in their order.
+  [[nodiscard]] static std::vector<FinalistRounds> rounds_of(const ActiveJob& job,
+                                                             const std::vector<Compiled>& finalists);
   void start_reference(ActiveJob& job);
   // Configs a job compiles per request (its BatchSizer's, within compile_ahead; 1 for CUDA).
   [[nodiscard]] std::size_t batch_size(const ActiveJob& job) const;
@@ -297,8 +298,6 @@ private:
   // reference), and a second time for one config ends the job with the cause.
   void on_bench_infra(ActiveJob& job, const Compiled& candidate, const std::string& infra,
                       const std::string& artifact);
-  [[nodiscard]] std::vector<std::size_t> tie_set(const ActiveJob& job,
-                                                 const std::vector<ResultRecord>& rows) const;
   [[nodiscard]] std::chrono::milliseconds compile_deadline(const JobRecord& record) const;
   // Submits one request for `job` and calls `handle` with its reply while the job is running.
   using Handler = std::function<void(ActiveJob&, Result<nlohmann::json>, const Delivery&)>;
@@ -313,6 +312,12 @@ private:
   void record(ActiveJob& job, std::size_t index, ResultRecord result);
   void learn(ActiveJob& job, std::size_t index, const ResultRecord& result);
   void finish(ActiveJob& job);
+  void fail_without_winner(ActiveJob& job);
+  // The winning group and winner (daemon/finals.hpp) with the incumbent read from the store; the
+  // job's rows take the finals' pooled figures.
+  [[nodiscard]] WinnerChoice choose(ActiveJob& job) const;
+  // The log line of a job that ends done.
+  [[nodiscard]] static std::string end_summary(const ActiveJob& job, const WinnerChoice& choice);
   [[nodiscard]] static JobSearch search_record(const ActiveJob& job);
   static void fail(ActiveJob& job, const std::string& error);
   // Stores the job's final state, then announce_end().
