@@ -73,7 +73,10 @@ struct RecentFailure {
 
 class Scheduler : private RunHost {
 public:
-  Scheduler(asio::io_context& io, Store& store, WorkerPool& workers, SchedulerSettings settings);
+  // `store` is read (the incumbent winner, device rows); every write goes through `writer`. All
+  // three outlive the Scheduler.
+  Scheduler(asio::io_context& io, const Store& store, StoreWriter& writer, WorkerPool& workers,
+            SchedulerSettings settings);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -118,7 +121,8 @@ public:
     m_job_end_hook = std::move(hook);
   }
 
-  // The store's writes (in order, never waiting on the database on the loop) and their stall.
+  // The writer it was handed: the store's writes (in order, never waiting on the database on
+  // the loop) and their stall.
   [[nodiscard]] StoreWriter& writer() { return m_writer; }
   [[nodiscard]] const StoreWriter& writer() const { return m_writer; }
 
@@ -162,8 +166,8 @@ private:
   void announce_end(std::int64_t job_id, JobState state) override;
 
   asio::io_context& m_io;
-  Store& m_store;               // reads; every write goes through m_writer
-  StoreWriter m_writer;
+  const Store& m_store;         // reads; every write goes through m_writer
+  StoreWriter& m_writer;
   WorkerPool& m_workers;
   SchedulerSettings m_settings;
   std::deque<Queued> m_queue;

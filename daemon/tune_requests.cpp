@@ -143,6 +143,22 @@ void TuneRun::wait_for_device(Request request, const std::string& why) {
   });
 }
 
+Result<void> TuneRun::target_device(CompileJob& job) {
+  if (job.language != "cuda") return {};
+  if (!m_arch) {
+    const auto arch = m_plan.device.details.find("arch");
+    if (m_plan.device.fingerprint == m_plan.record.fingerprint &&
+        arch != m_plan.device.details.end() && arch->is_string()) {
+      m_arch = arch->get<std::string>();
+    } else {
+      if (auto r = target_cuda_device(m_store, m_plan.record, job); !r) return r;
+      m_arch = job.arch;
+    }
+  }
+  job.arch = *m_arch;
+  return {};
+}
+
 void TuneRun::start_reference() {
   const auto& plan = m_plan;
   const Config& reference = plan.kernel.spec.default_config;
@@ -162,7 +178,7 @@ void TuneRun::start_reference() {
           ? make_reference_compile_job(plan.kernel, plan.record.dtype, m_settings.cache_dir)
           : make_compile_job(plan.kernel, reference, plan.record.dtype, m_settings.cache_dir);
   if (compile_job) {
-    if (auto r = target_cuda_device(m_store, plan.record, *compile_job); !r) compile_job = r.error();
+    if (auto r = target_device(*compile_job); !r) compile_job = r.error();
   }
   if (!compile_job) {
     fail(reference_name(plan.kernel) + ": " + compile_job.error().message);
@@ -232,7 +248,7 @@ void TuneRun::start_compile(const std::vector<std::size_t>& indices) {
     auto compile_job = make_compile_job(plan.kernel, plan.configs[index], plan.record.dtype,
                                         m_settings.cache_dir);
     if (compile_job) {
-      if (auto r = target_cuda_device(m_store, plan.record, *compile_job); !r) compile_job = r.error();
+      if (auto r = target_device(*compile_job); !r) compile_job = r.error();
     }
     if (!compile_job) {
       record(index, failed_result(CandidateStatus::compile_error, compile_job.error().message));

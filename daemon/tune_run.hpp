@@ -206,6 +206,10 @@ private:
   void on_reply(Request request, Result<nlohmann::json> reply, const Delivery& delivery);
   // Another ktuned measures on the device: the request is sent again shortly.
   void wait_for_device(Request request, const std::string& why);
+  // Points a CUDA compile job at the job's device: the arch of the plan's device, or of the
+  // stored device where the plan carries none (a resumed job), read once per job. Errors:
+  // target_cuda_device's. A CPU compile job is left as it is.
+  [[nodiscard]] Result<void> target_device(CompileJob& job);
   void start_reference();
   void on_reference_compiled(Result<nlohmann::json> reply);
   // Configs a job compiles per request (its BatchSizer's, within compile_ahead; 1 for CUDA).
@@ -248,6 +252,7 @@ private:
   ReferenceState m_reference = ReferenceState::pending;
   std::string m_reference_path;
   std::string m_reference_entry;          // the reference compile's entry_symbol
+  std::optional<std::string> m_arch;      // a CUDA job's arch, once known (target_device)
   Phase m_phase = Phase::search;
   // Batch mode (every strategy but exhaustive): proposals come in batches of search_batch, and a
   // batch's results are told to the strategy together, in proposal order, once all are in; so
