@@ -1,9 +1,10 @@
 #pragma once
 // TuneRun: one running tune job -- its search, compiles, measurements, finals and end -- driven
 // by worker replies on the io thread. The Scheduler (daemon/scheduler.hpp) creates it when the
-// job's lane is free, steps it (advance) after every reply, and drops it once it is over; the
-// run reaches the scheduler only through RunHost, and never outlives a callback: every reply,
-// timer and store completion finds the run again by job id (RunHost::find_run).
+// job's lane is free, steps it (advance) after every reply, and drops it once it is over. The
+// run reaches the scheduler only through RunHost, and no callback holds the run: every reply,
+// timer and store completion finds it again by job id (RunHost::find_run), so one that comes
+// after the job ended finds nothing. The finals' rules are daemon/finals.hpp's.
 //
 // For one job: the reference config (the spec's [default]) is compiled first; its artifact is
 // what every candidate's output is checked against. Then the job's search strategy
