@@ -202,8 +202,9 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
       static_cast<std::size_t>(cfg.compile_workers), seconds_to_ms(cfg.worker_idle_s),
       cfg.worker_memory_mb, cfg.lock_dir);
   server->m_workers->set_compile_memory_mb(cfg.compile_memory_mb);
+  server->m_writer = std::make_unique<StoreWriter>(server->m_io, *server->m_store);
   server->m_scheduler = std::make_unique<Scheduler>(
-      server->m_io, *server->m_store, *server->m_workers,
+      server->m_io, *server->m_store, *server->m_writer, *server->m_workers,
       SchedulerSettings{cfg.cache_dir, cfg.measure,
                         static_cast<std::size_t>(cfg.compile_workers),
                         static_cast<std::size_t>(cfg.compile_ahead),
@@ -466,6 +467,7 @@ int Server::run() {
   if (m_scheduler) m_scheduler->writer().flush();
   m_handler.reset();
   m_scheduler.reset();
+  m_writer.reset();
   m_workers.reset();
   m_store.reset();
   m_db_file.reset();

@@ -23,6 +23,7 @@
 #include "daemon/instance.hpp"
 #include "daemon/metrics_http.hpp"
 #include "daemon/scheduler.hpp"
+#include "daemon/store_writer.hpp"
 #include "daemon/client.hpp"
 #include "daemon/table_watch.hpp"
 #include "daemon/worker_pool.hpp"
@@ -97,6 +98,7 @@ private:
   bool m_database_lost = false;
   std::chrono::steady_clock::time_point m_last_busy;
   std::optional<Store> m_store;
+  std::unique_ptr<StoreWriter> m_writer;       // the store's one writer; outlives m_scheduler
   std::unique_ptr<DeviceRegistry> m_devices;
   ChildWatch m_children;
   std::unique_ptr<WorkerPool> m_workers;

@@ -35,8 +35,8 @@ DeviceInfo device(const std::string& name) {
 struct Rig {
   explicit Rig(std::size_t compile_workers = 1, std::size_t compile_ahead = 2, bool serial = false)
       : store(open_store(home)),
-        fakes(io), pool(io, fakes.spawner(), compile_workers), planner(store),
-        scheduler(io, store, pool, settings(compile_workers, compile_ahead, serial)) {
+        writer(io, store), fakes(io), pool(io, fakes.spawner(), compile_workers), planner(store),
+        scheduler(io, store, writer, pool, settings(compile_workers, compile_ahead, serial)) {
     pool.add_lane("lane2");
     registry.load({ktune::test::source_path("/kernels_src")});
     scheduler.set_job_end_hook([this](std::int64_t id, JobState state) { ended[id] = state; });
@@ -161,6 +161,7 @@ struct Rig {
   TempDir home;
   boost::asio::io_context io;
   Store store;
+  StoreWriter writer;
   FakeWorkers fakes;
   WorkerPool pool;
   Planner planner;
@@ -571,4 +572,40 @@ TEST_CASE("serial: one candidate at a time, never a compile beside a measurement
   CHECK(rig.state(id) == JobState::done);
   CHECK(benches == 6);
   CHECK(most_at_once == 1);  // two compile workers, and still one request at a time
+}
+
+TEST_CASE("a CUDA job's compiles name its device's arch: the plan's, or the stored device's "
+          "when the plan carries none", "[daemon][scheduler]") {
+  Rig rig;
+  auto loaded = rig.registry.find("gemm", Language::cuda);
+  REQUIRE(loaded);
+  PlanRequest request;
+  request.kernel = std::move(*loaded);
+  auto parsed = Shape::parse("M=64,N=64,K=64");
+  REQUIRE(parsed);
+  auto conformed = conform_shape(*parsed, request.kernel.spec.shape_dims, "gemm");
+  REQUIRE(conformed);
+  request.shape = std::move(*conformed);
+  request.dtype = "f32";
+  request.device = DeviceInfo{"lane2", "fp-gpu", {{"kind", "cuda"}, {"arch", "sm_90"}}, ""};
+  request.budget = 2;
+  request.strategy = "exhaustive";
+  auto planned = rig.planner.plan(std::move(request));
+  REQUIRE(planned);
+  REQUIRE(rig.planner.commit(*planned));
+  JobPlan plan = std::move(*planned);
+  SECTION("planned: the plan's device") {}
+  SECTION("resumed (no device in the plan): the one stored under its fingerprint") {
+    plan.device = DeviceInfo{};
+  }
+  const auto id = rig.enqueue(std::move(plan));
+  REQUIRE(rig.drive([&] { return rig.ended.count(id) > 0; }));
+  int compiles = 0;
+  for (const auto& r : rig.fakes.history) {
+    if (r.op != "compile") continue;
+    ++compiles;
+    CHECK(r.job.at("arch") == "sm_90");
+  }
+  CHECK(compiles == 3);  // the reference and the two candidates
+  CHECK(rig.state(id) == JobState::done);
 }
