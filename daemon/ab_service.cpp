@@ -141,7 +141,7 @@ struct AbService::Run {
   std::string impossible;
 };
 
-AbService::AbService(asio::io_context& io, WorkerPool& pool, Store& store, DeviceRegistry& devices,
+AbService::AbService(asio::io_context& io, WorkerPool& pool, const Store& store, DeviceRegistry& devices,
                      KernelRegistry& registry, const DaemonConfig& config)
     : m_io(io), m_pool(pool), m_store(store), m_devices(devices), m_registry(registry),
       m_config(config) {}

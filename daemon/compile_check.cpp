@@ -138,7 +138,7 @@ Result<CompileCheckRequest> CompileCheckRequest::from_json(const nlohmann::json&
 }
 
 void start_compile_check(const std::shared_ptr<Client>& session, const protocol::Request& request,
-                         KernelRegistry& registry, Scheduler& scheduler, Store& store,
+                         KernelRegistry& registry, Scheduler& scheduler, const Planner& planner,
                          const std::string& cache_dir) {
   auto fail = [&](const Error& error) {
     session->send(protocol::encode_error(request.id, error.code, error.message));
@@ -208,10 +208,8 @@ void start_compile_check(const std::shared_ptr<Client>& session, const protocol:
   record.strategy = std::string(k_compile_check_strategy);
   record.total = static_cast<std::int64_t>(plan.compiles.size());
   record.options.priority = request.body.value("priority", 0);
-  auto id = store.create_job(record);
-  if (!id) return fail(make_error(ErrorCode::internal, describe(id.error())));
-  record.id = *id;
-  run->job = *id;
+  if (auto created = planner.create(record); !created) return fail(created.error());
+  run->job = record.id;
   plan.on_compiled = [run, &scheduler, row_of](std::size_t index, Result<nlohmann::json> reply) {
     run->on_compiled(row_of.at(index), std::move(reply));
     // Nobody waits for the answer any more: stop handing out its compiles.

@@ -20,6 +20,7 @@
 #include "jobs/kernel_registry.hpp"
 #include "core/protocol.hpp"
 #include "daemon/client.hpp"
+#include "daemon/planner.hpp"
 #include "daemon/scheduler.hpp"
 
 #include <memory>
@@ -39,10 +40,11 @@ struct CompileCheckRequest {
 // The strategy column of a compile check's job row.
 inline constexpr std::string_view k_compile_check_strategy = "compile_check";
 
-// Stores the check as a job, queues it and replies on `session` when every compile finished (or
-// at once on an error). io thread only.
+// Stores the check as a job (Planner::create), queues it and replies on `session` when every
+// compile finished (or at once on an error; store_busy when the database takes no writes now).
+// io thread only.
 void start_compile_check(const std::shared_ptr<Client>& session, const protocol::Request& request,
-                         KernelRegistry& registry, Scheduler& scheduler, Store& store,
+                         KernelRegistry& registry, Scheduler& scheduler, const Planner& planner,
                          const std::string& cache_dir);
 
 } // namespace ktune::daemon

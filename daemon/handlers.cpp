@@ -123,7 +123,7 @@ void RequestHandler::dispatch(Op op, protocol::Request request,
       // Asked again each time: a driver installed or a GPU added since start shows up.
       return m_ctx.devices.probe(m_ctx.workers, [this, reply] { reply.ok(m_ctx.devices.to_json()); });
     case Op::compile_check:
-      return start_compile_check(client, request, m_registry, m_ctx.scheduler, m_ctx.store,
+      return start_compile_check(client, request, m_registry, m_ctx.scheduler, m_planner,
                                  m_ctx.config.cache_dir);
     case Op::confirm: return m_ab.confirm(client, request);
     case Op::canary: return m_canary.request(client, request);
@@ -385,7 +385,9 @@ void RequestHandler::import_run(Result<ImportRun> run, ImportDone done) {
     return;
   }
   auto state = std::make_shared<ImportRun>(std::move(*run));
-  if (auto r = m_ctx.store.in_transaction([&] { return state->prepare(m_ctx.store); }); !r) {
+  if (auto r = m_ctx.writer.write_now("the start of an import",
+                                      [&](Store& store) { return state->prepare(store); });
+      !r) {
     done(internal_error(r.error()));
     return;
   }
@@ -394,8 +396,9 @@ void RequestHandler::import_run(Result<ImportRun> run, ImportDone done) {
 
 void RequestHandler::import_step(std::shared_ptr<ImportRun> run, ImportDone done) {
   std::vector<WinnerRecord> upserted;
-  auto stored = m_ctx.store.in_transaction(
-      [&] { return run->step(m_ctx.store, k_import_step_rows, &upserted); });
+  auto stored = m_ctx.writer.write_now("a step of an import", [&](Store& store) {
+    return run->step(store, k_import_step_rows, &upserted);
+  });
   if (!stored) upserted.clear(); // the step was rolled back
   // A database that takes no writes for now (locked by another process, a full disk): the step
   // is tried again later, for up to k_import_wait; the loop goes on serving meanwhile.
@@ -506,7 +509,7 @@ Result<nlohmann::json> RequestHandler::job(const protocol::Request& request) {
 
 void RequestHandler::mark_stalled(nlohmann::json& job) const {
   // While the store's writes wait, a job that is not over cannot record its progress or its end.
-  const StoreWriter& writer = m_ctx.scheduler.writer();
+  const StoreWriter& writer = m_ctx.writer;
   if (!writer.stall()) return;
   const std::string state = job.value("state", "");
   if (state == "queued" || state == "running") job["stalled"] = writer.describe_stall();
@@ -543,13 +546,13 @@ Result<nlohmann::json> RequestHandler::kernels() {
 }
 
 nlohmann::json RequestHandler::store_state() const {
-  const auto stall = m_ctx.scheduler.writer().stall();
+  const auto stall = m_ctx.writer.stall();
   if (!stall) return {{"stalled", false}};
   return {{"stalled", true},
           {"reason", stall->reason},
           {"waiting", stall->waiting},
           {"spilling", stall->spilling},
-          {"description", m_ctx.scheduler.writer().describe_stall()}};
+          {"description", m_ctx.writer.describe_stall()}};
 }
 
 namespace {

@@ -43,7 +43,8 @@ namespace ktune::daemon {
 struct HandlerContext {
   asio::io_context& io;
   const DaemonConfig& config;
-  Store& store;
+  const Store& store;                          // reads
+  StoreWriter& writer;                         // the one store writer (daemon/store_writer.hpp)
   Scheduler& scheduler;
   WorkerPool& workers;
   DeviceRegistry& devices;                     // cpu and the CUDA devices the workers see
@@ -141,10 +142,10 @@ private:
   KernelRegistry m_registry;
   bool m_stopping = false;
   TargetResolver m_targets{m_registry, m_ctx.devices, m_ctx.workers};
-  Planner m_planner{m_ctx.store, source_archive_dir(m_ctx.config.cache_dir)};
+  Planner m_planner{m_ctx.store, m_ctx.writer, source_archive_dir(m_ctx.config.cache_dir)};
   // The ops confirm (an A/B of two builds) and canary (the speed canary's reading).
   AbService m_ab{m_ctx.io, m_ctx.workers, m_ctx.store, m_ctx.devices, m_registry, m_ctx.config};
-  Canary m_canary{m_ctx.io, m_ctx.workers, m_ctx.store, m_ctx.devices, m_ctx.config,
+  Canary m_canary{m_ctx.io, m_ctx.workers, m_ctx.writer, m_ctx.devices, m_ctx.config,
                   shipped_kernels_dir(executable_dir())};
   // The lookup path: the winner index, the ladder, tune-on-miss (lookup_service.hpp).
   LookupService m_lookup{LookupContext{

@@ -43,7 +43,7 @@ struct LookupContext {
   asio::io_context& io;
   asio::thread_pool& offload;   // pure work too slow for the io thread (a family read again,
                                 // a big space enumerated); its results come back on `io`
-  Store& store;                 // the winners at start, a done job's winner
+  const Store& store;           // the winners at start, a done job's winner
   KernelRegistry& registry;
   DeviceRegistry& devices;
   TargetResolver& targets;

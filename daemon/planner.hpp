@@ -7,13 +7,15 @@
 //   plan()    request -> JobPlan whose record is not stored yet (id 0): what an identical queued
 //             or running job is compared with before anything is written
 //   commit()  stores the kernel (and keeps a copy of its sources: jobs/source_archive.hpp), the
-//             device and the job; fills record.id and the reusable rows
+//             device and the job through the store writer; fills record.id and the reusable rows
+//   create()  stores a job that is not a tune (a compile check) through the store writer
 //   resume()  a stored job -> JobPlan with the rows it already has
 //
 // The prior: a job whose strategy learns from earlier results (search::uses_prior) is given the
 // store's results of the same kernel source at other shapes, dtypes and devices (imported tables
 // included), newest first, at most k_prior_rows of them, unless the request asks for a cold
 // search. A resumed job is given the store's prior as it is then.
+#include "daemon/store_writer.hpp"
 #include "jobs/kernel_registry.hpp"
 #include "core/device.hpp"
 #include "core/param_space.hpp"
@@ -104,10 +106,10 @@ struct PlanRequest {
 
 class Planner {
 public:
-  // `source_archive`: where commit() keeps each tuned kernel source (jobs/source_archive.hpp);
-  // "" = nowhere.
-  explicit Planner(Store& store, std::string source_archive = {})
-      : m_store(store), m_source_archive(std::move(source_archive)) {}
+  // `store` is read; `writer` writes (the Server's one StoreWriter). `source_archive`: where
+  // commit() keeps each tuned kernel source (jobs/source_archive.hpp); "" = nowhere.
+  Planner(const Store& store, StoreWriter& writer, std::string source_archive = {})
+      : m_store(store), m_writer(writer), m_source_archive(std::move(source_archive)) {}
 
   // The configs `spec` admits at `shape`. Touches no store: safe on any thread, which is where
   // a big space is enumerated (RequestHandler, k_inline_enumeration). Errors: the spec's
@@ -124,8 +126,13 @@ public:
 
   // Stores the kernel, the device and the job (state queued); sets plan.record.id and the rows
   // the job reuses. A copy of the kernel's sources that cannot be kept is logged, never an error
-  // (the job runs; an A/B against it later may have to say its old build is gone). Errors: internal.
+  // (the job runs; an A/B against it later may have to say its old build is gone). Written now
+  // (StoreWriter::write_now). Errors: store_busy (the database takes no writes now, or writes
+  // wait), internal.
   [[nodiscard]] Result<void> commit(JobPlan& plan) const;
+  // Stores `record` as a new job (state queued) and sets record.id: a job that is not a tune
+  // (a compile check). Errors: as commit().
+  [[nodiscard]] Result<void> create(JobRecord& record) const;
 
   // The plan of a stored job that did not finish, with the rows it has. Errors: source_changed
   // when the kernel changed since, the spec's errors, internal.
@@ -145,7 +152,8 @@ private:
                                                std::vector<Config>& configs,
                                                const std::vector<nlohmann::json>& given) const;
 
-  Store& m_store;
+  const Store& m_store;
+  StoreWriter& m_writer;
   std::string m_source_archive;
 };
 

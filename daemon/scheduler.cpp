@@ -173,9 +173,9 @@ struct Scheduler::ActiveCheck {
   bool cancelled = false;
 };
 
-Scheduler::Scheduler(asio::io_context& io, Store& store, WorkerPool& workers,
-                     SchedulerSettings settings)
-    : m_io(io), m_store(store), m_writer(io, store), m_workers(workers),
+Scheduler::Scheduler(asio::io_context& io, const Store& store, StoreWriter& writer,
+                     WorkerPool& workers, SchedulerSettings settings)
+    : m_io(io), m_store(store), m_writer(writer), m_workers(workers),
       m_settings(std::move(settings)) {}
 
 Scheduler::~Scheduler() = default;

@@ -180,7 +180,8 @@ struct JobView {
 
 class Scheduler {
 public:
-  Scheduler(asio::io_context& io, Store& store, WorkerPool& workers, SchedulerSettings settings);
+  Scheduler(asio::io_context& io, const Store& store, StoreWriter& writer, WorkerPool& workers,
+            SchedulerSettings settings);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -324,8 +325,8 @@ private:
   [[nodiscard]] nlohmann::json progress(const ActiveJob& job, const ResultRecord& last) const;
 
   asio::io_context& m_io;
-  Store& m_store;               // reads; every write goes through m_writer
-  StoreWriter m_writer;
+  const Store& m_store;         // reads; every write goes through m_writer
+  StoreWriter& m_writer;        // the Server's (the one store writer)
   WorkerPool& m_workers;
   SchedulerSettings m_settings;
   std::deque<Queued> m_queue;

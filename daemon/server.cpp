@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
+#include <utility>
 
 #include <fcntl.h>
 #include <pwd.h>
@@ -168,8 +169,9 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   KTUNE_LOG(info) << "checked " << cfg.db << " in " << log::elapsed_ms(start) << " ms";
   if (auto marked = server->m_db_file->mark(); !marked) return marked.error();
   server->m_store->set_write_check([file = &*server->m_db_file] { return file->check(); });
+  server->m_writer = std::make_unique<StoreWriter>(server->m_io, *server->m_store);
   // Results an earlier ktuned acknowledged while its database took no writes.
-  if (auto replayed = StoreWriter::replay_spill(*server->m_store); !replayed) {
+  if (auto replayed = server->m_writer->replay_spill(); !replayed) {
     return replayed.error();
   }
   if (struct stat st{}; ::stat(cfg.db.c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
@@ -203,7 +205,7 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
       cfg.worker_memory_mb, cfg.lock_dir);
   server->m_workers->set_compile_memory_mb(cfg.compile_memory_mb);
   server->m_scheduler = std::make_unique<Scheduler>(
-      server->m_io, *server->m_store, *server->m_workers,
+      server->m_io, std::as_const(*server->m_store), *server->m_writer, *server->m_workers,
       SchedulerSettings{cfg.cache_dir, cfg.measure,
                         static_cast<std::size_t>(cfg.compile_workers),
                         static_cast<std::size_t>(cfg.compile_ahead),
@@ -212,7 +214,8 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
                         cfg.serial});
   Server* self = server.get();
   server->m_handler = std::make_unique<RequestHandler>(HandlerContext{
-      server->m_io, cfg, *server->m_store, *server->m_scheduler, *server->m_workers, *server->m_devices,
+      server->m_io, cfg, std::as_const(*server->m_store), *server->m_writer, *server->m_scheduler,
+      *server->m_workers, *server->m_devices,
       [self] { return self->m_sessions.size(); },
       [self] { asio::post(self->m_io, [self] { self->stop(); }); }, server->m_started,
       [self] { return self->m_metrics ? self->m_metrics->address() : std::string(); }});
@@ -362,12 +365,17 @@ std::vector<JobPlan> Server::resume_jobs() {
             [](const JobRecord& a, const JobRecord& b) { return a.id < b.id; });
   KernelRegistry registry;
   registry.load(m_handler->kernel_dirs());  // configured and added (daemon/kernel_dirs)
-  const Planner planner(*m_store);
+  const Planner planner(std::as_const(*m_store), *m_writer);
+  const auto set_state = [this](std::int64_t id, JobState state, const std::string& reason) {
+    return m_writer->write_now("job " + std::to_string(id) + "'s state", [&](Store& store) {
+      return store.set_job_state(id, state, reason);
+    });
+  };
   for (const auto& job : leftovers) {
     if (job.strategy == k_compile_check_strategy) {
       // Its client waited on the connection that is gone: nobody to answer.
-      if (auto r = m_store->set_job_state(job.id, JobState::interrupted,
-                                          "ktuned stopped; a compile check is not resumed");
+      if (auto r = set_state(job.id, JobState::interrupted,
+                             "ktuned stopped; a compile check is not resumed");
           !r) {
         KTUNE_LOG(warn) << "job " << job.id << ": " << r.error().message;
       }
@@ -377,8 +385,7 @@ std::vector<JobPlan> Server::resume_jobs() {
     if (!plan) {
       KTUNE_LOG(warn) << "job " << job.id << " (" << to_string(job.state)
                       << ") cannot resume: " << plan.error().message;
-      if (auto r = m_store->set_job_state(job.id, JobState::failed,
-                                          "cannot resume: " + plan.error().message);
+      if (auto r = set_state(job.id, JobState::failed, "cannot resume: " + plan.error().message);
           !r) {
         KTUNE_LOG(warn) << "job " << job.id << ": " << r.error().message;
       }
@@ -386,7 +393,7 @@ std::vector<JobPlan> Server::resume_jobs() {
     }
     KTUNE_LOG(info) << "job " << job.id << " was " << to_string(job.state) << " when ktuned "
                     << "stopped; resuming (" << plan->existing.size() << " result(s) kept)";
-    if (auto r = m_store->set_job_state(job.id, JobState::queued); !r) {
+    if (auto r = set_state(job.id, JobState::queued, ""); !r) {
       KTUNE_LOG(warn) << "job " << job.id << ": " << r.error().message;
       continue;
     }
@@ -426,7 +433,7 @@ void Server::watch_database() {
       KTUNE_LOG(error) << m_db_file->check().error().message;
       // A write that meets the check stalls the writer: stats and every job say why, new tunes
       // are refused (store_busy) and results go to the spill journal.
-      m_scheduler->writer().submit("a check of the database file", [](Store& store) {
+      m_writer->submit("a check of the database file", [](Store& store) {
         return store.in_transaction([] { return Result<void>{}; });
       });
     } else if (checked && m_database_lost) {
@@ -463,9 +470,10 @@ int Server::run() {
                   << "kernel dirs: " << m_config.kernel_dirs.size() << ")";
   m_io.run();
 
-  if (m_scheduler) m_scheduler->writer().flush();
+  if (m_writer) m_writer->flush();
   m_handler.reset();
   m_scheduler.reset();
+  m_writer.reset();
   m_workers.reset();
   m_store.reset();
   m_db_file.reset();
@@ -663,7 +671,7 @@ void Server::stop() {
 
 void Server::finish_stop() {
   const auto start = std::chrono::steady_clock::now();
-  if (auto r = m_store->checkpoint(); !r) {
+  if (auto r = m_writer->checkpoint_wal(); !r) {
     KTUNE_LOG(warn) << "checkpoint at shutdown failed: " << r.error().message;
   } else {
     KTUNE_LOG(debug) << "checkpointed the store in " << log::elapsed_ms(start) << " ms";

@@ -23,6 +23,7 @@
 #include "daemon/instance.hpp"
 #include "daemon/metrics_http.hpp"
 #include "daemon/scheduler.hpp"
+#include "daemon/store_writer.hpp"
 #include "daemon/client.hpp"
 #include "daemon/table_watch.hpp"
 #include "daemon/worker_pool.hpp"
@@ -96,7 +97,8 @@ private:
   asio::steady_timer m_identity_timer;         // checks that the database is still at its path
   bool m_database_lost = false;
   std::chrono::steady_clock::time_point m_last_busy;
-  std::optional<Store> m_store;
+  std::optional<Store> m_store;                // read by all; written only through m_writer
+  std::unique_ptr<StoreWriter> m_writer;       // the one store writer, handed to whoever writes
   std::unique_ptr<DeviceRegistry> m_devices;
   ChildWatch m_children;
   std::unique_ptr<WorkerPool> m_workers;

@@ -35,8 +35,9 @@ DeviceInfo device(const std::string& name) {
 struct Rig {
   explicit Rig(std::size_t compile_workers = 1, std::size_t compile_ahead = 2, bool serial = false)
       : store(open_store(home)),
-        fakes(io), pool(io, fakes.spawner(), compile_workers), planner(store),
-        scheduler(io, store, pool, settings(compile_workers, compile_ahead, serial)) {
+        writer(io, store), fakes(io), pool(io, fakes.spawner(), compile_workers),
+        planner(store, writer),
+        scheduler(io, store, writer, pool, settings(compile_workers, compile_ahead, serial)) {
     pool.add_lane("lane2");
     registry.load({ktune::test::source_path("/kernels_src")});
     scheduler.set_job_end_hook([this](std::int64_t id, JobState state) { ended[id] = state; });
@@ -161,6 +162,7 @@ struct Rig {
   TempDir home;
   boost::asio::io_context io;
   Store store;
+  StoreWriter writer;
   FakeWorkers fakes;
   WorkerPool pool;
   Planner planner;
