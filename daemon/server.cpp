@@ -230,7 +230,8 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
     auto watch = TableWatch::create(
         server->m_io, cfg.table_dirs,
         [self, policy = cfg.table_policy](std::string text, std::string path, TableWatch::Done done) {
-          self->m_handler->import_text(std::move(text), std::move(path), policy, std::move(done));
+          self->m_handler->imports().import_text(std::move(text), std::move(path), policy,
+                                                std::move(done));
         });
     if (!watch) return watch.error();
     server->m_table_watch = std::move(*watch);
@@ -260,7 +261,7 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
     auto metrics = MetricsHttp::start(server->m_io, cfg.metrics, [self] {
       const double uptime_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - self->m_started).count();
-      return render_metrics(DaemonView{*self->m_scheduler, *self->m_workers,
+      return render_metrics(DaemonView{*self->m_scheduler, *self->m_workers, *self->m_writer,
                                        self->m_handler->lookup_counters(), uptime_s,
                                        self->m_sessions.size()});
     });
