@@ -276,8 +276,26 @@ void JobService::watch_job(const std::shared_ptr<Client>& client,
 
 void JobService::compile_check(const std::shared_ptr<Client>& client,
                                const protocol::Request& request) {
-  start_compile_check(client, request, m_ctx.registry, m_ctx.scheduler, m_ctx.planner,
-                      m_ctx.config.cache_dir);
+  const Reply reply(client, request.id);
+  auto req = CompileCheckRequest::from_json(request.body);
+  if (!req) return reply.error(req.error());
+  auto target = resolve_check(*req, m_ctx.registry);
+  if (!target) return reply.error(target.error());
+  std::vector<PlanRequest> plans(1);
+  plans.front().kernel = target->kernel;
+  plans.front().shape = target->shape;
+  // A client gone by the time a big space is enumerated has its check dropped (no job).
+  std::weak_ptr<Client> weak = client;
+  enumerate(std::move(plans), [this, weak, request, req = std::move(*req),
+                               target = std::move(*target)](
+                                  std::vector<PlanRequest>,
+                                  std::vector<Result<std::vector<Config>>> spaces) {
+    auto alive = weak.lock();
+    if (!alive) return;
+    if (!spaces.front()) return Reply(alive, request.id).error(spaces.front().error());
+    start_compile_check(alive, request, req, target, std::move(*spaces.front()), m_ctx.scheduler,
+                        m_ctx.planner, m_ctx.config.cache_dir);
+  });
 }
 
 Result<nlohmann::json> JobService::cancel(const protocol::Request& request) {

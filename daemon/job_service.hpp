@@ -76,7 +76,7 @@ public:
   // anything else, joining an identical job included. Device "all": one job per local device
   // that has a family of the kernel, replied as {"jobs":[...]}.
   void tune(const std::shared_ptr<Client>& client, const protocol::Request& request);
-  // `compile_check` (daemon/compile_check.hpp).
+  // `compile_check` (daemon/compile_check.hpp): its space enumerated like a tune's (enumerate()).
   void compile_check(const std::shared_ptr<Client>& client, const protocol::Request& request);
   // {"job": N}: cancels a queued or running job. Errors: unknown_job, bad_request (the job
   // ended), internal.
