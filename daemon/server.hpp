@@ -59,6 +59,19 @@ public:
 
 private:
   explicit Server(DaemonConfig config);
+  // The steps of create(), in order. The instance lock, the checked directories and the
+  // database file's identity.
+  [[nodiscard]] Result<void> claim_files();
+  // The store opened and checked, the store writer (the spill journal replayed), the devices
+  // the store knows.
+  [[nodiscard]] Result<void> open_store();
+  // Signals, the worker pool, the scheduler, the request handler and its services, the kernel
+  // scan, the watched table directories.
+  [[nodiscard]] Result<void> start_services();
+  // Probes the devices; once they are known queues the resumed jobs and starts accepting.
+  void serve_once_probed(std::vector<JobPlan> resumed);
+  // GET /metrics ([daemon].metrics), when configured.
+  [[nodiscard]] Result<void> serve_metrics();
   [[nodiscard]] Result<void> listen();
   void accept_next();
   // Checks the peer's credentials and the connection limit, then starts a session or refuses
