@@ -169,11 +169,7 @@ Result<std::vector<PlanRequest>> JobService::plan_requests(const protocol::TuneR
   for (const auto& name : *devices) {
     auto target = m_ctx.targets.resolve(req.kernel, req.shape, req.dtype, name);
     if (!target) return target.error();
-    PlanRequest plan;
-    plan.kernel = std::move(target->kernel);
-    plan.shape = std::move(target->shape);
-    plan.dtype = target->dtype;
-    plan.device = std::move(target->device);
+    PlanRequest plan = PlanRequest::of(std::move(*target));
     plan.strategy = req.strategy;
     plan.budget = req.budget;
     plan.budget_fraction = req.budget_fraction;

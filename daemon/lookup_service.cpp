@@ -193,11 +193,7 @@ Result<std::optional<std::int64_t>> LookupService::tune_on_miss(const CachedKern
   if (auto refused = m_ctx.jobs.quota().refusal(client)) return *refused;
   auto target = m_ctx.targets.resolve(kernel.name, shape, dtype, std::string(device.name));
   if (!target) return target.error();
-  PlanRequest request;
-  request.kernel = std::move(target->kernel);
-  request.shape = std::move(target->shape);
-  request.dtype = target->dtype;
-  request.device = std::move(target->device);
+  PlanRequest request = PlanRequest::of(std::move(*target));
   request.options.priority = k_background_priority;
   // A space enumerated at once is submitted before enumerate() returns and its job id answered;
   // a big one is planned off the loop, the misses answered meanwhile carry no tune_job.

@@ -279,35 +279,30 @@ Result<void> Planner::commit(JobPlan& plan) const {
     }
   }
   const std::string spec_text = read_text(plan.kernel.spec_path);
-  auto stored = m_writer.write_now(
-      "the new job of " + record.kernel + " " + record.shape, [&](Store& store) -> Result<void> {
-        if (auto r = store.upsert_kernel(record.kernel, record.source_hash, spec_text); !r) {
-          return r.error();
-        }
-        if (auto r = store.upsert_device(plan.device); !r) return r.error();
-        auto id = store.create_job(record);
-        if (!id) return id.error();
-        record.id = *id;
-        return {};
-      });
-  if (!stored) {
-    record.id = 0;
-    return internal_error(stored.error());
-  }
+  auto stored = write_job(record, [&](Store& store) -> Result<void> {
+    if (auto r = store.upsert_kernel(record.kernel, record.source_hash, spec_text); !r) return r;
+    return store.upsert_device(plan.device);
+  });
+  if (!stored) return stored.error();
   auto reusable = reusable_results(record);
   if (!reusable) return internal_error(reusable.error());
   plan.reusable = std::move(*reusable);
   return {};
 }
 
-Result<void> Planner::create(JobRecord& record) const {
-  auto stored = m_writer.write_now("the new job of " + record.kernel,
-                                   [&](Store& store) -> Result<void> {
-                                     auto id = store.create_job(record);
-                                     if (!id) return id.error();
-                                     record.id = *id;
-                                     return {};
-                                   });
+Result<void> Planner::create(JobRecord& record) const { return write_job(record, nullptr); }
+
+Result<void> Planner::write_job(JobRecord& record, const StoreWriter::Write& before) const {
+  auto stored = m_writer.write_now(
+      "the new job of " + record.kernel + " " + record.shape, [&](Store& store) -> Result<void> {
+        if (before) {
+          if (auto r = before(store); !r) return r;
+        }
+        auto id = store.create_job(record);
+        if (!id) return id.error();
+        record.id = *id;
+        return {};
+      });
   if (!stored) {
     record.id = 0;
     return internal_error(stored.error());

@@ -16,6 +16,7 @@
 // included), newest first, at most k_prior_rows of them, unless the request asks for a cold
 // search. A resumed job is given the store's prior as it is then.
 #include "daemon/store_writer.hpp"
+#include "daemon/targets.hpp"
 #include "jobs/kernel_registry.hpp"
 #include "core/device.hpp"
 #include "core/param_space.hpp"
@@ -90,6 +91,17 @@ struct PlanRequest {
   // is reused, so that the job's end weighs the key's winner too: given configs replace it only
   // by measuring faster). Empty: the whole space.
   std::vector<nlohmann::json> given;
+
+  // The request for a resolved target (kernel, shape, dtype, device), every other field its
+  // default.
+  [[nodiscard]] static PlanRequest of(Target target) {
+    PlanRequest request;
+    request.kernel = std::move(target.kernel);
+    request.shape = std::move(target.shape);
+    request.dtype = std::move(target.dtype);
+    request.device = std::move(target.device);
+    return request;
+  }
 };
 
 // Statuses that quarantine a config: it crashed, hung or lost its worker.
@@ -139,6 +151,9 @@ public:
   [[nodiscard]] Result<JobPlan> resume(KernelRegistry& registry, const JobRecord& job) const;
 
 private:
+  // Writes `before` (when given) and `record` as a new job in one transaction, now
+  // (StoreWriter::write_now); sets record.id (0 on an error). Errors: store_busy, internal.
+  [[nodiscard]] Result<void> write_job(JobRecord& record, const StoreWriter::Write& before) const;
   // The rows measured for the record's winner key by other jobs, newest per config (none when
   // the job remeasures; quarantining statuses excluded).
   [[nodiscard]] Result<std::vector<ResultRecord>> reusable_results(const JobRecord& record) const;

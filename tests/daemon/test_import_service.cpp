@@ -79,7 +79,7 @@ TEST_CASE("ImportService: a table is written in steps and every winner is learnt
   CHECK((**again).at("unchanged") == rows);
 }
 
-TEST_CASE("ImportService: a locked database makes the steps wait; nothing is lost",
+TEST_CASE("ImportService: a locked database makes the steps wait and nothing is lost",
           "[daemon][import_service]") {
   Rig rig;
   ImportService service(rig.context());

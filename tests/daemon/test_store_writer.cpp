@@ -23,7 +23,8 @@ struct Rig {
   }
   [[nodiscard]] std::string db() const { return (home.path() / "ktune.db").string(); }
   // A queued job to hang results on.
-  std::int64_t job() {
+  std::int64_t job() { return create_job(store); }
+  static std::int64_t create_job(Store& store) {
     JobRecord record;
     record.kernel = "reduce_sum";
     record.source_hash = "hash";
@@ -93,7 +94,7 @@ TEST_CASE("StoreWriter: a write runs at once while nothing waits", "[daemon][sto
   CHECK(rig.writer.failed_writes() == 1);
 }
 
-TEST_CASE("StoreWriter: writes wait in order behind a locked database; write_now is refused meanwhile",
+TEST_CASE("StoreWriter: writes wait in order behind a locked database, write_now is refused meanwhile",
           "[daemon][store_writer]") {
   Rig rig;
   const std::int64_t job = rig.job();
@@ -139,20 +140,7 @@ TEST_CASE("StoreWriter: a result acknowledged while the database is locked survi
     boost::asio::io_context io;
     Store store = ktune::test::ServiceRig::open_store(home);
     store.set_busy_timeout(std::chrono::milliseconds(0));
-    {
-      JobRecord record;
-      record.kernel = "reduce_sum";
-      record.source_hash = "hash";
-      record.shape = "N=64";
-      record.dtype = "f32";
-      record.device = "cpu";
-      record.fingerprint = "fp";
-      record.strategy = "exhaustive";
-      record.total = 4;
-      auto id = store.create_job(record);
-      REQUIRE(id);
-      job = *id;
-    }
+    job = Rig::create_job(store);
     StoreWriter writer(io, store);
     DatabaseLock lock(db);
     int acknowledged = 0;
