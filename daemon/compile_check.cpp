@@ -3,6 +3,7 @@
 #include "core/param_space.hpp"
 #include "core/shape.hpp"
 #include "daemon/replies.hpp"
+#include "daemon/reply.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -37,8 +38,8 @@ std::string first_line(const std::string& log) {
 
 // One check's results, filled as compiles answer; shared by the job's callbacks.
 struct CheckRun {
-  std::weak_ptr<Client> session;
-  nlohmann::json id;
+  explicit CheckRun(Reply r) : client(std::move(r)) {}
+  Reply client;  // the requesting connection
   std::int64_t job = 0;
   nlohmann::json header;
   std::vector<Config> configs;
@@ -72,29 +73,22 @@ struct CheckRun {
     rows[index] = std::move(row);
     // Progress for the client, one small event per compile (a compile takes tens of ms).
     ++done;
-    if (auto s = session.lock()) {
-      s->send(protocol::encode_event(id, "progress", {{"job", job},
-                                                      {"done", done},
-                                                      {"total", tasks.size()},
-                                                      {"errors", errors}}));
-    }
+    client.event("progress",
+                {{"job", job}, {"done", done}, {"total", tasks.size()}, {"errors", errors}});
   }
 
   void on_end(JobState state) {
-    auto s = session.lock();
-    if (!s) return;
     if (state != JobState::done) {
-      s->send(protocol::encode_error(id, ErrorCode::cancelled,
-                                     "compile_check job " + std::to_string(job) + " " +
-                                         std::string(to_string(state)) + " before it finished"));
-      return;
+      return client.error(make_error(ErrorCode::cancelled,
+                                    "compile_check job " + std::to_string(job) + " " +
+                                        std::string(to_string(state)) + " before it finished"));
     }
     nlohmann::json out = header;
     out["job"] = job;
     out["compiled"] = tasks.size();
     out["errors"] = errors;
     out["rows"] = std::move(rows);
-    s->send(protocol::encode_ok(id, out));
+    client.ok(out);
   }
 };
 
@@ -185,12 +179,8 @@ void start_compile_check(const std::shared_ptr<Client>& session, const protocol:
                          const CompileCheckRequest& req, const CheckTarget& target,
                          std::vector<Config> configs, Scheduler& scheduler,
                          const Planner& planner, const std::string& cache_dir) {
-  auto fail = [&](const Error& error) {
-    session->send(protocol::encode_error(request.id, error.code, error.message));
-  };
-  auto run = std::make_shared<CheckRun>();
-  run->session = session;
-  run->id = request.id;
+  auto run = std::make_shared<CheckRun>(Reply(session, request.id));
+  const auto fail = [&run](const Error& error) { run->client.error(error); };
   run->configs = std::move(configs);
   CheckPlan plan;
   std::vector<std::size_t> row_of;
@@ -217,7 +207,7 @@ void start_compile_check(const std::shared_ptr<Client>& session, const protocol:
   plan.on_compiled = [run, &scheduler, row_of](std::size_t index, Result<nlohmann::json> reply) {
     run->on_compiled(row_of.at(index), std::move(reply));
     // Nobody waits for the answer any more: stop handing out its compiles.
-    if (run->session.expired()) scheduler.cancel(run->job);
+    if (run->client.gone()) scheduler.cancel(run->job);
   };
   plan.on_end = [run](JobState state) { run->on_end(state); };
   scheduler.enqueue(std::move(plan));
