@@ -3,6 +3,7 @@
 #include "core/shape.hpp"
 #include "daemon/log.hpp"
 #include "daemon/replies.hpp"
+#include "daemon/reply.hpp"
 #include "daemon/service_work.hpp"
 #include "jobs/kernel_registry.hpp"
 
@@ -71,9 +72,8 @@ Canary::Canary(asio::io_context& io, WorkerPool& pool, StoreWriter& writer, Devi
       m_kernels_dir(std::move(kernels_dir)) {}
 
 void Canary::request(const std::shared_ptr<Client>& session, const protocol::Request& request) {
-  const auto fail = [&](const Error& error) {
-    session->send(protocol::encode_error(request.id, error.code, error.message));
-  };
+  const Reply reply(session, request.id);
+  const auto fail = [&reply](const Error& error) { reply.error(error); };
   std::string device = "cpu", context;
   for (auto [key, field] : {std::pair{"device", &device}, std::pair{"context", &context}}) {
     const auto it = request.body.find(key);
@@ -86,17 +86,10 @@ void Canary::request(const std::shared_ptr<Client>& session, const protocol::Req
   }
   auto local = m_devices.local(device);
   if (!local) return fail(local.error());
-  std::weak_ptr<Client> weak = session;
-  measure(*local, context.empty() ? "asked" : context,
-          [weak, id = request.id](Result<CanaryReading> reading) {
-            auto s = weak.lock();
-            if (!s) return;
-            if (!reading) {
-              s->send(protocol::encode_error(id, reading.error().code, reading.error().message));
-            } else {
-              s->send(protocol::encode_ok(id, reading_json(*reading)));
-            }
-          });
+  measure(*local, context.empty() ? "asked" : context, [reply](Result<CanaryReading> reading) {
+    if (!reading) return reply.error(reading.error());
+    reply.ok(reading_json(*reading));
+  });
 }
 
 namespace {
