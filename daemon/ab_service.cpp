@@ -1,5 +1,7 @@
 #include "daemon/ab_service.hpp"
 
+#include "daemon/reply.hpp"
+
 #include "core/ab_judge.hpp"
 #include "core/shape.hpp"
 #include "daemon/log.hpp"
@@ -130,8 +132,8 @@ struct AbService::Side {
 };
 
 struct AbService::Run {
-  std::weak_ptr<Client> session;
-  json id;
+  explicit Run(Reply r) : client(std::move(r)) {}
+  Reply client;                  // the requesting connection
   ConfirmRequest request;
   DeviceInfo device;
   Side sides[2];                 // baseline, candidate
@@ -141,7 +143,7 @@ struct AbService::Run {
   std::string impossible;
 };
 
-AbService::AbService(asio::io_context& io, WorkerPool& pool, Store& store, DeviceRegistry& devices,
+AbService::AbService(asio::io_context& io, WorkerPool& pool, const Store& store, DeviceRegistry& devices,
                      KernelRegistry& registry, const DaemonConfig& config)
     : m_io(io), m_pool(pool), m_store(store), m_devices(devices), m_registry(registry),
       m_config(config) {}
@@ -200,14 +202,11 @@ Result<AbService::Side> AbService::resolve_side(const ConfirmRequest& request,
 }
 
 void AbService::confirm(const std::shared_ptr<Client>& session, const protocol::Request& request) {
-  const auto fail = [&](const Error& error) {
-    session->send(protocol::encode_error(request.id, error.code, error.message));
-  };
+  const Reply reply(session, request.id);
+  const auto fail = [&reply](const Error& error) { reply.error(error); };
   auto req = ConfirmRequest::from_json(request.body);
   if (!req) return fail(req.error());
-  auto run = std::make_shared<Run>();
-  run->session = session;
-  run->id = request.id;
+  auto run = std::make_shared<Run>(reply);
   run->request = std::move(*req);
   if (is_fingerprint(run->request.device)) {
     const auto local = m_devices.all_local();
@@ -361,7 +360,7 @@ void AbService::finish(const std::shared_ptr<Run>& run) {
   KTUNE_LOG(info) << "confirm " << run->request.kernel << " " << run->request.shape << " on "
                   << run->device.name << ": " << out["verdict"].get<std::string>() << ": "
                   << out["why"].get<std::string>();
-  if (auto session = run->session.lock()) session->send(protocol::encode_ok(run->id, out));
+  run->client.ok(out);
 }
 
 } // namespace ktune::daemon

@@ -58,7 +58,7 @@ struct ConfirmRequest {
 
 class AbService {
 public:
-  AbService(asio::io_context& io, WorkerPool& pool, Store& store, DeviceRegistry& devices,
+  AbService(asio::io_context& io, WorkerPool& pool, const Store& store, DeviceRegistry& devices,
             KernelRegistry& registry, const DaemonConfig& config);
 
   // Answers a confirm request on `session` once the A/B is judged (or at once on an error).
@@ -75,7 +75,7 @@ private:
 
   asio::io_context& m_io;
   WorkerPool& m_pool;
-  Store& m_store;
+  const Store& m_store;
   DeviceRegistry& m_devices;
   KernelRegistry& m_registry;
   const DaemonConfig& m_config;

@@ -3,6 +3,7 @@
 #include "core/shape.hpp"
 #include "daemon/log.hpp"
 #include "daemon/replies.hpp"
+#include "daemon/reply.hpp"
 #include "daemon/service_work.hpp"
 #include "jobs/kernel_registry.hpp"
 
@@ -65,15 +66,14 @@ CanaryShapes canary_shapes(Language language) {
   return {"N=1048576", "N=16777216"};
 }
 
-Canary::Canary(asio::io_context& io, WorkerPool& pool, Store& store, DeviceRegistry& devices,
+Canary::Canary(asio::io_context& io, WorkerPool& pool, StoreWriter& writer, DeviceRegistry& devices,
                const DaemonConfig& config, std::string kernels_dir)
-    : m_io(io), m_pool(pool), m_store(store), m_devices(devices), m_config(config),
+    : m_io(io), m_pool(pool), m_writer(writer), m_devices(devices), m_config(config),
       m_kernels_dir(std::move(kernels_dir)) {}
 
 void Canary::request(const std::shared_ptr<Client>& session, const protocol::Request& request) {
-  const auto fail = [&](const Error& error) {
-    session->send(protocol::encode_error(request.id, error.code, error.message));
-  };
+  const Reply reply(session, request.id);
+  const auto fail = [&reply](const Error& error) { reply.error(error); };
   std::string device = "cpu", context;
   for (auto [key, field] : {std::pair{"device", &device}, std::pair{"context", &context}}) {
     const auto it = request.body.find(key);
@@ -86,18 +86,53 @@ void Canary::request(const std::shared_ptr<Client>& session, const protocol::Req
   }
   auto local = m_devices.local(device);
   if (!local) return fail(local.error());
-  std::weak_ptr<Client> weak = session;
-  measure(*local, context.empty() ? "asked" : context,
-          [weak, id = request.id](Result<CanaryReading> reading) {
-            auto s = weak.lock();
-            if (!s) return;
-            if (!reading) {
-              s->send(protocol::encode_error(id, reading.error().code, reading.error().message));
-            } else {
-              s->send(protocol::encode_ok(id, reading_json(*reading)));
-            }
-          });
+  measure(*local, context.empty() ? "asked" : context, [reply](Result<CanaryReading> reading) {
+    if (!reading) return reply.error(reading.error());
+    reply.ok(reading_json(*reading));
+  });
 }
+
+namespace {
+
+// One of the reading's two medians arrived (or failed); the last one stores the reading through
+// `writer` and reports it.
+void part_measured(StoreWriter& writer, const std::shared_ptr<Reading>& reading, int which,
+                   Result<double> median) {
+  if (!median && !reading->error) {
+    // Every code a client sees is the protocol's: a canary that fails is ktuned's own fault.
+    const Error& e = median.error();
+    reading->error = e.code == ErrorCode::spec_error || e.code == ErrorCode::no_device || e.code == ErrorCode::internal
+                         ? e
+                         : make_error(ErrorCode::internal, "the speed canary on " + reading->row.device +
+                                                          ": " + describe(e));
+  }
+  if (median) (which == 0 ? reading->row.compute_ms : reading->row.memory_ms) = *median;
+  if (--reading->left > 0) return;
+  if (reading->error) return reading->done(*reading->error);
+  reading->row.taken_at = now_ms();
+  // A reading is worth having even when the database takes nothing now: it is reported at once,
+  // and stored once the database takes writes again.
+  writer.submit(
+      "the canary reading on " + reading->row.device,
+      [reading](Store& store) -> Result<void> {
+        auto id = store.insert_canary_reading(reading->row);
+        if (!id) return id.error();
+        reading->row.id = *id;
+        return {};
+      },
+      [device = reading->row.device](const Result<void>& stored) {
+        if (!stored) {
+          KTUNE_LOG(warn) << "canary reading on " << device << " not stored: "
+                          << stored.error().message;
+        }
+      });
+  KTUNE_LOG(info) << "canary on " << reading->row.device << " (" << reading->row.context
+                  << "): compute " << reading->row.compute_ms << " ms, memory "
+                  << reading->row.memory_ms << " ms";
+  reading->done(reading->row);
+}
+
+} // namespace
 
 void Canary::measure(const DeviceInfo& device, std::string context,
                      std::function<void(Result<CanaryReading>)> done) {
@@ -109,81 +144,64 @@ void Canary::measure(const DeviceInfo& device, std::string context,
   reading->row.device = device.name;
   reading->row.context = std::move(context);
   reading->done = std::move(done);
-  const auto finish = [this, reading](int which, Result<double> median) {
-    if (!median && !reading->error) {
-      // Every code a client sees is the protocol's: a canary that fails is ktuned's own fault.
-      const Error& e = median.error();
-      reading->error = e.code == ErrorCode::spec_error || e.code == ErrorCode::no_device || e.code == ErrorCode::internal
-                           ? e
-                           : make_error(ErrorCode::internal, "the speed canary on " + reading->row.device +
-                                                            ": " + describe(e));
-    }
-    if (median) (which == 0 ? reading->row.compute_ms : reading->row.memory_ms) = *median;
-    if (--reading->left > 0) return;
-    if (reading->error) return reading->done(*reading->error);
-    reading->row.taken_at = now_ms();
-    if (auto id = m_store.insert_canary_reading(reading->row); id) {
-      reading->row.id = *id;
-    } else {
-      // A reading is worth having even when the database takes nothing now.
-      KTUNE_LOG(warn) << "canary reading on " << reading->row.device
-                      << " not stored: " << id.error().message;
-    }
-    KTUNE_LOG(info) << "canary on " << reading->row.device << " (" << reading->row.context
-                    << "): compute " << reading->row.compute_ms << " ms, memory "
-                    << reading->row.memory_ms << " ms";
-    reading->done(reading->row);
-  };
   const char* names[2] = {"canary_compute", "canary_memory"};
   const std::string shape_text[2] = {shapes.compute, shapes.memory};
   for (int i = 0; i < 2; ++i) {
     const std::string spec = (std::filesystem::path(m_kernels_dir) / group / names[i] /
                               "kernel.toml").string();
-    auto kernel = load_kernel(spec);
-    if (!kernel) {
-      asio::post(m_io, [finish, i, error = kernel.error()] {
-        finish(i, make_error(error.code, "the speed canary cannot be loaded: " + error.message));
-      });
-      continue;
-    }
-    auto shape = Shape::parse(shape_text[i]);
-    if (!shape) {
-      asio::post(m_io, [finish, i, error = shape.error()] { finish(i, error); });
-      continue;
-    }
-    auto loaded = std::make_shared<LoadedKernel>(std::move(*kernel));
-    const std::string dtype = loaded->spec.dtypes.empty() ? "f32" : loaded->spec.dtypes.front();
-    build_config(m_io, m_pool, *loaded, loaded->spec.default_config, dtype, device,
-                 m_config.cache_dir,
-                 [this, finish, i, loaded, dtype, device, shape = *shape](Result<BuiltConfig> built) {
-                   if (!built) return finish(i, built.error());
-                   const MeasureSettings settings = canary_settings();
-                   auto job = service_bench_job(*loaded, shape, loaded->spec.default_config, dtype,
-                                                device, *built, settings);
-                   if (!job) return finish(i, job.error());
-                   Work work;
-                   work.op = "bench";
-                   work.job = job->to_json();
-                   work.deadline = measure_deadline(settings, 1);
-                   work.priority = k_service_priority;
-                   work.owner = k_service_owner;
-                   work.device = device.name;
-                   work.on_reply = [finish, i, name = loaded->spec.name](Result<json> reply,
-                                                                       const Delivery&) {
-                     if (!reply) return finish(i, reply.error());
-                     auto outcome = BenchOutcome::from_json(*reply);
-                     if (!outcome) return finish(i, outcome.error());
-                     if (outcome->status != CandidateStatus::ok || outcome->stats.median_ms <= 0) {
-                       return finish(i, make_error(ErrorCode::bench_failed,
-                                                   name + " measured " +
-                                                       std::string(to_string(outcome->status)) +
-                                                       ": " + outcome->reason));
-                     }
-                     finish(i, outcome->stats.median_ms);
-                   };
-                   submit_measurement(m_io, m_pool, device.name, std::move(work));
-                 });
+    measure_kernel(device, spec, shape_text[i], [this, reading, i](Result<double> median) {
+      part_measured(m_writer, reading, i, std::move(median));
+    });
   }
+}
+
+void Canary::measure_kernel(const DeviceInfo& device, const std::string& spec_path,
+                            const std::string& shape_text,
+                            std::function<void(Result<double>)> done) {
+  auto kernel = load_kernel(spec_path);
+  if (!kernel) {
+    asio::post(m_io, [done, error = kernel.error()] {
+      done(make_error(error.code, "the speed canary cannot be loaded: " + error.message));
+    });
+    return;
+  }
+  auto shape = Shape::parse(shape_text);
+  if (!shape) {
+    asio::post(m_io, [done, error = shape.error()] { done(error); });
+    return;
+  }
+  auto loaded = std::make_shared<LoadedKernel>(std::move(*kernel));
+  const std::string dtype = loaded->spec.dtypes.empty() ? "f32" : loaded->spec.dtypes.front();
+  build_config(m_io, m_pool, *loaded, loaded->spec.default_config, dtype, device,
+               m_config.cache_dir,
+               [this, done, loaded, dtype, device, shape = *shape](Result<BuiltConfig> built) {
+                 if (!built) return done(built.error());
+                 const MeasureSettings settings = canary_settings();
+                 auto job = service_bench_job(*loaded, shape, loaded->spec.default_config, dtype,
+                                              device, *built, settings);
+                 if (!job) return done(job.error());
+                 Work work;
+                 work.op = "bench";
+                 work.job = job->to_json();
+                 work.deadline = measure_deadline(settings, 1);
+                 work.priority = k_service_priority;
+                 work.owner = k_service_owner;
+                 work.device = device.name;
+                 work.on_reply = [done, name = loaded->spec.name](Result<json> reply,
+                                                                 const Delivery&) {
+                   if (!reply) return done(reply.error());
+                   auto outcome = BenchOutcome::from_json(*reply);
+                   if (!outcome) return done(outcome.error());
+                   if (outcome->status != CandidateStatus::ok || outcome->stats.median_ms <= 0) {
+                     return done(make_error(ErrorCode::bench_failed,
+                                            name + " measured " +
+                                                std::string(to_string(outcome->status)) + ": " +
+                                                outcome->reason));
+                   }
+                   done(outcome->stats.median_ms);
+                 };
+                 submit_measurement(m_io, m_pool, device.name, std::move(work));
+               });
 }
 
 void Canary::start() {

@@ -19,6 +19,7 @@
 #include "daemon/config.hpp"
 #include "daemon/devices.hpp"
 #include "daemon/client.hpp"
+#include "daemon/store_writer.hpp"
 #include "daemon/worker_pool.hpp"
 #include "db/store.hpp"
 
@@ -37,7 +38,8 @@ struct CanaryShapes {
 class Canary {
 public:
   // `kernels_dir`: the shipped kernel families (shipped_kernels_dir), which hold the canaries.
-  Canary(asio::io_context& io, WorkerPool& pool, Store& store, DeviceRegistry& devices,
+  // A reading is stored through `writer` (the Server's one StoreWriter).
+  Canary(asio::io_context& io, WorkerPool& pool, StoreWriter& writer, DeviceRegistry& devices,
          const DaemonConfig& config, std::string kernels_dir);
 
   // The op: one reading on the device asked for, stored, as the reply.
@@ -53,10 +55,14 @@ public:
 
 private:
   void tick();
+  // Builds and measures the canary kernel of `spec_path` (its default config) at `shape_text`
+  // on `device`; `done` gets its median in ms, on the io thread.
+  void measure_kernel(const DeviceInfo& device, const std::string& spec_path,
+                      const std::string& shape_text, std::function<void(Result<double>)> done);
 
   asio::io_context& m_io;
   WorkerPool& m_pool;
-  Store& m_store;
+  StoreWriter& m_writer;
   DeviceRegistry& m_devices;
   const DaemonConfig& m_config;
   std::string m_kernels_dir;

@@ -3,6 +3,7 @@
 #include "core/param_space.hpp"
 #include "core/shape.hpp"
 #include "daemon/replies.hpp"
+#include "daemon/reply.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -37,8 +38,8 @@ std::string first_line(const std::string& log) {
 
 // One check's results, filled as compiles answer; shared by the job's callbacks.
 struct CheckRun {
-  std::weak_ptr<Client> session;
-  nlohmann::json id;
+  explicit CheckRun(Reply r) : client(std::move(r)) {}
+  Reply client;  // the requesting connection
   std::int64_t job = 0;
   nlohmann::json header;
   std::vector<Config> configs;
@@ -72,29 +73,22 @@ struct CheckRun {
     rows[index] = std::move(row);
     // Progress for the client, one small event per compile (a compile takes tens of ms).
     ++done;
-    if (auto s = session.lock()) {
-      s->send(protocol::encode_event(id, "progress", {{"job", job},
-                                                      {"done", done},
-                                                      {"total", tasks.size()},
-                                                      {"errors", errors}}));
-    }
+    client.event("progress",
+                {{"job", job}, {"done", done}, {"total", tasks.size()}, {"errors", errors}});
   }
 
   void on_end(JobState state) {
-    auto s = session.lock();
-    if (!s) return;
     if (state != JobState::done) {
-      s->send(protocol::encode_error(id, ErrorCode::cancelled,
-                                     "compile_check job " + std::to_string(job) + " " +
-                                         std::string(to_string(state)) + " before it finished"));
-      return;
+      return client.error(make_error(ErrorCode::cancelled,
+                                    "compile_check job " + std::to_string(job) + " " +
+                                        std::string(to_string(state)) + " before it finished"));
     }
     nlohmann::json out = header;
     out["job"] = job;
     out["compiled"] = tasks.size();
     out["errors"] = errors;
     out["rows"] = std::move(rows);
-    s->send(protocol::encode_ok(id, out));
+    client.ok(out);
   }
 };
 
@@ -137,85 +131,83 @@ Result<CompileCheckRequest> CompileCheckRequest::from_json(const nlohmann::json&
   return req;
 }
 
-void start_compile_check(const std::shared_ptr<Client>& session, const protocol::Request& request,
-                         KernelRegistry& registry, Scheduler& scheduler, Store& store,
-                         const std::string& cache_dir) {
-  auto fail = [&](const Error& error) {
-    session->send(protocol::encode_error(request.id, error.code, error.message));
-  };
-  auto req = CompileCheckRequest::from_json(request.body);
-  if (!req) return fail(req.error());
-  auto kernel = registry.find(req->kernel, Language::cuda);
-  if (!kernel) return fail(kernel.error());
+Result<CheckTarget> resolve_check(const CompileCheckRequest& req, KernelRegistry& registry) {
+  auto kernel = registry.find(req.kernel, Language::cuda);
+  if (!kernel) return kernel.error();
   const KernelSpec& spec = kernel->spec;
-
-  std::string shape_text = req->shape;
+  std::string shape_text = req.shape;
   if (shape_text.empty()) {
     for (const auto& dim : spec.shape_dims) {
       shape_text += (shape_text.empty() ? "" : ",") + dim + "=4096";
     }
   }
   auto shape = Shape::parse(shape_text);
-  if (!shape) return fail(shape.error());
+  if (!shape) return shape.error();
   auto conformed = conform_shape(*shape, spec.shape_dims, spec.name);
-  if (!conformed) return fail(conformed.error());
-  const std::string dtype = req->dtype.empty() ? spec.dtypes.front() : req->dtype;
+  if (!conformed) return conformed.error();
+  std::string dtype = req.dtype.empty() ? spec.dtypes.front() : req.dtype;
+  return CheckTarget{std::move(*kernel), std::move(*conformed), std::move(dtype)};
+}
 
-  auto space = ParamSpace::create(spec, *conformed);
-  if (!space) return fail(space.error());
-  auto configs = space->enumerate();
-  if (!configs) return fail(configs.error());
-  if (configs->empty()) {
-    return fail(make_error(ErrorCode::empty_space, "kernel " + spec.name + " admits no config at " +
-                                                  conformed->to_string()));
-  }
+namespace {
 
-  auto run = std::make_shared<CheckRun>();
-  run->session = session;
-  run->id = request.id;
-  run->configs = std::move(*configs);
-  CheckPlan plan;
-  for (std::size_t c = 0; c < run->configs.size(); ++c) {
-    for (const auto& arch : req->archs) run->tasks.emplace_back(c, arch);
+// The check's compiles in (arch, config) order, so that consecutive ones share compiler runs
+// (the scheduler's batches), and run->tasks and run->rows in (config, arch) order; `row_of`
+// maps a compile to its row. Errors: make_compile_job's.
+Result<void> plan_compiles(const CompileCheckRequest& req, const CheckTarget& target,
+                           const std::string& cache_dir, CheckRun& run, CheckPlan& plan,
+                           std::vector<std::size_t>& row_of) {
+  for (std::size_t c = 0; c < run.configs.size(); ++c) {
+    for (const auto& arch : req.archs) run.tasks.emplace_back(c, arch);
   }
-  // The compiles in (arch, config) order, so that consecutive ones share compiler runs (the
-  // scheduler's batches); the rows stay in (config, arch) order.
-  std::vector<std::size_t> row_of;
-  for (std::size_t a = 0; a < req->archs.size(); ++a) {
-    for (std::size_t c = 0; c < run->configs.size(); ++c) {
-      auto job = make_compile_job(*kernel, run->configs[c], dtype, cache_dir);
-      if (!job) return fail(job.error());
-      job->arch = req->archs[a];
+  for (std::size_t a = 0; a < req.archs.size(); ++a) {
+    for (std::size_t c = 0; c < run.configs.size(); ++c) {
+      auto job = make_compile_job(target.kernel, run.configs[c], target.dtype, cache_dir);
+      if (!job) return job.error();
+      job->arch = req.archs[a];
       plan.compiles.push_back(job->to_json());
-      row_of.push_back(c * req->archs.size() + a);
+      row_of.push_back(c * req.archs.size() + a);
     }
   }
-  run->rows.resize(run->tasks.size());
+  run.rows.resize(run.tasks.size());
+  return {};
+}
+
+} // namespace
+
+void start_compile_check(const std::shared_ptr<Client>& session, const protocol::Request& request,
+                         const CompileCheckRequest& req, const CheckTarget& target,
+                         std::vector<Config> configs, Scheduler& scheduler,
+                         const Planner& planner, const std::string& cache_dir) {
+  auto run = std::make_shared<CheckRun>(Reply(session, request.id));
+  const auto fail = [&run](const Error& error) { run->client.error(error); };
+  run->configs = std::move(configs);
+  CheckPlan plan;
+  std::vector<std::size_t> row_of;
+  if (auto r = plan_compiles(req, target, cache_dir, *run, plan, row_of); !r) return fail(r.error());
   std::string archs;
-  for (const auto& arch : req->archs) archs += (archs.empty() ? "" : ",") + arch;
-  run->header = {{"kernel", spec.name},
-                 {"shape", conformed->to_string()},
-                 {"dtype", dtype},
-                 {"arch", req->archs},
+  for (const auto& arch : req.archs) archs += (archs.empty() ? "" : ",") + arch;
+  run->header = {{"kernel", target.kernel.spec.name},
+                 {"shape", target.shape.to_string()},
+                 {"dtype", target.dtype},
+                 {"arch", req.archs},
                  {"configs", run->configs.size()}};
 
   JobRecord& record = plan.record;
-  record.kernel = spec.name;
-  record.source_hash = kernel->source_hash;
-  record.shape = conformed->to_string();
-  record.dtype = dtype;
+  record.kernel = target.kernel.spec.name;
+  record.source_hash = target.kernel.source_hash;
+  record.shape = target.shape.to_string();
+  record.dtype = target.dtype;
   record.device = archs;
   record.strategy = std::string(k_compile_check_strategy);
   record.total = static_cast<std::int64_t>(plan.compiles.size());
   record.options.priority = request.body.value("priority", 0);
-  auto id = store.create_job(record);
-  if (!id) return fail(make_error(ErrorCode::internal, describe(id.error())));
-  record.id = *id;
-  run->job = *id;
+  if (auto created = planner.create(record); !created) return fail(created.error());
+  run->job = record.id;
   plan.on_compiled = [run, &scheduler, row_of](std::size_t index, Result<nlohmann::json> reply) {
     run->on_compiled(row_of.at(index), std::move(reply));
     // Nobody waits for the answer any more: stop handing out its compiles.
-    if (run->session.expired()) scheduler.cancel(run->job);
+    if (run->client.gone()) scheduler.cancel(run->job);
   };
   plan.on_end = [run](JobState state) { run->on_end(state); };
   scheduler.enqueue(std::move(plan));

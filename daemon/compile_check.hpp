@@ -19,7 +19,9 @@
 // sm_XX, a malformed field), bad_shape, bad_dtype, empty_space, cancelled, internal.
 #include "jobs/kernel_registry.hpp"
 #include "core/protocol.hpp"
+#include "core/shape.hpp"
 #include "daemon/client.hpp"
+#include "daemon/planner.hpp"
 #include "daemon/scheduler.hpp"
 
 #include <memory>
@@ -39,10 +41,23 @@ struct CompileCheckRequest {
 // The strategy column of a compile check's job row.
 inline constexpr std::string_view k_compile_check_strategy = "compile_check";
 
-// Stores the check as a job, queues it and replies on `session` when every compile finished (or
-// at once on an error). io thread only.
+// What a check compiles: the CUDA family, the shape (4096 for every dim when the request names
+// none) conformed to its dims, the dtype (the family's first when none is named).
+struct CheckTarget {
+  LoadedKernel kernel;
+  Shape shape;
+  std::string dtype;
+};
+// Errors: unknown_kernel (no CUDA family of that name), bad_shape.
+[[nodiscard]] Result<CheckTarget> resolve_check(const CompileCheckRequest& req,
+                                                KernelRegistry& registry);
+
+// Stores the check over `configs` (the space at the target's shape, Planner::enumerate) as a job
+// (Planner::create), queues it and replies on `session` when every compile finished (or at once
+// on an error; store_busy when the database takes no writes now). io thread only.
 void start_compile_check(const std::shared_ptr<Client>& session, const protocol::Request& request,
-                         KernelRegistry& registry, Scheduler& scheduler, Store& store,
-                         const std::string& cache_dir);
+                         const CompileCheckRequest& req, const CheckTarget& target,
+                         std::vector<Config> configs, Scheduler& scheduler,
+                         const Planner& planner, const std::string& cache_dir);
 
 } // namespace ktune::daemon

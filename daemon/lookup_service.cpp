@@ -190,35 +190,33 @@ Result<std::optional<std::int64_t>> LookupService::tune_on_miss(const CachedKern
   if (const auto it = m_pending_tunes.find(key); it != m_pending_tunes.end()) {
     return it->second == 0 ? Queued() : Queued(it->second);
   }
-  if (auto refused = m_ctx.quota.refusal(client)) return *refused;
+  if (auto refused = m_ctx.jobs.quota().refusal(client)) return *refused;
   auto target = m_ctx.targets.resolve(kernel.name, shape, dtype, std::string(device.name));
   if (!target) return target.error();
-  PlanRequest request;
-  request.kernel = std::move(target->kernel);
-  request.shape = std::move(target->shape);
-  request.dtype = target->dtype;
-  request.device = std::move(target->device);
+  PlanRequest request = PlanRequest::of(std::move(*target));
   request.options.priority = k_background_priority;
-  if (cartesian_size(request.kernel.spec) > k_inline_enumeration) {
-    m_pending_tunes[key] = 0;
-    auto shared = std::make_shared<PlanRequest>(std::move(request));
-    asio::post(m_ctx.offload, [this, key, shared, client] {
-      auto configs = std::make_shared<Result<std::vector<Config>>>(
-          Planner::enumerate(shared->kernel.spec, shared->shape));
-      asio::post(m_ctx.io, [this, key, shared, client, configs] {
-        if (m_stopping) return;
-        auto id = submit_tune_on_miss(key, std::move(*shared), std::move(*configs), client);
-        if (!id) {
-          KTUNE_LOG(warn) << "tune-on-miss not queued: " << id.error().message;
-        }
-      });
-    });
-    return Queued();
-  }
-  auto configs = Planner::enumerate(request.kernel.spec, request.shape);
-  auto id = submit_tune_on_miss(key, std::move(request), std::move(configs), client);
-  if (!id) return id.error();
-  return Queued(*id);
+  // A space enumerated at once is submitted before enumerate() returns and its job id answered;
+  // a big one is planned off the loop, the misses answered meanwhile carry no tune_job.
+  m_pending_tunes[key] = 0;
+  auto now = std::make_shared<std::optional<Result<std::int64_t>>>();
+  auto later = std::make_shared<bool>(false);
+  std::vector<PlanRequest> plans;
+  plans.push_back(std::move(request));
+  m_ctx.jobs.enumerate(std::move(plans), [this, key, client, now, later](
+                                             std::vector<PlanRequest> planned,
+                                             std::vector<Result<std::vector<Config>>> spaces) {
+    if (m_stopping) return;
+    auto id = submit_tune_on_miss(key, std::move(planned.front()), std::move(spaces.front()), client);
+    if (*later) {
+      if (!id) KTUNE_LOG(warn) << "tune-on-miss not queued: " << id.error().message;
+      return;
+    }
+    *now = std::move(id);
+  });
+  *later = true;
+  if (!*now) return Queued();
+  if (!**now) return (*now)->error();
+  return Queued(***now);
 }
 
 Result<std::int64_t> LookupService::submit_tune_on_miss(const std::string& key,
@@ -227,7 +225,7 @@ Result<std::int64_t> LookupService::submit_tune_on_miss(const std::string& key,
                                                          uid_t client) {
   const std::string what = request.kernel.spec.name + " " + request.shape.to_string() + " " +
                            request.dtype + " on " + request.device.name;
-  auto submitted = m_ctx.submit_tune(std::move(request), std::move(configs), client);
+  auto submitted = m_ctx.jobs.submit(std::move(request), std::move(configs), client);
   if (!submitted) {
     m_pending_tunes.erase(key);
     return submitted.error();

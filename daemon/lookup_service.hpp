@@ -14,7 +14,7 @@
 // io thread only.
 #include "core/protocol.hpp"
 #include "daemon/client.hpp"
-#include "daemon/job_quota.hpp"
+#include "daemon/job_service.hpp"
 #include "daemon/observe.hpp"
 #include "daemon/planner.hpp"
 #include "daemon/targets.hpp"
@@ -43,15 +43,13 @@ struct LookupContext {
   asio::io_context& io;
   asio::thread_pool& offload;   // pure work too slow for the io thread (a family read again,
                                 // a big space enumerated); its results come back on `io`
-  Store& store;                 // the winners at start, a done job's winner
+  const Store& store;           // the winners at start, a done job's winner
   KernelRegistry& registry;
   DeviceRegistry& devices;
   TargetResolver& targets;
-  JobQuota& quota;              // tune-on-miss is refused with too_many_jobs at the quota
-  // Plans (over the given space) and queues or joins one tune job; the reply fields of `tune`
-  // ({"job": N, "joined": bool, ...}).
-  std::function<Result<nlohmann::json>(PlanRequest, Result<std::vector<Config>>, uid_t)>
-      submit_tune;
+  // Plans and queues or joins tune-on-miss jobs (enumerate() then submit()); its quota refuses
+  // them with too_many_jobs.
+  JobService& jobs;
 };
 
 class LookupService {

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <string_view>
 
+#include <unistd.h>
+
 namespace ktune::daemon {
 
 namespace {
@@ -84,20 +86,12 @@ void LookupCounters::add(std::optional<Rung> rung, double seconds_taken) {
   seconds.observe(seconds_taken);
 }
 
-std::string render_metrics(const DaemonView& view) {
-  const Scheduler& scheduler = view.scheduler;
+namespace {
+
+// The queue and the jobs' counters: queued by priority, queued/running, ended, candidates, the
+// compile cache.
+void job_samples(Exposition& out, const Scheduler& scheduler) {
   const SchedulerCounters& counters = scheduler.counters();
-  Exposition out;
-
-  out.family("ktune_build_info", "gauge",
-             "1, labelled with the version of ktuned and the compiler that built it.");
-  out.sample("ktune_build_info", {{"version", KTUNE_VERSION}, {"compiler", k_compiler}}, 1);
-  process_samples(out, read_process_figures());
-  out.family("ktune_uptime_seconds", "gauge", "Seconds since ktuned started.");
-  out.sample("ktune_uptime_seconds", {}, view.uptime_s);
-  out.family("ktune_connections", "gauge", "Open client connections on the protocol socket.");
-  out.sample("ktune_connections", {}, static_cast<double>(view.connections));
-
   out.family("ktune_queued_jobs", "gauge",
              "Jobs waiting in the queue, by priority (tune-on-miss jobs are -1000).");
   for (const auto& [priority, count] : scheduler.queued_by_priority()) {
@@ -131,7 +125,11 @@ std::string render_metrics(const DaemonView& view) {
              "Compile requests of tune jobs that built several configs in one compiler run.");
   out.sample("ktune_compile_batches_total", {}, static_cast<double>(counters.compile_batches));
 
-  const auto slots = view.workers.slots();
+}
+
+// The worker slots and lanes: seconds per activity, liveness, restarts.
+void worker_samples(Exposition& out, const WorkerPool& workers) {
+  const auto slots = workers.slots();
   out.family("ktune_worker_seconds_total", "counter",
              "Seconds each worker slot spent per activity: compile and bench requests, other "
              "requests (the device probe), idle while alive.");
@@ -146,7 +144,7 @@ std::string render_metrics(const DaemonView& view) {
                {{"lane", lane_label(slot.lane)}, {"worker", std::to_string(slot.slot)}},
                slot.alive ? 1 : 0);
   }
-  const auto lanes = view.workers.lane_states();
+  const auto lanes = workers.lane_states();
   out.family("ktune_lane_seconds_total", "counter",
              "Seconds per device lane: compiles made for its jobs, its bench worker's requests, "
              "and idle (the device measured nothing).");
@@ -156,12 +154,15 @@ std::string render_metrics(const DaemonView& view) {
   out.family("ktune_worker_restarts_total", "counter",
              "Workers started to replace one that exited (crash, deadline kill, idle exit, lost "
              "device), by lane.");
-  for (const auto& [lane, count] : view.workers.restarts()) {
+  for (const auto& [lane, count] : workers.restarts()) {
     out.sample("ktune_worker_restarts_total", {{"lane", lane_label(lane)}},
                static_cast<double>(count));
   }
 
-  const LookupCounters& lookups = view.lookups;
+}
+
+// Lookups by rung and their latency.
+void lookup_samples(Exposition& out, const LookupCounters& lookups) {
   out.family("ktune_lookups_total", "counter",
              "Lookups answered, by rung of the ladder; miss = answered with an error.");
   out.sample("ktune_lookups_total", {{"rung", "exact"}}, static_cast<double>(lookups.exact));
@@ -173,7 +174,10 @@ std::string render_metrics(const DaemonView& view) {
              "Time ktuned took to answer a lookup, from the decoded request to the reply text.");
   out.histogram("ktune_lookup_duration_seconds", {}, lookups.seconds);
 
-  const StoreWriter& writer = scheduler.writer();
+}
+
+// The store writer: write latency, failures, whether it is stalled.
+void store_samples(Exposition& out, const StoreWriter& writer) {
   out.family("ktune_store_write_duration_seconds", "histogram",
              "Time of each attempt at a store write (one SQLite transaction), committed or not.");
   out.histogram("ktune_store_write_duration_seconds", {}, writer.write_seconds());
@@ -185,6 +189,26 @@ std::string render_metrics(const DaemonView& view) {
   out.sample("ktune_store_stalled", {}, stall ? 1 : 0);
   out.family("ktune_store_writes_waiting", "gauge", "Store writes queued behind a stalled one.");
   out.sample("ktune_store_writes_waiting", {}, stall ? static_cast<double>(stall->waiting) : 0);
+}
+
+} // namespace
+
+std::string render_metrics(const DaemonView& view) {
+  Exposition out;
+
+  out.family("ktune_build_info", "gauge",
+             "1, labelled with the version of ktuned and the compiler that built it.");
+  out.sample("ktune_build_info", {{"version", KTUNE_VERSION}, {"compiler", k_compiler}}, 1);
+  process_samples(out, read_process_figures());
+  out.family("ktune_uptime_seconds", "gauge", "Seconds since ktuned started.");
+  out.sample("ktune_uptime_seconds", {}, view.uptime_s);
+  out.family("ktune_connections", "gauge", "Open client connections on the protocol socket.");
+  out.sample("ktune_connections", {}, static_cast<double>(view.connections));
+
+  job_samples(out, view.scheduler);
+  worker_samples(out, view.workers);
+  lookup_samples(out, view.lookups);
+  store_samples(out, view.writer);
   return out.text();
 }
 
@@ -264,8 +288,95 @@ nlohmann::json top_view(const DaemonView& view) {
           {"compile_cache", {{"hits", counters.compile_cache_hits},
                              {"misses", counters.compile_cache_misses}}},
           {"compile_batches", counters.compile_batches},
-          {"store", {{"stalled", scheduler.writer().stall().has_value()}}},
+          {"store", {{"stalled", view.writer.stall().has_value()}}},
           {"failures", std::move(failures)}};
+}
+
+} // namespace ktune::daemon
+
+namespace ktune::daemon {
+
+namespace {
+
+// A lane's machine-wide measurement lock in `stats`: its file, and whether measurements ran
+// without it (how many, and the latest reason).
+nlohmann::json measure_lock_json(const WorkerPool& workers, const std::string& lane) {
+  const std::string path = workers.measure_lock_path(lane);
+  const WorkerPool::Unlocked unlocked = workers.unlocked(lane);
+  return {{"path", path.empty() ? nlohmann::json() : nlohmann::json(path)},
+          {"unlocked_measurements", unlocked.measurements},
+          {"unlocked", unlocked.why.empty() ? nlohmann::json() : nlohmann::json(unlocked.why)}};
+}
+
+// Each device lane: its running job, whether its worker is busy, requests waiting, its lock.
+nlohmann::json lanes_json(const DaemonView& view) {
+  nlohmann::json lanes = nlohmann::json::array();
+  for (const auto& lane : view.workers.lanes()) {
+    const std::int64_t job = view.scheduler.running_on(lane);
+    nlohmann::json entry = {{"device", lane},
+                            {"job", job != 0 ? nlohmann::json(job) : nlohmann::json()},
+                            {"busy", view.workers.busy(lane) > 0},
+                            {"waiting", view.workers.waiting(lane)}};
+    if (lane == "cpu") {
+      const auto cpu = view.workers.bench_cpu();
+      entry["bench_cpu"] = cpu ? nlohmann::json(*cpu) : nlohmann::json();
+      entry["bench_cpu_claimed"] = view.workers.bench_cpu_claimed();
+      const std::string& problem = view.workers.claim_problem();
+      entry["bench_cpu_claim_problem"] = problem.empty() ? nlohmann::json() : nlohmann::json(problem);
+    }
+    entry["measure_lock"] = measure_lock_json(view.workers, lane);
+    lanes.push_back(std::move(entry));
+  }
+  return lanes;
+}
+
+// {"stalled": false} or the store writer's stall: reason, writes waiting, whether rows spill.
+nlohmann::json store_json(const StoreWriter& writer) {
+  const auto stall = writer.stall();
+  if (!stall) return {{"stalled", false}};
+  return {{"stalled", true},
+          {"reason", stall->reason},
+          {"waiting", stall->waiting},
+          {"spilling", stall->spilling},
+          {"description", writer.describe_stall()}};
+}
+
+} // namespace
+
+nlohmann::json stats_view(const DaemonView& view, const StatsSources& sources) {
+  const DaemonConfig& config = sources.config;
+  const WorkerPool& workers = view.workers;
+  return nlohmann::json{
+      {"pid", ::getpid()},
+      {"version", KTUNE_VERSION},
+      {"uptime_s", view.uptime_s},
+      {"connections", view.connections},
+      {"jobs_queued", view.scheduler.queued()},
+      {"jobs_running", view.scheduler.running()},
+      {"workers",
+       {{"compile", workers.alive(WorkerRole::compile)},
+        {"bench", workers.alive(WorkerRole::bench)},
+        {"compile_limit", workers.compile_limit()},
+        {"compile_waiting", workers.waiting("")}}},
+      {"lanes", lanes_json(view)},
+      {"store", store_json(view.writer)},
+      {"device", {{"name", sources.devices.cpu().name},
+                  {"fingerprint", sources.devices.cpu().fingerprint}}},
+      {"max_message_bytes", config.max_message_bytes},
+      {"db", config.db},
+      {"socket", config.socket},
+      {"kernel_dirs", sources.kernel_dirs},
+      {"measure", config.measure.to_json()},
+      {"limits", {{"compile_timeout_s", config.compile_timeout_s},
+                  {"bench_timeout_s", config.bench_timeout_s},
+                  {"bench_timeout_min_s", config.bench_timeout_min_s},
+                  {"bench_timeout_max_s", config.bench_timeout_max_s},
+                  {"worker_memory_mb", config.worker_memory_mb},
+                  {"compile_memory_mb", config.compile_memory_mb}}},
+      {"metrics", sources.metrics_address.empty() ? nlohmann::json()
+                                                  : nlohmann::json(sources.metrics_address)},
+      {"table", sources.table},
+  };
 }
 
 } // namespace ktune::daemon

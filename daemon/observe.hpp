@@ -1,8 +1,10 @@
 #pragma once
 // What ktuned shows of itself while it runs: the /metrics text (Prometheus exposition format,
-// docs/operations.md) and the `top` op's reply (docs/protocol.md), both read from the counters
+// docs/operations.md), the `top` and `stats` ops' replies (docs/protocol.md), all read from the counters
 // the scheduler, the worker pool, the store writer and the lookup path keep in memory. Nothing
 // here reads the database, so a scrape never waits on SQLite. io thread only.
+#include "daemon/config.hpp"
+#include "daemon/devices.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/scheduler.hpp"
 #include "daemon/winner_index.hpp"
@@ -12,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ktune::daemon {
 
@@ -28,6 +31,7 @@ struct LookupCounters {
 struct DaemonView {
   const Scheduler& scheduler;
   const WorkerPool& workers;
+  const StoreWriter& writer;
   const LookupCounters& lookups;
   double uptime_s = 0;
   std::size_t connections = 0;
@@ -38,5 +42,18 @@ struct DaemonView {
 
 // The `top` op's result: jobs, lanes, workers, throughput, counters and the latest failures.
 [[nodiscard]] nlohmann::json top_view(const DaemonView& view);
+
+// What `stats` reads besides a DaemonView.
+struct StatsSources {
+  const DaemonConfig& config;
+  const DeviceRegistry& devices;
+  std::vector<std::string> kernel_dirs;  // configured, then added
+  nlohmann::json table;                  // the winner table's state (table_status_json)
+  std::string metrics_address;           // where /metrics is served, "" when off
+};
+
+// The `stats` op's result (docs/protocol.md § stats): the process, its queue, workers and
+// lanes (with their measurement locks), the store writer's stall, the device, the limits.
+[[nodiscard]] nlohmann::json stats_view(const DaemonView& view, const StatsSources& sources);
 
 } // namespace ktune::daemon

@@ -272,24 +272,41 @@ Result<JobPlan> Planner::plan(PlanRequest request, Result<std::vector<Config>> c
 
 Result<void> Planner::commit(JobPlan& plan) const {
   JobRecord& record = plan.record;
-  if (auto r = m_store.upsert_kernel(record.kernel, record.source_hash,
-                                     read_text(plan.kernel.spec_path));
-      !r) {
-    return internal_error(r.error());
-  }
   if (!m_source_archive.empty()) {
     if (auto kept = archive_kernel(plan.kernel, m_source_archive); !kept) {
       KTUNE_LOG(warn) << "the sources of " << record.kernel << " (" << record.source_hash
                       << ") are not kept for later A/B measurements: " << kept.error().message;
     }
   }
-  if (auto r = m_store.upsert_device(plan.device); !r) return internal_error(r.error());
-  auto id = m_store.create_job(record);
-  if (!id) return internal_error(id.error());
-  record.id = *id;
+  const std::string spec_text = read_text(plan.kernel.spec_path);
+  auto stored = write_job(record, [&](Store& store) -> Result<void> {
+    if (auto r = store.upsert_kernel(record.kernel, record.source_hash, spec_text); !r) return r;
+    return store.upsert_device(plan.device);
+  });
+  if (!stored) return stored.error();
   auto reusable = reusable_results(record);
   if (!reusable) return internal_error(reusable.error());
   plan.reusable = std::move(*reusable);
+  return {};
+}
+
+Result<void> Planner::create(JobRecord& record) const { return write_job(record, nullptr); }
+
+Result<void> Planner::write_job(JobRecord& record, const StoreWriter::Write& before) const {
+  auto stored = m_writer.write_now(
+      "the new job of " + record.kernel + " " + record.shape, [&](Store& store) -> Result<void> {
+        if (before) {
+          if (auto r = before(store); !r) return r;
+        }
+        auto id = store.create_job(record);
+        if (!id) return id.error();
+        record.id = *id;
+        return {};
+      });
+  if (!stored) {
+    record.id = 0;
+    return internal_error(stored.error());
+  }
   return {};
 }
 

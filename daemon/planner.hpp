@@ -7,13 +7,16 @@
 //   plan()    request -> JobPlan whose record is not stored yet (id 0): what an identical queued
 //             or running job is compared with before anything is written
 //   commit()  stores the kernel (and keeps a copy of its sources: jobs/source_archive.hpp), the
-//             device and the job; fills record.id and the reusable rows
+//             device and the job through the store writer; fills record.id and the reusable rows
+//   create()  stores a job that is not a tune (a compile check) through the store writer
 //   resume()  a stored job -> JobPlan with the rows it already has
 //
 // The prior: a job whose strategy learns from earlier results (search::uses_prior) is given the
 // store's results of the same kernel source at other shapes, dtypes and devices (imported tables
 // included), newest first, at most k_prior_rows of them, unless the request asks for a cold
 // search. A resumed job is given the store's prior as it is then.
+#include "daemon/store_writer.hpp"
+#include "daemon/targets.hpp"
 #include "jobs/kernel_registry.hpp"
 #include "core/device.hpp"
 #include "core/param_space.hpp"
@@ -88,6 +91,17 @@ struct PlanRequest {
   // is reused, so that the job's end weighs the key's winner too: given configs replace it only
   // by measuring faster). Empty: the whole space.
   std::vector<nlohmann::json> given;
+
+  // The request for a resolved target (kernel, shape, dtype, device), every other field its
+  // default.
+  [[nodiscard]] static PlanRequest of(Target target) {
+    PlanRequest request;
+    request.kernel = std::move(target.kernel);
+    request.shape = std::move(target.shape);
+    request.dtype = std::move(target.dtype);
+    request.device = std::move(target.device);
+    return request;
+  }
 };
 
 // Statuses that quarantine a config: it crashed, hung or lost its worker.
@@ -104,10 +118,10 @@ struct PlanRequest {
 
 class Planner {
 public:
-  // `source_archive`: where commit() keeps each tuned kernel source (jobs/source_archive.hpp);
-  // "" = nowhere.
-  explicit Planner(Store& store, std::string source_archive = {})
-      : m_store(store), m_source_archive(std::move(source_archive)) {}
+  // `store` is read; `writer` writes (the Server's one StoreWriter). `source_archive`: where
+  // commit() keeps each tuned kernel source (jobs/source_archive.hpp); "" = nowhere.
+  Planner(const Store& store, StoreWriter& writer, std::string source_archive = {})
+      : m_store(store), m_writer(writer), m_source_archive(std::move(source_archive)) {}
 
   // The configs `spec` admits at `shape`. Touches no store: safe on any thread, which is where
   // a big space is enumerated (RequestHandler, k_inline_enumeration). Errors: the spec's
@@ -124,14 +138,22 @@ public:
 
   // Stores the kernel, the device and the job (state queued); sets plan.record.id and the rows
   // the job reuses. A copy of the kernel's sources that cannot be kept is logged, never an error
-  // (the job runs; an A/B against it later may have to say its old build is gone). Errors: internal.
+  // (the job runs; an A/B against it later may have to say its old build is gone). Written now
+  // (StoreWriter::write_now). Errors: store_busy (the database takes no writes now, or writes
+  // wait), internal.
   [[nodiscard]] Result<void> commit(JobPlan& plan) const;
+  // Stores `record` as a new job (state queued) and sets record.id: a job that is not a tune
+  // (a compile check). Errors: as commit().
+  [[nodiscard]] Result<void> create(JobRecord& record) const;
 
   // The plan of a stored job that did not finish, with the rows it has. Errors: source_changed
   // when the kernel changed since, the spec's errors, internal.
   [[nodiscard]] Result<JobPlan> resume(KernelRegistry& registry, const JobRecord& job) const;
 
 private:
+  // Writes `before` (when given) and `record` as a new job in one transaction, now
+  // (StoreWriter::write_now); sets record.id (0 on an error). Errors: store_busy, internal.
+  [[nodiscard]] Result<void> write_job(JobRecord& record, const StoreWriter::Write& before) const;
   // The rows measured for the record's winner key by other jobs, newest per config (none when
   // the job remeasures; quarantining statuses excluded).
   [[nodiscard]] Result<std::vector<ResultRecord>> reusable_results(const JobRecord& record) const;
@@ -145,7 +167,8 @@ private:
                                                std::vector<Config>& configs,
                                                const std::vector<nlohmann::json>& given) const;
 
-  Store& m_store;
+  const Store& m_store;
+  StoreWriter& m_writer;
   std::string m_source_archive;
 };
 

@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
+#include <utility>
 
 #include <fcntl.h>
 #include <pwd.h>
@@ -127,8 +128,21 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
                           : std::string())
                   << ", at most " << config.max_connections << " connections";
   std::unique_ptr<Server> server(new Server(std::move(config)));
-  const DaemonConfig& cfg = server->m_config;
+  if (auto r = server->claim_files(); !r) return r.error();
+  if (auto r = server->open_store(); !r) return r.error();
+  if (auto r = server->start_services(); !r) return r.error();
+  auto resumed = server->resume_jobs();
+  // From here on the event loop never waits for another process's lock: a write that meets one
+  // waits in the store writer instead (daemon/store_writer.hpp).
+  server->m_store->set_busy_timeout(std::chrono::milliseconds(0));
+  server->serve_once_probed(std::move(resumed));
+  if (auto r = server->listen(); !r) return r.error();
+  if (auto r = server->serve_metrics(); !r) return r.error();
+  return server;
+}
 
+Result<void> Server::claim_files() {
+  const DaemonConfig& cfg = m_config;
   // Every directory ktuned makes files in is opened and checked before anything in it is touched
   // (core/safe_fs.hpp): another user's runtime directory stops the start here.
   auto runtime = SafeDir::open(cfg.paths.runtime_dir, DirCreate::yes);
@@ -137,15 +151,20 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   auto lock = InstanceLock::acquire(*runtime, file_name(cfg.paths.lock_file),
                                     file_name(cfg.paths.pid_file));
   if (!lock) return lock.error();
-  server->m_lock.emplace(std::move(*lock));
+  m_lock.emplace(std::move(*lock));
 
   auto db_dir = SafeDir::open(parent_dir(cfg.db), DirCreate::yes);
   if (!db_dir) return db_dir.error();
   if (auto cache = SafeDir::open(cfg.cache_dir, DirCreate::yes); !cache) return cache.error();
   auto db_file = DatabaseFile::open(*db_dir, file_name(cfg.db));
   if (!db_file) return db_file.error();
-  server->m_db_file.emplace(std::move(*db_file));
-  if (!server->m_db_file->note().empty()) KTUNE_LOG(warn) << server->m_db_file->note();
+  m_db_file.emplace(std::move(*db_file));
+  if (!m_db_file->note().empty()) KTUNE_LOG(warn) << m_db_file->note();
+  return {};
+}
+
+Result<void> Server::open_store() {
+  const DaemonConfig& cfg = m_config;
   auto start = std::chrono::steady_clock::now();
   auto store = Store::open(cfg.db, OpenMode::read_write);
   if (!store) {
@@ -156,35 +175,37 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
     }
     return damaged_advice(store.error(), cfg.db);
   }
-  server->m_store.emplace(std::move(*store));
+  m_store.emplace(std::move(*store));
   KTUNE_LOG(info) << "opened " << cfg.db << " in " << log::elapsed_ms(start) << " ms";
   start = std::chrono::steady_clock::now();
-  if (auto sound = server->m_store->verify(file_size(cfg.db) <= k_integrity_check_bytes
-                                               ? Store::Verify::full
-                                               : Store::Verify::quick);
+  if (auto sound = m_store->verify(file_size(cfg.db) <= k_integrity_check_bytes
+                                       ? Store::Verify::full
+                                       : Store::Verify::quick);
       !sound) {
     return damaged_advice(sound.error(), cfg.db);
   }
   KTUNE_LOG(info) << "checked " << cfg.db << " in " << log::elapsed_ms(start) << " ms";
-  if (auto marked = server->m_db_file->mark(); !marked) return marked.error();
-  server->m_store->set_write_check([file = &*server->m_db_file] { return file->check(); });
+  if (auto marked = m_db_file->mark(); !marked) return marked.error();
+  m_store->set_write_check([file = &*m_db_file] { return file->check(); });
+  m_writer = std::make_unique<StoreWriter>(m_io, *m_store);
   // Results an earlier ktuned acknowledged while its database took no writes.
-  if (auto replayed = StoreWriter::replay_spill(*server->m_store); !replayed) {
-    return replayed.error();
-  }
+  if (auto replayed = m_writer->replay_spill(); !replayed) return replayed.error();
   if (struct stat st{}; ::stat(cfg.db.c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
     KTUNE_LOG(warn) << cfg.db << " is readable or writable by other users (mode "
                     << std::oct << (st.st_mode & 0777) << std::dec
                     << "): every job and result in it is visible to them; chmod 600 it";
   }
-
-  server->m_devices = std::make_unique<DeviceRegistry>();
-  if (auto stored = server->m_store->list_devices()) {
-    for (const auto& device : *stored) server->m_devices->remember(device);
+  m_devices = std::make_unique<DeviceRegistry>();
+  if (auto stored = m_store->list_devices()) {
+    for (const auto& device : *stored) m_devices->remember(device);
   } else {
     KTUNE_LOG(warn) << "cannot list the stored devices: " << stored.error().message;
   }
+  return {};
+}
 
+Result<void> Server::start_services() {
+  const DaemonConfig& cfg = m_config;
   if (::access(cfg.worker_path.c_str(), X_OK) != 0) {
     KTUNE_LOG(warn) << "worker executable " << cfg.worker_path << " is not runnable ("
                     << std::strerror(errno) << "); tune jobs will fail until it is";
@@ -194,83 +215,77 @@ Result<std::unique_ptr<Server>> Server::create(DaemonConfig config) {
   // never reaped and the probe, and with it the start, waits for good.
   boost::system::error_code ec;
   for (int sig : {SIGTERM, SIGINT, SIGCHLD}) {
-    server->m_signals.add(sig, ec);
+    m_signals.add(sig, ec);
     if (ec) return io_error("cannot handle signal " + std::to_string(sig) + ": " + ec.message());
   }
-  server->m_workers = std::make_unique<WorkerPool>(
-      server->m_io, server->m_children, cfg.worker_path,
-      static_cast<std::size_t>(cfg.compile_workers), seconds_to_ms(cfg.worker_idle_s),
-      cfg.worker_memory_mb, cfg.lock_dir);
-  server->m_workers->set_compile_memory_mb(cfg.compile_memory_mb);
-  server->m_writer = std::make_unique<StoreWriter>(server->m_io, *server->m_store);
-  server->m_scheduler = std::make_unique<Scheduler>(
-      server->m_io, *server->m_store, *server->m_writer, *server->m_workers,
+  m_workers = std::make_unique<WorkerPool>(
+      m_io, m_children, cfg.worker_path, static_cast<std::size_t>(cfg.compile_workers),
+      seconds_to_ms(cfg.worker_idle_s), cfg.worker_memory_mb, cfg.lock_dir);
+  m_workers->set_compile_memory_mb(cfg.compile_memory_mb);
+  m_scheduler = std::make_unique<Scheduler>(
+      m_io, std::as_const(*m_store), *m_writer, *m_workers,
       SchedulerSettings{cfg.cache_dir, cfg.measure,
                         static_cast<std::size_t>(cfg.compile_workers),
                         static_cast<std::size_t>(cfg.compile_ahead),
                         static_cast<std::size_t>(cfg.search_batch), cfg.compile_timeout_s,
                         cfg.bench_timeout_s, cfg.bench_timeout_min_s, cfg.bench_timeout_max_s,
                         cfg.serial});
-  Server* self = server.get();
-  server->m_handler = std::make_unique<RequestHandler>(HandlerContext{
-      server->m_io, cfg, *server->m_store, *server->m_scheduler, *server->m_workers, *server->m_devices,
-      [self] { return self->m_sessions.size(); },
-      [self] { asio::post(self->m_io, [self] { self->stop(); }); }, server->m_started,
-      [self] { return self->m_metrics ? self->m_metrics->address() : std::string(); }});
+  m_handler = std::make_unique<RequestHandler>(HandlerContext{
+      m_io, cfg, std::as_const(*m_store), *m_writer, *m_scheduler, *m_workers, *m_devices,
+      [this] { return m_sessions.size(); },
+      [this] { asio::post(m_io, [this] { stop(); }); }, m_started,
+      [this] { return m_metrics ? m_metrics->address() : std::string(); }});
 
-  start = std::chrono::steady_clock::now();
-  for (const auto& broken : server->m_handler->load_kernels()) {
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& broken : m_handler->load_kernels()) {
     KTUNE_LOG(warn) << "kernel family not loaded: " << broken.error.message;
   }
-  for (const auto& problem : server->m_handler->kernel_dir_problems()) KTUNE_LOG(warn) << problem;
+  for (const auto& problem : m_handler->kernel_dir_problems()) KTUNE_LOG(warn) << problem;
   KTUNE_LOG(debug) << "scanned kernel directories in " << log::elapsed_ms(start) << " ms";
-  if (!cfg.table_dirs.empty()) {
-    auto watch = TableWatch::create(
-        server->m_io, cfg.table_dirs,
-        [self, policy = cfg.table_policy](std::string text, std::string path, TableWatch::Done done) {
-          self->m_handler->import_text(std::move(text), std::move(path), policy, std::move(done));
-        });
-    if (!watch) return watch.error();
-    server->m_table_watch = std::move(*watch);
-  }
-  auto resumed = server->resume_jobs();
-  // From here on the event loop never waits for another process's lock: a write that meets one
-  // waits in the store writer instead (daemon/store_writer.hpp).
-  server->m_store->set_busy_timeout(std::chrono::milliseconds(0));
+  if (cfg.table_dirs.empty()) return {};
+  auto watch = TableWatch::create(
+      m_io, cfg.table_dirs,
+      [this, policy = cfg.table_policy](std::string text, std::string path, TableWatch::Done done) {
+        m_handler->imports().import_text(std::move(text), std::move(path), policy, std::move(done));
+      });
+  if (!watch) return watch.error();
+  m_table_watch = std::move(*watch);
+  return {};
+}
+
+void Server::serve_once_probed(std::vector<JobPlan> resumed) {
   // The devices are learnt from a worker (ktuned never inspects one itself). Until they are
   // known nothing is accepted (connections wait in the listen backlog) and nothing resumes, so
   // that no request and no resumed CUDA job sees a half-known machine.
-  start = std::chrono::steady_clock::now();
-  server->m_devices->probe(
-      *server->m_workers,
-      [self, start, plans = std::make_shared<std::vector<JobPlan>>(std::move(resumed))]() mutable {
+  const auto start = std::chrono::steady_clock::now();
+  m_devices->probe(
+      *m_workers,
+      [this, start, plans = std::make_shared<std::vector<JobPlan>>(std::move(resumed))]() mutable {
         KTUNE_LOG(info) << "devices probed in " << log::elapsed_ms(start) << " ms";
-        for (auto& plan : *plans) self->m_scheduler->enqueue(std::move(plan));
+        for (auto& plan : *plans) m_scheduler->enqueue(std::move(plan));
         plans->clear();
-        if (self->m_stopping) return;
-        if (self->m_table_watch) self->m_table_watch->start();
-        self->accept_next();
-        self->announce_ready();
+        if (m_stopping) return;
+        if (m_table_watch) m_table_watch->start();
+        accept_next();
+        announce_ready();
       });
+}
 
-  if (auto r = server->listen(); !r) return r.error();
-  if (!cfg.metrics.empty()) {
-    auto metrics = MetricsHttp::start(server->m_io, cfg.metrics, [self] {
-      const double uptime_s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - self->m_started).count();
-      return render_metrics(DaemonView{*self->m_scheduler, *self->m_workers,
-                                       self->m_handler->lookup_counters(), uptime_s,
-                                       self->m_sessions.size()});
-    });
-    if (!metrics) return metrics.error();
-    server->m_metrics = std::move(*metrics);
-    const std::string& at = server->m_metrics->address();
-    KTUNE_LOG(info) << "metrics at "
-                    << (at.front() == '/' ? "GET /metrics on socket " + at
-                                          : "http://" + at + "/metrics");
-  }
-
-  return server;
+Result<void> Server::serve_metrics() {
+  if (m_config.metrics.empty()) return {};
+  auto metrics = MetricsHttp::start(m_io, m_config.metrics, [this] {
+    const double uptime_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - m_started).count();
+    return render_metrics(DaemonView{*m_scheduler, *m_workers, *m_writer,
+                                     m_handler->lookup_counters(), uptime_s, m_sessions.size()});
+  });
+  if (!metrics) return metrics.error();
+  m_metrics = std::move(*metrics);
+  const std::string& at = m_metrics->address();
+  KTUNE_LOG(info) << "metrics at "
+                  << (at.front() == '/' ? "GET /metrics on socket " + at
+                                        : "http://" + at + "/metrics");
+  return {};
 }
 
 namespace {
@@ -363,12 +378,17 @@ std::vector<JobPlan> Server::resume_jobs() {
             [](const JobRecord& a, const JobRecord& b) { return a.id < b.id; });
   KernelRegistry registry;
   registry.load(m_handler->kernel_dirs());  // configured and added (daemon/kernel_dirs)
-  const Planner planner(*m_store);
+  const Planner planner(std::as_const(*m_store), *m_writer);
+  const auto set_state = [this](std::int64_t id, JobState state, const std::string& reason) {
+    return m_writer->write_now("job " + std::to_string(id) + "'s state", [&](Store& store) {
+      return store.set_job_state(id, state, reason);
+    });
+  };
   for (const auto& job : leftovers) {
     if (job.strategy == k_compile_check_strategy) {
       // Its client waited on the connection that is gone: nobody to answer.
-      if (auto r = m_store->set_job_state(job.id, JobState::interrupted,
-                                          "ktuned stopped; a compile check is not resumed");
+      if (auto r = set_state(job.id, JobState::interrupted,
+                             "ktuned stopped; a compile check is not resumed");
           !r) {
         KTUNE_LOG(warn) << "job " << job.id << ": " << r.error().message;
       }
@@ -378,8 +398,7 @@ std::vector<JobPlan> Server::resume_jobs() {
     if (!plan) {
       KTUNE_LOG(warn) << "job " << job.id << " (" << to_string(job.state)
                       << ") cannot resume: " << plan.error().message;
-      if (auto r = m_store->set_job_state(job.id, JobState::failed,
-                                          "cannot resume: " + plan.error().message);
+      if (auto r = set_state(job.id, JobState::failed, "cannot resume: " + plan.error().message);
           !r) {
         KTUNE_LOG(warn) << "job " << job.id << ": " << r.error().message;
       }
@@ -387,7 +406,7 @@ std::vector<JobPlan> Server::resume_jobs() {
     }
     KTUNE_LOG(info) << "job " << job.id << " was " << to_string(job.state) << " when ktuned "
                     << "stopped; resuming (" << plan->existing.size() << " result(s) kept)";
-    if (auto r = m_store->set_job_state(job.id, JobState::queued); !r) {
+    if (auto r = set_state(job.id, JobState::queued, ""); !r) {
       KTUNE_LOG(warn) << "job " << job.id << ": " << r.error().message;
       continue;
     }
@@ -427,7 +446,7 @@ void Server::watch_database() {
       KTUNE_LOG(error) << m_db_file->check().error().message;
       // A write that meets the check stalls the writer: stats and every job say why, new tunes
       // are refused (store_busy) and results go to the spill journal.
-      m_scheduler->writer().submit("a check of the database file", [](Store& store) {
+      m_writer->submit("a check of the database file", [](Store& store) {
         return store.in_transaction([] { return Result<void>{}; });
       });
     } else if (checked && m_database_lost) {
@@ -464,7 +483,7 @@ int Server::run() {
                   << "kernel dirs: " << m_config.kernel_dirs.size() << ")";
   m_io.run();
 
-  if (m_scheduler) m_scheduler->writer().flush();
+  if (m_writer) m_writer->flush();
   m_handler.reset();
   m_scheduler.reset();
   m_writer.reset();
@@ -665,7 +684,7 @@ void Server::stop() {
 
 void Server::finish_stop() {
   const auto start = std::chrono::steady_clock::now();
-  if (auto r = m_store->checkpoint(); !r) {
+  if (auto r = m_writer->checkpoint_wal(); !r) {
     KTUNE_LOG(warn) << "checkpoint at shutdown failed: " << r.error().message;
   } else {
     KTUNE_LOG(debug) << "checkpointed the store in " << log::elapsed_ms(start) << " ms";

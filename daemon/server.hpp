@@ -59,6 +59,19 @@ public:
 
 private:
   explicit Server(DaemonConfig config);
+  // The steps of create(), in order. The instance lock, the checked directories and the
+  // database file's identity.
+  [[nodiscard]] Result<void> claim_files();
+  // The store opened and checked, the store writer (the spill journal replayed), the devices
+  // the store knows.
+  [[nodiscard]] Result<void> open_store();
+  // Signals, the worker pool, the scheduler, the request handler and its services, the kernel
+  // scan, the watched table directories.
+  [[nodiscard]] Result<void> start_services();
+  // Probes the devices; once they are known queues the resumed jobs and starts accepting.
+  void serve_once_probed(std::vector<JobPlan> resumed);
+  // GET /metrics ([daemon].metrics), when configured.
+  [[nodiscard]] Result<void> serve_metrics();
   [[nodiscard]] Result<void> listen();
   void accept_next();
   // Checks the peer's credentials and the connection limit, then starts a session or refuses
@@ -97,8 +110,8 @@ private:
   asio::steady_timer m_identity_timer;         // checks that the database is still at its path
   bool m_database_lost = false;
   std::chrono::steady_clock::time_point m_last_busy;
-  std::optional<Store> m_store;
-  std::unique_ptr<StoreWriter> m_writer;       // the store's one writer; outlives m_scheduler
+  std::optional<Store> m_store;                // read by all; written only through m_writer
+  std::unique_ptr<StoreWriter> m_writer;       // the one store writer, handed to whoever writes
   std::unique_ptr<DeviceRegistry> m_devices;
   ChildWatch m_children;
   std::unique_ptr<WorkerPool> m_workers;

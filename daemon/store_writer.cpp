@@ -126,6 +126,15 @@ void StoreWriter::submit_result(ResultRecord row, std::int64_t done, std::int64_
   enqueue(Pending{std::move(what), std::move(write), std::move(on_durable), std::move(row)});
 }
 
+Result<void> StoreWriter::write_now(const std::string& what, const Write& write) {
+  if (!m_queue.empty()) {
+    return make_error(ErrorCode::db_busy, "cannot store " + what + " now: " + describe_stall());
+  }
+  return run(Pending{what, write, nullptr, std::nullopt});
+}
+
+Result<void> StoreWriter::checkpoint_wal() { return m_store.checkpoint(); }
+
 Result<void> StoreWriter::run(const Pending& pending) {
   const auto start = std::chrono::steady_clock::now();
   auto written = m_store.in_transaction([&] { return pending.write(m_store); });

@@ -1,6 +1,8 @@
 #pragma once
-// StoreWriter: the scheduler's writes to the store, in order, without the event loop ever waiting
-// on the database.
+// StoreWriter: the one writer of ktuned's store. The Server owns it and hands it to whoever writes
+// (the Scheduler, the Planner, the import service, the canary, ...); everyone else reads through a
+// const Store&. Every write is a callback given the Store (Write), run in order, without the event
+// loop ever waiting on the database.
 //
 // A write is one transaction (a function of the Store). When nothing waits before it, it runs at
 // once: ktuned's connection has no busy timeout, so a lock held by another process fails it at
@@ -45,6 +47,12 @@ public:
 
   // `what` names the write in the log ("the result of {BM:64}", "job 7's end").
   void submit(std::string what, Write write, Done done = {});
+  // A write whose caller needs its outcome before it answers (a job's row before the tune reply,
+  // a step of an import): run at once when no write waits, its result returned. While writes
+  // wait (stalled) it is not run and fails with db_busy naming the stall; a failure of its own,
+  // transient or not, is returned as it is and nothing is queued or retried (the caller answers
+  // with it: internal_error() makes a transient one store_busy).
+  [[nodiscard]] Result<void> write_now(const std::string& what, const Write& write);
   // A candidate's row and its job's progress (done, failed) in one commit.
   void submit_result(ResultRecord row, std::int64_t done, std::int64_t failed, Done on_durable);
 
@@ -66,11 +74,16 @@ public:
   // in the journal; state changes that cannot are logged (their jobs resume at the next start).
   void flush();
 
+  // Folds the write-ahead log into the database file (at shutdown, once nothing waits): not a
+  // transaction. Errors: the store's.
+  [[nodiscard]] Result<void> checkpoint_wal();
+
   // The journal of the store at `db_path`.
   [[nodiscard]] static std::string spill_path(const std::string& db_path);
   // Writes the rows of a journal left behind into the store (rows already there are skipped), sets
   // their jobs' progress from what is stored and removes the journal. Call before jobs resume.
   // Returns the rows written. Errors: the store's, the journal's (io_error); the journal is kept.
+  [[nodiscard]] Result<std::size_t> replay_spill() { return replay_spill(m_store); }
   [[nodiscard]] static Result<std::size_t> replay_spill(Store& store);
 
 private:

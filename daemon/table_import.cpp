@@ -89,125 +89,153 @@ Result<void> ImportRun::prepare(Store& store) {
   return {};
 }
 
+namespace {
+
+// The device of a row, stored when the store does not know its fingerprint yet.
+Result<void> remember_device(Store& store, const TableRow& row) {
+  auto device = store.get_device(row.fingerprint);
+  if (!device) return device.error();
+  if (*device) return {};
+  DeviceInfo info;
+  info.name = row.device_name.empty() ? "imported" : row.device_name;
+  info.fingerprint = row.fingerprint;
+  info.details = row.device.is_object() ? row.device : json::object();
+  return store.upsert_device(info);
+}
+
+// The history of an imported row: a done job of strategy "import" with one ok result holding the
+// row's figures. Returns {job id, result id}.
+Result<std::pair<std::int64_t, std::int64_t>> store_history(Store& store, const TableRow& row) {
+  JobRecord job;
+  job.kernel = row.kernel;
+  job.source_hash = row.source_hash;
+  job.shape = row.shape;
+  job.dtype = row.dtype;
+  job.device = row.device_name.empty() ? "imported" : row.device_name;
+  job.fingerprint = row.fingerprint;
+  job.strategy = "import";
+  job.state = JobState::done;
+  job.total = 1;
+  job.done = 1;
+  job.created_at = job.started_at = job.finished_at = now_ms();
+  auto job_id = store.create_job(job);
+  if (!job_id) return job_id.error();
+
+  ResultRecord result;
+  result.job_id = *job_id;
+  result.kernel = row.kernel;
+  result.source_hash = row.source_hash;
+  result.shape = row.shape;
+  result.dtype = row.dtype;
+  result.fingerprint = row.fingerprint;
+  result.config = row.config_text();
+  result.config_index = 0;
+  result.status = CandidateStatus::ok;
+  result.reason = "imported" + (row.host.empty() ? std::string() : " from " + row.host);
+  result.stats = row.stats;  // n == 0: only the median is known
+  result.samples_ms = row.samples_ms;
+  result.stats.median_ms = row.median_ms;
+  result.gflops = row.gflops;
+  result.gbps = row.gbps;
+  result.compile_ms = row.compile_ms;
+  result.created_at = row.time_ms;
+  auto result_id = store.insert_result(result);
+  if (!result_id) return result_id.error();
+  return std::make_pair(*job_id, *result_id);
+}
+
+// Makes the row (its job and result) its key's winner; `upserted` (optional) receives the
+// winner as stored.
+Result<void> store_winner(Store& store, const TableRow& row, std::int64_t job_id,
+                          std::int64_t result_id, std::vector<WinnerRecord>* upserted) {
+  WinnerRecord winner;
+  winner.kernel = row.kernel;
+  winner.source_hash = row.source_hash;
+  winner.shape = row.shape;
+  winner.dtype = row.dtype;
+  winner.fingerprint = row.fingerprint;
+  winner.result_id = result_id;
+  winner.job_id = job_id;
+  winner.config = row.config_text();
+  winner.median_ms = row.median_ms;
+  winner.gflops = row.gflops;
+  if (auto put = store.upsert_winner(winner); !put) return put.error();
+  if (!upserted) return {};
+  auto written = store.find_winner(row.kernel, row.source_hash, row.shape, row.dtype,
+                                   row.fingerprint);
+  if (!written) return written.error();
+  if (*written) upserted->push_back(**written);
+  return {};
+}
+
+} // namespace
+
+Result<std::vector<std::string>> ImportRun::param_order(const Store& store, const TableRow& row) {
+  const auto key = std::make_pair(row.kernel, row.source_hash);
+  auto it = m_orders.find(key);
+  if (it == m_orders.end()) {
+    auto stored = store.kernel_spec(row.kernel, row.source_hash);
+    if (!stored) return stored.error();
+    it = m_orders.emplace(key, *stored ? tableio::spec_param_order(**stored)
+                                       : std::vector<std::string>{}).first;
+  }
+  return it->second;
+}
+
+Result<ImportRun::Verdict> ImportRun::weigh(const Store& store, const TableRow& row) {
+  auto existing = store.find_winner(row.kernel, row.source_hash, row.shape, row.dtype,
+                                    row.fingerprint);
+  if (!existing) return existing.error();
+  if (!*existing) {
+    ++m_imported;
+    return Verdict::take;
+  }
+  auto base = stored_row(store, **existing);
+  if (!base) return base.error();
+  if (tableio::same_config(base->config, row.config) && base->median_ms == row.median_ms &&
+      base->time_ms == row.time_ms) {
+    ++m_unchanged;
+    return Verdict::unchanged;
+  }
+  const tableio::Decision decision = tableio::decide(*base, row, m_policy);
+  const bool take = decision.take_incoming;
+  ++(take ? m_replaced : m_kept);
+  if (decision.conflict) {
+    m_conflicts.push_back(json{{"kernel", row.kernel},
+                               {"shape", row.shape},
+                               {"dtype", row.dtype},
+                               {"fingerprint", row.fingerprint},
+                               {"source_hash", row.source_hash},
+                               {"kept", take ? side(row, "import") : side(*base, "store")},
+                               {"dropped", take ? side(*base, "store") : side(row, "import")},
+                               {"why", decision.why}});
+  }
+  return take ? Verdict::take : Verdict::keep;
+}
+
 Result<void> ImportRun::step(Store& store, std::size_t max_rows,
                              std::vector<WinnerRecord>* upserted) {
-  auto order_for = [&](const TableRow& row) -> Result<std::vector<std::string>> {
-    const auto key = std::make_pair(row.kernel, row.source_hash);
-    auto it = m_orders.find(key);
-    if (it == m_orders.end()) {
-      auto stored = store.kernel_spec(row.kernel, row.source_hash);
-      if (!stored) return stored.error();
-      it = m_orders.emplace(key, *stored ? tableio::spec_param_order(**stored)
-                                         : std::vector<std::string>{}).first;
-    }
-    return it->second;
-  };
   const std::size_t end = std::min(m_table.rows.size(), m_next + max_rows);
   for (; m_next < end; ++m_next) {
     const std::size_t index = m_next;
     TableRow row = m_table.rows[index];
-    auto order = order_for(row);
+    auto order = param_order(store, row);
     if (!order) return row_error(index, row, order.error());
     row.config = tableio::reorder_config(row.config, *order);
-
-    auto existing = store.find_winner(row.kernel, row.source_hash, row.shape, row.dtype,
-                                      row.fingerprint);
-    if (!existing) return row_error(index, row, existing.error());
-    bool take = true;
-    if (*existing) {
-      auto base = stored_row(store, **existing);
-      if (!base) return row_error(index, row, base.error());
-      if (tableio::same_config(base->config, row.config) && base->median_ms == row.median_ms &&
-          base->time_ms == row.time_ms) {
-        ++m_unchanged;
-        continue;
-      }
-      const tableio::Decision decision = tableio::decide(*base, row, m_policy);
-      take = decision.take_incoming;
-      ++(take ? m_replaced : m_kept);
-      if (decision.conflict) {
-        m_conflicts.push_back(json{{"kernel", row.kernel},
-                                   {"shape", row.shape},
-                                   {"dtype", row.dtype},
-                                   {"fingerprint", row.fingerprint},
-                                   {"source_hash", row.source_hash},
-                                   {"kept", take ? side(row, "import") : side(*base, "store")},
-                                   {"dropped", take ? side(*base, "store") : side(row, "import")},
-                                   {"why", decision.why}});
-      }
-    } else {
-      ++m_imported;
-    }
-
+    auto verdict = weigh(store, row);
+    if (!verdict) return row_error(index, row, verdict.error());
+    if (*verdict == Verdict::unchanged) continue;
     if (m_known_devices.insert(row.fingerprint).second) {
-      auto device = store.get_device(row.fingerprint);
-      if (!device) return row_error(index, row, device.error());
-      if (!*device) {
-        DeviceInfo info;
-        info.name = row.device_name.empty() ? "imported" : row.device_name;
-        info.fingerprint = row.fingerprint;
-        info.details = row.device.is_object() ? row.device : json::object();
-        if (auto put = store.upsert_device(info); !put) return row_error(index, row, put.error());
-      }
+      if (auto r = remember_device(store, row); !r) return row_error(index, row, r.error());
     }
-    JobRecord job;
-    job.kernel = row.kernel;
-    job.source_hash = row.source_hash;
-    job.shape = row.shape;
-    job.dtype = row.dtype;
-    job.device = row.device_name.empty() ? "imported" : row.device_name;
-    job.fingerprint = row.fingerprint;
-    job.strategy = "import";
-    job.state = JobState::done;
-    job.total = 1;
-    job.done = 1;
-    job.created_at = job.started_at = job.finished_at = now_ms();
-    auto job_id = store.create_job(job);
-    if (!job_id) return row_error(index, row, job_id.error());
-    m_jobs.push_back(*job_id);
-
-    ResultRecord result;
-    result.job_id = *job_id;
-    result.kernel = row.kernel;
-    result.source_hash = row.source_hash;
-    result.shape = row.shape;
-    result.dtype = row.dtype;
-    result.fingerprint = row.fingerprint;
-    result.config = row.config_text();
-    result.config_index = 0;
-    result.status = CandidateStatus::ok;
-    result.reason = "imported" + (row.host.empty() ? std::string() : " from " + row.host);
-    result.stats = row.stats;  // n == 0: only the median is known
-    result.samples_ms = row.samples_ms;
-    result.stats.median_ms = row.median_ms;
-    result.gflops = row.gflops;
-    result.gbps = row.gbps;
-    result.compile_ms = row.compile_ms;
-    result.created_at = row.time_ms;
-    auto result_id = store.insert_result(result);
-    if (!result_id) return row_error(index, row, result_id.error());
-
-    if (!take) continue;
-    WinnerRecord winner;
-    winner.kernel = row.kernel;
-    winner.source_hash = row.source_hash;
-    winner.shape = row.shape;
-    winner.dtype = row.dtype;
-    winner.fingerprint = row.fingerprint;
-    winner.result_id = *result_id;
-    winner.job_id = *job_id;
-    winner.config = row.config_text();
-    winner.median_ms = row.median_ms;
-    winner.gflops = row.gflops;
-    if (auto put = store.upsert_winner(winner); !put) return row_error(index, row, put.error());
-    if (upserted) {
-      auto written = store.find_winner(row.kernel, row.source_hash, row.shape, row.dtype,
-                                       row.fingerprint);
-      if (!written) return row_error(index, row, written.error());
-      if (*written) upserted->push_back(**written);
+    auto history = store_history(store, row);
+    if (!history) return row_error(index, row, history.error());
+    m_jobs.push_back(history->first);
+    if (*verdict != Verdict::take) continue;
+    if (auto r = store_winner(store, row, history->first, history->second, upserted); !r) {
+      return row_error(index, row, r.error());
     }
   }
-
   return {};
 }
 

@@ -58,6 +58,15 @@ public:
   void wait(std::chrono::milliseconds more) { m_waited += more; }
 
 private:
+  // What an imported row does to its key: nothing (the same winner is stored), becomes the
+  // winner, or is kept as history only.
+  enum class Verdict { unchanged, take, keep };
+  // The params order of the row's kernel source: the stored spec's, else the table's.
+  [[nodiscard]] Result<std::vector<std::string>> param_order(const Store& store,
+                                                             const tableio::TableRow& row);
+  // The row against its key's stored winner (tableio::decide); counts it and any conflict.
+  [[nodiscard]] Result<Verdict> weigh(const Store& store, const tableio::TableRow& row);
+
   tableio::Table m_table;
   tableio::Policy m_policy;
   std::map<std::pair<std::string, std::string>, std::vector<std::string>> m_orders;

@@ -5,7 +5,7 @@
 // At start every `*.json` file of each directory is read; afterwards inotify reports files
 // written and closed (IN_CLOSE_WRITE) or moved in (IN_MOVED_TO, the rename of an atomic write),
 // read through the daemon's io_context (an Asio stream_descriptor on the inotify fd). A file is
-// imported through `import` (RequestHandler::import_text: the `import` op's path) once per
+// imported through `import` (ImportService::import_text: the `import` op's path) once per
 // content: its XXH3-128 hash is remembered from the moment its import starts, so the same bytes
 // seen again (a touch, a copy under another name, a second event) are not imported again. A
 // failed import forgets the hash, so the next change of the file tries again; a file that is not

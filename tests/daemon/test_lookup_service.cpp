@@ -7,6 +7,7 @@
 #include "daemon/lookup_service.hpp"
 #include "daemon/worker_pool.hpp"
 #include "tests/daemon/fake_workers.hpp"
+#include "tests/daemon/service_rig.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -35,23 +36,10 @@ private:
   PeerCredentials m_peer{::getpid(), ::getuid(), ::getgid()};
 };
 
-struct Rig {
-  Rig()
-      : store(open_store(home)), fakes(io), pool(io, fakes.spawner(), 1),
-        quota(store, 4) {
-    registry.load({ktune::test::source_path("/kernels_src")});
-  }
-  static Store open_store(const ktune::test::TempDir& dir) {
-    auto opened = Store::open((dir.path() / "ktune.db").string(), OpenMode::read_write);
-    REQUIRE(opened);
-    return std::move(opened.value());
-  }
+// The services over real parts (service_rig.hpp); tune-on-miss goes to a real JobService.
+struct Rig : ktune::test::ServiceRig {
   LookupContext context() {
-    return LookupContext{io, offload, store, registry, devices, targets, quota,
-                         [this](PlanRequest, Result<std::vector<Config>>, uid_t) {
-                           ++submitted;
-                           return Result<json>(json{{"job", 1}, {"joined", false}});
-                         }};
+    return LookupContext{io, offload, store, registry, devices, targets, jobs};
   }
   // A winner of reduce_sum at `shape` on a fingerprint this ktuned has never seen (k_remote):
   // a lookup there answers from the CUDA family (the current source).
@@ -69,17 +57,7 @@ struct Rig {
     return w;
   }
 
-  ktune::test::TempDir home;
-  asio::io_context io;
-  asio::thread_pool offload{1};
-  Store store;
-  ktune::test::FakeWorkers fakes;
-  WorkerPool pool;
-  KernelRegistry registry;
-  DeviceRegistry devices;
-  TargetResolver targets{registry, devices, pool};
-  JobQuota quota;
-  int submitted = 0;
+  JobService jobs{job_context()};
 };
 
 json line_answer(LookupService& service, const std::string& line) {
@@ -119,7 +97,9 @@ TEST_CASE("LookupService: stored winners answer on the ladder, alike on both pat
     CHECK(fast.at("result").at("rung") == (shape == "N=4096" ? "exact" : "nearest"));
     CHECK_FALSE(fast.at("result").contains("tune_job"));  // a remote device never tunes on miss
   }
-  CHECK(rig.submitted == 0);
+  auto jobs = rig.store.list_jobs(10);
+  REQUIRE(jobs);
+  CHECK(jobs->empty());
   CHECK(service.pending_tunes() == 0);
 
   // Another kernel has no winner: its default.
@@ -192,4 +172,37 @@ TEST_CASE("LookupService: bad lookups get the protocol's errors, other lines are
   CHECK(refused.error().code == ErrorCode::bad_request);
   // The ladder's errors count as misses; a request refused before the ladder is not counted.
   CHECK(service.counters().miss == 3);
+}
+
+TEST_CASE("LookupService: a miss on a local device queues one tune-on-miss job through the job service",
+          "[daemon][lookup_service]") {
+  Rig rig;
+  LookupService service(rig.context());
+  const std::string line = R"({"v":1,"id":3,"op":"lookup","kernel":"reduce_sum","shape":"N=4096",)"
+                           R"("device":"cpu","tune_on_miss":true})";
+  const json first = line_answer(service, line);
+  REQUIRE(first.at("ok") == true);
+  CHECK(first.at("result").at("rung") == "default");
+  REQUIRE(first.at("result").contains("tune_job"));
+  const std::int64_t job = first.at("result").at("tune_job").get<std::int64_t>();
+  CHECK(service.pending_tunes() == 1);
+
+  // The job is stored (through the writer), queued at the background priority, and charged.
+  auto stored = rig.store.get_job(job);
+  REQUIRE(stored);
+  REQUIRE(stored->has_value());
+  CHECK((*stored)->kernel == "reduce_sum");
+  CHECK((*stored)->fingerprint == ktune::test::k_rig_cpu_fingerprint);
+  CHECK((*stored)->options.priority == k_background_priority);
+
+  // The same miss again joins it: no second job.
+  const json again = line_answer(service, line);
+  CHECK(again.at("result").at("tune_job") == job);
+  auto jobs = rig.store.list_jobs(10);
+  REQUIRE(jobs);
+  CHECK(jobs->size() == 1);
+
+  // Its end forgets the key; a later miss queues anew.
+  service.job_ended(job, JobState::cancelled);
+  CHECK(service.pending_tunes() == 0);
 }

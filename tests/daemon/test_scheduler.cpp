@@ -35,7 +35,7 @@ DeviceInfo device(const std::string& name) {
 struct Rig {
   explicit Rig(std::size_t compile_workers = 1, std::size_t compile_ahead = 2, bool serial = false)
       : store(open_store(home)),
-        writer(io, store), fakes(io), pool(io, fakes.spawner(), compile_workers), planner(store),
+        writer(io, store), fakes(io), pool(io, fakes.spawner(), compile_workers), planner(store, writer),
         scheduler(io, store, writer, pool, settings(compile_workers, compile_ahead, serial)) {
     pool.add_lane("lane2");
     registry.load({ktune::test::source_path("/kernels_src")});
