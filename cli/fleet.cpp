@@ -2,6 +2,7 @@
 
 #include "cli/compare_command.hpp"
 #include "cli/daemon_calls.hpp"
+#include "cli/daemon_command.hpp"
 #include "cli/output_file.hpp"
 #include "cli/slurm.hpp"
 #include "cli/table.hpp"

@@ -324,7 +324,8 @@ void add_kernel_commands(CLI::App& app, KernelCommands& commands) {
       "Example:\n  ktune new-kernel scale --dir mykernels && ktune check-kernel mykernels/scale");
 }
 
-std::optional<int> run_kernel_commands(const KernelCommands& commands, Output& io) {
+std::optional<int> run_kernel_commands(const KernelCommands& commands, const GlobalOptions& /*global*/,
+                                 Output& io) {
   if (commands.check != nullptr && commands.check->parsed()) {
     return check_kernel(commands.check_dir, commands.check_shape, io);
   }

@@ -1,6 +1,7 @@
 #include "cli/top_command.hpp"
 
 #include "cli/daemon_calls.hpp"
+#include "cli/format.hpp"
 #include "cli/table.hpp"
 
 #include <poll.h>
