@@ -69,7 +69,10 @@ std::vector<std::unique_ptr<CommandEntry>> command_table() {
   table.push_back(command(add_db_command, run_db_command));
   table.push_back(command(add_repro_command, run_repro_command));
   table.push_back(command(add_kernel_commands, run_kernel_commands));
-  table.push_back(command(add_report_command, run_report_command));
+  // run_report_command needs no GlobalOptions (tests/report calls it so).
+  table.push_back(command<ReportCommand>(
+      add_report_command,
+      [](const ReportCommand& c, const GlobalOptions&, Output& io) { return run_report_command(c, io); }));
   table.push_back(command(add_top_command, run_top_command));
   table.push_back(command(add_replay_entry, run_replay_entry));
   table.push_back(command(add_man_command, run_man_command));

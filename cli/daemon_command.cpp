@@ -5,28 +5,16 @@
 #include "cli/format.hpp"
 #include "client/client.hpp"
 #include "core/paths.hpp"
-#include "core/unique_fd.hpp"
 
 #include <cerrno>
-#include <cinttypes>
 #include <csignal>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 #include <utility>
 
-#include <fcntl.h>
-#include <poll.h>
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-extern char** environ;
+#include <sys/types.h>
 
 namespace ktune::cli {
 
@@ -39,63 +27,8 @@ using std::chrono::milliseconds;
 constexpr milliseconds k_probe_timeout{5000};       // stats while starting or stopping
 constexpr std::chrono::seconds k_ready_timeout{10};
 constexpr std::chrono::seconds k_stop_timeout{10};
-constexpr int k_ready_fd = 3;                       // the fd ktuned sees as --ready-fd
-constexpr std::size_t k_log_tail_lines = 20;
 
 json op(const char* name) { return json{{"op", name}}; }
-
-// ---- processes and files -----------------------------------------------------------------------
-
-// Moves `fd` to a number >= 10 (close-on-exec), so the spawn's dup2 onto 0-3 cannot clobber it.
-Result<UniqueFd> raise_fd(UniqueFd fd, const char* what) {
-  int raised = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 10);
-  if (raised < 0)
-    return make_error(ErrorCode::io_error, std::string("cannot duplicate the ") + what + ": " +
-                                      std::strerror(errno));
-  return UniqueFd(raised);
-}
-
-std::string describe_wait_status(int status) {
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
-           ::strsignal(WTERMSIG(status)) + ")";
-  return "stopped";
-}
-
-// The last lines of `path` written after byte `offset`.
-std::string log_tail(const std::string& path, std::uintmax_t offset) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  in.seekg(static_cast<std::streamoff>(offset));
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    lines.push_back(std::move(line));
-    if (lines.size() > k_log_tail_lines) lines.erase(lines.begin());
-  }
-  std::string text;
-  for (const auto& l : lines) text += "  " + l + '\n';
-  return text;
-}
-
-Result<std::string> daemon_executable() {
-  std::string path;
-  if (const char* env = std::getenv("KTUNE_DAEMON"); env != nullptr && *env != '\0') {
-    path = env;
-  } else {
-    std::error_code ec;
-    auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (ec)
-      return make_error(ErrorCode::io_error, "cannot locate the ktune executable (/proc/self/exe): " +
-                                        ec.message());
-    path = (self.parent_path() / "ktuned").string();
-  }
-  if (::access(path.c_str(), X_OK) != 0)
-    return make_error(ErrorCode::not_found, "expected the ktuned executable at " + path + " (" +
-                                       std::strerror(errno) +
-                                       "); set KTUNE_DAEMON to its path");
-  return path;
-}
 
 // True once `pid` no longer exists (or is a zombie nobody reaped yet).
 bool process_gone(std::int64_t pid) {
@@ -107,163 +40,16 @@ bool process_gone(std::int64_t pid) {
   return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
 }
 
-struct Spawned {
-  pid_t pid = -1;
-  UniqueFd ready;  // read end of the readiness pipe
-};
-
-// Starts `argv[0]` detached (own session), stdin /dev/null, stdout+stderr onto `log`, the write
-// end of a fresh pipe as fd 3, every other descriptor closed.
-Result<Spawned> spawn_detached(const std::vector<std::string>& args, const UniqueFd& log) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0)
-    return make_error(ErrorCode::io_error, std::string("cannot create the ready pipe: ") +
-                                      std::strerror(errno));
-  UniqueFd read_end(fds[0]);
-  // Only the read end is non-blocking: draining it after the child exited must not hang on a
-  // descendant that still holds the write end.
-  ::fcntl(read_end.get(), F_SETFL, ::fcntl(read_end.get(), F_GETFL) | O_NONBLOCK);
-  auto write_end = raise_fd(UniqueFd(fds[1]), "ready pipe");
-  if (!write_end) return write_end.error();
-
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attr;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawnattr_init(&attr);
-  ::posix_spawn_file_actions_adddup2(&actions, write_end->get(), k_ready_fd);
-  ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  ::posix_spawn_file_actions_adddup2(&actions, log.get(), 1);
-  ::posix_spawn_file_actions_adddup2(&actions, log.get(), 2);
-  ::posix_spawn_file_actions_addclosefrom_np(&actions, k_ready_fd + 1);
-
-  sigset_t empty, defaults;
-  sigemptyset(&empty);
-  sigemptyset(&defaults);
-  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&defaults, sig);
-  ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
-  ::posix_spawnattr_setsigmask(&attr, &empty);
-  ::posix_spawnattr_setsigdefault(&attr, &defaults);
-
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, args[0].c_str(), &actions, &attr, argv.data(), environ);
-  ::posix_spawn_file_actions_destroy(&actions);
-  ::posix_spawnattr_destroy(&attr);
-  if (rc != 0)
-    return make_error(ErrorCode::io_error, "cannot start " + args[0] + ": " + std::strerror(rc));
-  return Spawned{pid, std::move(read_end)};
-}
-
-// Reads "ready <pid>\n" from `ready`. Errors name what happened to the child instead. The pipe
-// is drained before the child's exit status is looked at, so a daemon that reported ready and
-// exited at once still counts as ready.
-Result<std::int64_t> wait_ready(const Spawned& child, const std::string& log,
-                                std::uintmax_t log_offset) {
-  const auto deadline = Clock::now() + k_ready_timeout;
-  std::string received;
-  bool eof = false;
-  for (;;) {
-    if (auto nl = received.find('\n'); nl != std::string::npos) {
-      std::string line = received.substr(0, nl);
-      std::int64_t pid = 0;
-      if (std::sscanf(line.c_str(), "ready %" SCNd64, &pid) == 1 && pid > 0) return pid;
-      return make_error(ErrorCode::bad_reply, "ktuned wrote '" + line +
-                                         "' on its ready fd, expected 'ready <pid>'; the end of " +
-                                         log + ":\n" + log_tail(log, log_offset));
-    }
-    if (Clock::now() >= deadline) {
-      ::kill(child.pid, SIGTERM);
-      return make_error(ErrorCode::daemon_failed,
-                        "ktuned (pid " + std::to_string(child.pid) + ") did not report ready within " +
-                            std::to_string(k_ready_timeout.count()) +
-                            " s and was sent SIGTERM; the end of " + log + ":\n" +
-                            log_tail(log, log_offset));
-    }
-    if (!eof) {
-      pollfd p{child.ready.get(), POLLIN, 0};
-      int n = ::poll(&p, 1, 100);
-      if (n < 0 && errno != EINTR)
-        return make_error(ErrorCode::io_error, std::string("poll on the ready pipe failed: ") +
-                                          std::strerror(errno));
-      if (n > 0) {
-        char buf[256];
-        ssize_t got = ::read(child.ready.get(), buf, sizeof(buf));
-        if (got > 0) {
-          received.append(buf, static_cast<std::size_t>(got));
-          continue;
-        }
-        if (got == 0) eof = true;
-        else if (errno != EINTR && errno != EAGAIN)
-          return make_error(ErrorCode::io_error, std::string("read from the ready pipe failed: ") +
-                                            std::strerror(errno));
-      }
-    } else {
-      // The pipe closed without a line; a descendant may still hold it, so watch the child.
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    int status = 0;
-    if (::waitpid(child.pid, &status, WNOHANG) == child.pid) {
-      // Whatever the child wrote before exiting is already in the pipe: read it first.
-      char buf[256];
-      ssize_t got = 0;
-      while (!eof && (got = ::read(child.ready.get(), buf, sizeof(buf))) > 0)
-        received.append(buf, static_cast<std::size_t>(got));
-      if (received.find('\n') != std::string::npos) continue;
-      const std::string tail = log_tail(log, log_offset);
-      // Another start won the instance lock: ours lost the race, the daemon runs.
-      if (tail.find("ktuned already running") != std::string::npos) {
-        return make_error(ErrorCode::already_running, tail);
-      }
-      return make_error(ErrorCode::daemon_failed, "ktuned " + describe_wait_status(status) +
-                                             " before it was ready; the end of " + log + ":\n" +
-                                             tail);
-    }
-  }
-}
-
 std::string absolute(const std::string& path) {
   std::error_code ec;
   auto p = std::filesystem::absolute(path, ec);
   return ec ? path : p.lexically_normal().string();
 }
 
-std::string now_text() {
-  std::time_t t = std::time(nullptr);
-  std::tm local{};
-  ::localtime_r(&t, &local);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &local);
-  return buf;
-}
-} // namespace
-
-int daemon_start(const GlobalOptions& global, const DaemonStartOptions& options, Output& io) {
-  const InstancePaths paths = resolve_paths(path_env_from_process());
-  const std::string socket = global.socket.empty() ? paths.socket : global.socket;
-
-  auto running = call(socket, op("stats"), k_probe_timeout);
-  if (running) {
-    if (global.json) print_json(io, *running);
-    else io.out << "ktuned already running (pid " << as_text(field(*running, "pid")) << ")\n";
-    return k_exit_ok;
-  }
-  if (running.error().code != ErrorCode::not_running) return report(io, running.error(), socket);
-
-  auto exe = daemon_executable();
-  if (!exe) return report(io, exe.error(), socket);
-
-  // The state and log directories 0700 whatever the umask, the log never through a link.
-  std::string log_path;
-  auto opened = open_daemon_log(paths, log_path);
-  if (!opened) return report(io, opened.error(), socket);
-  auto log = raise_fd(std::move(*opened), "log file descriptor");
-  if (!log) return report(io, log.error(), socket);
-
-  std::vector<std::string> args{*exe, "--ready-fd", std::to_string(k_ready_fd)};
+// ktuned's arguments for `daemon start`'s options (paths made absolute: ktuned does not run in
+// our directory).
+std::vector<std::string> start_arguments(const GlobalOptions& global, const DaemonStartOptions& options) {
+  std::vector<std::string> args;
   if (!global.socket.empty()) {
     args.push_back("--socket");
     args.push_back(absolute(global.socket));
@@ -280,46 +66,60 @@ int daemon_start(const GlobalOptions& global, const DaemonStartOptions& options,
     args.push_back("--kernel-dir");
     args.push_back(absolute(dir));
   }
+  return args;
+}
 
-  struct stat st{};
-  std::uintmax_t log_offset = ::fstat(log->get(), &st) == 0 ? static_cast<std::uintmax_t>(st.st_size)
-                                                            : 0;
-  std::string banner = "--- " + now_text() + " ktune daemon start:";
-  for (const auto& a : args) banner += " " + a;
-  banner += '\n';
-  if (::write(log->get(), banner.data(), banner.size()) > 0) log_offset += banner.size();
+// A daemon found running, by its stats.
+int print_running(const GlobalOptions& global, const json& stats, Output& io) {
+  if (global.json) print_json(io, stats);
+  else io.out << "ktuned already running (pid " << as_text(field(stats, "pid")) << ")\n";
+  return k_exit_ok;
+}
 
-  auto child = spawn_detached(args, *log);
-  if (!child) return report(io, child.error(), socket);
-  auto pid = wait_ready(*child, log_path, log_offset);
-  if (!pid && pid.error().code == ErrorCode::already_running) {
-    // Started at the same time as another start, which won: report that daemon once it answers,
-    // as a start finding it running would.
-    const auto deadline = Clock::now() + k_ready_timeout;
-    for (;;) {
-      auto answered = call(socket, op("stats"), k_probe_timeout);
-      if (answered) {
-        if (global.json) print_json(io, *answered);
-        else io.out << "ktuned already running (pid " << as_text(field(*answered, "pid")) << ")\n";
-        return k_exit_ok;
-      }
-      if (Clock::now() >= deadline) return report(io, answered.error(), socket);
-      std::this_thread::sleep_for(milliseconds(50));
-    }
+// Another start won the race (or its daemon is starting): reported as running once it answers
+// within the ready timeout.
+int wait_until_running(const GlobalOptions& global, const std::string& socket, Output& io) {
+  const auto deadline = Clock::now() + k_ready_timeout;
+  for (;;) {
+    auto answered = call(socket, op("stats"), k_probe_timeout);
+    if (answered) return print_running(global, *answered, io);
+    if (Clock::now() >= deadline) return report(io, answered.error(), socket);
+    std::this_thread::sleep_for(milliseconds(50));
   }
-  if (!pid) {
-    io.err << "ktune: " << pid.error().message;
-    if (pid.error().message.empty() || pid.error().message.back() != '\n') io.err << '\n';
+}
+
+} // namespace
+
+int daemon_start(const GlobalOptions& global, const DaemonStartOptions& options, Output& io) {
+  const std::string socket = socket_path(global);
+  auto running = call(socket, op("stats"), k_probe_timeout);
+  if (running) return print_running(global, *running, io);
+  if (running.error().code != ErrorCode::not_running) return report(io, running.error(), socket);
+
+  StartOptions start;
+  start.socket = global.socket.empty() ? std::string() : absolute(global.socket);
+  start.args = start_arguments(global, options);
+  start.banner = "ktune daemon start";
+  start.ready_timeout = k_ready_timeout;
+  auto started = start_daemon(start);
+  if (!started) {
+    const Error& error = started.error();
+    if (error.code != ErrorCode::daemon_failed && error.code != ErrorCode::bad_reply)
+      return report(io, error, socket);
+    // The message ends with the daemon's log: printed as it is.
+    io.err << "ktune: " << error.message;
+    if (error.message.empty() || error.message.back() != '\n') io.err << '\n';
     return k_exit_error;
   }
+  if (!started->started) return wait_until_running(global, socket, io);
 
   if (global.json) {
     auto stats = call(socket, op("stats"), k_probe_timeout);
     if (!stats) return report(io, stats.error(), socket);
     print_json(io, *stats);
   } else {
-    io.out << "ktuned started (pid " << *pid << ", socket " << socket << ", log " << log_path
-           << ")\n";
+    io.out << "ktuned started (pid " << started->pid << ", socket " << socket << ", log "
+           << started->log_path << ")\n";
   }
   return k_exit_ok;
 }

@@ -50,8 +50,7 @@ void add_report_command(CLI::App& app, ReportCommand& command) {
       "  ktune report 3,5,9 -o report.html --db /data/ktune.db");
 }
 
-std::optional<int> run_report_command(const ReportCommand& command, const GlobalOptions& /*global*/,
-                                 Output& io) {
+std::optional<int> run_report_command(const ReportCommand& command, Output& io) {
   if (command.report && command.report->parsed()) return write_report(command.options, io);
   return std::nullopt;
 }

@@ -35,8 +35,7 @@ struct ReportCommand {
 // Registers `report` on `app`. `command` must outlive the parse.
 void add_report_command(CLI::App& app, ReportCommand& command);
 // Runs it when it was parsed; nullopt otherwise.
-[[nodiscard]] std::optional<int> run_report_command(const ReportCommand& command, const GlobalOptions& global,
-                                               Output& io);
+[[nodiscard]] std::optional<int> run_report_command(const ReportCommand& command, Output& io);
 
 // Writes the report of options.jobs to options.output. Exit 0 on success; 2 for a bad job list;
 // 1 when the store cannot be opened, a job is unknown or the file cannot be written.
