@@ -16,8 +16,10 @@
 //      <log_dir>/ktuned.log) with --ready-fd and --idle-s `idle_s` ($KTUNE_AUTOSTART_IDLE_S
 //      overrides it), and wait at most
 //      `ready_timeout` for its "ready <pid>" line on the notify pipe; then connect.
-//   A daemon started concurrently by someone not using the start lock (`ktune daemon start`)
-//   makes ours exit with already_running; the starter then connects to that one.
+//   A daemon started concurrently by someone not using the start lock (ktuned run by hand, a
+//   service manager) makes ours exit with already_running; the starter then connects to that one.
+// Steps 2 to 4 are start_daemon(), which `ktune daemon start` (without --idle-s, with its own
+// arguments) and fleet shards use too: ktune starts ktuned in this one place.
 // The runtime, socket and log directories are opened and checked before anything in them is
 // (core/safe_fs.hpp): another user's directory, or a link planted in ours, stops the start with
 // unsafe_path; every file is opened O_NOFOLLOW relative to its checked directory.
