@@ -252,7 +252,7 @@ int run(int argc, const char* const* argv, Output& io) {
       }
     }
     if (text.empty()) text = "ktune exited with status " + std::to_string(code);
-    io.out << json{{"error", {{"code", error_code}, {"message", text}}}}.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    print_json(io, json{{"error", {{"code", error_code}, {"message", text}}}});
   }
   return code;
 }

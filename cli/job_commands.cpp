@@ -23,6 +23,24 @@ CLI::Validator job_id_check() {
       "JOB_ID");
 }
 
+// The `jobs` table, newest first as ktuned lists them.
+void print_jobs(std::ostream& out, const json& jobs) {
+  if (!jobs.is_array() || jobs.empty()) {
+    out << "no jobs\n";
+    return;
+  }
+  Table table({{"ID", Align::right}, {"KERNEL"}, {"SHAPE"}, {"DTYPE"}, {"DEVICE"}, {"STATE"},
+               {"DONE/TOTAL", Align::right}, {"FAILED", Align::right}});
+  for (const auto& j : jobs)
+    table.add_row({as_text(field(j, "id")), as_text(field(j, "kernel")),
+                   as_text(field(j, "shape")), as_text(field(j, "dtype")),
+                   as_text(field(j, "device")), as_text(field(j, "state")),
+                   std::to_string(as_int(field(j, "done"))) + "/" +
+                       std::to_string(as_int(field(j, "total"))),
+                   std::to_string(as_int(field(j, "failed")))});
+  table.print(out);
+}
+
 } // namespace
 
 int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io,
@@ -46,50 +64,26 @@ int show_job(const GlobalOptions& global, std::int64_t job_id, Output& io,
 }
 
 int cancel_job(const GlobalOptions& global, std::int64_t job_id, Output& io) {
-  const std::string socket = socket_path(global);
   protocol::JobRequest request;
   request.job = job_id;
   json body = request.to_json();
   body["op"] = "cancel";
-  auto result = call_daemon(socket, global, std::move(body), k_request_timeout, io);
-  if (!result) return report(io, result.error(), socket);
-  if (global.json) {
-    print_json(io, *result);
+  return ask_daemon(global, std::move(body), io, [&](const json& result) {
+    io.out << "job " << job_id << " " << as_text(field(result, "state"))
+           << " (results measured so far are kept; see `ktune job " << job_id << "`)\n";
     return k_exit_ok;
-  }
-  io.out << "job " << job_id << " " << as_text(field(*result, "state"))
-         << " (results measured so far are kept; see `ktune job " << job_id << "`)\n";
-  return k_exit_ok;
+  });
 }
 
 int list_jobs(const GlobalOptions& global, std::int64_t limit, Output& io) {
-  const std::string socket = socket_path(global);
   protocol::JobsRequest request;
   request.limit = limit;
   json body = request.to_json();
   body["op"] = "jobs";
-  auto result = call_daemon(socket, global, std::move(body), k_request_timeout, io);
-  if (!result) return report(io, result.error(), socket);
-  if (global.json) {
-    print_json(io, *result);
+  return ask_daemon(global, std::move(body), io, [&](const json& result) {
+    print_jobs(io.out, field(result, "jobs"));
     return k_exit_ok;
-  }
-  const json& jobs = field(*result, "jobs");
-  if (!jobs.is_array() || jobs.empty()) {
-    io.out << "no jobs\n";
-    return k_exit_ok;
-  }
-  Table table({{"ID", Align::right}, {"KERNEL"}, {"SHAPE"}, {"DTYPE"}, {"DEVICE"}, {"STATE"},
-               {"DONE/TOTAL", Align::right}, {"FAILED", Align::right}});
-  for (const auto& j : jobs)
-    table.add_row({as_text(field(j, "id")), as_text(field(j, "kernel")),
-                   as_text(field(j, "shape")), as_text(field(j, "dtype")),
-                   as_text(field(j, "device")), as_text(field(j, "state")),
-                   std::to_string(as_int(field(j, "done"))) + "/" +
-                       std::to_string(as_int(field(j, "total"))),
-                   std::to_string(as_int(field(j, "failed")))});
-  table.print(io.out);
-  return k_exit_ok;
+  });
 }
 
 void add_job_commands(CLI::App& app, JobCommands& commands) {

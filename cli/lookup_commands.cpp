@@ -13,19 +13,11 @@ using json = nlohmann::ordered_json;
 
 json op(const char* name) { return json{{"op", name}}; }
 
-} // namespace
-
-int list_kernels(const GlobalOptions& global, Output& io) {
-  const std::string socket = socket_path(global);
-  auto result = call_daemon(socket, global, op("kernels"), k_request_timeout, io);
-  if (!result) return report(io, result.error(), socket);
-  if (global.json) {
-    print_json(io, *result);
-    return k_exit_ok;
-  }
-  const json& kernels = field(*result, "kernels");
+// The `kernels` text of a kernels reply: the table, then what did not load.
+void print_kernels(std::ostream& out, const json& result) {
+  const json& kernels = field(result, "kernels");
   if (!kernels.is_array() || kernels.empty()) {
-    io.out << "no kernels found\n";
+    out << "no kernels found\n";
   } else {
     Table table({{"NAME"}, {"LANGUAGE"}, {"SHAPE"}, {"DTYPES"}, {"PARAMS"}, {"SPACE", Align::right}});
     for (const auto& k : kernels) {
@@ -50,23 +42,31 @@ int list_kernels(const GlobalOptions& global, Output& io) {
                      as_text(field(k, "shape")), as_text(field(k, "dtypes")),
                      params.empty() ? "-" : params, as_text(field(k, "space_size"))});
     }
-    table.print(io.out);
+    table.print(out);
   }
-  if (const json& cuda = field(*result, "cuda_backend"); cuda.is_boolean() && !cuda.get<bool>())
-    io.out << "\nCUDA backend: compiled out (ktune was built without a CUDA toolkit)\n";
-  const json& missing = field(*result, "missing_dirs");
+  if (const json& cuda = field(result, "cuda_backend"); cuda.is_boolean() && !cuda.get<bool>())
+    out << "\nCUDA backend: compiled out (ktune was built without a CUDA toolkit)\n";
+  const json& missing = field(result, "missing_dirs");
   if (missing.is_array()) {
     for (const auto& dir : missing) {
-      io.out << "\nwarning: kernel directory " << as_text(dir) << " does not exist\n";
+      out << "\nwarning: kernel directory " << as_text(dir) << " does not exist\n";
     }
   }
-  const json& broken = field(*result, "broken");
+  const json& broken = field(result, "broken");
   if (broken.is_array() && !broken.empty()) {
-    io.out << "\nbroken kernel specs (not loaded):\n";
+    out << "\nbroken kernel specs (not loaded):\n";
     for (const auto& b : broken)
-      io.out << "  " << as_text(field(b, "path")) << ": " << as_text(field(b, "error")) << '\n';
+      out << "  " << as_text(field(b, "path")) << ": " << as_text(field(b, "error")) << '\n';
   }
-  return k_exit_ok;
+}
+
+} // namespace
+
+int list_kernels(const GlobalOptions& global, Output& io) {
+  return ask_daemon(global, op("kernels"), io, [&](const json& result) {
+    print_kernels(io.out, result);
+    return k_exit_ok;
+  });
 }
 
 int query(const GlobalOptions& global, const QueryOptions& options, Output& io) {

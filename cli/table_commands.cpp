@@ -160,8 +160,8 @@ int export_engine_json(const ExportOptions& options, const std::string& db, cons
   if (io.json) {
     json names = json::array();
     for (const auto& file : *files) names.push_back(file.name);
-    io.out << json{{"output", options.output}, {"format", "engine-json"}, {"files", names},
-                   {"winners", table.rows.size()}}.dump(2) << '\n';
+    print_json(io, json{{"output", options.output}, {"format", "engine-json"}, {"files", names},
+                        {"winners", table.rows.size()}});
   } else {
     io.err << "exported " << table.rows.size() << " winner(s) as " << files->size() << " file(s) to "
            << options.output << '\n';
@@ -209,8 +209,8 @@ int export_table(const ExportOptions& options, Output& io) {
   }
   if (auto written = write_file_atomic(options.output, *text); !written) return report(io, written.error());
   if (io.json) {
-    io.out << json{{"output", options.output}, {"format", options.format},
-                   {"winners", table->rows.size()}}.dump(2) << '\n';
+    print_json(io, json{{"output", options.output}, {"format", options.format},
+                        {"winners", table->rows.size()}});
   } else {
     io.err << "exported " << table->rows.size() << " winner(s) to " << options.output << '\n';
   }
@@ -298,7 +298,7 @@ int import_table_file(const GlobalOptions& global, const ImportOptions& options,
   }
   if (parts.size() > 1 && io.err_is_tty) io.err << '\n';
   if (global.json || options.json) {
-    io.out << result.dump(2) << '\n';
+    print_json(io, result);
   } else {
     print_import_reply(result, io.out);
   }
