@@ -522,6 +522,30 @@ Result<tableio::Comparison> judge(Connection& conn, const SweepRun& run, const S
   return comparison;
 }
 
+// Submits the shard's jobs and waits for them, reading the speed canary of their devices at the
+// sweep's start and end into `canary` (how fast each device was meanwhile).
+Result<Submitted> run_jobs(Connection& conn, const std::vector<sweep::SweepJob>& jobs, const sweep::Sweep& parsed,
+                           bool remeasure, std::map<std::string, std::vector<CanaryReading>>& canary, Output& io) {
+  std::vector<const sweep::SweepJob*> all_jobs;
+  std::set<std::string> devices;
+  for (const auto& job : jobs) {
+    all_jobs.push_back(&job);
+    devices.insert(job.device);
+  }
+  read_canary(conn, devices, "sweep " + parsed.name + " start", canary, io);
+  auto submitted = submit_and_wait(conn, all_jobs, parsed.priority, remeasure, io);
+  if (!submitted) return submitted.error();
+  read_canary(conn, devices, "sweep " + parsed.name + " end", canary, io);
+  return submitted;
+}
+
+// Every device's canary readings in one list.
+std::vector<CanaryReading> all_readings(const std::map<std::string, std::vector<CanaryReading>>& canary) {
+  std::vector<CanaryReading> readings;
+  for (const auto& [fingerprint, list] : canary) readings.insert(readings.end(), list.begin(), list.end());
+  return readings;
+}
+
 // The sweep's exit: failed or rejected jobs, then regressions, then (--strict) ambiguous keys.
 int sweep_exit(const std::string& name, const SweepOptions& options, int failed, int rejected,
                std::size_t regressions, std::size_t ambiguous, Output& io) {
@@ -567,18 +591,9 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
 
   // Runs that finished before this moment are history to a last-good baseline.
   const std::int64_t started_at_ms = now_ms();
-  std::vector<const sweep::SweepJob*> all_jobs;
-  std::set<std::string> devices;
-  for (const auto& job : jobs) {
-    all_jobs.push_back(&job);
-    devices.insert(job.device);
-  }
-  // The speed canary at the sweep's start and end: how fast each device was meanwhile.
   std::map<std::string, std::vector<CanaryReading>> canary;
-  read_canary(*conn, devices, "sweep " + parsed->name + " start", canary, io);
-  auto submitted = submit_and_wait(*conn, all_jobs, parsed->priority, options.remeasure, io);
+  auto submitted = run_jobs(*conn, jobs, *parsed, options.remeasure, canary, io);
   if (!submitted) return fail(io, submitted.error(), socket);
-  read_canary(*conn, devices, "sweep " + parsed->name + " end", canary, io);
   const int rejected = submitted->rejected;
 
   // The sweep's keys, from the store (read-only; ktuned names its database).
@@ -593,10 +608,7 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
   if (options.provenance.is_object()) {
     stamp_provenance(*table, options.provenance, jobs.size(), finished->failed, rejected);
   }
-  std::vector<CanaryReading> canary_readings;
-  for (const auto& [fingerprint, list] : canary) {
-    canary_readings.insert(canary_readings.end(), list.begin(), list.end());
-  }
+  const std::vector<CanaryReading> canary_readings = all_readings(canary);
   if (!canary_readings.empty()) table->provenance["canary"] = tableio::canary_json(canary_readings);
   if (!options.out.empty()) {
     if (auto w = write_file_atomic(options.out, tableio::write_json(*table)); !w) return fail(io, w.error(), socket);
