@@ -104,6 +104,42 @@ void watch_termination() {
 
 } // namespace
 
+namespace {
+
+// The shard's KTUNE_HOME: `given`, else a fresh directory under $TMPDIR (or /tmp).
+Result<std::string> shard_home(const std::string& given, std::size_t index) {
+  if (!given.empty()) return given;
+  const std::string tmp = env("TMPDIR").empty() ? "/tmp" : env("TMPDIR");
+  std::string pattern = tmp + "/ktune-shard-" + std::to_string(index) + ".XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    return make_error(ErrorCode::io_error, "cannot create a directory under " + tmp + ": " + std::strerror(errno));
+  }
+  return pattern;
+}
+
+// The shard table's provenance: the sweep, the shard, the node, and what Slurm or Kubernetes
+// says of the task running it.
+ordered_json shard_provenance(const std::string& sweep_name, const sweep::Shard& shard, const std::string& host) {
+  ordered_json provenance = {{"kind", "fleet-shard"},
+                             {"sweep", sweep_name},
+                             {"shard", std::to_string(shard.index) + "/" + std::to_string(shard.count)},
+                             {"node", env("SLURMD_NODENAME").empty() ? host : env("SLURMD_NODENAME")},
+                             {"host", host},
+                             {"started_at_ms", now_ms()}};
+  if (!env("SLURM_JOB_ID").empty()) {
+    provenance["slurm"] = {{"job_id", env("SLURM_JOB_ID")},
+                           {"array_job_id", env("SLURM_ARRAY_JOB_ID")},
+                           {"array_task_id", env("SLURM_ARRAY_TASK_ID")},
+                           {"cluster", env("SLURM_CLUSTER_NAME")}};
+  }
+  if (!env("JOB_COMPLETION_INDEX").empty()) {
+    provenance["kubernetes"] = {{"job_completion_index", env("JOB_COMPLETION_INDEX")}};
+  }
+  return provenance;
+}
+
+} // namespace
+
 int run_fleet_shard(const FleetShardOptions& options, Output& io) {
   auto shard = sweep::parse_shard(options.shard);
   if (!shard) return report_error(io, ErrorCode::usage, "--shard: " + shard.error().message, k_exit_failed);
@@ -118,19 +154,11 @@ int run_fleet_shard(const FleetShardOptions& options, Output& io) {
   }
 
   // A private instance on node-local storage: its own socket, database and compile cache.
-  std::string home = options.home;
-  if (home.empty()) {
-    const std::string tmp = env("TMPDIR").empty() ? "/tmp" : env("TMPDIR");
-    std::string pattern = tmp + "/ktune-shard-" + std::to_string(shard->index) + ".XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      return report_error(io, ErrorCode::io_error, "cannot create a directory under " + tmp + ": " +
-                                              std::strerror(errno), k_exit_failed);
-    }
-    home = pattern;
-  }
-  ::setenv("KTUNE_HOME", home.c_str(), 1);
+  auto home = shard_home(options.home, shard->index);
+  if (!home) return report_error(io, home.error().code, home.error().message, k_exit_failed);
+  ::setenv("KTUNE_HOME", home->c_str(), 1);
   watch_termination();
-  PrivateInstance instance(home, options.home.empty());
+  PrivateInstance instance(*home, options.home.empty());
   // The signal thread sees the instance while it exists.
   struct Registration {
     explicit Registration(PrivateInstance& instance) {
@@ -146,28 +174,13 @@ int run_fleet_shard(const FleetShardOptions& options, Output& io) {
   } registration(instance);
 
   const std::string host = tableio::local_host_name();
-  ordered_json provenance = {{"kind", "fleet-shard"},
-                             {"sweep", parsed->name},
-                             {"shard", std::to_string(shard->index) + "/" + std::to_string(shard->count)},
-                             {"node", env("SLURMD_NODENAME").empty() ? host : env("SLURMD_NODENAME")},
-                             {"host", host},
-                             {"started_at_ms", now_ms()}};
-  if (!env("SLURM_JOB_ID").empty()) {
-    provenance["slurm"] = {{"job_id", env("SLURM_JOB_ID")},
-                           {"array_job_id", env("SLURM_ARRAY_JOB_ID")},
-                           {"array_task_id", env("SLURM_ARRAY_TASK_ID")},
-                           {"cluster", env("SLURM_CLUSTER_NAME")}};
-  }
-  if (!env("JOB_COMPLETION_INDEX").empty()) {
-    provenance["kubernetes"] = {{"job_completion_index", env("JOB_COMPLETION_INDEX")}};
-  }
-
+  const ordered_json provenance = shard_provenance(parsed->name, *shard, host);
   io.err << "fleet shard " << options.shard << " of sweep " << parsed->name << " on " << host
-         << " (KTUNE_HOME " << home << ")\n";
+         << " (KTUNE_HOME " << *home << ")\n";
   Output log_io{io.err, io.err, false, false};
   const int started = daemon_start({}, {options.config, options.kernel_dirs, {}}, log_io);
   if (started != k_exit_ok) {
-    io.err << "ktune fleet shard: the private ktuned did not start (KTUNE_HOME " << home << ")\n";
+    io.err << "ktune fleet shard: the private ktuned did not start (KTUNE_HOME " << *home << ")\n";
     return k_exit_failed;
   }
   // The sweep writes a hidden file; it becomes the shard's table below, unless the shard was
@@ -245,6 +258,90 @@ int fleet_status(const GlobalOptions& global, const std::string& dir_option, std
   return k_exit_ok;
 }
 
+namespace {
+
+// The shards' tables merged into one: every key of every shard, by (kernel, shape, dtype, device
+// fingerprint, source hash); shards hold different jobs, so a key in two tables is a sweep that
+// lists it twice and `policy` decides (counted in `conflicts`). Its provenance says what was
+// merged: the sweep, its shard count, each shard table's provenance and the shards not done.
+tableio::Table merge_shards(const std::vector<ShardStatus>& states, tableio::Policy policy, const std::string& sweep,
+                            std::size_t count, const ordered_json& incomplete, std::size_t& conflicts) {
+  tableio::Table merged;
+  ordered_json from = ordered_json::array();
+  for (const auto& s : states) {
+    if (!s.table) continue;
+    auto result = tableio::merge(merged, *s.table, policy);
+    conflicts += result.conflicts.size();
+    merged = std::move(result.table);
+    ordered_json p = s.table->provenance;
+    p["rows"] = s.table->rows.size();
+    from.push_back(p);
+  }
+  merged.host = tableio::local_host_name();
+  merged.exported_at_ms = now_ms();
+  merged.provenance = {{"kind", "fleet-merge"},
+                       {"sweep", sweep},
+                       {"shards", count},
+                       {"merged_from", from},
+                       {"incomplete", incomplete}};
+  return merged;
+}
+
+// The shards as JUnit test cases: a shard not done is a failure.
+std::vector<tableio::JunitCase> shard_cases(const std::vector<ShardStatus>& states, std::size_t count) {
+  std::vector<tableio::JunitCase> cases;
+  for (const auto& s : states) {
+    std::string text = "shard " + std::to_string(s.index) + "/" + std::to_string(count) + ": " + s.state;
+    if (!s.node.empty()) text += " on " + s.node;
+    if (s.table) text += ", " + std::to_string(s.table->rows.size()) + " rows";
+    if (!s.why.empty()) text += "; " + s.why;
+    if (!s.log.empty()) text += "; log " + s.log;
+    cases.push_back(
+        {.classname = "ktune.fleet.shards", .name = "shard " + std::to_string(s.index),
+         .failure = s.state == "done" ? "" : "shard " + std::to_string(s.index) + " " + s.state,
+         .text = text});
+  }
+  return cases;
+}
+
+// What a merge did, for its report.
+struct MergeOutcome {
+  const std::vector<ShardStatus>& states;
+  const tableio::Table& merged;
+  const std::string& output;
+  std::size_t count = 0, incomplete = 0, conflicts = 0, regressions = 0;
+  const std::string& slurm_error;
+};
+
+ordered_json merge_json(const MergeOutcome& m, const FleetMergeOptions& options) {
+  ordered_json list = ordered_json::array();
+  for (const auto& s : m.states) list.push_back(shard_json(s));
+  ordered_json out = {{"output", m.output},  {"rows", m.merged.rows.size()}, {"shards", list},
+                      {"incomplete", m.incomplete}, {"conflicts", m.conflicts},
+                      {"regressions", m.regressions}};
+  if (!options.junit.empty()) out["junit"] = options.junit;
+  if (!m.slurm_error.empty()) out["slurm_error"] = m.slurm_error;
+  return out;
+}
+
+void print_merge(const MergeOutcome& m, const Layout& layout, const std::string& markdown, Output& io) {
+  io.out << "merged " << (m.count - m.incomplete) << " of " << m.count << " shards: " << m.merged.rows.size()
+         << " rows to " << m.output << '\n';
+  if (m.incomplete > 0) {
+    io.out << m.incomplete << " shard(s) not done:\n";
+    std::vector<ShardStatus> not_done;
+    for (const auto& s : m.states) {
+      if (s.state != "done") not_done.push_back(s);
+    }
+    print_shards(not_done, io.out);
+    io.out << "resubmit them: the same `ktune sweep FILE --slurm --out " << layout.dir << "`\n";
+  }
+  if (!markdown.empty()) io.out << markdown;
+  if (!m.slurm_error.empty()) io.err << "ktune fleet merge: " << m.slurm_error << '\n';
+}
+
+} // namespace
+
 int fleet_merge(const GlobalOptions& global, const FleetMergeOptions& options, Output& io) {
   auto fail = [&](ErrorCode code, const std::string& message) {
     return report_error(io, code, message, k_exit_failed);
@@ -262,49 +359,18 @@ int fleet_merge(const GlobalOptions& global, const FleetMergeOptions& options, O
 
   std::string slurm_error;
   const auto states = collect_shards(layout, *manifest, count, slurm_error);
-  // Every key of every shard, by (kernel, shape, dtype, device fingerprint, source hash): shards
-  // hold different jobs, so a key in two tables is a sweep that lists it twice; the import
-  // policy decides.
-  tableio::Table merged;
-  ordered_json from = ordered_json::array();
-  std::size_t conflicts = 0;
-  for (const auto& s : states) {
-    if (!s.table) continue;
-    auto result = tableio::merge(merged, *s.table, *policy);
-    conflicts += result.conflicts.size();
-    merged = std::move(result.table);
-    ordered_json p = s.table->provenance;
-    p["rows"] = s.table->rows.size();
-    from.push_back(p);
-  }
-  merged.host = tableio::local_host_name();
-  merged.exported_at_ms = now_ms();
   ordered_json problems = ordered_json::array();
   for (const auto& s : states) {
     if (s.state != "done") problems.push_back(shard_json(s));
   }
-  merged.provenance = {{"kind", "fleet-merge"},
-                       {"sweep", *manifest ? (*manifest)->sweep : std::string()},
-                       {"shards", count},
-                       {"merged_from", from},
-                       {"incomplete", problems}};
+  std::size_t conflicts = 0;
+  const tableio::Table merged =
+      merge_shards(states, *policy, *manifest ? (*manifest)->sweep : std::string(), count, problems, conflicts);
   const std::string output = options.output.empty() ? layout.merged() : options.output;
   if (auto w = write_file_atomic(output, tableio::write_json(merged)); !w) return fail(w.error().code, w.error().message);
 
   // The shards as test cases, then the comparison with the baseline (or the winners).
-  std::vector<tableio::JunitCase> shard_cases;
-  for (const auto& s : states) {
-    std::string text = "shard " + std::to_string(s.index) + "/" + std::to_string(count) + ": " + s.state;
-    if (!s.node.empty()) text += " on " + s.node;
-    if (s.table) text += ", " + std::to_string(s.table->rows.size()) + " rows";
-    if (!s.why.empty()) text += "; " + s.why;
-    if (!s.log.empty()) text += "; log " + s.log;
-    shard_cases.push_back(
-        {.classname = "ktune.fleet.shards", .name = "shard " + std::to_string(s.index),
-         .failure = s.state == "done" ? "" : "shard " + std::to_string(s.index) + " " + s.state,
-         .text = text});
-  }
-  std::vector<tableio::JunitSuite> suites{tableio::junit_suite("ktune.fleet.shards", shard_cases)};
+  std::vector<tableio::JunitSuite> suites{tableio::junit_suite("ktune.fleet.shards", shard_cases(states, count))};
   std::size_t regressions = 0;
   std::string markdown;
   if (!options.baseline.empty()) {
@@ -326,30 +392,9 @@ int fleet_merge(const GlobalOptions& global, const FleetMergeOptions& options, O
   }
 
   const std::size_t incomplete = problems.size();
-  if (global.json) {
-    ordered_json list = ordered_json::array();
-    for (const auto& s : states) list.push_back(shard_json(s));
-    ordered_json out = {{"output", output},  {"rows", merged.rows.size()}, {"shards", list},
-                        {"incomplete", incomplete}, {"conflicts", conflicts},
-                        {"regressions", regressions}};
-    if (!options.junit.empty()) out["junit"] = options.junit;
-    if (!slurm_error.empty()) out["slurm_error"] = slurm_error;
-    print_json(io, out);
-  } else {
-    io.out << "merged " << (count - incomplete) << " of " << count << " shards: " << merged.rows.size()
-           << " rows to " << output << '\n';
-    if (incomplete > 0) {
-      io.out << incomplete << " shard(s) not done:\n";
-      std::vector<ShardStatus> not_done;
-      for (const auto& s : states) {
-        if (s.state != "done") not_done.push_back(s);
-      }
-      print_shards(not_done, io.out);
-      io.out << "resubmit them: the same `ktune sweep FILE --slurm --out " << layout.dir << "`\n";
-    }
-    if (!markdown.empty()) io.out << markdown;
-    if (!slurm_error.empty()) io.err << "ktune fleet merge: " << slurm_error << '\n';
-  }
+  const MergeOutcome outcome{states, merged, output, count, incomplete, conflicts, regressions, slurm_error};
+  if (global.json) print_json(io, merge_json(outcome, options));
+  else print_merge(outcome, layout, markdown, io);
   if (incomplete > 0) return k_exit_failed;
   return regressions > 0 ? k_exit_regression : k_exit_ok;
 }
