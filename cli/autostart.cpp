@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -36,7 +37,7 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds k_connect_timeout{2000};
 constexpr milliseconds k_poll_step{20};
-constexpr int k_ready_fd = 3;
+constexpr int k_ready_fd = 3;  // the fd ktuned sees as --ready-fd
 constexpr std::size_t k_log_tail_lines = 20;
 
 Error io_error(const std::string& what, int err) {
@@ -98,11 +99,23 @@ bool instance_free(const SafeDir& dir, const std::string& name) {
   return true;
 }
 
+// No ktuned holds the instance: whatever a killed one left behind (its socket, if ours, and its
+// pid file) is stale and removed.
+void remove_stale_files(const SafeDir& runtime, const SafeDir& sockets,
+                        const std::string& socket_name, const std::string& pid_file) {
+  struct stat st {};
+  if (::fstatat(sockets.fd(), socket_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      S_ISSOCK(st.st_mode) && st.st_uid == ::geteuid()) {
+    ::unlinkat(sockets.fd(), socket_name.c_str(), 0);
+  }
+  ::unlinkat(runtime.fd(), std::filesystem::path(pid_file).filename().c_str(), 0);
+}
+
 // The last lines of `path` from byte `offset`.
-std::string log_tail(const std::string& path, std::streamoff offset) {
+std::string log_tail(const std::string& path, std::uintmax_t offset) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return {};
-  in.seekg(offset);
+  in.seekg(static_cast<std::streamoff>(offset));
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) {
     lines.push_back(std::move(line));
@@ -113,48 +126,78 @@ std::string log_tail(const std::string& path, std::streamoff offset) {
   return text;
 }
 
-std::string describe_status(int status) {
+std::string describe_wait_status(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
+  if (WIFSIGNALED(status))
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           ::strsignal(WTERMSIG(status)) + ")";
   return "stopped";
 }
 
-struct Started {
-  bool already_running = false;   // ours lost the race to a daemon started elsewhere
-  std::int64_t pid = 0;           // the pid ktuned reported ready with
+// "10 s", or "1500 ms" where it is not whole seconds.
+std::string describe_timeout(milliseconds timeout) {
+  if (timeout.count() % 1000 == 0) return std::to_string(timeout.count() / 1000) + " s";
+  return std::to_string(timeout.count()) + " ms";
+}
+
+std::string now_text() {
+  std::time_t t = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&t, &local);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &local);
+  return buf;
+}
+
+// Moves `fd` to a number >= 10 (close-on-exec), so the spawn's dup2 onto 0-3 cannot clobber it.
+Result<UniqueFd> raise_fd(const UniqueFd& fd, const char* what) {
+  const int raised = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 10);
+  if (raised < 0) return io_error(std::string("cannot duplicate the ") + what, errno);
+  return UniqueFd(raised);
+}
+
+// Writes "--- <time> <banner>: <argv>" to the log; the log's size after it (where the
+// daemon's own lines start).
+std::uintmax_t write_banner(const UniqueFd& log, const std::string& banner,
+                            const std::vector<std::string>& argv) {
+  struct stat st {};
+  std::uintmax_t offset = ::fstat(log.get(), &st) == 0 ? static_cast<std::uintmax_t>(st.st_size) : 0;
+  std::string line = "--- " + now_text() + " " + banner + ":";
+  for (const auto& a : argv) line += " " + a;
+  line += '\n';
+  if (::write(log.get(), line.data(), line.size()) > 0) offset += line.size();
+  return offset;
+}
+
+struct Spawned {
+  pid_t pid = -1;
+  UniqueFd ready;  // read end of the readiness pipe
 };
 
-// Spawns ktuned detached and waits for its ready line.
-Result<Started> start_daemon(const std::string& exe, const std::vector<std::string>& args,
-                             UniqueFd log, const std::string& log_path, milliseconds ready_timeout) {
-  struct stat st {};
-  const std::streamoff offset = ::fstat(log.get(), &st) == 0 ? st.st_size : 0;
-
+// Starts `argv[0]` detached (own session, default signal dispositions, empty mask), stdin
+// /dev/null, stdout+stderr onto `log`, the write end of a fresh pipe as fd 3, every other
+// descriptor closed.
+Result<Spawned> spawn_detached(const std::vector<std::string>& args, const UniqueFd& log) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return io_error("cannot create the ready pipe", errno);
-  UniqueFd ready(fds[0]);
-  UniqueFd write_end(fds[1]);
-  // dup2 onto 0..3 below must not clobber the descriptors it reads from.
-  UniqueFd raised_write(::fcntl(write_end.get(), F_DUPFD_CLOEXEC, 10));
-  UniqueFd raised_log(::fcntl(log.get(), F_DUPFD_CLOEXEC, 10));
-  if (!raised_write.valid() || !raised_log.valid()) return io_error("fcntl", errno);
-  write_end.reset();
-  log.reset();
-
-  std::vector<std::string> argv_text = {exe};
-  argv_text.insert(argv_text.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_text) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  UniqueFd read_end(fds[0]);
+  UniqueFd pipe_write(fds[1]);
+  // Only the read end is non-blocking: draining it after the child exited must not hang on a
+  // descendant that still holds the write end.
+  ::fcntl(read_end.get(), F_SETFL, ::fcntl(read_end.get(), F_GETFL) | O_NONBLOCK);
+  auto write_end = raise_fd(pipe_write, "ready pipe");
+  if (!write_end) return write_end.error();
+  auto log_fd = raise_fd(log, "log file descriptor");
+  if (!log_fd) return log_fd.error();
 
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   ::posix_spawn_file_actions_init(&actions);
   ::posix_spawnattr_init(&attr);
-  ::posix_spawn_file_actions_adddup2(&actions, raised_write.get(), k_ready_fd);
+  ::posix_spawn_file_actions_adddup2(&actions, write_end->get(), k_ready_fd);
   ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  ::posix_spawn_file_actions_adddup2(&actions, raised_log.get(), 1);
-  ::posix_spawn_file_actions_adddup2(&actions, raised_log.get(), 2);
+  ::posix_spawn_file_actions_adddup2(&actions, log_fd->get(), 1);
+  ::posix_spawn_file_actions_adddup2(&actions, log_fd->get(), 2);
   ::posix_spawn_file_actions_addclosefrom_np(&actions, k_ready_fd + 1);
   sigset_t empty;
   sigset_t defaults;
@@ -164,52 +207,97 @@ Result<Started> start_daemon(const std::string& exe, const std::vector<std::stri
                                         POSIX_SPAWN_SETSIGDEF);
   ::posix_spawnattr_setsigmask(&attr, &empty);
   ::posix_spawnattr_setsigdefault(&attr, &defaults);
+
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, exe.c_str(), &actions, &attr, argv.data(), environ);
+  const int rc = ::posix_spawn(&pid, args[0].c_str(), &actions, &attr, argv.data(), environ);
   ::posix_spawn_file_actions_destroy(&actions);
   ::posix_spawnattr_destroy(&attr);
-  raised_write.reset();
-  raised_log.reset();
-  if (rc != 0) return io_error("cannot start " + exe, rc);
+  if (rc != 0) return io_error("cannot start " + args[0], rc);
+  return Spawned{pid, std::move(read_end)};
+}
 
-  std::string text;
-  const auto deadline = Clock::now() + ready_timeout;
+// The readiness wait's view of the log: where the daemon's lines start.
+struct LogView {
+  std::string path;
+  std::uintmax_t offset = 0;
+  [[nodiscard]] std::string tail() const { return log_tail(path, offset); }
+};
+
+// The child exited before a ready line: already_running when it lost the instance lock to
+// another start (its log says so), else daemon_failed with the end of its log.
+Error exited_early(int status, const LogView& log) {
+  const std::string tail = log.tail();
+  if (tail.find("ktuned already running") != std::string::npos) {
+    return make_error(ErrorCode::already_running, tail);
+  }
+  return make_error(ErrorCode::daemon_failed, "ktuned " + describe_wait_status(status) +
+                                                 " before it was ready; the end of " + log.path +
+                                                 ":\n" + tail);
+}
+
+// Reads what is in the ready pipe into `received`; false at its end (every writer closed).
+Result<bool> drain(const UniqueFd& ready, std::string& received) {
+  char buf[256];
   for (;;) {
-    if (const auto newline = text.find('\n'); newline != std::string::npos) {
-      std::int64_t ready_pid = 0;
-      if (std::sscanf(text.c_str(), "ready %" SCNd64, &ready_pid) == 1 && ready_pid > 0) {
-        return Started{false, ready_pid};
-      }
-      return make_error(ErrorCode::daemon_failed, "ktuned wrote '" + text.substr(0, newline) +
-                                             "' on its ready fd, expected 'ready <pid>'");
-    }
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) {
-      return make_error(ErrorCode::daemon_failed, "ktuned (pid " + std::to_string(pid) +
-                                             ") did not report ready within " +
-                                             std::to_string(ready_timeout.count()) +
-                                             " ms; the end of " + log_path + ":\n" +
-                                             log_tail(log_path, offset));
-    }
-    pollfd p{ready.get(), POLLIN, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return io_error("poll on the ready pipe", errno);
-    if (n == 0) continue;
-    char buf[64];
-    const ssize_t got = ::read(ready.get(), buf, sizeof buf);
+    const ssize_t got = ::read(ready.get(), buf, sizeof(buf));
     if (got > 0) {
-      text.append(buf, static_cast<std::size_t>(got));
+      received.append(buf, static_cast<std::size_t>(got));
       continue;
     }
-    // The pipe closed without a ready line: the daemon exited. Collect it (it is our child).
+    if (got == 0) return false;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) return true;
+    return io_error("read from the ready pipe failed", errno);
+  }
+}
+
+// Reads "ready <pid>\n" from the child's pipe. Errors name what happened to the child instead
+// (exited_early; a timeout sends it SIGTERM). The pipe is drained before the child's exit status
+// is looked at, so a daemon that reported ready and exited at once still counts as ready.
+Result<std::int64_t> wait_ready(const Spawned& child, const LogView& log, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::string received;
+  bool open = true;
+  for (;;) {
+    if (auto nl = received.find('\n'); nl != std::string::npos) {
+      const std::string line = received.substr(0, nl);
+      std::int64_t pid = 0;
+      if (std::sscanf(line.c_str(), "ready %" SCNd64, &pid) == 1 && pid > 0) return pid;
+      return make_error(ErrorCode::bad_reply, "ktuned wrote '" + line +
+                                                 "' on its ready fd, expected 'ready <pid>'; the end of " +
+                                                 log.path + ":\n" + log.tail());
+    }
+    if (Clock::now() >= deadline) {
+      ::kill(child.pid, SIGTERM);
+      return make_error(ErrorCode::daemon_failed,
+                        "ktuned (pid " + std::to_string(child.pid) + ") did not report ready within " +
+                            describe_timeout(timeout) + " and was sent SIGTERM; the end of " +
+                            log.path + ":\n" + log.tail());
+    }
+    if (open) {
+      pollfd p{child.ready.get(), POLLIN, 0};
+      const int n = ::poll(&p, 1, 100);
+      if (n < 0 && errno != EINTR) return io_error("poll on the ready pipe failed", errno);
+      if (n > 0) {
+        auto still_open = drain(child.ready, received);
+        if (!still_open) return still_open.error();
+        open = *still_open;
+        if (received.find('\n') != std::string::npos) continue;
+      }
+    } else {
+      // The pipe closed without a line; a descendant may still hold it, so watch the child.
+      std::this_thread::sleep_for(k_poll_step);
+    }
     int status = 0;
-    ::waitpid(pid, &status, 0);
-    const std::string tail = log_tail(log_path, offset);
-    if (tail.find("already running") != std::string::npos) return Started{true};
-    return make_error(ErrorCode::daemon_failed, "ktuned " + describe_status(status) +
-                                           " before it was ready; the end of " + log_path +
-                                           ":\n" + tail);
+    if (::waitpid(child.pid, &status, WNOHANG) == child.pid) {
+      // Whatever the child wrote before exiting is already in the pipe: read it first.
+      if (open) (void)drain(child.ready, received);
+      if (received.find('\n') != std::string::npos) continue;
+      return exited_early(status, log);
+    }
   }
 }
 
@@ -223,6 +311,39 @@ Result<Connection> connect_within(const std::string& socket, milliseconds timeou
   }
 }
 
+// Spawns ktuned with `options.args` onto its log and waits for its ready line.
+Result<DaemonStarted> spawn_and_wait(const InstancePaths& paths, const StartOptions& options) {
+  auto exe = daemon_executable();
+  if (!exe) return exe.error();
+  DaemonStarted started;
+  auto log = open_daemon_log(paths, started.log_path);
+  if (!log) return log.error();
+  std::vector<std::string> argv{*exe, "--ready-fd", std::to_string(k_ready_fd)};
+  argv.insert(argv.end(), options.args.begin(), options.args.end());
+  const LogView view{started.log_path, write_banner(*log, options.banner, argv)};
+  auto child = spawn_detached(argv, *log);
+  if (!child) return child.error();
+  auto pid = wait_ready(*child, view, options.ready_timeout);
+  if (!pid && pid.error().code == ErrorCode::already_running) return DaemonStarted{};
+  if (!pid) return pid.error();
+  started.started = true;
+  started.pid = *pid;
+  return started;
+}
+
+// KTUNE_AUTOSTART_IDLE_S, else `fallback`.
+Result<double> autostart_idle_s(double fallback) {
+  const char* env = std::getenv("KTUNE_AUTOSTART_IDLE_S");
+  if (env == nullptr || *env == '\0') return fallback;
+  char* end = nullptr;
+  const double value = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !(value >= 0)) {
+    return make_error(ErrorCode::bad_request, std::string("KTUNE_AUTOSTART_IDLE_S must be a number of "
+                                                          "seconds >= 0, found '") + env + "'");
+  }
+  return value;
+}
+
 } // namespace
 
 Result<UniqueFd> open_daemon_log(const InstancePaths& paths, std::string& path) {
@@ -232,17 +353,9 @@ Result<UniqueFd> open_daemon_log(const InstancePaths& paths, std::string& path) 
   return dir->open_file("ktuned.log", O_WRONLY | O_APPEND, FileCreate::either);
 }
 
-Result<Connection> connect_or_start(const AutostartOptions& options) {
+Result<DaemonStarted> start_daemon(const StartOptions& options) {
   const InstancePaths paths = resolve_paths(path_env_from_process());
   const std::string socket = options.socket.empty() ? paths.socket : options.socket;
-
-  auto conn = Connection::connect(socket, k_connect_timeout);
-  if (conn || conn.error().code != ErrorCode::not_running) return conn;
-  if (const char* off = std::getenv("KTUNE_NO_AUTOSTART");
-      off != nullptr && *off != '\0' && std::string(off) != "0") {
-    return conn;
-  }
-
   std::string socket_dir = std::filesystem::path(socket).parent_path().string();
   if (socket_dir.empty()) socket_dir = ".";
   // Checked before anything in them is opened: another user's /tmp/ktune-<uid> stops us here.
@@ -255,51 +368,40 @@ Result<Connection> connect_or_start(const AutostartOptions& options) {
   if (!start_lock) return start_lock.error();
 
   // The previous holder may have started it while we waited.
-  conn = Connection::connect(socket, k_connect_timeout);
+  auto conn = Connection::connect(socket, k_connect_timeout);
+  if (conn) return DaemonStarted{};
+  if (conn.error().code != ErrorCode::not_running) return conn.error();
+  // A daemon that holds the instance lock but does not answer yet is starting.
+  if (!instance_free(*runtime, std::filesystem::path(paths.lock_file).filename().string())) {
+    return DaemonStarted{};
+  }
+  remove_stale_files(*runtime, *sockets, socket_name, paths.pid_file);
+  return spawn_and_wait(paths, options);
+}
+
+Result<Connection> connect_or_start(const AutostartOptions& options) {
+  const InstancePaths paths = resolve_paths(path_env_from_process());
+  const std::string socket = options.socket.empty() ? paths.socket : options.socket;
+
+  auto conn = Connection::connect(socket, k_connect_timeout);
   if (conn || conn.error().code != ErrorCode::not_running) return conn;
-
-  const auto in_runtime = [](const std::string& path) {
-    return std::filesystem::path(path).filename().string();
-  };
-  if (instance_free(*runtime, in_runtime(paths.lock_file))) {
-    // No ktuned holds the instance: whatever a killed one left behind is stale (ours only).
-    struct stat st {};
-    if (::fstatat(sockets->fd(), socket_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        S_ISSOCK(st.st_mode) && st.st_uid == ::geteuid()) {
-      ::unlinkat(sockets->fd(), socket_name.c_str(), 0);
-    }
-    ::unlinkat(runtime->fd(), in_runtime(paths.pid_file).c_str(), 0);
-  } else {
-    // A daemon holds the instance lock but does not answer yet: it is starting.
-    return connect_within(socket, options.ready_timeout);
+  if (const char* off = std::getenv("KTUNE_NO_AUTOSTART");
+      off != nullptr && *off != '\0' && std::string(off) != "0") {
+    return conn;
   }
-
-  auto exe = daemon_executable();
-  if (!exe) return exe.error();
-  std::string log_path;
-  auto log = open_daemon_log(paths, log_path);
-  if (!log) return log.error();
-  double idle_s = options.idle_s;
-  if (const char* env = std::getenv("KTUNE_AUTOSTART_IDLE_S"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const double value = std::strtod(env, &end);
-    if (end == env || *end != '\0' || !(value >= 0)) {
-      return make_error(ErrorCode::bad_request, std::string("KTUNE_AUTOSTART_IDLE_S must be a number of "
-                                                   "seconds >= 0, found '") + env + "'");
-    }
-    idle_s = value;
-  }
+  auto idle_s = autostart_idle_s(options.idle_s);
+  if (!idle_s) return idle_s.error();
   std::ostringstream idle;
-  idle << idle_s;
-  std::vector<std::string> args = {"--ready-fd", std::to_string(k_ready_fd), "--idle-s",
-                                   idle.str()};
+  idle << *idle_s;
+  StartOptions start{options.socket, {"--idle-s", idle.str()}, "ktune autostart",
+                     options.ready_timeout, options.lock_timeout};
   if (!options.socket.empty()) {
-    args.push_back("--socket");
-    args.push_back(socket);
+    start.args.push_back("--socket");
+    start.args.push_back(socket);
   }
-  auto started = start_daemon(*exe, args, std::move(*log), log_path, options.ready_timeout);
+  auto started = start_daemon(start);
   if (!started) return started.error();
-  if (!started->already_running && options.on_started) options.on_started(started->pid, log_path);
+  if (started->started && options.on_started) options.on_started(started->pid, started->log_path);
   return connect_within(socket, options.ready_timeout);
 }
 

@@ -16,8 +16,10 @@
 //      <log_dir>/ktuned.log) with --ready-fd and --idle-s `idle_s` ($KTUNE_AUTOSTART_IDLE_S
 //      overrides it), and wait at most
 //      `ready_timeout` for its "ready <pid>" line on the notify pipe; then connect.
-//   A daemon started concurrently by someone not using the start lock (`ktune daemon start`)
-//   makes ours exit with already_running; the starter then connects to that one.
+//   A daemon started concurrently by someone not using the start lock (ktuned run by hand, a
+//   service manager) makes ours exit with already_running; the starter then connects to that one.
+// Steps 2 to 4 are start_daemon(), which `ktune daemon start` (without --idle-s, with its own
+// arguments) and fleet shards use too: ktune starts ktuned in this one place.
 // The runtime, socket and log directories are opened and checked before anything in them is
 // (core/safe_fs.hpp): another user's directory, or a link planted in ours, stops the start with
 // unsafe_path; every file is opened O_NOFOLLOW relative to its checked directory.
@@ -32,8 +34,32 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace ktune::cli {
+
+// What start_daemon is asked to start.
+struct StartOptions {
+  std::string socket;                      // "" = the instance's default socket
+  std::vector<std::string> args;           // ktuned's arguments after --ready-fd 3
+  std::string banner = "ktune autostart";  // who started it, on the line written to its log
+  std::chrono::milliseconds ready_timeout{10'000};
+  std::chrono::milliseconds lock_timeout{30'000};
+};
+
+// How start_daemon ended.
+struct DaemonStarted {
+  bool started = false;   // false: another start's daemon answers, or holds the instance lock
+                          // and is starting (connect with a retry, as connect_or_start does)
+  std::int64_t pid = 0;   // started: the pid ktuned reported ready with
+  std::string log_path;   // started: its log
+};
+
+// The one place ktune starts ktuned: steps 2 to 4 above (start lock, stale files, spawn and
+// ready wait), whoever asks (autostart, `ktune daemon start`, a fleet shard). It writes
+// "--- <local time> <banner>: <argv>" to the log first; errors carry the log's lines after it.
+// Errors: as connect_or_start's, with already_running never returned (that is started=false).
+[[nodiscard]] Result<DaemonStarted> start_daemon(const StartOptions& options);
 
 struct AutostartOptions {
   std::string socket;                      // "" = the instance's default socket

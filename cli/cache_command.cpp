@@ -129,7 +129,8 @@ void add_cache_command(CLI::App& app, CacheCommand& command) {
       "Examples:\n  ktune cache verify\n  ktune cache prune --older-than 30");
 }
 
-std::optional<int> run_cache_command(const CacheCommand& command, Output& io) {
+std::optional<int> run_cache_command(const CacheCommand& command, const GlobalOptions& /*global*/,
+                                 Output& io) {
   if (command.verify != nullptr && command.verify->parsed()) return verify(command, io);
   if (command.prune != nullptr && command.prune->parsed()) return prune(command, io);
   return std::nullopt;

@@ -28,6 +28,7 @@ struct CacheCommand {
 // Registers `cache` on `app`. `command` must outlive the parse.
 void add_cache_command(CLI::App& app, CacheCommand& command);
 // Runs it when it was parsed; nullopt otherwise.
-[[nodiscard]] std::optional<int> run_cache_command(const CacheCommand& command, Output& io);
+[[nodiscard]] std::optional<int> run_cache_command(const CacheCommand& command, const GlobalOptions& global,
+                                               Output& io);
 
 } // namespace ktune::cli

@@ -227,4 +227,22 @@ bool write_completion(const CLI::App& app, std::string_view shell, std::ostream&
   return true;
 }
 
+void add_completion_command(CLI::App& app, CompletionCommand& command) {
+  command.app = &app;
+  command.completion = app.add_subcommand("completion", "Print the shell completion script");
+  command.completion->add_option("shell", command.shell, "bash, zsh or fish")
+      ->required()
+      ->check(CLI::IsMember({"bash", "zsh", "fish"}));
+  command.completion->footer("Installed packages ship these scripts; from a build tree:\n"
+                             "  source <(ktune completion bash)\n"
+                             "  ktune completion fish > ~/.config/fish/completions/ktune.fish" +
+                             k_exit_codes_help);
+}
+
+std::optional<int> run_completion_command(const CompletionCommand& command,
+                                          const GlobalOptions& /*global*/, Output& io) {
+  if (!command.completion->parsed()) return std::nullopt;
+  return write_completion(*command.app, command.shell, io.out) ? k_exit_ok : k_exit_usage;
+}
+
 } // namespace ktune::cli

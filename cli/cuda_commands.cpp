@@ -45,6 +45,30 @@ std::string gib(double bytes) {
   return buf;
 }
 
+// The `devices` table, then why there is no CUDA device where there is none.
+void print_devices(std::ostream& out, const json& result) {
+  Table table({{"DEVICE"}, {"MODEL"}, {"ARCH"}, {"SMS", Align::right}, {"MEMORY", Align::right},
+               {"L2", Align::right}, {"DRIVER"}, {"NVRTC"}, {"FINGERPRINT"}});
+  for (const auto& d : result.value("devices", json::array())) {
+    const json details = d.value("details", json::object());
+    const bool cuda = details.value("kind", std::string()) == "cuda";
+    table.add_row({text_of(d.value("name", json())),
+                   text_of(details.value(cuda ? "name" : "model", json())),
+                   cuda ? text_of(details.value("arch", json())) : "-",
+                   cuda ? text_of(details.value("sm_count", json())) : text_of(details.value("cores", json())),
+                   cuda ? gib(details.value("memory_bytes", 0.0)) : "-",
+                   cuda ? std::to_string(details.value("l2_bytes", 0LL) / 1024) + " KiB" : "-",
+                   cuda ? text_of(details.value("driver_version", json())) : "-",
+                   cuda ? text_of(details.value("nvrtc_version", json())) : "-",
+                   text_of(d.value("fingerprint", json())).substr(0, 16)});
+  }
+  table.print(out);
+  const json cuda = result.value("cuda", json::object());
+  if (!cuda.value("available", false)) {
+    out << "\nno CUDA device: " << cuda.value("reason", std::string("unknown reason")) << '\n';
+  }
+}
+
 } // namespace
 
 void add_cuda_commands(CLI::App& app, CudaCommands& commands) {
@@ -83,36 +107,10 @@ std::optional<int> run_cuda_commands(const CudaCommands& commands, const GlobalO
 }
 
 int list_devices(const GlobalOptions& global, Output& io) {
-  const std::string socket = socket_path(global);
-  auto conn = connect_daemon(socket, global, io);
-  if (!conn) return report(io, conn.error(), socket);
-  auto result = call(*conn, json{{"op", "devices"}}, k_devices_timeout);
-  if (!result) return report(io, result.error(), socket);
-  if (global.json) {
-    io.out << result->dump(2) << '\n';
+  return ask_daemon(global, json{{"op", "devices"}}, io, [&](const Json& result) {
+    print_devices(io.out, result);
     return k_exit_ok;
-  }
-  Table table({{"DEVICE"}, {"MODEL"}, {"ARCH"}, {"SMS", Align::right}, {"MEMORY", Align::right},
-               {"L2", Align::right}, {"DRIVER"}, {"NVRTC"}, {"FINGERPRINT"}});
-  for (const auto& d : result->value("devices", json::array())) {
-    const json details = d.value("details", json::object());
-    const bool cuda = details.value("kind", std::string()) == "cuda";
-    table.add_row({text_of(d.value("name", json())),
-                   text_of(details.value(cuda ? "name" : "model", json())),
-                   cuda ? text_of(details.value("arch", json())) : "-",
-                   cuda ? text_of(details.value("sm_count", json())) : text_of(details.value("cores", json())),
-                   cuda ? gib(details.value("memory_bytes", 0.0)) : "-",
-                   cuda ? std::to_string(details.value("l2_bytes", 0LL) / 1024) + " KiB" : "-",
-                   cuda ? text_of(details.value("driver_version", json())) : "-",
-                   cuda ? text_of(details.value("nvrtc_version", json())) : "-",
-                   text_of(d.value("fingerprint", json())).substr(0, 16)});
-  }
-  table.print(io.out);
-  const json cuda = result->value("cuda", json::object());
-  if (!cuda.value("available", false)) {
-    io.out << "\nno CUDA device: " << cuda.value("reason", std::string("unknown reason")) << '\n';
-  }
-  return k_exit_ok;
+  }, k_devices_timeout);
 }
 
 int print_compile_check(const json& result, bool errors_only, std::ostream& out) {
@@ -182,7 +180,7 @@ int compile_check(const GlobalOptions& global, const CompileCheckOptions& option
   if (open_line) io.err << '\n';
   if (!result) return report(io, result.error(), socket);
   if (global.json) {
-    io.out << result->dump(2) << '\n';
+    print_json(io, *result);
     return result->value("errors", 0LL) == 0 ? k_exit_ok : k_exit_error;
   }
   const int code = print_compile_check(*result, options.errors_only, io.out);

@@ -76,6 +76,18 @@ Result<json> call_daemon(const std::string& socket, const GlobalOptions& global,
   return call(*conn, std::move(request), timeout);
 }
 
+int ask_daemon(const GlobalOptions& global, nlohmann::json request, Output& io,
+               const std::function<int(const json&)>& render, std::chrono::milliseconds timeout) {
+  const std::string socket = socket_path(global);
+  auto result = call_daemon(socket, global, std::move(request), timeout, io);
+  if (!result) return report(io, result.error(), socket);
+  if (global.json) {
+    print_json(io, *result);
+    return k_exit_ok;
+  }
+  return render(*result);
+}
+
 int report_error(Output& io, ErrorCode code, const std::string& message, int exit_code) {
   if (io.json) {
     if (!io.error_reported) {

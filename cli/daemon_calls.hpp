@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,13 @@ using Json = nlohmann::ordered_json;
                                                  const GlobalOptions& global,
                                                  nlohmann::json request,
                                                  std::chrono::milliseconds timeout, Output& io);
+
+// The shape of a command that asks ktuned one thing: `request` sent through call_daemon (ktuned
+// started when none answers), an error reported (exit 1); with --json the result printed as it
+// came (exit 0); else `render` prints it as text and gives the exit code.
+[[nodiscard]] int ask_daemon(const GlobalOptions& global, nlohmann::json request, Output& io,
+                             const std::function<int(const Json&)>& render,
+                             std::chrono::milliseconds timeout = k_request_timeout);
 
 // Reports an error and returns k_exit_error. Text: "ktune: <code>: <message>" (or how to start
 // ktuned for "not_running") on io.err. With io.json: {"error":{"code":...,"message":...}} on

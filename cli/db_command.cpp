@@ -100,7 +100,8 @@ void add_db_command(CLI::App& app, DbCommand& command) {
              "  ktune db recover ~/.local/state/ktune/ktune.db recovered.db");
 }
 
-std::optional<int> run_db_command(const DbCommand& command, Output& io) {
+std::optional<int> run_db_command(const DbCommand& command, const GlobalOptions& /*global*/,
+                                 Output& io) {
   if (command.backup != nullptr && command.backup->parsed()) return backup(command, io);
   if (command.recover != nullptr && command.recover->parsed()) return recover(command, io);
   return std::nullopt;

@@ -26,6 +26,7 @@ struct DbCommand {
 // Registers `db` on `app`. `command` must outlive the parse.
 void add_db_command(CLI::App& app, DbCommand& command);
 // Runs it when it was parsed; nullopt otherwise.
-[[nodiscard]] std::optional<int> run_db_command(const DbCommand& command, Output& io);
+[[nodiscard]] std::optional<int> run_db_command(const DbCommand& command, const GlobalOptions& global,
+                                               Output& io);
 
 } // namespace ktune::cli

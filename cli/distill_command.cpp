@@ -283,7 +283,7 @@ int run_distill(const GlobalOptions& global, const DistillCommandOptions& option
                          {"config", nlohmann::ordered_json::parse(built->loaded.config_text(c))}});
     }
     out["missing"] = missing;
-    io.out << out.dump(2) << '\n';
+    print_json(io, out);
   } else {
     print_text(doc, *built, stored ? *stored : std::string(), io);
   }

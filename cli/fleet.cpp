@@ -2,6 +2,8 @@
 
 #include "cli/compare_command.hpp"
 #include "cli/daemon_calls.hpp"
+#include "cli/daemon_command.hpp"
+#include "cli/fleet_layout.hpp"
 #include "cli/output_file.hpp"
 #include "cli/slurm.hpp"
 #include "cli/table.hpp"
@@ -32,236 +34,13 @@
 
 namespace ktune::cli {
 
+using namespace fleet;
+
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using nlohmann::ordered_json;
-
-constexpr const char* k_manifest_format = "ktune-fleet";
-
-std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string env(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? std::string() : std::string(value);
-}
-
-std::string absolute_path(const std::string& path) {
-  std::error_code ec;
-  auto p = fs::absolute(path, ec);
-  return ec ? path : p.lexically_normal().string();
-}
-
-// Single-quoted for sh: 'it'\''s'.
-std::string sh_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// --- the output directory -----------------------------------------------------------------------
-
-struct Layout {
-  std::string dir;
-  [[nodiscard]] std::string manifest() const { return dir + "/fleet.json"; }
-  [[nodiscard]] std::string sweep() const { return dir + "/sweep.toml"; }
-  [[nodiscard]] std::string config() const { return dir + "/ktuned.toml"; }
-  [[nodiscard]] std::string shard_script() const { return dir + "/shard.sbatch"; }
-  [[nodiscard]] std::string merge_script() const { return dir + "/merge.sbatch"; }
-  [[nodiscard]] std::string shards_dir() const { return dir + "/shards"; }
-  [[nodiscard]] std::string logs_dir() const { return dir + "/logs"; }
-  [[nodiscard]] std::string shard_table(std::size_t i) const {
-    return shards_dir() + "/shard-" + std::to_string(i) + ".json";
-  }
-  [[nodiscard]] std::string shard_log(std::size_t i, std::int64_t array_job) const {
-    return logs_dir() + "/shard-" + std::to_string(i) + "." + std::to_string(array_job) + ".log";
-  }
-  [[nodiscard]] std::string merged() const { return dir + "/merged.json"; }
-  [[nodiscard]] std::string merged_junit() const { return dir + "/merged.xml"; }
-};
-
-struct Submission {
-  std::int64_t array_job = 0, merge_job = 0;
-  std::vector<int> tasks;
-  std::int64_t submitted_at_ms = 0;
-};
-
-// DIR/fleet.json: which sweep the directory holds and every submission made for it.
-struct Manifest {
-  std::string sweep;        // the sweep's name
-  std::string sweep_hash;   // of DIR/sweep.toml's text
-  std::string source;       // the sweep file submitted, as given
-  std::size_t shards = 0;
-  std::size_t jobs = 0;
-  std::vector<Submission> submissions;
-
-  // The latest submission that ran shard `i`, or nullptr.
-  [[nodiscard]] const Submission* latest_for(std::size_t i) const {
-    for (auto it = submissions.rbegin(); it != submissions.rend(); ++it) {
-      if (std::find(it->tasks.begin(), it->tasks.end(), static_cast<int>(i)) != it->tasks.end()) return &*it;
-    }
-    return nullptr;
-  }
-};
-
-json manifest_to_json(const Manifest& m) {
-  json subs = json::array();
-  for (const auto& s : m.submissions) {
-    subs.push_back({{"array_job", s.array_job},
-                    {"merge_job", s.merge_job},
-                    {"tasks", slurm::task_list(s.tasks)},
-                    {"submitted_at_ms", s.submitted_at_ms}});
-  }
-  return {{"format", k_manifest_format}, {"sweep", m.sweep},   {"sweep_hash", m.sweep_hash},
-          {"source", m.source},          {"shards", m.shards}, {"jobs", m.jobs},
-          {"submissions", subs}};
-}
-
-// The manifest of `layout`, nullopt when there is none. Errors ("bad_fleet") name the file.
-Result<std::optional<Manifest>> read_manifest(const Layout& layout) {
-  if (!fs::exists(layout.manifest())) return std::optional<Manifest>();
-  auto text = replay::read_text_file(layout.manifest());
-  if (!text) return text.error();
-  const json doc = json::parse(*text, nullptr, false);
-  if (!doc.is_object() || doc.value("format", std::string()) != k_manifest_format) {
-    return make_error(ErrorCode::bad_fleet, layout.manifest() + ": expected a fleet manifest (\"format\": \"" +
-                                       k_manifest_format + "\")");
-  }
-  try {
-    Manifest m;
-    m.sweep = doc.value("sweep", std::string());
-    m.sweep_hash = doc.value("sweep_hash", std::string());
-    m.source = doc.value("source", std::string());
-    m.shards = doc.at("shards").get<std::size_t>();
-    m.jobs = doc.value("jobs", std::size_t{0});
-    for (const auto& s : doc.value("submissions", json::array())) {
-      m.submissions.push_back({s.at("array_job").get<std::int64_t>(), s.value("merge_job", std::int64_t{0}),
-                               slurm::expand_task_ids(s.value("tasks", std::string())),
-                               s.value("submitted_at_ms", std::int64_t{0})});
-    }
-    return std::optional<Manifest>(std::move(m));
-  } catch (const json::exception& e) {
-    return make_error(ErrorCode::bad_fleet, layout.manifest() + ": " + e.what());
-  }
-}
-
-// --- what became of each shard ------------------------------------------------------------------
-
-struct ShardStatus {
-  std::size_t index = 0;
-  std::string state;        // done, failed, pending, running, missing
-  std::string why;          // for failed and missing: what Slurm or the table says
-  std::string node;
-  std::string slurm_state;  // "" when Slurm was not asked or does not know the task
-  std::int64_t job_id = 0, array_job = 0;
-  std::string exit_code;
-  std::string log;          // "" when unknown
-  std::optional<tableio::Table> table;
-};
-
-// Reads each shard's table and asks Slurm about the tasks the manifest submitted. `slurm_error`
-// receives a Slurm error once (the states are then what the files say).
-std::vector<ShardStatus> collect_shards(const Layout& layout, const std::optional<Manifest>& manifest,
-                                        std::size_t shards, std::string& slurm_error) {
-  std::map<std::int64_t, std::map<int, slurm::TaskState>> known;  // array job -> tasks
-  std::vector<ShardStatus> out;
-  for (std::size_t i = 1; i <= shards; ++i) {
-    ShardStatus s;
-    s.index = i;
-    const Submission* sub = manifest ? manifest->latest_for(i) : nullptr;
-    const slurm::TaskState* task = nullptr;
-    if (sub != nullptr) {
-      s.array_job = sub->array_job;
-      s.log = layout.shard_log(i, sub->array_job);
-      if (known.count(sub->array_job) == 0) {
-        auto tasks = slurm::array_tasks(sub->array_job);
-        if (!tasks && slurm_error.empty()) slurm_error = tasks.error().message;
-        known[sub->array_job] = tasks ? *tasks : std::map<int, slurm::TaskState>{};
-      }
-      auto& tasks = known[sub->array_job];
-      if (auto it = tasks.find(static_cast<int>(i)); it != tasks.end()) task = &it->second;
-    }
-    if (task != nullptr) {
-      s.slurm_state = task->state;
-      s.node = task->node;
-      s.job_id = task->job_id;
-      s.exit_code = task->exit_code;
-    }
-    const std::string path = layout.shard_table(i);
-    std::string table_problem;
-    if (fs::exists(path)) {
-      auto text = replay::read_text_file(path);
-      auto table = text ? tableio::read_table(*text, path) : Result<tableio::Table>(text.error());
-      if (table) s.table = std::move(*table);
-      else table_problem = table.error().message;
-    }
-    if (task != nullptr && slurm::is_active(task->state)) {
-      s.state = task->state == "PENDING" ? "pending" : "running";
-      s.why = task->reason;
-    } else if (s.table) {
-      const auto& p = s.table->provenance;
-      const auto failed = p.value("failed_jobs", std::int64_t{0}) + p.value("rejected_jobs", std::int64_t{0});
-      if (s.node.empty()) s.node = p.value("node", std::string());
-      if (failed > 0) {
-        s.state = "failed";
-        s.why = std::to_string(failed) + " of " + std::to_string(p.value("jobs", std::int64_t{0})) +
-                " jobs failed or were rejected";
-      } else {
-        s.state = "done";
-      }
-    } else if (task != nullptr) {
-      s.state = "failed";
-      s.why = "Slurm " + task->state + (task->exit_code.empty() ? "" : " (exit " + task->exit_code + ")") +
-              (task->reason.empty() ? "" : ", " + task->reason) + "; no table " +
-              (table_problem.empty() ? "at " + path : "(" + table_problem + ")");
-    } else {
-      s.state = "missing";
-      s.why = table_problem.empty() ? "no table at " + path : table_problem;
-      if (sub == nullptr) s.why += manifest ? "; never submitted" : "";
-      else s.why += "; Slurm no longer knows array job " + std::to_string(sub->array_job);
-    }
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-ordered_json shard_json(const ShardStatus& s) {
-  ordered_json j = {{"shard", s.index}, {"state", s.state}};
-  if (!s.why.empty()) j["why"] = s.why;
-  j["node"] = s.node;
-  if (!s.slurm_state.empty()) j["slurm_state"] = s.slurm_state;
-  if (s.array_job > 0) j["array_job"] = s.array_job;
-  if (s.job_id > 0) j["job"] = s.job_id;
-  if (!s.exit_code.empty()) j["exit_code"] = s.exit_code;
-  if (!s.log.empty()) j["log"] = s.log;
-  j["rows"] = s.table ? s.table->rows.size() : 0;
-  return j;
-}
-
-void print_shards(const std::vector<ShardStatus>& shards, std::ostream& out) {
-  Table table({{"SHARD", Align::right}, {"STATE"}, {"NODE"}, {"SLURM"}, {"ROWS", Align::right},
-               {"LOG"}, {"WHY"}});
-  for (const auto& s : shards) {
-    const std::string slurm_text =
-        s.array_job > 0 ? std::to_string(s.array_job) + "_" + std::to_string(s.index) +
-                              (s.slurm_state.empty() ? "" : " " + s.slurm_state)
-                        : "-";
-    table.add_row({std::to_string(s.index), s.state, s.node.empty() ? "-" : s.node, slurm_text,
-                   s.table ? std::to_string(s.table->rows.size()) : "-",
-                   s.log.empty() ? "-" : s.log, s.why.empty() ? "-" : s.why});
-  }
-  table.print(out);
-}
-
-// The file naming the last fleet directory this user submitted, for `fleet status` without DIR.
-std::string last_fleet_file() {
-  return resolve_paths(path_env_from_process()).state_dir + "/last-fleet";
-}
 
 // --- the shard entry point ----------------------------------------------------------------------
 
@@ -325,6 +104,42 @@ void watch_termination() {
 
 } // namespace
 
+namespace {
+
+// The shard's KTUNE_HOME: `given`, else a fresh directory under $TMPDIR (or /tmp).
+Result<std::string> shard_home(const std::string& given, std::size_t index) {
+  if (!given.empty()) return given;
+  const std::string tmp = env("TMPDIR").empty() ? "/tmp" : env("TMPDIR");
+  std::string pattern = tmp + "/ktune-shard-" + std::to_string(index) + ".XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    return make_error(ErrorCode::io_error, "cannot create a directory under " + tmp + ": " + std::strerror(errno));
+  }
+  return pattern;
+}
+
+// The shard table's provenance: the sweep, the shard, the node, and what Slurm or Kubernetes
+// says of the task running it.
+ordered_json shard_provenance(const std::string& sweep_name, const sweep::Shard& shard, const std::string& host) {
+  ordered_json provenance = {{"kind", "fleet-shard"},
+                             {"sweep", sweep_name},
+                             {"shard", std::to_string(shard.index) + "/" + std::to_string(shard.count)},
+                             {"node", env("SLURMD_NODENAME").empty() ? host : env("SLURMD_NODENAME")},
+                             {"host", host},
+                             {"started_at_ms", now_ms()}};
+  if (!env("SLURM_JOB_ID").empty()) {
+    provenance["slurm"] = {{"job_id", env("SLURM_JOB_ID")},
+                           {"array_job_id", env("SLURM_ARRAY_JOB_ID")},
+                           {"array_task_id", env("SLURM_ARRAY_TASK_ID")},
+                           {"cluster", env("SLURM_CLUSTER_NAME")}};
+  }
+  if (!env("JOB_COMPLETION_INDEX").empty()) {
+    provenance["kubernetes"] = {{"job_completion_index", env("JOB_COMPLETION_INDEX")}};
+  }
+  return provenance;
+}
+
+} // namespace
+
 int run_fleet_shard(const FleetShardOptions& options, Output& io) {
   auto shard = sweep::parse_shard(options.shard);
   if (!shard) return report_error(io, ErrorCode::usage, "--shard: " + shard.error().message, k_exit_failed);
@@ -339,19 +154,11 @@ int run_fleet_shard(const FleetShardOptions& options, Output& io) {
   }
 
   // A private instance on node-local storage: its own socket, database and compile cache.
-  std::string home = options.home;
-  if (home.empty()) {
-    const std::string tmp = env("TMPDIR").empty() ? "/tmp" : env("TMPDIR");
-    std::string pattern = tmp + "/ktune-shard-" + std::to_string(shard->index) + ".XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      return report_error(io, ErrorCode::io_error, "cannot create a directory under " + tmp + ": " +
-                                              std::strerror(errno), k_exit_failed);
-    }
-    home = pattern;
-  }
-  ::setenv("KTUNE_HOME", home.c_str(), 1);
+  auto home = shard_home(options.home, shard->index);
+  if (!home) return report_error(io, home.error().code, home.error().message, k_exit_failed);
+  ::setenv("KTUNE_HOME", home->c_str(), 1);
   watch_termination();
-  PrivateInstance instance(home, options.home.empty());
+  PrivateInstance instance(*home, options.home.empty());
   // The signal thread sees the instance while it exists.
   struct Registration {
     explicit Registration(PrivateInstance& instance) {
@@ -367,28 +174,13 @@ int run_fleet_shard(const FleetShardOptions& options, Output& io) {
   } registration(instance);
 
   const std::string host = tableio::local_host_name();
-  ordered_json provenance = {{"kind", "fleet-shard"},
-                             {"sweep", parsed->name},
-                             {"shard", std::to_string(shard->index) + "/" + std::to_string(shard->count)},
-                             {"node", env("SLURMD_NODENAME").empty() ? host : env("SLURMD_NODENAME")},
-                             {"host", host},
-                             {"started_at_ms", now_ms()}};
-  if (!env("SLURM_JOB_ID").empty()) {
-    provenance["slurm"] = {{"job_id", env("SLURM_JOB_ID")},
-                           {"array_job_id", env("SLURM_ARRAY_JOB_ID")},
-                           {"array_task_id", env("SLURM_ARRAY_TASK_ID")},
-                           {"cluster", env("SLURM_CLUSTER_NAME")}};
-  }
-  if (!env("JOB_COMPLETION_INDEX").empty()) {
-    provenance["kubernetes"] = {{"job_completion_index", env("JOB_COMPLETION_INDEX")}};
-  }
-
+  const ordered_json provenance = shard_provenance(parsed->name, *shard, host);
   io.err << "fleet shard " << options.shard << " of sweep " << parsed->name << " on " << host
-         << " (KTUNE_HOME " << home << ")\n";
+         << " (KTUNE_HOME " << *home << ")\n";
   Output log_io{io.err, io.err, false, false};
   const int started = daemon_start({}, {options.config, options.kernel_dirs, {}}, log_io);
   if (started != k_exit_ok) {
-    io.err << "ktune fleet shard: the private ktuned did not start (KTUNE_HOME " << home << ")\n";
+    io.err << "ktune fleet shard: the private ktuned did not start (KTUNE_HOME " << *home << ")\n";
     return k_exit_failed;
   }
   // The sweep writes a hidden file; it becomes the shard's table below, unless the shard was
@@ -420,180 +212,6 @@ int run_fleet_shard(const FleetShardOptions& options, Output& io) {
   instance.stop();
   io.err << "fleet shard " << options.shard << ": exit " << code << '\n';
   return code;
-}
-
-// --- submission ---------------------------------------------------------------------------------
-
-int submit_slurm_sweep(const GlobalOptions& global, const SweepOptions& options,
-                       const SlurmSubmitOptions& slurm_options, Output& io) {
-  auto fail = [&](ErrorCode code, const std::string& message) {
-    return report_error(io, code, message, k_exit_failed);
-  };
-  if (options.out.empty()) return fail(ErrorCode::usage, "--slurm needs --out DIR: the fleet's output directory");
-  if (options.shard != "1/1") return fail(ErrorCode::usage, "--slurm submits every shard; --shard is not an option of it");
-  if (options.dry_run) return fail(ErrorCode::usage, "--slurm does not take --dry-run");
-  if (!options.junit.empty()) {
-    return fail(ErrorCode::usage, "with --slurm the merge job writes the JUnit report to DIR/merged.xml; "
-                         "--junit is not an option of it");
-  }
-  if (!options.baseline.empty() && !fs::exists(options.baseline)) {
-    return fail(ErrorCode::not_found, "--baseline " + options.baseline + ": no such file");
-  }
-  if (!options.baseline.empty()) {
-    if (auto r = parse_max_regression(options.max_regression); !r) return fail(r.error().code, r.error().message);
-  }
-  auto text = replay::read_text_file(options.file);
-  if (!text) return fail(text.error().code, text.error().message);
-  auto parsed = sweep::parse_sweep(*text, options.file);
-  if (!parsed) return fail(parsed.error().code, parsed.error().message);
-  if (parsed->jobs.empty()) return fail(ErrorCode::sweep_error, options.file + ": the sweep has no jobs");
-  const std::size_t shards = slurm_options.shards > 0 ? slurm_options.shards : parsed->jobs.size();
-  if (shards > parsed->jobs.size()) {
-    return fail(ErrorCode::usage, "--shards " + std::to_string(shards) + ": the sweep has only " +
-                             std::to_string(parsed->jobs.size()) + " jobs");
-  }
-
-  std::error_code ec;
-  auto self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return fail(ErrorCode::io_error, "cannot locate the ktune executable (/proc/self/exe): " + ec.message());
-  const std::string ktune = self.string();
-
-  const Layout layout{absolute_path(options.out)};
-  for (const auto& d : {layout.dir, layout.shards_dir(), layout.logs_dir()}) {
-    fs::create_directories(d, ec);
-    if (ec) return fail(ErrorCode::io_error, "cannot create " + d + ": " + ec.message());
-  }
-  auto existing = read_manifest(layout);
-  if (!existing) return fail(existing.error().code, existing.error().message);
-  Manifest manifest;
-  const std::string sweep_hash = hash_hex(*text);
-  if (*existing) {
-    manifest = **existing;
-    if (manifest.sweep_hash != sweep_hash) {
-      return fail(ErrorCode::bad_fleet, layout.dir + " holds the shards of another sweep file (" +
-                                   manifest.source + ", now changed or different); submit to a new --out");
-    }
-    if (slurm_options.shards > 0 && slurm_options.shards != manifest.shards) {
-      return fail(ErrorCode::bad_fleet, layout.dir + " holds " + std::to_string(manifest.shards) +
-                                   " shards; --shards " + std::to_string(slurm_options.shards) +
-                                   " would split the jobs differently; submit to a new --out");
-    }
-  } else {
-    manifest.sweep = parsed->name;
-    manifest.sweep_hash = sweep_hash;
-    manifest.source = absolute_path(options.file);
-    manifest.shards = shards;
-    manifest.jobs = parsed->jobs.size();
-    if (auto w = write_file_atomic(layout.sweep(), *text); !w) return fail(w.error().code, w.error().message);
-  }
-
-  // Only the shards that are neither done nor still queued or running.
-  std::string slurm_error;
-  const auto states = collect_shards(layout, *existing, manifest.shards, slurm_error);
-  if (!slurm_error.empty()) return fail(ErrorCode::slurm_error, slurm_error);
-  std::vector<int> tasks;
-  std::size_t done = 0, active = 0;
-  for (const auto& s : states) {
-    if (s.state == "done") ++done;
-    else if (s.state == "pending" || s.state == "running") ++active;
-    else tasks.push_back(static_cast<int>(s.index));
-  }
-  if (tasks.empty()) {
-    if (global.json) {
-      print_json(io, {{"out", layout.dir}, {"submitted", false}, {"done", done}, {"active", active}});
-    } else {
-      io.out << "nothing to submit: " << done << " of " << manifest.shards << " shards done, "
-             << active << " queued or running (ktune fleet status " << layout.dir << ")\n";
-    }
-    return k_exit_ok;
-  }
-
-  // The shards' ktuned config travels with the fleet, like the sweep file.
-  std::string config;
-  if (!slurm_options.config.empty()) {
-    auto config_text = replay::read_text_file(slurm_options.config);
-    if (!config_text) return fail(config_text.error().code, config_text.error().message);
-    if (auto w = write_file_atomic(layout.config(), *config_text); !w) return fail(w.error().code, w.error().message);
-    config = layout.config();
-  }
-
-  std::string header = "#!/bin/sh\n";
-  std::vector<std::string> common;
-  if (!slurm_options.partition.empty()) common.push_back("--partition=" + slurm_options.partition);
-  if (!slurm_options.time_limit.empty()) common.push_back("--time=" + slurm_options.time_limit);
-
-  std::string shard_script =
-      header + "# Written by `ktune sweep --slurm`: array task i runs shard i of " +
-      std::to_string(manifest.shards) + " of the sweep\n# (ktune fleet shard; docs/deploy.md).\n" +
-      "#SBATCH --job-name=ktune-" + manifest.sweep + "\n#SBATCH --ntasks=1\n" +
-      "#SBATCH --output=" + layout.logs_dir() + "/shard-%a.%A.log\n";
-  for (const auto& o : common) shard_script += "#SBATCH " + o + "\n";
-  if (slurm_options.gpus_per_task > 0) {
-    shard_script += "#SBATCH --gpus-per-task=" + std::to_string(slurm_options.gpus_per_task) + "\n";
-  }
-  shard_script += "exec " + sh_quote(ktune) + " fleet shard " + sh_quote(layout.sweep()) +
-                  " --shard \"$SLURM_ARRAY_TASK_ID/" + std::to_string(manifest.shards) + "\" --out " +
-                  sh_quote(layout.dir);
-  if (!config.empty()) shard_script += " --config " + sh_quote(config);
-  for (const auto& d : slurm_options.kernel_dirs) shard_script += " --kernel-dir " + sh_quote(absolute_path(d));
-  if (options.remeasure) shard_script += " --remeasure";
-  shard_script += "\n";
-
-  std::string merge_script =
-      header + "# Written by `ktune sweep --slurm`: merges the shards once the array has ended.\n" +
-      "#SBATCH --job-name=ktune-merge-" + manifest.sweep + "\n#SBATCH --ntasks=1\n" +
-      "#SBATCH --output=" + layout.logs_dir() + "/merge.%j.log\n";
-  for (const auto& o : common) merge_script += "#SBATCH " + o + "\n";
-  merge_script += "exec " + sh_quote(ktune) + " fleet merge " + sh_quote(layout.dir) + " --output " +
-                  sh_quote(layout.merged()) + " --junit " + sh_quote(layout.merged_junit());
-  if (!options.baseline.empty()) {
-    merge_script += " --baseline " + sh_quote(absolute_path(options.baseline)) +
-                    " --max-regression " + sh_quote(options.max_regression);
-  }
-  merge_script += "\n";
-  for (const auto& [path, script] : {std::pair{layout.shard_script(), shard_script},
-                                     std::pair{layout.merge_script(), merge_script}}) {
-    if (auto w = write_file_atomic(path, script); !w) return fail(w.error().code, w.error().message);
-    fs::permissions(path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                              fs::perms::others_read | fs::perms::others_exec, ec);
-  }
-
-  std::string array = slurm::task_list(tasks);
-  if (slurm_options.max_parallel > 0) array += "%" + std::to_string(slurm_options.max_parallel);
-  auto array_job = slurm::submit({"--array=" + array, layout.shard_script()});
-  if (!array_job) return fail(array_job.error().code, array_job.error().message);
-  auto merge_job = slurm::submit({"--dependency=afterany:" + std::to_string(*array_job), layout.merge_script()});
-  manifest.submissions.push_back({*array_job, merge_job ? *merge_job : 0, tasks, now_ms()});
-  if (auto w = write_file_atomic(layout.manifest(), manifest_to_json(manifest).dump(2) + "\n"); !w) {
-    return fail(w.error().code, w.error().message + " (array job " + std::to_string(*array_job) +
-                                    " is submitted)");
-  }
-  if (auto state = SafeDir::open(resolve_paths(path_env_from_process()).state_dir, DirCreate::yes)) {
-    (void)state->write_atomic("last-fleet", layout.dir + "\n");
-  }
-  if (!merge_job) {
-    return fail(merge_job.error().code, "array job " + std::to_string(*array_job) +
-                                            " is submitted, the merge job is not: " +
-                                            merge_job.error().message);
-  }
-  if (global.json) {
-    print_json(io, {{"out", layout.dir},
-                    {"submitted", true},
-                    {"sweep", manifest.sweep},
-                    {"shards", manifest.shards},
-                    {"tasks", slurm::task_list(tasks)},
-                    {"array_job", *array_job},
-                    {"merge_job", *merge_job},
-                    {"script", layout.shard_script()},
-                    {"merged", layout.merged()}});
-  } else {
-    io.out << "sweep " << manifest.sweep << ": shards " << slurm::task_list(tasks) << " of "
-           << manifest.shards << " submitted as array job " << *array_job << ", merge job "
-           << *merge_job << " (afterany)\n"
-           << "logs " << layout.logs_dir() << "/shard-<i>." << *array_job << ".log; merged table "
-           << layout.merged() << "\nktune fleet status " << layout.dir << '\n';
-  }
-  return k_exit_ok;
 }
 
 // --- status and merge ---------------------------------------------------------------------------
@@ -640,6 +258,90 @@ int fleet_status(const GlobalOptions& global, const std::string& dir_option, std
   return k_exit_ok;
 }
 
+namespace {
+
+// The shards' tables merged into one: every key of every shard, by (kernel, shape, dtype, device
+// fingerprint, source hash); shards hold different jobs, so a key in two tables is a sweep that
+// lists it twice and `policy` decides (counted in `conflicts`). Its provenance says what was
+// merged: the sweep, its shard count, each shard table's provenance and the shards not done.
+tableio::Table merge_shards(const std::vector<ShardStatus>& states, tableio::Policy policy, const std::string& sweep,
+                            std::size_t count, const ordered_json& incomplete, std::size_t& conflicts) {
+  tableio::Table merged;
+  ordered_json from = ordered_json::array();
+  for (const auto& s : states) {
+    if (!s.table) continue;
+    auto result = tableio::merge(merged, *s.table, policy);
+    conflicts += result.conflicts.size();
+    merged = std::move(result.table);
+    ordered_json p = s.table->provenance;
+    p["rows"] = s.table->rows.size();
+    from.push_back(p);
+  }
+  merged.host = tableio::local_host_name();
+  merged.exported_at_ms = now_ms();
+  merged.provenance = {{"kind", "fleet-merge"},
+                       {"sweep", sweep},
+                       {"shards", count},
+                       {"merged_from", from},
+                       {"incomplete", incomplete}};
+  return merged;
+}
+
+// The shards as JUnit test cases: a shard not done is a failure.
+std::vector<tableio::JunitCase> shard_cases(const std::vector<ShardStatus>& states, std::size_t count) {
+  std::vector<tableio::JunitCase> cases;
+  for (const auto& s : states) {
+    std::string text = "shard " + std::to_string(s.index) + "/" + std::to_string(count) + ": " + s.state;
+    if (!s.node.empty()) text += " on " + s.node;
+    if (s.table) text += ", " + std::to_string(s.table->rows.size()) + " rows";
+    if (!s.why.empty()) text += "; " + s.why;
+    if (!s.log.empty()) text += "; log " + s.log;
+    cases.push_back(
+        {.classname = "ktune.fleet.shards", .name = "shard " + std::to_string(s.index),
+         .failure = s.state == "done" ? "" : "shard " + std::to_string(s.index) + " " + s.state,
+         .text = text});
+  }
+  return cases;
+}
+
+// What a merge did, for its report.
+struct MergeOutcome {
+  const std::vector<ShardStatus>& states;
+  const tableio::Table& merged;
+  const std::string& output;
+  std::size_t count = 0, incomplete = 0, conflicts = 0, regressions = 0;
+  const std::string& slurm_error;
+};
+
+ordered_json merge_json(const MergeOutcome& m, const FleetMergeOptions& options) {
+  ordered_json list = ordered_json::array();
+  for (const auto& s : m.states) list.push_back(shard_json(s));
+  ordered_json out = {{"output", m.output},  {"rows", m.merged.rows.size()}, {"shards", list},
+                      {"incomplete", m.incomplete}, {"conflicts", m.conflicts},
+                      {"regressions", m.regressions}};
+  if (!options.junit.empty()) out["junit"] = options.junit;
+  if (!m.slurm_error.empty()) out["slurm_error"] = m.slurm_error;
+  return out;
+}
+
+void print_merge(const MergeOutcome& m, const Layout& layout, const std::string& markdown, Output& io) {
+  io.out << "merged " << (m.count - m.incomplete) << " of " << m.count << " shards: " << m.merged.rows.size()
+         << " rows to " << m.output << '\n';
+  if (m.incomplete > 0) {
+    io.out << m.incomplete << " shard(s) not done:\n";
+    std::vector<ShardStatus> not_done;
+    for (const auto& s : m.states) {
+      if (s.state != "done") not_done.push_back(s);
+    }
+    print_shards(not_done, io.out);
+    io.out << "resubmit them: the same `ktune sweep FILE --slurm --out " << layout.dir << "`\n";
+  }
+  if (!markdown.empty()) io.out << markdown;
+  if (!m.slurm_error.empty()) io.err << "ktune fleet merge: " << m.slurm_error << '\n';
+}
+
+} // namespace
+
 int fleet_merge(const GlobalOptions& global, const FleetMergeOptions& options, Output& io) {
   auto fail = [&](ErrorCode code, const std::string& message) {
     return report_error(io, code, message, k_exit_failed);
@@ -657,49 +359,18 @@ int fleet_merge(const GlobalOptions& global, const FleetMergeOptions& options, O
 
   std::string slurm_error;
   const auto states = collect_shards(layout, *manifest, count, slurm_error);
-  // Every key of every shard, by (kernel, shape, dtype, device fingerprint, source hash): shards
-  // hold different jobs, so a key in two tables is a sweep that lists it twice; the import
-  // policy decides.
-  tableio::Table merged;
-  ordered_json from = ordered_json::array();
-  std::size_t conflicts = 0;
-  for (const auto& s : states) {
-    if (!s.table) continue;
-    auto result = tableio::merge(merged, *s.table, *policy);
-    conflicts += result.conflicts.size();
-    merged = std::move(result.table);
-    ordered_json p = s.table->provenance;
-    p["rows"] = s.table->rows.size();
-    from.push_back(p);
-  }
-  merged.host = tableio::local_host_name();
-  merged.exported_at_ms = now_ms();
   ordered_json problems = ordered_json::array();
   for (const auto& s : states) {
     if (s.state != "done") problems.push_back(shard_json(s));
   }
-  merged.provenance = {{"kind", "fleet-merge"},
-                       {"sweep", *manifest ? (*manifest)->sweep : std::string()},
-                       {"shards", count},
-                       {"merged_from", from},
-                       {"incomplete", problems}};
+  std::size_t conflicts = 0;
+  const tableio::Table merged =
+      merge_shards(states, *policy, *manifest ? (*manifest)->sweep : std::string(), count, problems, conflicts);
   const std::string output = options.output.empty() ? layout.merged() : options.output;
   if (auto w = write_file_atomic(output, tableio::write_json(merged)); !w) return fail(w.error().code, w.error().message);
 
   // The shards as test cases, then the comparison with the baseline (or the winners).
-  std::vector<tableio::JunitCase> shard_cases;
-  for (const auto& s : states) {
-    std::string text = "shard " + std::to_string(s.index) + "/" + std::to_string(count) + ": " + s.state;
-    if (!s.node.empty()) text += " on " + s.node;
-    if (s.table) text += ", " + std::to_string(s.table->rows.size()) + " rows";
-    if (!s.why.empty()) text += "; " + s.why;
-    if (!s.log.empty()) text += "; log " + s.log;
-    shard_cases.push_back(
-        {.classname = "ktune.fleet.shards", .name = "shard " + std::to_string(s.index),
-         .failure = s.state == "done" ? "" : "shard " + std::to_string(s.index) + " " + s.state,
-         .text = text});
-  }
-  std::vector<tableio::JunitSuite> suites{tableio::junit_suite("ktune.fleet.shards", shard_cases)};
+  std::vector<tableio::JunitSuite> suites{tableio::junit_suite("ktune.fleet.shards", shard_cases(states, count))};
   std::size_t regressions = 0;
   std::string markdown;
   if (!options.baseline.empty()) {
@@ -721,30 +392,9 @@ int fleet_merge(const GlobalOptions& global, const FleetMergeOptions& options, O
   }
 
   const std::size_t incomplete = problems.size();
-  if (global.json) {
-    ordered_json list = ordered_json::array();
-    for (const auto& s : states) list.push_back(shard_json(s));
-    ordered_json out = {{"output", output},  {"rows", merged.rows.size()}, {"shards", list},
-                        {"incomplete", incomplete}, {"conflicts", conflicts},
-                        {"regressions", regressions}};
-    if (!options.junit.empty()) out["junit"] = options.junit;
-    if (!slurm_error.empty()) out["slurm_error"] = slurm_error;
-    print_json(io, out);
-  } else {
-    io.out << "merged " << (count - incomplete) << " of " << count << " shards: " << merged.rows.size()
-           << " rows to " << output << '\n';
-    if (incomplete > 0) {
-      io.out << incomplete << " shard(s) not done:\n";
-      std::vector<ShardStatus> not_done;
-      for (const auto& s : states) {
-        if (s.state != "done") not_done.push_back(s);
-      }
-      print_shards(not_done, io.out);
-      io.out << "resubmit them: the same `ktune sweep FILE --slurm --out " << layout.dir << "`\n";
-    }
-    if (!markdown.empty()) io.out << markdown;
-    if (!slurm_error.empty()) io.err << "ktune fleet merge: " << slurm_error << '\n';
-  }
+  const MergeOutcome outcome{states, merged, output, count, incomplete, conflicts, regressions, slurm_error};
+  if (global.json) print_json(io, merge_json(outcome, options));
+  else print_merge(outcome, layout, markdown, io);
   if (incomplete > 0) return k_exit_failed;
   return regressions > 0 ? k_exit_regression : k_exit_ok;
 }

@@ -95,27 +95,18 @@ std::optional<int> run_history_command(const HistoryCommand& command, const Glob
   return show_history(global, command.options, io);
 }
 
-int show_history(const GlobalOptions& global, const HistoryOptions& options, Output& io) {
-  const std::string db =
-      options.db.empty() ? resolve_paths(path_env_from_process()).db : options.db;
-  if (!std::filesystem::exists(db)) {
-    return report_error(io, ErrorCode::db_error,
-                        "no database at " + db + " (tune something first, or pass --db PATH)");
-  }
-  auto store = Store::open(db, OpenMode::read_only);
-  if (!store) return report_error(io, store.error().code, store.error().message);
-  auto devices = store->list_devices();
-  if (!devices) return report_error(io, devices.error().code, devices.error().message);
-  std::map<std::string, std::string> device_names; // fingerprint -> name
-  for (const auto& d : *devices) device_names[d.fingerprint] = d.name;
+namespace {
 
-  // The keys the store knows for the kernel and shape (winners: one per source hash).
-  auto winners = store->all_winners();
-  if (!winners) return report_error(io, winners.error().code, winners.error().message);
-  const std::string shape = without_spaces(options.shape);
+// The one key (dtype, device fingerprint) of the store's winners that the options name, for the
+// kernel at `shape`. Errors: not_found (naming the shapes that have runs), ambiguous (listing the
+// keys: pass --dtype and --device).
+Result<std::pair<std::string, std::string>> find_key(const std::vector<WinnerRecord>& winners,
+                                                     const HistoryOptions& options, const std::string& shape,
+                                                     std::map<std::string, std::string>& device_names,
+                                                     const std::string& db) {
   std::set<std::pair<std::string, std::string>> keys; // (dtype, fingerprint)
   std::set<std::string> shapes;
-  for (const auto& w : *winners) {
+  for (const auto& w : winners) {
     if (w.kernel != options.kernel) continue;
     shapes.insert(w.shape);
     if (w.shape != shape) continue;
@@ -133,9 +124,9 @@ int show_history(const GlobalOptions& global, const HistoryOptions& options, Out
   if (keys.empty()) {
     std::string known;
     for (const auto& s : shapes) known += (known.empty() ? "" : ", ") + s;
-    return report_error(io, ErrorCode::not_found,
-                        "no runs of " + wanted + " in " + db +
-                            (known.empty() ? " (the kernel has none)" : " (shapes with runs: " + known + ")"));
+    return make_error(ErrorCode::not_found,
+                      "no runs of " + wanted + " in " + db +
+                          (known.empty() ? " (the kernel has none)" : " (shapes with runs: " + known + ")"));
   }
   if (keys.size() > 1) {
     std::string listed;
@@ -143,70 +134,73 @@ int show_history(const GlobalOptions& global, const HistoryOptions& options, Out
       listed += (listed.empty() ? "" : ", ") + dtype + " on " +
                 (device_names[fp].empty() ? fp.substr(0, 12) : device_names[fp] + " (" + fp.substr(0, 12) + ")");
     }
-    return report_error(io, ErrorCode::ambiguous,
-                        "several keys match " + wanted + ": " + listed + "; pass --dtype and --device");
+    return make_error(ErrorCode::ambiguous,
+                      "several keys match " + wanted + ": " + listed + "; pass --dtype and --device");
   }
-  const auto& [dtype, fingerprint] = *keys.begin();
-  auto series = tableio::load_history(*store, {options.kernel, shape, dtype, fingerprint});
-  if (!series) return report_error(io, series.error().code, series.error().message);
+  return *keys.begin();
+}
 
+// A key's runs and the change points found in them.
+struct History {
+  std::string shape;
+  std::string dtype;
+  std::string fingerprint;
+  std::string device;  // its name, "" when the store has none
+  std::vector<tableio::RunPoint> runs;
   std::vector<double> medians;
-  for (const auto& run : *series) medians.push_back(run.median_ms);
-  const ChangePointOptions method;
-  const auto changes = find_change_points(medians, method);
-  std::map<std::size_t, const ChangePoint*> change_at;
-  for (const auto& c : changes) change_at[c.index] = &c;
-  const std::string device = device_names[fingerprint];
+  std::vector<ChangePoint> changes;
+  std::map<std::size_t, const ChangePoint*> change_at;  // run index -> its change point
+};
 
-  if (global.json) {
-    json runs = json::array();
-    for (std::size_t i = 0; i < series->size(); ++i) {
-      const auto& run = (*series)[i];
-      const auto interval = interval_of(run);
-      runs.push_back({{"job", run.job_id},
-                      {"finished_at_ms", run.finished_at_ms},
-                      {"source_hash", run.source_hash},
-                      {"config", json::parse(run.config, nullptr, false)},
-                      {"median_ms", run.median_ms},
-                      {"interval_ms", interval ? json::array({interval->low, interval->high}) : json(nullptr)},
-                      {"samples", run.samples_ms.size()},
-                      {"change_point", change_at.count(i) != 0}});
-    }
-    json points = json::array();
-    for (const auto& c : changes) {
-      points.push_back({{"index", c.index},
-                        {"job", (*series)[c.index].job_id},
-                        {"before_ms", c.before},
-                        {"after_ms", c.after},
-                        {"ratio", c.ratio()}});
-    }
-    print_json(io, json{{"kernel", options.kernel},
-                        {"shape", shape},
-                        {"dtype", dtype},
-                        {"device", device},
-                        {"fingerprint", fingerprint},
-                        {"runs", runs},
-                        {"change_points", points},
-                        {"method",
-                         {{"name", "l1_piecewise_constant"},
-                          {"penalty_sigmas", method.penalty_sigmas},
-                          {"min_effect", method.min_effect},
-                          {"min_segment", method.min_segment},
-                          {"sigma_ms", successive_difference_sigma(medians)}}}});
-    return k_exit_ok;
+json history_json(const HistoryOptions& options, const History& h, const ChangePointOptions& method) {
+  json runs = json::array();
+  for (std::size_t i = 0; i < h.runs.size(); ++i) {
+    const auto& run = h.runs[i];
+    const auto interval = interval_of(run);
+    runs.push_back({{"job", run.job_id},
+                    {"finished_at_ms", run.finished_at_ms},
+                    {"source_hash", run.source_hash},
+                    {"config", json::parse(run.config, nullptr, false)},
+                    {"median_ms", run.median_ms},
+                    {"interval_ms", interval ? json::array({interval->low, interval->high}) : json(nullptr)},
+                    {"samples", run.samples_ms.size()},
+                    {"change_point", h.change_at.count(i) != 0}});
   }
+  json points = json::array();
+  for (const auto& c : h.changes) {
+    points.push_back({{"index", c.index},
+                      {"job", h.runs[c.index].job_id},
+                      {"before_ms", c.before},
+                      {"after_ms", c.after},
+                      {"ratio", c.ratio()}});
+  }
+  return json{{"kernel", options.kernel},
+              {"shape", h.shape},
+              {"dtype", h.dtype},
+              {"device", h.device},
+              {"fingerprint", h.fingerprint},
+              {"runs", runs},
+              {"change_points", points},
+              {"method",
+               {{"name", "l1_piecewise_constant"},
+                {"penalty_sigmas", method.penalty_sigmas},
+                {"min_effect", method.min_effect},
+                {"min_segment", method.min_segment},
+                {"sigma_ms", successive_difference_sigma(h.medians)}}}};
+}
 
-  io.out << options.kernel << " " << shape << " " << dtype << " on "
-         << (device.empty() ? fingerprint.substr(0, 12) : device + " (" + fingerprint.substr(0, 12) + ")")
-         << ": " << series->size() << " run(s), " << changes.size() << " change point(s)\n";
+void print_history(const HistoryOptions& options, const History& h, std::ostream& out) {
+  out << options.kernel << " " << h.shape << " " << h.dtype << " on "
+      << (h.device.empty() ? h.fingerprint.substr(0, 12) : h.device + " (" + h.fingerprint.substr(0, 12) + ")")
+      << ": " << h.runs.size() << " run(s), " << h.changes.size() << " change point(s)\n";
   Table table({{"#", Align::right}, {"JOB", Align::right}, {"FINISHED (UTC)"}, {"SOURCE"},
                {"MEDIAN ms", Align::right}, {"95% INTERVAL"}, {"SAMPLES", Align::right},
                {"CONFIG"}, {"CHANGE"}});
-  for (std::size_t i = 0; i < series->size(); ++i) {
-    const auto& run = (*series)[i];
+  for (std::size_t i = 0; i < h.runs.size(); ++i) {
+    const auto& run = h.runs[i];
     const auto interval = interval_of(run);
     std::string change;
-    if (auto it = change_at.find(i); it != change_at.end()) {
+    if (auto it = h.change_at.find(i); it != h.change_at.end()) {
       change = "<- step " + signed_percent(it->second->ratio()) + " (" + ms_text(it->second->before) +
                " -> " + ms_text(it->second->after) + " ms)";
     }
@@ -215,7 +209,44 @@ int show_history(const GlobalOptions& global, const HistoryOptions& options, Out
                    interval ? "[" + ms_text(interval->low) + ", " + ms_text(interval->high) + "]" : "-",
                    std::to_string(run.samples_ms.size()), run.config, change});
   }
-  table.print(io.out);
+  table.print(out);
+}
+
+} // namespace
+
+int show_history(const GlobalOptions& global, const HistoryOptions& options, Output& io) {
+  const std::string db =
+      options.db.empty() ? resolve_paths(path_env_from_process()).db : options.db;
+  if (!std::filesystem::exists(db)) {
+    return report_error(io, ErrorCode::db_error,
+                        "no database at " + db + " (tune something first, or pass --db PATH)");
+  }
+  auto store = Store::open(db, OpenMode::read_only);
+  if (!store) return report_error(io, store.error().code, store.error().message);
+  auto devices = store->list_devices();
+  if (!devices) return report_error(io, devices.error().code, devices.error().message);
+  std::map<std::string, std::string> device_names; // fingerprint -> name
+  for (const auto& d : *devices) device_names[d.fingerprint] = d.name;
+
+  // The keys the store knows for the kernel and shape (winners: one per source hash).
+  auto winners = store->all_winners();
+  if (!winners) return report_error(io, winners.error().code, winners.error().message);
+  History h;
+  h.shape = without_spaces(options.shape);
+  auto key = find_key(*winners, options, h.shape, device_names, db);
+  if (!key) return report_error(io, key.error().code, key.error().message);
+  std::tie(h.dtype, h.fingerprint) = *key;
+  auto series = tableio::load_history(*store, {options.kernel, h.shape, h.dtype, h.fingerprint});
+  if (!series) return report_error(io, series.error().code, series.error().message);
+  h.runs = std::move(*series);
+  for (const auto& run : h.runs) h.medians.push_back(run.median_ms);
+  const ChangePointOptions method;
+  h.changes = find_change_points(h.medians, method);
+  for (const auto& c : h.changes) h.change_at[c.index] = &c;
+  h.device = device_names[h.fingerprint];
+
+  if (global.json) print_json(io, history_json(options, h, method));
+  else print_history(options, h, io.out);
   return k_exit_ok;
 }
 

@@ -324,7 +324,8 @@ void add_kernel_commands(CLI::App& app, KernelCommands& commands) {
       "Example:\n  ktune new-kernel scale --dir mykernels && ktune check-kernel mykernels/scale");
 }
 
-std::optional<int> run_kernel_commands(const KernelCommands& commands, Output& io) {
+std::optional<int> run_kernel_commands(const KernelCommands& commands, const GlobalOptions& /*global*/,
+                                 Output& io) {
   if (commands.check != nullptr && commands.check->parsed()) {
     return check_kernel(commands.check_dir, commands.check_shape, io);
   }
@@ -334,20 +335,19 @@ std::optional<int> run_kernel_commands(const KernelCommands& commands, Output& i
   return std::nullopt;
 }
 
-int check_kernel(const std::string& dir, const std::string& shape, Output& io) {
-  std::error_code ec;
-  const std::string spec_path =
-      fs::is_directory(dir, ec) ? (fs::path(dir) / "kernel.toml").string() : dir;
-  // As ktuned with the family's parent as a kernel directory: sources may be shared through '..'.
-  auto kernel = load_kernel(spec_path,
-                            fs::absolute(spec_path).lexically_normal().parent_path().parent_path().string());
-  if (!kernel) return report_error(io, kernel.error().code, kernel.error().message);
-  const KernelSpec& spec = kernel->spec;
+namespace {
 
-  const std::string typed_from =
-      !spec.signature ? std::string()
-      : spec.signature_text == "source" ? kernel->source_path
-                                        : std::string("[kernel].signature");
+// Where the family's entry point's parameter types come from: its source, its [kernel].signature,
+// or "" when untyped.
+std::string typed_from(const LoadedKernel& kernel) {
+  const KernelSpec& spec = kernel.spec;
+  if (!spec.signature) return {};
+  return spec.signature_text == "source" ? kernel.source_path : std::string("[kernel].signature");
+}
+
+// check-kernel's JSON report of the spec: entry, args, dtypes, params, space and reference.
+Json spec_report(const LoadedKernel& kernel) {
+  const KernelSpec& spec = kernel.spec;
   Json args = Json::array();
   for (const auto& arg : spec.args) {
     Json a{{"name", arg.name}, {"kind", to_string(arg.kind)},
@@ -367,33 +367,74 @@ int check_kernel(const std::string& dir, const std::string& shape, Output& io) {
     size *= p.values.size();
     params.push_back(Json{{"name", p.name}, {"values", p.values}});
   }
-  Json report{{"kernel", spec.name}, {"language", to_string(spec.language)},
-              {"spec", kernel->spec_path}, {"entry", spec.entry},
-              {"typed_from", typed_from.empty() ? Json() : Json(typed_from)}, {"args", args},
+  const std::string typed = typed_from(kernel);
+  return Json{{"kernel", spec.name}, {"language", to_string(spec.language)},
+              {"spec", kernel.spec_path}, {"entry", spec.entry},
+              {"typed_from", typed.empty() ? Json() : Json(typed)}, {"args", args},
               {"dtypes", spec.dtypes}, {"dtype_axis", spec.dtype_axis}, {"params", params},
-              {"space", size}, {"reference", describe_reference(*kernel)}};
+              {"space", size}, {"reference", describe_reference(kernel)}};
+}
 
-  if (!io.json) {
-    io.out << spec.name << " (" << to_string(spec.language) << "): " << kernel->spec_path << '\n';
-    io.out << "entry: " << spec.entry
-           << (spec.signature ? " (typed: " + std::to_string(spec.signature->params.size()) +
-                                    " parameters from " + typed_from + ")"
-               : spec.language == Language::cpp
-                   ? std::string(" (extern \"C\" void " + spec.entry + "(void** args))")
-                   : std::string(" (parameters as [[args]] type them)"))
-           << '\n';
-    for (const auto& arg : spec.args) io.out << "  " << describe_arg(arg, spec) << '\n';
-    std::string dtypes;
-    for (const auto& d : spec.dtypes) dtypes += (dtypes.empty() ? "" : ", ") + d;
-    io.out << "dtypes: " << dtypes << (spec.dtype_axis ? "" : " (no dtype axis)") << '\n';
-    std::string names;
-    for (const auto& p : spec.params) {
-      names += (names.empty() ? "" : ", ") + p.name + "(" + std::to_string(p.values.size()) + ")";
-    }
-    io.out << "params: " << (names.empty() ? "-" : names) << "; space: " << size
-           << " configs before constraints\n";
-    io.out << "reference: " << describe_reference(*kernel) << '\n';
+// The same as text.
+void print_spec(const LoadedKernel& kernel, std::ostream& out) {
+  const KernelSpec& spec = kernel.spec;
+  out << spec.name << " (" << to_string(spec.language) << "): " << kernel.spec_path << '\n';
+  out << "entry: " << spec.entry
+      << (spec.signature ? " (typed: " + std::to_string(spec.signature->params.size()) +
+                               " parameters from " + typed_from(kernel) + ")"
+          : spec.language == Language::cpp
+              ? std::string(" (extern \"C\" void " + spec.entry + "(void** args))")
+              : std::string(" (parameters as [[args]] type them)"))
+      << '\n';
+  for (const auto& arg : spec.args) out << "  " << describe_arg(arg, spec) << '\n';
+  std::string dtypes;
+  for (const auto& d : spec.dtypes) dtypes += (dtypes.empty() ? "" : ", ") + d;
+  out << "dtypes: " << dtypes << (spec.dtype_axis ? "" : " (no dtype axis)") << '\n';
+  std::string names;
+  std::uint64_t size = 1;
+  for (const auto& p : spec.params) {
+    size *= p.values.size();
+    names += (names.empty() ? "" : ", ") + p.name + "(" + std::to_string(p.values.size()) + ")";
   }
+  out << "params: " << (names.empty() ? "-" : names) << "; space: " << size
+      << " configs before constraints\n";
+  out << "reference: " << describe_reference(kernel) << '\n';
+}
+
+// A cpp family's default config, and its reference function when it has one, compiled with the
+// host compiler into a scratch cache; each compile recorded in `compiled`. k_exit_ok, or the
+// exit code of the failure (reported on io).
+int compile_default(const LoadedKernel& kernel, Json& compiled, Output& io) {
+  const KernelSpec& spec = kernel.spec;
+  ScratchDir cache;
+  if (cache.path().empty()) return report_error(io, ErrorCode::io_error, "cannot create a temporary compile cache");
+  HostCompiler compiler;
+  auto job = make_compile_job(kernel, spec.default_config, spec.dtypes.front(), cache.path());
+  if (!job) return report_error(io, job.error().code, job.error().message);
+  if (!compile_once(compiler, *job, "the [default] config", compiled, io)) return k_exit_error;
+  if (spec.check.reference == ReferenceKind::function) {
+    auto reference = make_reference_compile_job(kernel, spec.dtypes.front(), cache.path());
+    if (!reference) return report_error(io, reference.error().code, reference.error().message);
+    if (!compile_once(compiler, *reference, "the reference " + spec.check.function, compiled, io)) {
+      return k_exit_error;
+    }
+  }
+  return k_exit_ok;
+}
+
+} // namespace
+
+int check_kernel(const std::string& dir, const std::string& shape, Output& io) {
+  std::error_code ec;
+  const std::string spec_path =
+      fs::is_directory(dir, ec) ? (fs::path(dir) / "kernel.toml").string() : dir;
+  // As ktuned with the family's parent as a kernel directory: sources may be shared through '..'.
+  auto kernel = load_kernel(spec_path,
+                            fs::absolute(spec_path).lexically_normal().parent_path().parent_path().string());
+  if (!kernel) return report_error(io, kernel.error().code, kernel.error().message);
+  const KernelSpec& spec = kernel->spec;
+  Json report = spec_report(*kernel);
+  if (!io.json) print_spec(*kernel, io.out);
 
   if (!shape.empty()) {
     Json found;
@@ -406,23 +447,8 @@ int check_kernel(const std::string& dir, const std::string& shape, Output& io) {
       io.out << "not compiled: `ktune compile-check " << spec.name
              << "` compiles CUDA families with nvrtc\n";
     }
-  } else {
-    ScratchDir cache;
-    if (cache.path().empty()) {
-      return report_error(io, ErrorCode::io_error, "cannot create a temporary compile cache");
-    }
-    HostCompiler compiler;
-    auto job = make_compile_job(*kernel, spec.default_config, spec.dtypes.front(), cache.path());
-    if (!job) return report_error(io, job.error().code, job.error().message);
-    if (!compile_once(compiler, *job, "the [default] config", compiled, io)) return k_exit_error;
-    if (spec.check.reference == ReferenceKind::function) {
-      auto reference = make_reference_compile_job(*kernel, spec.dtypes.front(), cache.path());
-      if (!reference) return report_error(io, reference.error().code, reference.error().message);
-      if (!compile_once(compiler, *reference, "the reference " + spec.check.function, compiled,
-                        io)) {
-        return k_exit_error;
-      }
-    }
+  } else if (const int code = compile_default(*kernel, compiled, io); code != k_exit_ok) {
+    return code;
   }
   report["compiled"] = std::move(compiled);
   report["ready"] = true;

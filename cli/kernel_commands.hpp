@@ -40,7 +40,8 @@ struct KernelCommands {
 // Registers check-kernel and new-kernel on `app`; `commands` must outlive the parse.
 void add_kernel_commands(CLI::App& app, KernelCommands& commands);
 // Runs the one that was parsed; nullopt when neither was.
-[[nodiscard]] std::optional<int> run_kernel_commands(const KernelCommands& commands, Output& io);
+[[nodiscard]] std::optional<int> run_kernel_commands(const KernelCommands& commands, const GlobalOptions& global,
+                                               Output& io);
 
 [[nodiscard]] int check_kernel(const std::string& dir, const std::string& shape, Output& io);
 [[nodiscard]] int new_kernel(const std::string& name, const std::string& lang,

@@ -181,18 +181,19 @@ std::vector<ManPage> man_pages(const CLI::App& app, const std::string& version) 
 }
 
 void add_man_command(CLI::App& app, ManCommand& command) {
+  command.app = &app;
   command.command = app.add_subcommand("man-pages", "Write the man pages into DIR");
   command.command->group("");  // hidden: the build runs it
   command.command->add_option("dir", command.dir, "directory")->required();
 }
 
-std::optional<int> run_man_command(const ManCommand& command, const CLI::App& app,
-                                   const std::string& version, Output& io) {
+std::optional<int> run_man_command(const ManCommand& command, const GlobalOptions& /*global*/,
+                                   Output& io) {
   if (command.command == nullptr || !command.command->parsed()) return std::nullopt;
   std::error_code ec;
   std::filesystem::create_directories(command.dir, ec);
   if (ec) return report_error(io, ErrorCode::io_error, "cannot create " + command.dir + ": " + ec.message());
-  for (const auto& page : man_pages(app, version)) {
+  for (const auto& page : man_pages(*command.app, KTUNE_VERSION)) {
     const std::string path = (std::filesystem::path(command.dir) / page.file).string();
     if (auto w = write_file_atomic(path, page.text); !w) {
       return report_error(io, w.error().code, w.error().message);

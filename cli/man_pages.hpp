@@ -25,14 +25,15 @@ struct ManPage {
 
 struct ManCommand {
   CLI::App* command = nullptr;
+  const CLI::App* app = nullptr;  // the whole command line, whose pages are written
   std::string dir;
 };
 
 // Registers the hidden `man-pages DIR` on `app`; `command` must outlive the parse.
 void add_man_command(CLI::App& app, ManCommand& command);
-// When it was parsed: writes man_pages(app) into its DIR (created), one file each, and lists them
-// on io.out; nullopt otherwise.
-[[nodiscard]] std::optional<int> run_man_command(const ManCommand& command, const CLI::App& app,
-                                                 const std::string& version, Output& io);
+// When it was parsed: writes man_pages(app) (this build's version) into its DIR (created), one
+// file each, and lists them on io.out; nullopt otherwise.
+[[nodiscard]] std::optional<int> run_man_command(const ManCommand& command,
+                                                 const GlobalOptions& global, Output& io);
 
 } // namespace ktune::cli

@@ -1,5 +1,6 @@
 #include "cli/report_command.hpp"
 
+#include "cli/daemon_calls.hpp"
 #include "cli/output_file.hpp"
 
 #include "core/paths.hpp"
@@ -83,9 +84,7 @@ int write_report(const ReportOptions& options, Output& io) {
   std::size_t results = 0;
   for (const auto& job : *jobs) results += job.results.size();
   if (io.json) {
-    io.out << nlohmann::json{{"output", options.output}, {"jobs", jobs->size()}, {"results", results}}
-                  .dump(2)
-           << '\n';
+    print_json(io, nlohmann::json{{"output", options.output}, {"jobs", jobs->size()}, {"results", results}});
   } else {
     io.err << "wrote " << options.output << ": " << jobs->size() << " job(s), " << results
            << " result(s)\n";

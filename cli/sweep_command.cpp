@@ -371,6 +371,196 @@ std::optional<int> run_sweep_command(const SweepCommand& command, const GlobalOp
   return run_sweep(global, options, io);
 }
 
+namespace {
+
+using SweepKey = std::tuple<std::string, std::string, std::string, std::string, std::string>;
+using JobsById = std::map<std::int64_t, std::vector<const sweep::SweepJob*>>;
+
+// --dry-run: the shard's jobs as a table.
+void print_dry_run(const std::vector<sweep::SweepJob>& jobs, std::ostream& out) {
+  Table table({{"#", Align::right}, {"KERNEL"}, {"SHAPE"}, {"DTYPE"}, {"DEVICE"}, {"STRATEGY"}});
+  for (const auto& job : jobs) {
+    table.add_row({std::to_string(job.number + 1), job.kernel, job.shape, job.dtype, job.device,
+                   job.strategy});
+  }
+  table.print(out);
+}
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// How the sweep's jobs ended, from the store: the keys (kernel, shape, dtype, fingerprint, source
+// hash) of those done, their records, and how many did not finish (each said on io.err).
+struct Finished {
+  std::set<SweepKey> keys;
+  std::vector<JobRecord> done_jobs;
+  int failed = 0;
+};
+
+Result<Finished> collect_finished(const Store& store, const JobsById& by_id, Output& io) {
+  Finished out;
+  for (const auto& [id, members] : by_id) {
+    auto record = store.get_job(id);
+    if (!record) return record.error();
+    if (!record->has_value()) continue;
+    const JobRecord& r = **record;
+    if (r.state != JobState::done) {
+      for (const auto* job : members) {
+        io.err << "sweep job #" << job->number + 1 << " " << describe(*job) << ": job " << id
+               << " " << to_string(r.state) << (r.error.empty() ? "" : ": " + r.error) << '\n';
+      }
+      ++out.failed;
+      continue;
+    }
+    out.keys.emplace(r.kernel, r.shape, r.dtype, r.fingerprint, r.source_hash);
+    out.done_jobs.push_back(r);
+  }
+  return out;
+}
+
+// The store's table cut to `keys`, with the kernels its rows name.
+Result<tableio::Table> sweep_table(const Store& store, const std::set<SweepKey>& keys) {
+  auto all = tableio::load_table(store, {});
+  if (!all) return all.error();
+  tableio::Table table = std::move(*all);
+  std::erase_if(table.rows, [&](const tableio::TableRow& row) {
+    return keys.count({row.kernel, row.shape, row.dtype, row.fingerprint, row.source_hash}) == 0;
+  });
+  std::erase_if(table.kernels, [&](const tableio::KernelSource& k) {
+    return std::none_of(table.rows.begin(), table.rows.end(), [&](const tableio::TableRow& row) {
+      return row.kernel == k.name && row.source_hash == k.source_hash;
+    });
+  });
+  return table;
+}
+
+// The provenance a fleet shard asked for, completed with the sweep's counts and devices.
+void stamp_provenance(tableio::Table& table, const nlohmann::json& provenance, std::size_t jobs,
+                      int failed, int rejected) {
+  table.provenance = provenance;
+  table.provenance["jobs"] = jobs;
+  table.provenance["failed_jobs"] = failed;
+  table.provenance["rejected_jobs"] = rejected;
+  json devices = json::array();
+  std::set<std::string> seen;
+  for (const auto& row : table.rows) {
+    if (seen.insert(row.fingerprint).second) {
+      devices.push_back({{"name", row.device_name}, {"fingerprint", row.fingerprint}});
+    }
+  }
+  table.provenance["devices"] = devices;
+  table.provenance["finished_at_ms"] = now_ms();
+}
+
+// What a sweep measured, for the judgement against its baseline.
+struct SweepRun {
+  const std::string& name;
+  const Store& store;
+  const tableio::Table& table;
+  const std::vector<JobRecord>& done_jobs;
+  const JobsById& by_id;
+  std::int64_t started_at_ms = 0;
+  const std::map<std::string, std::vector<CanaryReading>>& canary;
+};
+
+// --baseline: the sweep's table against the last good runs or a baseline table, the machines'
+// moves said by the canary, the changes confirmed by A/B measurements unless --no-confirm; into
+// `summary` (regressions, ambiguous, regressed, baseline, comparison), as markdown on io.out
+// (unless `json_output`) and as JUnit (--junit).
+Result<tableio::Comparison> judge(Connection& conn, const SweepRun& run, const SweepOptions& options,
+                                  double max_regression, bool json_output, json& summary, Output& io) {
+  const tableio::CompareOptions compare_options{.min_effect = max_regression};
+  std::map<std::string, std::vector<tableio::RunPoint>> baseline_runs;
+  std::vector<CanaryReading> baseline_table_canary;
+  Result<tableio::Comparison> compared = make_error(ErrorCode::internal, "no comparison");
+  if (options.baseline == k_last_good) {
+    compared = compare_with_last_good(run.store, run.table, run.done_jobs, run.by_id, run.started_at_ms,
+                                      compare_options, baseline_runs);
+  } else {
+    auto text = replay::read_text_file(options.baseline);
+    if (!text) return text.error();
+    auto baseline = tableio::read_table(*text, options.baseline);
+    if (!baseline) return baseline.error();
+    if (baseline->provenance.contains("canary")) {
+      baseline_table_canary = tableio::canary_from_json(baseline->provenance["canary"]);
+    }
+    compared = tableio::compare(run.table, *baseline, compare_options);
+  }
+  if (!compared) return compared.error();
+  tableio::Comparison comparison = std::move(*compared);
+  auto machines = machine_moves(run.store, comparison, run.canary, baseline_runs, baseline_table_canary);
+  if (!machines) return machines.error();
+  comparison.machines = std::move(*machines);
+  tableio::normalize(comparison);
+  if (!options.no_confirm) {
+    // The verdicts come from A/B measurements; history or the table only selects the keys.
+    auto confirmed = confirm_changed(conn, comparison, io);
+    if (!confirmed) return confirmed.error();
+    summary["confirmed"] = *confirmed;
+  } else {
+    tableio::distrust_moved_machines(comparison);
+  }
+  summary["regressions"] = comparison.regressions();
+  summary["ambiguous"] = comparison.count(tableio::Verdict::ambiguous);
+  json regressed = json::array();
+  for (const auto& key : comparison.keys) {
+    if (key.regressed()) regressed.push_back(tableio::to_string(key.key));
+  }
+  summary["regressed"] = regressed;
+  summary["baseline"] = options.baseline;
+  summary["comparison"] = comparison_json(comparison);
+  if (!json_output) io.out << tableio::render_markdown(comparison);
+  if (!options.junit.empty()) {
+    const auto as = options.strict ? tableio::AmbiguousIs::failure : tableio::AmbiguousIs::skipped;
+    if (auto w = write_file_atomic(options.junit, tableio::render_junit(comparison, "ktune.sweep." + run.name, as)); !w) {
+      return w.error();
+    }
+  }
+  return comparison;
+}
+
+// Submits the shard's jobs and waits for them, reading the speed canary of their devices at the
+// sweep's start and end into `canary` (how fast each device was meanwhile).
+Result<Submitted> run_jobs(Connection& conn, const std::vector<sweep::SweepJob>& jobs, const sweep::Sweep& parsed,
+                           bool remeasure, std::map<std::string, std::vector<CanaryReading>>& canary, Output& io) {
+  std::vector<const sweep::SweepJob*> all_jobs;
+  std::set<std::string> devices;
+  for (const auto& job : jobs) {
+    all_jobs.push_back(&job);
+    devices.insert(job.device);
+  }
+  read_canary(conn, devices, "sweep " + parsed.name + " start", canary, io);
+  auto submitted = submit_and_wait(conn, all_jobs, parsed.priority, remeasure, io);
+  if (!submitted) return submitted.error();
+  read_canary(conn, devices, "sweep " + parsed.name + " end", canary, io);
+  return submitted;
+}
+
+// Every device's canary readings in one list.
+std::vector<CanaryReading> all_readings(const std::map<std::string, std::vector<CanaryReading>>& canary) {
+  std::vector<CanaryReading> readings;
+  for (const auto& [fingerprint, list] : canary) readings.insert(readings.end(), list.begin(), list.end());
+  return readings;
+}
+
+// The sweep's exit: failed or rejected jobs, then regressions, then (--strict) ambiguous keys.
+int sweep_exit(const std::string& name, const SweepOptions& options, int failed, int rejected,
+               std::size_t regressions, std::size_t ambiguous, Output& io) {
+  if (regressions > 0) io.err << "sweep " << name << ": " << regressions << " key(s) regressed\n";
+  if (ambiguous > 0) {
+    io.err << "sweep " << name << ": " << ambiguous << " key(s) ambiguous"
+           << (options.strict ? " (--strict: a failure)" : "") << '\n';
+  }
+  if (failed > 0 || rejected > 0) return k_exit_failed;
+  if (regressions > 0) return k_exit_regression;
+  return options.strict && ambiguous > 0 ? k_exit_ambiguous : k_exit_ok;
+}
+
+} // namespace
+
 int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& io) {
   auto shard = sweep::parse_shard(options.shard);
   if (!shard) {
@@ -391,12 +581,7 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
   io.err << "sweep " << parsed->name << ": " << jobs.size() << " of " << parsed->jobs.size()
          << " jobs (shard " << shard->index << "/" << shard->count << ")\n";
   if (options.dry_run) {
-    Table table({{"#", Align::right}, {"KERNEL"}, {"SHAPE"}, {"DTYPE"}, {"DEVICE"}, {"STRATEGY"}});
-    for (const auto& job : jobs) {
-      table.add_row({std::to_string(job.number + 1), job.kernel, job.shape, job.dtype, job.device,
-                     job.strategy});
-    }
-    table.print(io.out);
+    print_dry_run(jobs, io.out);
     return k_exit_ok;
   }
 
@@ -405,22 +590,10 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
   if (!conn) return fail(io, conn.error(), socket);
 
   // Runs that finished before this moment are history to a last-good baseline.
-  const std::int64_t started_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         std::chrono::system_clock::now().time_since_epoch())
-                                         .count();
-  std::vector<const sweep::SweepJob*> all_jobs;
-  std::set<std::string> devices;
-  for (const auto& job : jobs) {
-    all_jobs.push_back(&job);
-    devices.insert(job.device);
-  }
-  // The speed canary at the sweep's start and end: how fast each device was meanwhile.
+  const std::int64_t started_at_ms = now_ms();
   std::map<std::string, std::vector<CanaryReading>> canary;
-  read_canary(*conn, devices, "sweep " + parsed->name + " start", canary, io);
-  auto submitted = submit_and_wait(*conn, all_jobs, parsed->priority, options.remeasure, io);
+  auto submitted = run_jobs(*conn, jobs, *parsed, options.remeasure, canary, io);
   if (!submitted) return fail(io, submitted.error(), socket);
-  read_canary(*conn, devices, "sweep " + parsed->name + " end", canary, io);
-  const auto& by_id = submitted->by_id;
   const int rejected = submitted->rejected;
 
   // The sweep's keys, from the store (read-only; ktuned names its database).
@@ -428,61 +601,18 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
   if (!stats) return fail(io, stats.error(), socket);
   auto store = Store::open(stats->value("db", std::string()), OpenMode::read_only);
   if (!store) return fail(io, store.error(), socket);
-  std::set<std::tuple<std::string, std::string, std::string, std::string, std::string>> keys;
-  std::vector<JobRecord> done_jobs;
-  int failed = 0;
-  for (const auto& [id, members] : by_id) {
-    auto record = store->get_job(id);
-    if (!record) return fail(io, record.error(), socket);
-    if (!record->has_value()) continue;
-    const JobRecord& r = **record;
-    if (r.state != JobState::done) {
-      for (const auto* job : members) {
-        io.err << "sweep job #" << job->number + 1 << " " << describe(*job) << ": job " << id
-               << " " << to_string(r.state) << (r.error.empty() ? "" : ": " + r.error) << '\n';
-      }
-      ++failed;
-      continue;
-    }
-    keys.emplace(r.kernel, r.shape, r.dtype, r.fingerprint, r.source_hash);
-    done_jobs.push_back(r);
-  }
-  auto all = tableio::load_table(*store, {});
-  if (!all) return fail(io, all.error(), socket);
-  tableio::Table table = std::move(*all);
-  std::erase_if(table.rows, [&](const tableio::TableRow& row) {
-    return keys.count({row.kernel, row.shape, row.dtype, row.fingerprint, row.source_hash}) == 0;
-  });
-  std::erase_if(table.kernels, [&](const tableio::KernelSource& k) {
-    return std::none_of(table.rows.begin(), table.rows.end(), [&](const tableio::TableRow& row) {
-      return row.kernel == k.name && row.source_hash == k.source_hash;
-    });
-  });
+  auto finished = collect_finished(*store, submitted->by_id, io);
+  if (!finished) return fail(io, finished.error(), socket);
+  auto table = sweep_table(*store, finished->keys);
+  if (!table) return fail(io, table.error(), socket);
   if (options.provenance.is_object()) {
-    table.provenance = options.provenance;
-    table.provenance["jobs"] = jobs.size();
-    table.provenance["failed_jobs"] = failed;
-    table.provenance["rejected_jobs"] = rejected;
-    json devices = json::array();
-    std::set<std::string> seen;
-    for (const auto& row : table.rows) {
-      if (seen.insert(row.fingerprint).second) {
-        devices.push_back({{"name", row.device_name}, {"fingerprint", row.fingerprint}});
-      }
-    }
-    table.provenance["devices"] = devices;
-    table.provenance["finished_at_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                             std::chrono::system_clock::now().time_since_epoch())
-                                             .count();
+    stamp_provenance(*table, options.provenance, jobs.size(), finished->failed, rejected);
   }
-  std::vector<CanaryReading> canary_readings;
-  for (const auto& [fingerprint, list] : canary) {
-    canary_readings.insert(canary_readings.end(), list.begin(), list.end());
-  }
-  if (!canary_readings.empty()) table.provenance["canary"] = tableio::canary_json(canary_readings);
+  const std::vector<CanaryReading> canary_readings = all_readings(canary);
+  if (!canary_readings.empty()) table->provenance["canary"] = tableio::canary_json(canary_readings);
   if (!options.out.empty()) {
-    if (auto w = write_file_atomic(options.out, tableio::write_json(table)); !w) return fail(io, w.error(), socket);
-    io.err << "wrote " << table.rows.size() << " winners to " << options.out << '\n';
+    if (auto w = write_file_atomic(options.out, tableio::write_json(*table)); !w) return fail(io, w.error(), socket);
+    io.err << "wrote " << table->rows.size() << " winners to " << options.out << '\n';
   }
 
   std::size_t regressions = 0, ambiguous = 0;
@@ -490,76 +620,25 @@ int run_sweep(const GlobalOptions& global, const SweepOptions& options, Output& 
                   {"shard", options.shard},
                   {"jobs", jobs.size()},
                   {"rejected", rejected},
-                  {"failed", failed},
-                  {"keys", table.rows.size()},
+                  {"failed", finished->failed},
+                  {"keys", table->rows.size()},
                   {"canary", tableio::canary_json(canary_readings)}};
   if (!options.baseline.empty()) {
-    const tableio::CompareOptions compare_options{.min_effect = *max_regression};
-    std::map<std::string, std::vector<tableio::RunPoint>> baseline_runs;
-    std::vector<CanaryReading> baseline_table_canary;
-    Result<tableio::Comparison> compared = make_error(ErrorCode::internal, "no comparison");
-    if (options.baseline == k_last_good) {
-      compared = compare_with_last_good(*store, table, done_jobs, by_id, started_at_ms,
-                                        compare_options, baseline_runs);
-    } else {
-      auto text = replay::read_text_file(options.baseline);
-      if (!text) return fail(io, text.error(), socket);
-      auto baseline = tableio::read_table(*text, options.baseline);
-      if (!baseline) return fail(io, baseline.error(), socket);
-      if (baseline->provenance.contains("canary")) {
-        baseline_table_canary = tableio::canary_from_json(baseline->provenance["canary"]);
-      }
-      compared = tableio::compare(table, *baseline, compare_options);
-    }
-    if (!compared) return fail(io, compared.error(), socket);
-    tableio::Comparison comparison = std::move(*compared);
-    auto machines = machine_moves(*store, comparison, canary, baseline_runs, baseline_table_canary);
-    if (!machines) return fail(io, machines.error(), socket);
-    comparison.machines = std::move(*machines);
-    tableio::normalize(comparison);
-    if (!options.no_confirm) {
-      // The verdicts come from A/B measurements; history or the table only selects the keys.
-      auto confirmed = confirm_changed(*conn, comparison, io);
-      if (!confirmed) return fail(io, confirmed.error(), socket);
-      summary["confirmed"] = *confirmed;
-    } else {
-      tableio::distrust_moved_machines(comparison);
-    }
-    regressions = comparison.regressions();
-    ambiguous = comparison.count(tableio::Verdict::ambiguous);
-    summary["regressions"] = regressions;
-    summary["ambiguous"] = ambiguous;
-    json regressed = json::array();
-    for (const auto& key : comparison.keys) {
-      if (key.regressed()) regressed.push_back(tableio::to_string(key.key));
-    }
-    summary["regressed"] = regressed;
-    summary["baseline"] = options.baseline;
-    summary["comparison"] = comparison_json(comparison);
-    if (!global.json) io.out << tableio::render_markdown(comparison);
-    if (!options.junit.empty()) {
-      const auto as = options.strict ? tableio::AmbiguousIs::failure : tableio::AmbiguousIs::skipped;
-      if (auto w = write_file_atomic(options.junit, tableio::render_junit(comparison, "ktune.sweep." + parsed->name, as)); !w) {
-        return fail(io, w.error(), socket);
-      }
-    }
+    const SweepRun run{parsed->name, *store, *table, finished->done_jobs, submitted->by_id, started_at_ms, canary};
+    auto comparison = judge(*conn, run, options, *max_regression, global.json, summary, io);
+    if (!comparison) return fail(io, comparison.error(), socket);
+    regressions = comparison->regressions();
+    ambiguous = comparison->count(tableio::Verdict::ambiguous);
   } else {
     if (!options.junit.empty()) {
-      if (auto w = write_file_atomic(options.junit, tableio::render_junit(table, "ktune.sweep." + parsed->name)); !w) {
+      if (auto w = write_file_atomic(options.junit, tableio::render_junit(*table, "ktune.sweep." + parsed->name)); !w) {
         return fail(io, w.error(), socket);
       }
     }
-    if (!global.json) io.out << winners_markdown(table);
+    if (!global.json) io.out << winners_markdown(*table);
   }
   if (global.json) print_json(io, summary);
-  if (regressions > 0) io.err << "sweep " << parsed->name << ": " << regressions << " key(s) regressed\n";
-  if (ambiguous > 0) {
-    io.err << "sweep " << parsed->name << ": " << ambiguous << " key(s) ambiguous"
-           << (options.strict ? " (--strict: a failure)" : "") << '\n';
-  }
-  if (failed > 0 || rejected > 0) return k_exit_failed;
-  if (regressions > 0) return k_exit_regression;
-  return options.strict && ambiguous > 0 ? k_exit_ambiguous : k_exit_ok;
+  return sweep_exit(parsed->name, options, finished->failed, rejected, regressions, ambiguous, io);
 }
 
 } // namespace ktune::cli

@@ -160,8 +160,8 @@ int export_engine_json(const ExportOptions& options, const std::string& db, cons
   if (io.json) {
     json names = json::array();
     for (const auto& file : *files) names.push_back(file.name);
-    io.out << json{{"output", options.output}, {"format", "engine-json"}, {"files", names},
-                   {"winners", table.rows.size()}}.dump(2) << '\n';
+    print_json(io, json{{"output", options.output}, {"format", "engine-json"}, {"files", names},
+                        {"winners", table.rows.size()}});
   } else {
     io.err << "exported " << table.rows.size() << " winner(s) as " << files->size() << " file(s) to "
            << options.output << '\n';
@@ -209,8 +209,8 @@ int export_table(const ExportOptions& options, Output& io) {
   }
   if (auto written = write_file_atomic(options.output, *text); !written) return report(io, written.error());
   if (io.json) {
-    io.out << json{{"output", options.output}, {"format", options.format},
-                   {"winners", table->rows.size()}}.dump(2) << '\n';
+    print_json(io, json{{"output", options.output}, {"format", options.format},
+                        {"winners", table->rows.size()}});
   } else {
     io.err << "exported " << table->rows.size() << " winner(s) to " << options.output << '\n';
   }
@@ -222,6 +222,45 @@ json import_request(const tableio::Table& table, tableio::Policy policy) {
               {"table", json(tableio::table_to_json(table))},
               {"policy", tableio::to_string(policy)}};
 }
+
+namespace {
+
+// The table cut into parts whose import requests fit ktuned's request lines of at most `limit`
+// bytes ([daemon].max_message_bytes), rows in order. Errors: message_too_large when one row alone
+// does not fit.
+Result<std::vector<tableio::Table>> split_for_limit(const tableio::Table& table, tableio::Policy policy,
+                                                    std::size_t limit) {
+  auto request_bytes = [](const json& request) {
+    return request.dump(-1, ' ', false, json::error_handler_t::replace).size() + 1;
+  };
+  std::vector<tableio::Table> parts;
+  std::vector<tableio::Table> pending{table};
+  while (!pending.empty()) {
+    tableio::Table part = std::move(pending.back());
+    pending.pop_back();
+    const std::size_t bytes = request_bytes(import_request(part, policy));
+    if (bytes + 64 <= limit || part.rows.size() <= 1) {
+      if (bytes + 64 > limit) {
+        return make_error(ErrorCode::message_too_large,
+                          "a single row of the table makes an import request of " + std::to_string(bytes) +
+                              " bytes; ktuned accepts request lines of at most [daemon].max_message_bytes (" +
+                              std::to_string(limit) + " bytes here): raise that setting in ktuned's "
+                              "configuration");
+      }
+      parts.push_back(std::move(part));
+      continue;
+    }
+    tableio::Table second = part;
+    const auto half = static_cast<std::ptrdiff_t>(part.rows.size() / 2);
+    part.rows.erase(part.rows.begin() + half, part.rows.end());
+    second.rows.erase(second.rows.begin(), second.rows.begin() + half);
+    pending.push_back(std::move(second)); // popped after `part`: the rows stay in order
+    pending.push_back(std::move(part));
+  }
+  return parts;
+}
+
+} // namespace
 
 int import_table_file(const GlobalOptions& global, const ImportOptions& options, Output& io) {
   const auto policy = tableio::parse_policy(options.policy);
@@ -245,46 +284,20 @@ int import_table_file(const GlobalOptions& global, const ImportOptions& options,
   if (auto stats = call(*conn, json{{"op", "stats"}}, k_request_timeout)) {
     limit = static_cast<std::size_t>(stats->value("max_message_bytes", limit));
   }
-  auto request_bytes = [](const json& request) {
-    return request.dump(-1, ' ', false, json::error_handler_t::replace).size() + 1;
-  };
-  std::vector<tableio::Table> parts;
-  std::vector<tableio::Table> pending{*table};
-  while (!pending.empty()) {
-    tableio::Table part = std::move(pending.back());
-    pending.pop_back();
-    const std::size_t bytes = request_bytes(import_request(part, *policy));
-    if (bytes + 64 <= limit || part.rows.size() <= 1) {
-      if (bytes + 64 > limit) {
-        return report_error(
-            io, ErrorCode::message_too_large,
-            "a single row of the table makes an import request of " + std::to_string(bytes) +
-                " bytes; ktuned accepts request lines of at most [daemon].max_message_bytes (" +
-                std::to_string(limit) + " bytes here): raise that setting in ktuned's "
-                "configuration");
-      }
-      parts.push_back(std::move(part));
-      continue;
-    }
-    tableio::Table second = part;
-    const auto half = static_cast<std::ptrdiff_t>(part.rows.size() / 2);
-    part.rows.erase(part.rows.begin() + half, part.rows.end());
-    second.rows.erase(second.rows.begin(), second.rows.begin() + half);
-    pending.push_back(std::move(second)); // popped after `part`: the rows stay in order
-    pending.push_back(std::move(part));
-  }
+  auto parts = split_for_limit(*table, *policy, limit);
+  if (!parts) return report(io, parts.error());
   json result = {{"rows", 0}, {"imported", 0}, {"replaced", 0}, {"kept", 0}, {"unchanged", 0},
                  {"policy", tableio::to_string(*policy)}, {"jobs", json::array()},
-                 {"conflicts", json::array()}, {"requests", parts.size()}};
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    if (parts.size() > 1 && io.err_is_tty) {
-      io.err << "\rimporting part " << (i + 1) << "/" << parts.size() << std::flush;
+                 {"conflicts", json::array()}, {"requests", parts->size()}};
+  for (std::size_t i = 0; i < parts->size(); ++i) {
+    if (parts->size() > 1 && io.err_is_tty) {
+      io.err << "\rimporting part " << (i + 1) << "/" << parts->size() << std::flush;
     }
-    auto reply = call(*conn, import_request(parts[i], *policy), k_import_timeout);
+    auto reply = call(*conn, import_request((*parts)[i], *policy), k_import_timeout);
     if (!reply) {
-      if (parts.size() > 1 && io.err_is_tty) io.err << '\n';
+      if (parts->size() > 1 && io.err_is_tty) io.err << '\n';
       if (i > 0) {
-        io.err << "ktune: parts 1-" << i << " of " << parts.size()
+        io.err << "ktune: parts 1-" << i << " of " << parts->size()
                << " were imported before this error\n";
       }
       return report(io, reply.error(), socket);
@@ -296,9 +309,9 @@ int import_table_file(const GlobalOptions& global, const ImportOptions& options,
       for (const auto& item : reply->value(list, json::array())) result[list].push_back(item);
     }
   }
-  if (parts.size() > 1 && io.err_is_tty) io.err << '\n';
+  if (parts->size() > 1 && io.err_is_tty) io.err << '\n';
   if (global.json || options.json) {
-    io.out << result.dump(2) << '\n';
+    print_json(io, result);
   } else {
     print_import_reply(result, io.out);
   }

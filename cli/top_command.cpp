@@ -1,6 +1,7 @@
 #include "cli/top_command.hpp"
 
 #include "cli/daemon_calls.hpp"
+#include "cli/format.hpp"
 #include "cli/table.hpp"
 
 #include <poll.h>
@@ -205,8 +206,10 @@ int live(Connection& conn, const std::string& socket, const TopOptions& options,
 
 } // namespace
 
-std::vector<std::string> render_top(const json& view, std::size_t width) {
-  std::vector<std::string> lines;
+namespace {
+
+// The first two lines: uptime, connections, a stalled store; throughput and the compile cache.
+void add_summary(std::vector<std::string>& lines, const json& view) {
   const json& throughput = member(view, "throughput");
   const json& cache = member(view, "compile_cache");
   lines.push_back("ktune top - ktuned up " + format_duration(number_of(member(view, "uptime_s"))) +
@@ -220,7 +223,9 @@ std::vector<std::string> render_top(const json& view, std::size_t width) {
                   " since start; " + text_of(member(throughput, "lookups")) +
                   " lookups; compile cache " + text_of(member(cache, "hits")) + " hits, " +
                   text_of(member(cache, "misses")) + " misses");
+}
 
+void add_jobs(std::vector<std::string>& lines, const json& view) {
   Table jobs({{"JOB", Align::right}, {"STATE"}, {"PHASE"}, {"KERNEL"}, {"SHAPE"}, {"DTYPE"},
               {"DEVICE"}, {"PRIO", Align::right}, {"PROGRESS", Align::right},
               {"FAILED", Align::right}, {"TIME", Align::right}, {"BEST"}});
@@ -237,7 +242,9 @@ std::vector<std::string> render_top(const json& view, std::size_t width) {
   }
   section(lines, "JOBS (" + std::to_string(jobs.rows()) + ")", jobs);
   if (jobs.rows() == 0) lines.emplace_back("  no job queued or running");
+}
 
+void add_lanes_and_workers(std::vector<std::string>& lines, const json& view) {
   Table lanes({{"DEVICE"}, {"JOB", Align::right}, {"MEASURING"}, {"WAITING", Align::right},
                {"COMPILE", Align::right}, {"BENCH", Align::right}, {"IDLE", Align::right},
                {"RESTARTS", Align::right}});
@@ -267,7 +274,9 @@ std::vector<std::string> render_top(const json& view, std::size_t width) {
   }
   section(lines, "WORKERS", workers);
   if (workers.rows() == 0) lines.emplace_back("  none started yet");
+}
 
+void add_failures(std::vector<std::string>& lines, const json& view) {
   Table failures({{"JOB", Align::right}, {"KERNEL"}, {"STATUS"}, {"CONFIG"}, {"REASON"}});
   const json& recent = member(view, "failures");
   if (recent.is_array()) {
@@ -282,6 +291,16 @@ std::vector<std::string> render_top(const json& view, std::size_t width) {
   }
   section(lines, "RECENT FAILURES", failures);
   if (failures.rows() == 0) lines.emplace_back("  none");
+}
+
+} // namespace
+
+std::vector<std::string> render_top(const json& view, std::size_t width) {
+  std::vector<std::string> lines;
+  add_summary(lines, view);
+  add_jobs(lines, view);
+  add_lanes_and_workers(lines, view);
+  add_failures(lines, view);
   for (auto& line : lines) line = fit(line, width);
   return lines;
 }

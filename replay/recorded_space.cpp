@@ -341,23 +341,22 @@ const std::string* string_field(const json& object, const char* key) {
   return &it->get_ref<const std::string&>();
 }
 
-Result<RecordedSpace> parse_kerneltuner_cache(const json& root, std::string_view label, bool unterminated) {
-  if (const auto it = root.find("objective"); it != root.end()) {
-    if (!it->is_string()) {
-      return record_error(label, "objective: expected a string, found " + type_name(*it));
-    }
-    if (*it != "time") {
-      return make_error(ErrorCode::unsupported_objective,
-                        std::string(label) + ": objective \"" + it->get<std::string>() +
-                            "\" is not supported: replay compares run times (objective \"time\", "
-                            "minimised); a \"score\" (hyper-parameter sweeps) is maximised and may be negative");
-    }
+// A cache's objective: absent or "time" (a "score" is maximised and may be negative).
+Result<void> check_objective(const json& root, std::string_view label) {
+  const auto it = root.find("objective");
+  if (it == root.end()) return {};
+  if (!it->is_string()) return record_error(label, "objective: expected a string, found " + type_name(*it));
+  if (*it != "time") {
+    return make_error(ErrorCode::unsupported_objective,
+                      std::string(label) + ": objective \"" + it->get<std::string>() +
+                          "\" is not supported: replay compares run times (objective \"time\", "
+                          "minimised); a \"score\" (hyper-parameter sweeps) is maximised and may be negative");
   }
-  const auto tp = root.find("tune_params");
-  if (tp == root.end() || !tp->is_object()) {
-    return record_error(label, "tune_params: expected an object of parameter value lists, found " +
-                                   (tp == root.end() ? std::string("nothing") : type_name(*tp)));
-  }
+  return {};
+}
+
+// The parameters' names: tune_params_keys (each once), else tune_params' keys.
+Result<std::vector<std::string>> param_names(const json& root, const json& tune_params, std::string_view label) {
   std::vector<std::string> names;
   if (const auto keys = root.find("tune_params_keys"); keys != root.end()) {
     if (!keys->is_array()) return record_error(label, "tune_params_keys: expected an array of names, found " + type_name(*keys));
@@ -373,14 +372,20 @@ Result<RecordedSpace> parse_kerneltuner_cache(const json& root, std::string_view
       names.push_back(k.get<std::string>());
     }
   } else {
-    for (const auto& [name, values] : tp->items()) names.push_back(name);
+    for (const auto& [name, values] : tune_params.items()) names.push_back(name);
   }
   if (names.empty()) return record_error(label, "tune_params_keys: expected at least one parameter, found none");
+  return names;
+}
 
+// Each named parameter's values from tune_params: a non-empty list of distinct numbers, booleans
+// or strings.
+Result<std::vector<ParamValues>> read_params(const json& tune_params, const std::vector<std::string>& names,
+                                             std::string_view label) {
   std::vector<ParamValues> params;
   for (const auto& name : names) {
-    const auto values = tp->find(name);
-    if (values == tp->end()) return record_error(label, "tune_params: parameter '" + name + "' of tune_params_keys is missing");
+    const auto values = tune_params.find(name);
+    if (values == tune_params.end()) return record_error(label, "tune_params: parameter '" + name + "' of tune_params_keys is missing");
     if (!values->is_array() || values->empty()) {
       return record_error(label, "tune_params." + name + ": expected a non-empty array of values, found " + excerpt(*values));
     }
@@ -398,6 +403,74 @@ Result<RecordedSpace> parse_kerneltuner_cache(const json& root, std::string_view
     }
     params.push_back(std::move(pv));
   }
+  return params;
+}
+
+// "v1,v2,..." split at its commas.
+std::vector<std::string> key_values(const std::string& key) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = key.find(',', start);
+    parts.push_back(key.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return parts;
+    start = comma + 1;
+  }
+}
+
+// One cache entry: each parameter's value index from the entry's fields, or from its key
+// ("v1,v2,...") where a field is missing; its time and recorded costs.
+Result<Row> read_cache_entry(const std::string& key, const json& entry, const std::vector<ParamValues>& params,
+                             std::string_view label) {
+  Row row;
+  row.where = "cache entry '" + key + "'";
+  if (!entry.is_object()) return record_error(label, row.where + ": expected an object, found " + type_name(entry));
+  std::vector<std::string> key_parts;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const auto field = entry.find(params[p].name);
+    std::optional<std::uint32_t> index;
+    if (field != entry.end()) {
+      const auto v = to_value(*field);
+      if (v) index = params[p].index_of(*v);
+      if (!index) {
+        return record_error(label, row.where + ": " + params[p].name + " = " + excerpt(*field) +
+                                       " is not one of tune_params." + params[p].name);
+      }
+    } else {
+      if (key_parts.empty()) key_parts = key_values(key);
+      if (key_parts.size() != params.size()) {
+        return record_error(label, row.where + ": has no field '" + params[p].name + "' and its key has " +
+                                       std::to_string(key_parts.size()) + " values, expected " +
+                                       std::to_string(params.size()));
+      }
+      index = params[p].index_of_text(key_parts[p]);
+      if (!index) {
+        return record_error(label, row.where + ": " + params[p].name + " = " + key_parts[p] +
+                                       " (from the key) is not one of tune_params." + params[p].name);
+      }
+    }
+    row.indices.push_back(*index);
+  }
+  const auto time = entry.find("time");
+  if (time == entry.end()) return record_error(label, row.where + ": expected a field 'time', found none");
+  auto t = read_time(*time, label, row.where);
+  if (!t) return t.error();
+  row.time_ms = *t;
+  read_kerneltuner_cost(entry, row);
+  return row;
+}
+
+Result<RecordedSpace> parse_kerneltuner_cache(const json& root, std::string_view label, bool unterminated) {
+  if (auto objective = check_objective(root, label); !objective) return objective.error();
+  const auto tp = root.find("tune_params");
+  if (tp == root.end() || !tp->is_object()) {
+    return record_error(label, "tune_params: expected an object of parameter value lists, found " +
+                                   (tp == root.end() ? std::string("nothing") : type_name(*tp)));
+  }
+  auto names = param_names(root, *tp, label);
+  if (!names) return names.error();
+  auto params = read_params(*tp, *names, label);
+  if (!params) return params.error();
 
   const auto cache = root.find("cache");
   if (cache == root.end() || !cache->is_object()) {
@@ -407,53 +480,11 @@ Result<RecordedSpace> parse_kerneltuner_cache(const json& root, std::string_view
   std::vector<Row> rows;
   rows.reserve(cache->size());
   for (const auto& [key, entry] : cache->items()) {
-    Row row;
-    row.where = "cache entry '" + key + "'";
-    if (!entry.is_object()) return record_error(label, row.where + ": expected an object, found " + type_name(entry));
-    // Values from the entry's fields; from the key ("v1,v2,...") where a field is missing.
-    std::vector<std::string> key_parts;
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      const auto field = entry.find(params[p].name);
-      std::optional<std::uint32_t> index;
-      if (field != entry.end()) {
-        const auto v = to_value(*field);
-        if (v) index = params[p].index_of(*v);
-        if (!index) {
-          return record_error(label, row.where + ": " + params[p].name + " = " + excerpt(*field) +
-                                         " is not one of tune_params." + params[p].name);
-        }
-      } else {
-        if (key_parts.empty()) {
-          std::size_t start = 0;
-          while (true) {
-            const std::size_t comma = key.find(',', start);
-            key_parts.push_back(key.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-            if (comma == std::string::npos) break;
-            start = comma + 1;
-          }
-        }
-        if (key_parts.size() != params.size()) {
-          return record_error(label, row.where + ": has no field '" + params[p].name + "' and its key has " +
-                                         std::to_string(key_parts.size()) + " values, expected " +
-                                         std::to_string(params.size()));
-        }
-        index = params[p].index_of_text(key_parts[p]);
-        if (!index) {
-          return record_error(label, row.where + ": " + params[p].name + " = " + key_parts[p] +
-                                         " (from the key) is not one of tune_params." + params[p].name);
-        }
-      }
-      row.indices.push_back(*index);
-    }
-    const auto time = entry.find("time");
-    if (time == entry.end()) return record_error(label, row.where + ": expected a field 'time', found none");
-    auto t = read_time(*time, label, row.where);
-    if (!t) return t.error();
-    row.time_ms = *t;
-    read_kerneltuner_cost(entry, row);
-    rows.push_back(std::move(row));
+    auto row = read_cache_entry(key, entry, *params, label);
+    if (!row) return row.error();
+    rows.push_back(std::move(*row));
   }
-  auto out = build(label, RecordFormat::kerneltuner_cache, params, std::move(rows));
+  auto out = build(label, RecordFormat::kerneltuner_cache, *params, std::move(rows));
   if (!out) return out;
   if (const auto* s = string_field(root, "kernel_name")) out->kernel_name = *s;
   if (const auto* s = string_field(root, "device_name")) out->device_name = *s;

@@ -148,6 +148,68 @@ std::vector<std::size_t> even_checkpoints(std::size_t budget, std::size_t steps)
   return out;
 }
 
+namespace {
+
+// The report's checkpoints, empty: the time checkpoints of a time budget (ascending within it;
+// none = the budget), else the evaluation checkpoints (ascending within the budget, capped at
+// the space size, duplicates dropped; none = the budget).
+Result<std::vector<CheckpointStats>> empty_checkpoints(const ReplayOptions& options, std::size_t budget) {
+  std::vector<CheckpointStats> out;
+  if (options.time_budget) {
+    auto times = options.time_checkpoints;
+    if (times.empty()) times.push_back(*options.time_budget);
+    for (std::size_t i = 0; i < times.size(); ++i) {
+      if (times[i].count() <= 0 || times[i] > *options.time_budget || (i > 0 && times[i] <= times[i - 1])) {
+        return make_error(ErrorCode::bad_budget, "replay: time checkpoints must ascend within (0, " +
+                                            std::to_string(options.time_budget->count()) + "] ms, found " +
+                                            std::to_string(times[i].count()) + " at position " + std::to_string(i));
+      }
+    }
+    for (auto t : times) out.push_back(CheckpointStats{0, t, 0, 0, 1, 0, 0});
+    return out;
+  }
+  std::vector<std::size_t> checkpoints = options.checkpoints;
+  if (checkpoints.empty()) checkpoints.push_back(options.budget);
+  for (std::size_t i = 0; i < checkpoints.size(); ++i) {
+    if (checkpoints[i] == 0 || checkpoints[i] > options.budget ||
+        (i > 0 && checkpoints[i] <= checkpoints[i - 1])) {
+      return make_error(ErrorCode::bad_budget, "replay: checkpoints must ascend within [1, " +
+                                          std::to_string(options.budget) + "], found " +
+                                          std::to_string(checkpoints[i]) + " at position " + std::to_string(i));
+    }
+  }
+  for (auto& c : checkpoints) c = std::min(c, budget);
+  checkpoints.erase(std::unique(checkpoints.begin(), checkpoints.end()), checkpoints.end());
+  for (std::size_t c : checkpoints) out.push_back(CheckpointStats{c, {}, 0, 0, 1, 0, 0});
+  return out;
+}
+
+// One run's best time at each checkpoint added to the checkpoints' sums (the means are divided
+// by the repeats at the end). With a time budget a checkpoint counts the evaluations started
+// before it: those whose predecessor ended before it.
+void add_run(std::vector<CheckpointStats>& checkpoints, const ReplayRun& run, const RecordedSpace& recorded,
+             bool timed) {
+  for (auto& cp : checkpoints) {
+    std::size_t made = std::min(cp.evaluations, run.best_after.size());
+    if (timed) {
+      made = 0;
+      while (made < run.elapsed_ms.size() &&
+             (made == 0 ? 0.0 : run.elapsed_ms[made - 1]) < static_cast<double>(cp.simulated.count())) {
+        ++made;
+      }
+    }
+    const double best = made == 0 ? std::numeric_limits<double>::infinity() : run.best_after[made - 1];
+    const double fraction = std::isfinite(best) ? recorded.optimum_ms / best : 0.0;
+    cp.mean_evaluations += static_cast<double>(made);
+    cp.mean_fraction += fraction;
+    cp.min_fraction = std::min(cp.min_fraction, fraction);
+    cp.max_fraction = std::max(cp.max_fraction, fraction);
+    if (best <= recorded.optimum_ms) cp.optimum_rate += 1;
+  }
+}
+
+} // namespace
+
 Result<ReplayReport> run_replay(const RecordedSpace& recorded, const ReplayOptions& options) {
   if (options.budget == 0 && !options.time_budget) {
     return make_error(ErrorCode::bad_budget, "replay: expected a budget of at least 1 evaluation");
@@ -162,32 +224,9 @@ Result<ReplayReport> run_replay(const RecordedSpace& recorded, const ReplayOptio
   report.repeats = options.repeats;
   report.budget = options.time_budget ? recorded.space.size() : std::min(options.budget, recorded.space.size());
   report.time_budget = options.time_budget;
-  if (options.time_budget) {
-    auto times = options.time_checkpoints;
-    if (times.empty()) times.push_back(*options.time_budget);
-    for (std::size_t i = 0; i < times.size(); ++i) {
-      if (times[i].count() <= 0 || times[i] > *options.time_budget || (i > 0 && times[i] <= times[i - 1])) {
-        return make_error(ErrorCode::bad_budget, "replay: time checkpoints must ascend within (0, " +
-                                            std::to_string(options.time_budget->count()) + "] ms, found " +
-                                            std::to_string(times[i].count()) + " at position " + std::to_string(i));
-      }
-    }
-    for (auto t : times) report.checkpoints.push_back(CheckpointStats{0, t, 0, 0, 1, 0, 0});
-  } else {
-    std::vector<std::size_t> checkpoints = options.checkpoints;
-    if (checkpoints.empty()) checkpoints.push_back(options.budget);
-    for (std::size_t i = 0; i < checkpoints.size(); ++i) {
-      if (checkpoints[i] == 0 || checkpoints[i] > options.budget ||
-          (i > 0 && checkpoints[i] <= checkpoints[i - 1])) {
-        return make_error(ErrorCode::bad_budget, "replay: checkpoints must ascend within [1, " +
-                                            std::to_string(options.budget) + "], found " +
-                                            std::to_string(checkpoints[i]) + " at position " + std::to_string(i));
-      }
-    }
-    for (auto& c : checkpoints) c = std::min(c, report.budget);
-    checkpoints.erase(std::unique(checkpoints.begin(), checkpoints.end()), checkpoints.end());
-    for (std::size_t c : checkpoints) report.checkpoints.push_back(CheckpointStats{c, {}, 0, 0, 1, 0, 0});
-  }
+  auto checkpoints = empty_checkpoints(options, report.budget);
+  if (!checkpoints) return checkpoints.error();
+  report.checkpoints = std::move(*checkpoints);
 
   double failed_total = 0;
   double evaluations_total = 0;
@@ -198,25 +237,7 @@ Result<ReplayReport> run_replay(const RecordedSpace& recorded, const ReplayOptio
                                     options.prior)
                    : replay_run(recorded, options.strategy, report.budget, seed, options.batch, options.prior);
     if (!run) return run.error();
-    const auto& best_after = run->best_after;
-    for (auto& cp : report.checkpoints) {
-      std::size_t made = std::min(cp.evaluations, best_after.size());
-      if (options.time_budget) {
-        // Evaluations started before the checkpoint: those whose predecessor ended before it.
-        made = 0;
-        while (made < run->elapsed_ms.size() &&
-               (made == 0 ? 0.0 : run->elapsed_ms[made - 1]) < static_cast<double>(cp.simulated.count())) {
-          ++made;
-        }
-      }
-      const double best = made == 0 ? std::numeric_limits<double>::infinity() : best_after[made - 1];
-      const double fraction = std::isfinite(best) ? recorded.optimum_ms / best : 0.0;
-      cp.mean_evaluations += static_cast<double>(made);
-      cp.mean_fraction += fraction;
-      cp.min_fraction = std::min(cp.min_fraction, fraction);
-      cp.max_fraction = std::max(cp.max_fraction, fraction);
-      if (best <= recorded.optimum_ms) cp.optimum_rate += 1;
-    }
+    add_run(report.checkpoints, *run, recorded, options.time_budget.has_value());
     const std::size_t made = run->proposals.size();
     report.min_evaluations = r == 0 ? made : std::min(report.min_evaluations, made);
     report.max_evaluations = std::max(report.max_evaluations, made);

@@ -40,19 +40,159 @@ std::string strategy_list() {
 
 } // namespace
 
+namespace {
+
+// The options CLI11 does not check: a usage error on `err` (exit 2), else nullopt.
+std::optional<int> refuse_options(const ReplayCommandOptions& options, std::ostream& err) {
+  std::optional<Error> refused;
+  const auto& names = search::strategy_names();
+  if (std::find(names.begin(), names.end(), options.strategy) == names.end()) {
+    refused = make_error(ErrorCode::unknown_strategy, "unknown strategy '" + options.strategy +
+                                                          "'; expected one of: " + strategy_list());
+  } else if (options.repeats == 0) {
+    refused = make_error(ErrorCode::bad_repeats, "--repeats: expected at least 1");
+  } else if (options.batch == 0) {
+    refused = make_error(ErrorCode::bad_batch, "--batch: expected at least 1");
+  }
+  if (!refused) return std::nullopt;
+  err << "ktune: " << refused->code << ": " << refused->message << '\n';
+  return k_exit_usage;
+}
+
+// The budget of `options` over `recorded` (a file called `label`): evaluations (a percentage
+// counts the configs with a recorded time: a failed config is no option to find) or simulated
+// seconds, with the checkpoints the table prints. Every error is a usage error.
+Result<ReplayOptions> budget_options(const ReplayCommandOptions& options, const RecordedSpace& recorded,
+                                     const std::string& label) {
+  ReplayOptions replay_options;
+  const std::size_t steps = options.json ? 1 : std::max<std::size_t>(1, options.steps);
+  if (search::is_time_budget(options.budget)) {
+    auto time_budget = search::parse_time_budget(options.budget);
+    if (!time_budget) return time_budget.error();
+    if (recorded.cost_ms.empty()) {
+      return make_error(ErrorCode::no_cost, label + " records no compile and benchmark time (" + recorded.cost_missing +
+                                                "): a time budget such as " + options.budget +
+                                                " needs them; give the budget in evaluations or as a percentage");
+    }
+    replay_options.time_budget = *time_budget;
+    for (std::size_t k : even_checkpoints(static_cast<std::size_t>(time_budget->count()), steps)) {
+      replay_options.time_checkpoints.emplace_back(static_cast<std::chrono::milliseconds::rep>(k));
+    }
+  } else {
+    auto budget = search::parse_evaluation_budget(options.budget, recorded.measured);
+    if (!budget) return budget.error();
+    replay_options.budget = std::min(*budget, recorded.space.size());
+    replay_options.checkpoints = even_checkpoints(replay_options.budget, steps);
+  }
+  replay_options.strategy = options.strategy;
+  replay_options.repeats = options.repeats;
+  replay_options.seed = options.seed;
+  replay_options.batch = options.batch;
+  return replay_options;
+}
+
+// What a replay printed is made of.
+struct ReplayOutcome {
+  const RecordedSpace& recorded;
+  const ReplayOptions& replay_options;
+  const ReplayReport& report;
+  std::size_t prior_results = 0;
+};
+
+void print_json_outcome(const ReplayCommandOptions& options, const ReplayOutcome& o, std::ostream& out) {
+  const bool timed = o.replay_options.time_budget.has_value();
+  const CheckpointStats& final_stats = o.report.checkpoints.back();
+  const nlohmann::json result{
+      {"file", options.file},
+      {"strategy", options.strategy},
+      {"budget_kind", timed ? "simulated_time" : "evaluations"},
+      {"budget", timed ? nlohmann::json(nullptr) : nlohmann::json(o.replay_options.budget)},
+      {"budget_s", timed ? nlohmann::json(static_cast<double>(o.replay_options.time_budget->count()) / 1000.0)
+                         : nlohmann::json(nullptr)},
+      {"budget_basis", timed ? "compile_and_benchmark_time" : "valid_configs"},
+      {"evaluations", o.report.mean_evaluations},
+      {"min_evaluations", o.report.min_evaluations},
+      {"max_evaluations", o.report.max_evaluations},
+      {"space_size", o.recorded.space.cartesian_size()},
+      {"configs", o.recorded.space.size()},
+      {"valid_configs", o.recorded.measured},
+      {"failed_configs", o.recorded.failed},
+      {"failed_evaluations", o.report.mean_failed},
+      {"random_failed_evaluations", o.report.random_expected_failed},
+      {"failures_avoided", o.report.random_expected_failed - o.report.mean_failed},
+      {"optimum_ms", o.recorded.optimum_ms},
+      {"mean_fraction", final_stats.mean_fraction},
+      {"min_fraction", final_stats.min_fraction},
+      {"repeats", options.repeats},
+      {"seed", options.seed},
+      {"prior", options.prior_files},
+      {"prior_results", o.prior_results},
+  };
+  out << result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+}
+
+// The lines above the convergence table: the file, its space, priors, optimum and budget.
+void print_header(const ReplayCommandOptions& options, const ReplayOutcome& o, std::ostream& out) {
+  const RecordedSpace& recorded = o.recorded;
+  const std::size_t valid = recorded.measured;
+  out << "file       " << options.file << " (" << to_string(recorded.format)
+      << (recorded.was_unterminated ? ", unterminated: read up to its last complete entry" : "") << ")\n";
+  if (!recorded.kernel_name.empty() || !recorded.device_name.empty()) {
+    out << "kernel     " << (recorded.kernel_name.empty() ? "-" : recorded.kernel_name) << " on "
+        << (recorded.device_name.empty() ? "-" : recorded.device_name) << '\n';
+  }
+  out << "space      " << recorded.space.size() << " configs of " << recorded.space.cartesian_size() << " (" << valid
+      << " valid: measured, " << recorded.failed << " failed)\n";
+  for (std::size_t i = 0; i < options.prior_files.size(); ++i) {
+    out << (i == 0 ? "prior      " : "           ") << options.prior_files[i] << " ("
+        << o.replay_options.prior[i].results.size() << " configs of this space)\n";
+  }
+  out << "optimum    " << recorded.optimum_ms << " ms  " << recorded.config_text(recorded.optimum_config) << '\n';
+  out << "strategy   " << options.strategy << ", budget ";
+  if (o.replay_options.time_budget) {
+    out << fixed(static_cast<double>(o.replay_options.time_budget->count()) / 1000.0, 1)
+        << " s of recorded compile + benchmark time (" << fixed(o.report.mean_evaluations, 1) << " evaluations on average, "
+        << o.report.min_evaluations << "-" << o.report.max_evaluations << ")";
+  } else {
+    out << o.replay_options.budget << " evaluations ("
+        << fixed(100.0 * static_cast<double>(o.replay_options.budget) / static_cast<double>(valid), 2) << "% of valid)";
+  }
+  out << ", " << options.repeats << " repeats, seed " << options.seed;
+  if (options.batch > 1) out << ", batches of " << options.batch;
+  out << "\n\n";
+}
+
+// The convergence table and the failure counts under it.
+void print_table(const ReplayCommandOptions& options, const ReplayOutcome& o, std::ostream& out) {
+  const bool timed = o.replay_options.time_budget.has_value();
+  const auto valid = static_cast<double>(o.recorded.measured);
+  out << (timed ? "  SIM_S   EVALS" : " EVALS  %VALID") << "  MEAN_FRAC  MIN_FRAC  MAX_FRAC  FOUND_OPT\n";
+  for (const auto& cp : o.report.checkpoints) {
+    if (timed) {
+      out << pad_left(fixed(static_cast<double>(cp.simulated.count()) / 1000.0, 1), 7) << "  "
+          << pad_left(fixed(cp.mean_evaluations, 1), 6);
+    } else {
+      out << pad_left(std::to_string(cp.evaluations), 6) << "  "
+          << pad_left(fixed(100.0 * static_cast<double>(cp.evaluations) / valid, 2), 6);
+    }
+    out << "  " << pad_left(fixed(cp.mean_fraction, 4), 9) << "  " << pad_left(fixed(cp.min_fraction, 4), 8) << "  "
+        << pad_left(fixed(cp.max_fraction, 4), 8) << "  " << pad_left(fixed(100.0 * cp.optimum_rate, 0) + "%", 9)
+        << '\n';
+  }
+  out << "\nfraction of optimum = optimum time / best time found (1 = optimum), averaged over "
+      << options.repeats << " repeats\nfailed evaluations per run: " << fixed(o.report.mean_failed, 1)
+      << " (uniform random sampling: " << fixed(o.report.random_expected_failed, 1) << ", failures avoided "
+      << fixed(o.report.random_expected_failed - o.report.mean_failed, 1) << ")\n";
+}
+
+} // namespace
+
 int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, std::ostream& err) {
   auto fail = [&](const Error& e, int code) {
     err << "ktune: " << e.code << ": " << e.message << '\n';
     return code;
   };
-  const auto& names = search::strategy_names();
-  if (std::find(names.begin(), names.end(), options.strategy) == names.end()) {
-    return fail(make_error(ErrorCode::unknown_strategy, "unknown strategy '" + options.strategy + "'; expected one of: " +
-                                                   strategy_list()),
-                k_exit_usage);
-  }
-  if (options.repeats == 0) return fail(make_error(ErrorCode::bad_repeats, "--repeats: expected at least 1"), k_exit_usage);
-  if (options.batch == 0) return fail(make_error(ErrorCode::bad_batch, "--batch: expected at least 1"), k_exit_usage);
+  if (auto refused = refuse_options(options, err)) return *refused;
 
   auto text = read_text_file(options.file);
   if (!text) return fail(text.error(), k_exit_error);
@@ -75,114 +215,18 @@ int run_replay_command(const ReplayCommandOptions& options, std::ostream& out, s
     prior.push_back(std::move(*source));
   }
 
-  // A percentage counts the configs with a recorded time: a failed config is no option to find.
-  const std::size_t configs = recorded->space.size();
-  const std::size_t valid = recorded->measured;
-  const bool timed = search::is_time_budget(options.budget);
-  ReplayOptions replay_options;
-  if (timed) {
-    auto time_budget = search::parse_time_budget(options.budget);
-    if (!time_budget) return fail(time_budget.error(), k_exit_usage);
-    if (recorded->cost_ms.empty()) {
-      return fail(make_error(ErrorCode::no_cost, label + " records no compile and benchmark time (" + recorded->cost_missing +
-                                            "): a time budget such as " + options.budget +
-                                            " needs them; give the budget in evaluations or as a percentage"),
-                  k_exit_usage);
-    }
-    replay_options.time_budget = *time_budget;
-    for (std::size_t k : even_checkpoints(static_cast<std::size_t>(time_budget->count()),
-                                          options.json ? 1 : std::max<std::size_t>(1, options.steps))) {
-      replay_options.time_checkpoints.emplace_back(static_cast<std::chrono::milliseconds::rep>(k));
-    }
-  } else {
-    auto budget = search::parse_evaluation_budget(options.budget, valid);
-    if (!budget) return fail(budget.error(), k_exit_usage);
-    replay_options.budget = std::min(*budget, configs);
-    replay_options.checkpoints =
-        even_checkpoints(replay_options.budget, options.json ? 1 : std::max<std::size_t>(1, options.steps));
-  }
-  replay_options.strategy = options.strategy;
-  replay_options.repeats = options.repeats;
-  replay_options.seed = options.seed;
-  replay_options.batch = options.batch;
-  replay_options.prior = std::move(prior);
-  auto report = run_replay(*recorded, replay_options);
+  auto replay_options = budget_options(options, *recorded, label);
+  if (!replay_options) return fail(replay_options.error(), k_exit_usage);
+  replay_options->prior = std::move(prior);
+  auto report = run_replay(*recorded, *replay_options);
   if (!report) return fail(report.error(), k_exit_error);
-  const CheckpointStats& final_stats = report->checkpoints.back();
-
+  const ReplayOutcome outcome{*recorded, *replay_options, *report, prior_results};
   if (options.json) {
-    const nlohmann::json result{
-        {"file", options.file},
-        {"strategy", options.strategy},
-        {"budget_kind", timed ? "simulated_time" : "evaluations"},
-        {"budget", timed ? nlohmann::json(nullptr) : nlohmann::json(replay_options.budget)},
-        {"budget_s", timed ? nlohmann::json(static_cast<double>(replay_options.time_budget->count()) / 1000.0)
-                           : nlohmann::json(nullptr)},
-        {"budget_basis", timed ? "compile_and_benchmark_time" : "valid_configs"},
-        {"evaluations", report->mean_evaluations},
-        {"min_evaluations", report->min_evaluations},
-        {"max_evaluations", report->max_evaluations},
-        {"space_size", recorded->space.cartesian_size()},
-        {"configs", configs},
-        {"valid_configs", valid},
-        {"failed_configs", recorded->failed},
-        {"failed_evaluations", report->mean_failed},
-        {"random_failed_evaluations", report->random_expected_failed},
-        {"failures_avoided", report->random_expected_failed - report->mean_failed},
-        {"optimum_ms", recorded->optimum_ms},
-        {"mean_fraction", final_stats.mean_fraction},
-        {"min_fraction", final_stats.min_fraction},
-        {"repeats", options.repeats},
-        {"seed", options.seed},
-        {"prior", options.prior_files},
-        {"prior_results", prior_results},
-    };
-    out << result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    print_json_outcome(options, outcome, out);
     return k_exit_ok;
   }
-
-  out << "file       " << options.file << " (" << to_string(recorded->format)
-      << (recorded->was_unterminated ? ", unterminated: read up to its last complete entry" : "") << ")\n";
-  if (!recorded->kernel_name.empty() || !recorded->device_name.empty()) {
-    out << "kernel     " << (recorded->kernel_name.empty() ? "-" : recorded->kernel_name) << " on "
-        << (recorded->device_name.empty() ? "-" : recorded->device_name) << '\n';
-  }
-  out << "space      " << configs << " configs of " << recorded->space.cartesian_size() << " (" << valid
-      << " valid: measured, " << recorded->failed << " failed)\n";
-  for (std::size_t i = 0; i < options.prior_files.size(); ++i) {
-    out << (i == 0 ? "prior      " : "           ") << options.prior_files[i] << " ("
-        << replay_options.prior[i].results.size() << " configs of this space)\n";
-  }
-  out << "optimum    " << recorded->optimum_ms << " ms  " << recorded->config_text(recorded->optimum_config) << '\n';
-  out << "strategy   " << options.strategy << ", budget ";
-  if (timed) {
-    out << fixed(static_cast<double>(replay_options.time_budget->count()) / 1000.0, 1)
-        << " s of recorded compile + benchmark time (" << fixed(report->mean_evaluations, 1) << " evaluations on average, "
-        << report->min_evaluations << "-" << report->max_evaluations << ")";
-  } else {
-    out << replay_options.budget << " evaluations ("
-        << fixed(100.0 * static_cast<double>(replay_options.budget) / static_cast<double>(valid), 2) << "% of valid)";
-  }
-  out << ", " << options.repeats << " repeats, seed " << options.seed;
-  if (options.batch > 1) out << ", batches of " << options.batch;
-  out << "\n\n";
-  out << (timed ? "  SIM_S   EVALS" : " EVALS  %VALID") << "  MEAN_FRAC  MIN_FRAC  MAX_FRAC  FOUND_OPT\n";
-  for (const auto& cp : report->checkpoints) {
-    if (timed) {
-      out << pad_left(fixed(static_cast<double>(cp.simulated.count()) / 1000.0, 1), 7) << "  "
-          << pad_left(fixed(cp.mean_evaluations, 1), 6);
-    } else {
-      out << pad_left(std::to_string(cp.evaluations), 6) << "  "
-          << pad_left(fixed(100.0 * static_cast<double>(cp.evaluations) / static_cast<double>(valid), 2), 6);
-    }
-    out << "  " << pad_left(fixed(cp.mean_fraction, 4), 9) << "  " << pad_left(fixed(cp.min_fraction, 4), 8) << "  "
-        << pad_left(fixed(cp.max_fraction, 4), 8) << "  " << pad_left(fixed(100.0 * cp.optimum_rate, 0) + "%", 9)
-        << '\n';
-  }
-  out << "\nfraction of optimum = optimum time / best time found (1 = optimum), averaged over "
-      << options.repeats << " repeats\nfailed evaluations per run: " << fixed(report->mean_failed, 1)
-      << " (uniform random sampling: " << fixed(report->random_expected_failed, 1) << ", failures avoided "
-      << fixed(report->random_expected_failed - report->mean_failed, 1) << ")\n";
+  print_header(options, outcome, out);
+  print_table(options, outcome, out);
   return k_exit_ok;
 }
 

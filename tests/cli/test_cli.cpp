@@ -176,6 +176,20 @@ TEST_CASE("ktune binary without a daemon", "[cli]") {
           "--ready-fd 3 --kernel-dir " + kernels.string() + "\n");
   }
 
+  SECTION("daemon start starts ktuned as autostart does: start lock, stale files cleared, who started it in the log") {
+    auto fake = write_script(home, "bin/fake-ktuned", "echo \"ready $$\" >&3\n");
+    // What a ktuned killed with -9 leaves behind; no process holds the instance lock.
+    fs::create_directories(home.path() / "home");
+    home.write("home/ktuned.pid", "999999\n");
+    auto r = run_ktune(home, {"daemon", "start"}, {{"KTUNE_DAEMON", fake.string()}});
+    INFO(r.out << r.err);
+    CHECK(r.code == 0);
+    CHECK_FALSE(fs::exists(home.path() / "home" / "ktuned.pid"));
+    CHECK(fs::exists(home.path() / "home" / "ktuned.sock.start.lock"));
+    CHECK_THAT(read_file(home.path() / "home" / "log" / "ktuned.log"),
+               Catch::Contains(" ktune daemon start: " + fake.string() + " --ready-fd 3\n"));
+  }
+
   SECTION("daemon start names a missing ktuned") {
     auto r = run_ktune(home, {"daemon", "start"},
                        {{"KTUNE_DAEMON", (home.path() / "no-such-ktuned").string()}});

@@ -1,4 +1,6 @@
 #include "cli/commands.hpp"
+#include "cli/format.hpp"
+#include "cli/job_view.hpp"
 #include "tests/cli/fake_daemon.hpp"
 #include "tests/support/temp_dir.hpp"
 
