@@ -347,23 +347,27 @@ Result<std::vector<nlohmann::json>> LookupService::revalidation_configs(
     return a->stats.median_ms < b->stats.median_ms;
   });
   for (const ResultRecord* row : near) texts.push_back(row->config);
-  texts.push_back(kernel.default_config);
   std::vector<nlohmann::json> given;
   std::set<std::string> seen;
-  for (const std::string& text : texts) {
-    if (given.size() >= k_revalidate_configs) break;
+  // The default comes last but always: the near configs take the places before it.
+  auto take = [&](const std::string& text) {
     auto object = nlohmann::json::parse(text, nullptr, false);
-    if (!object.is_object() || !seen.insert(object.dump()).second) continue;
+    if (!object.is_object() || !seen.insert(object.dump()).second) return;
     Config config;
     for (const auto& param : target->kernel.spec.params) {
       const auto it = object.find(param.name);
       if (it == object.end() || !it->is_number_integer()) break;
       config.emplace_back(param.name, it->get<std::int64_t>());
     }
-    if (config.size() != target->kernel.spec.params.size() || object.size() != config.size()) continue;
+    if (config.size() != target->kernel.spec.params.size() || object.size() != config.size()) return;
     auto admitted = space->admits(config);
     if (admitted && *admitted) given.push_back(std::move(object));
+  };
+  for (const std::string& text : texts) {
+    if (given.size() + 1 >= k_revalidate_configs) break;
+    take(text);
   }
+  take(kernel.default_config);
   if (given.empty()) {
     return make_error(ErrorCode::not_found, "none of the stale winner's configs is admitted at " + shape);
   }

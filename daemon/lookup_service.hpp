@@ -92,13 +92,14 @@ public:
 
   // Revalidation (docs/protocol.md § lookup, `stale`): the configs measured again under the new
   // environment are the stale winner's, the old key's results within k_revalidate_within of its
-  // time (the tie group and runners-up, fastest first, at most k_revalidate_configs in all) and
-  // the kernel's [default], those the kernel admits at the shape. When that job is done and the
+  // time (the tie group and runners-up, fastest first) and the kernel's [default], at most
+  // k_revalidate_configs in all, those the kernel admits at the shape. Every one of them is a
+  // near tie, so all go to the finals: a revalidation's cost is mostly its finals. When that job is done and the
   // old winner, measured again, failed or is more than k_revalidate_moved slower than the new
   // best (the ranking moved: the old top is no longer a safe sample), the key's full search is
   // queued too (a tune-on-miss of the whole space).
-  static constexpr double k_revalidate_within = 1.10;
-  static constexpr std::size_t k_revalidate_configs = 8;
+  static constexpr double k_revalidate_within = 1.05;
+  static constexpr std::size_t k_revalidate_configs = 5;
   static constexpr double k_revalidate_moved = 1.05;
 
 private:

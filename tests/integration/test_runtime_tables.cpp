@@ -318,7 +318,7 @@ TEST_CASE("a compiler change answers the old winner as stale with what changed, 
   CHECK(record.at("job").at("options").at("priority").get<int>() < 0);
   const auto total = record.at("job").at("total").get<int>();
   CHECK(total >= 1);
-  CHECK(total <= 4);  // the old key's three configs (those within 10% of its winner) and the default
+  CHECK(total <= 4);  // the old key's three configs (those within 5% of its winner) and the default
   const json after = lookup(*c, 64);
   INFO(after.dump());
   CHECK(after.at("rung") == "exact");
