@@ -25,9 +25,9 @@ class Daemon:
     def db(self):
         return os.path.join(self.home, "ktune.db")
 
-    def start(self, timeout=60):
+    def start(self, timeout=60, extra_env=None):
         read_end, write_end = os.pipe()
-        env = dict(os.environ, KTUNE_HOME=self.home)
+        env = dict(os.environ, KTUNE_HOME=self.home, **(extra_env or {}))
         log = open(os.path.join(self.home, "ktuned.log"), "ab")
         self.proc = subprocess.Popen(
             [os.path.join(self.bin_dir, "ktuned"), "--config", self.config_path,

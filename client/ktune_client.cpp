@@ -351,8 +351,9 @@ bool parse_lookup_reply_fast(std::string_view line, Entry& entry) {
       std::string_view value;
       if (!plain_string(line, i, value)) return false;
       if (key == "rung") {
-        entry.rung = value == "exact" ? KTUNE_RUNG_EXACT
+        entry.rung = value == "exact"     ? KTUNE_RUNG_EXACT
                      : value == "nearest" ? KTUNE_RUNG_NEAREST
+                     : value == "stale"   ? KTUNE_RUNG_STALE
                                           : KTUNE_RUNG_DEFAULT;
       } else if (key == "from_shape") {
         entry.from_shape = value;
@@ -504,9 +505,13 @@ struct ktune_client {
     return tune_on_miss_applies(*view, out->rung) ? TableAnswer::ask_daemon : TableAnswer::answered;
   }
 
+  // A non-exact answer of the map is asked of ktuned too when it should see the miss
+  // (tune-on-miss) or may know better (the device's hardware has winners under another
+  // environment: ktuned answers `stale`).
   [[nodiscard]] bool tune_on_miss_applies(const ktune::table::TableView& view, ktune_rung rung) const {
     return rung != KTUNE_RUNG_EXACT &&
-           (tune_on_miss || (view.flags() & ktune::table::k_flag_tune_on_miss) != 0);
+           (tune_on_miss || (view.flags() & ktune::table::k_flag_tune_on_miss) != 0 ||
+            (table_scratch.resolved.device_flags & ktune::table::k_device_stale_peers) != 0);
   }
 
   void remember(Entry* entry, const char* kernel, const char* shape, const char* dtype,
@@ -682,8 +687,9 @@ struct ktune_client {
     }
     const auto& r = reply["result"];
     const std::string rung = r.value("rung", std::string());
-    entry.rung = rung == "exact" ? KTUNE_RUNG_EXACT
+    entry.rung = rung == "exact"     ? KTUNE_RUNG_EXACT
                  : rung == "nearest" ? KTUNE_RUNG_NEAREST
+                 : rung == "stale"   ? KTUNE_RUNG_STALE
                                      : KTUNE_RUNG_DEFAULT;
     if (!entry.set_config(r.value("config", nlohmann::ordered_json()))) {
       error = "ktuned answered a config that is not an object of integers";
@@ -909,6 +915,7 @@ const char* ktune_rung_string(ktune_rung rung) {
   switch (rung) {
   case KTUNE_RUNG_EXACT: return "exact";
   case KTUNE_RUNG_NEAREST: return "nearest";
+  case KTUNE_RUNG_STALE: return "stale";
   case KTUNE_RUNG_DEFAULT: return "default";
   }
   return "unknown";

@@ -377,6 +377,7 @@ Result<std::vector<std::byte>> encode(const TableContent& content,
     store(e + 24, static_cast<std::uint32_t>(d.family));
     std::uint32_t flags = d.local ? k_device_local : 0;
     if (tuned_devices.count(d.fingerprint) != 0) flags |= k_device_has_winners;
+    if (d.stale_peers) flags |= k_device_stale_peers;
     store(e + 28, flags);
   }
   // Kernels.

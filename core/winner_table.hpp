@@ -39,6 +39,10 @@ enum class Family : std::uint32_t { cpp = 0, cuda = 1 };
 
 // Header flags.
 inline constexpr std::uint32_t k_flag_tune_on_miss = 1;  // ktuned tunes every non-exact lookup
+// Device flags a client reads (the device entry's u32 at 28; 1 and 2 are the reader's own).
+// Another fingerprint of this device's hardware has winners: a non-exact answer here is asked
+// of ktuned, which may answer `stale` (docs/protocol.md § lookup).
+inline constexpr std::uint32_t k_device_stale_peers = 4;
 
 // ---- encoding ----
 
@@ -47,6 +51,7 @@ struct DeviceEntry {
   std::string fingerprint;
   Family family = Family::cpp;
   bool local = false;        // a device of ktuned's machine
+  bool stale_peers = false;  // another environment of its hardware has winners
 
   bool operator==(const DeviceEntry&) const = default;
 };

@@ -1,5 +1,7 @@
 #include "daemon/lookup_service.hpp"
 
+#include "core/device_identity.hpp"
+#include "core/param_space.hpp"
 #include "core/quote.hpp"
 #include "daemon/compile_check.hpp"
 #include "daemon/devices.hpp"
@@ -15,6 +17,7 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <set>
 
 namespace ktune::daemon {
 
@@ -30,6 +33,12 @@ std::string lookup_key(const std::string& kernel, const std::string& source_hash
 LookupService::LookupService(LookupContext context) : m_ctx(std::move(context)) {
   const char* policy = std::getenv("KTUNE_TUNE_ON_MISS");
   m_tune_on_miss_policy = policy && std::string_view(policy) == "1";
+  if (auto devices = m_ctx.store.list_devices()) {
+    for (const DeviceInfo& d : *devices) m_index.set_identity(d.fingerprint, split_device_identity(d.details));
+  } else {
+    KTUNE_LOG(error) << "cannot read the stored devices; no winner answers as stale: "
+                     << devices.error().message;
+  }
   auto winners = m_ctx.store.all_winners();
   if (winners) {
     for (const auto& w : *winners) m_index.put(w);
@@ -156,11 +165,14 @@ Result<std::string> LookupService::climb(const std::string& kernel_name,
   }
 
   const std::string canonical = shape->to_string();
+  if (device->local && !m_index.knows_identity(device->fingerprint)) learn_identity(device->fingerprint);
   const LadderAnswer answer = climb_ladder(m_index, *kernel, canonical, dtype, device->fingerprint);
   rung = answer.rung;
   std::optional<std::int64_t> tune_job;
-  if (answer.rung != Rung::exact && (tune_on_miss || m_tune_on_miss_policy) && !m_stopping &&
-      device->local) {
+  if (answer.rung == Rung::stale && device->local && !m_stopping) {
+    tune_job = revalidate(*kernel, canonical, dtype, *device, answer.stale, client);
+  } else if (answer.rung != Rung::exact && (tune_on_miss || m_tune_on_miss_policy) && !m_stopping &&
+             device->local) {
     auto queued = this->tune_on_miss(*kernel, canonical, dtype, *device, client);
     if (queued) {
       tune_job = *queued;
@@ -195,6 +207,14 @@ Result<std::optional<std::int64_t>> LookupService::tune_on_miss(const CachedKern
   if (!target) return target.error();
   PlanRequest request = PlanRequest::of(std::move(*target));
   request.options.priority = k_background_priority;
+  return plan_and_submit(key, std::move(request), client, "tune-on-miss");
+}
+
+Result<std::optional<std::int64_t>> LookupService::plan_and_submit(const std::string& key,
+                                                                    PlanRequest request,
+                                                                    uid_t client,
+                                                                    std::string_view kind) {
+  using Queued = std::optional<std::int64_t>;
   // A space enumerated at once is submitted before enumerate() returns and its job id answered;
   // a big one is planned off the loop, the misses answered meanwhile carry no tune_job.
   m_pending_tunes[key] = 0;
@@ -202,13 +222,14 @@ Result<std::optional<std::int64_t>> LookupService::tune_on_miss(const CachedKern
   auto later = std::make_shared<bool>(false);
   std::vector<PlanRequest> plans;
   plans.push_back(std::move(request));
-  m_ctx.jobs.enumerate(std::move(plans), [this, key, client, now, later](
+  m_ctx.jobs.enumerate(std::move(plans), [this, key, client, now, later, kind](
                                              std::vector<PlanRequest> planned,
                                              std::vector<Result<std::vector<Config>>> spaces) {
     if (m_stopping) return;
-    auto id = submit_tune_on_miss(key, std::move(planned.front()), std::move(spaces.front()), client);
+    auto id = submit_tune_on_miss(key, std::move(planned.front()), std::move(spaces.front()), client,
+                                  kind);
     if (*later) {
-      if (!id) KTUNE_LOG(warn) << "tune-on-miss not queued: " << id.error().message;
+      if (!id) KTUNE_LOG(warn) << kind << " not queued: " << id.error().message;
       return;
     }
     *now = std::move(id);
@@ -222,20 +243,169 @@ Result<std::optional<std::int64_t>> LookupService::tune_on_miss(const CachedKern
 Result<std::int64_t> LookupService::submit_tune_on_miss(const std::string& key,
                                                          PlanRequest request,
                                                          Result<std::vector<Config>> configs,
-                                                         uid_t client) {
+                                                         uid_t client, std::string_view kind) {
   const std::string what = request.kernel.spec.name + " " + request.shape.to_string() + " " +
                            request.dtype + " on " + request.device.name;
   auto submitted = m_ctx.jobs.submit(std::move(request), std::move(configs), client);
   if (!submitted) {
     m_pending_tunes.erase(key);
+    m_revalidations.erase(key);
     return submitted.error();
   }
   const std::int64_t id = submitted->at("job").get<std::int64_t>();
-  KTUNE_LOG(info) << "tune-on-miss: " << what
+  KTUNE_LOG(info) << kind << ": " << what
                   << (submitted->value("joined", false) ? " joins" : " is") << " job " << id;
   m_pending_tunes[key] = id;
   m_pending_jobs.emplace(id, key);
   return id;
+}
+
+void LookupService::learn_identity(std::string_view fingerprint) {
+  for (const DeviceInfo& local : m_ctx.devices.all_local()) {
+    if (local.fingerprint == fingerprint) {
+      m_index.set_identity(local.fingerprint, split_device_identity(local.details));
+      return;
+    }
+  }
+  if (m_index.knows_identity(fingerprint)) return;
+  auto stored = m_ctx.store.get_device(std::string(fingerprint));
+  if (stored && stored->has_value()) {
+    m_index.set_identity((*stored)->fingerprint, split_device_identity((*stored)->details));
+  } else if (!stored) {
+    KTUNE_LOG(warn) << "device " << fingerprint << ": cannot read its identity: "
+                    << stored.error().message;
+  }
+}
+
+std::optional<std::int64_t> LookupService::revalidate(const CachedKernel& kernel,
+                                                      const std::string& shape,
+                                                      const std::string& dtype,
+                                                      const ResolvedDevice& device,
+                                                      const WinnerIndex::Stale& stale,
+                                                      uid_t client) {
+  std::string key = lookup_key(kernel.name, kernel.source_hash, shape, dtype);
+  key += '\x1f';
+  key += device.fingerprint;
+  if (const auto it = m_pending_tunes.find(key); it != m_pending_tunes.end()) {
+    return it->second == 0 ? std::nullopt : std::optional(it->second);
+  }
+  const std::string what = kernel.name + " " + shape + " " + dtype + " on " + std::string(device.name);
+  auto configs = revalidation_configs(kernel, shape, dtype, device, stale);
+  if (!configs) {
+    KTUNE_LOG(warn) << "revalidation of " << what << " not queued: " << configs.error().message;
+    return std::nullopt;
+  }
+  if (auto refused = m_ctx.jobs.quota().refusal(client)) {
+    KTUNE_LOG(debug) << "revalidation of " << what << " not queued: " << refused->message;
+    return std::nullopt;
+  }
+  auto target = m_ctx.targets.resolve(kernel.name, shape, dtype, std::string(device.name));
+  if (!target) {
+    KTUNE_LOG(warn) << "revalidation of " << what << " not queued: " << target.error().message;
+    return std::nullopt;
+  }
+  PlanRequest request = PlanRequest::of(std::move(*target));
+  request.options.priority = k_background_priority;
+  request.given = std::move(*configs);
+  KTUNE_LOG(info) << "revalidation of " << what << " (" << *stale.change << "): "
+                  << request.given.size() << " config(s) near the stale winner to measure again";
+  auto queued = plan_and_submit(key, std::move(request), client, "revalidation");
+  if (!queued) {
+    KTUNE_LOG(warn) << "revalidation of " << what << " not queued: " << queued.error().message;
+    return std::nullopt;
+  }
+  m_revalidations[key] = Revalidation{kernel.name, shape, dtype, std::string(device.name),
+                                      stale.winner->config, client};
+  return *queued;
+}
+
+Result<std::vector<nlohmann::json>> LookupService::revalidation_configs(
+    const CachedKernel& kernel, const std::string& shape, const std::string& dtype,
+    const ResolvedDevice& device, const WinnerIndex::Stale& stale) {
+  auto target = m_ctx.targets.resolve(kernel.name, shape, dtype, std::string(device.name));
+  if (!target) return target.error();
+  auto space = ParamSpace::create(target->kernel.spec, target->shape);
+  if (!space) return space.error();
+  // The stale winner first, then its old key's near configs, fastest first, then the default.
+  std::vector<std::string> texts{stale.winner->config};
+  auto rows = m_ctx.store.results_for_key(kernel.name, kernel.source_hash, shape, dtype,
+                                          *stale.fingerprint);
+  if (!rows) return rows.error();
+  std::vector<const ResultRecord*> near;
+  for (const ResultRecord& row : *rows) {
+    if (row.status == CandidateStatus::ok && row.stats.median_ms > 0 &&
+        row.stats.median_ms <= stale.winner->median_ms * k_revalidate_within) {
+      near.push_back(&row);
+    }
+  }
+  std::stable_sort(near.begin(), near.end(), [](const ResultRecord* a, const ResultRecord* b) {
+    return a->stats.median_ms < b->stats.median_ms;
+  });
+  for (const ResultRecord* row : near) texts.push_back(row->config);
+  std::vector<nlohmann::json> given;
+  std::set<std::string> seen;
+  // The default comes last but always: the near configs take the places before it.
+  auto take = [&](const std::string& text) {
+    auto object = nlohmann::json::parse(text, nullptr, false);
+    if (!object.is_object() || !seen.insert(object.dump()).second) return;
+    Config config;
+    for (const auto& param : target->kernel.spec.params) {
+      const auto it = object.find(param.name);
+      if (it == object.end() || !it->is_number_integer()) break;
+      config.emplace_back(param.name, it->get<std::int64_t>());
+    }
+    if (config.size() != target->kernel.spec.params.size() || object.size() != config.size()) return;
+    auto admitted = space->admits(config);
+    if (admitted && *admitted) given.push_back(std::move(object));
+  };
+  for (const std::string& text : texts) {
+    if (given.size() + 1 >= k_revalidate_configs) break;
+    take(text);
+  }
+  take(kernel.default_config);
+  if (given.empty()) {
+    return make_error(ErrorCode::not_found, "none of the stale winner's configs is admitted at " + shape);
+  }
+  return given;
+}
+
+void LookupService::revalidation_ended(std::int64_t job_id, JobState state, const Revalidation& r) {
+  if (state != JobState::done || m_stopping) return;
+  auto job = m_ctx.store.get_job(job_id);
+  if (!job || !job->has_value()) return;
+  const JobRecord& rec = **job;
+  auto winner = m_ctx.store.find_winner(rec.kernel, rec.source_hash, rec.shape, rec.dtype, rec.fingerprint);
+  auto rows = m_ctx.store.results_for_key(rec.kernel, rec.source_hash, rec.shape, rec.dtype, rec.fingerprint);
+  if (!winner || !winner->has_value() || !rows) return;
+  const auto old_config = nlohmann::json::parse(r.old_config, nullptr, false);
+  std::optional<double> old_ms;
+  for (const ResultRecord& row : *rows) {
+    if (row.job_id != job_id || nlohmann::json::parse(row.config, nullptr, false) != old_config) continue;
+    old_ms = row.status == CandidateStatus::ok && row.stats.median_ms > 0
+                 ? std::optional(row.stats.median_ms) : std::nullopt;
+  }
+  const double best = (*winner)->median_ms;
+  const bool moved = !old_ms || *old_ms > best * k_revalidate_moved;
+  const std::string what = r.kernel + " " + r.shape + " " + r.dtype + " on " + r.device;
+  if (!moved) {
+    KTUNE_LOG(info) << "revalidation of " << what << " (job " << job_id
+                    << "): the old winner is still near the top; no full search";
+    return;
+  }
+  KTUNE_LOG(info) << "revalidation of " << what << " (job " << job_id << "): the old winner "
+                  << (old_ms ? "is " + std::to_string(*old_ms / best) + "x the new best" : std::string("failed"))
+                  << "; the full search is queued";
+  auto target = m_ctx.targets.resolve(r.kernel, r.shape, r.dtype, r.device);
+  if (!target) return;
+  PlanRequest request = PlanRequest::of(std::move(*target));
+  request.options.priority = k_background_priority;
+  std::string key = lookup_key(r.kernel, rec.source_hash, request.shape.to_string(), rec.dtype);
+  key += '\x1f';
+  key += rec.fingerprint;
+  if (m_pending_tunes.count(key)) return;
+  if (auto queued = plan_and_submit(key, std::move(request), r.client, "full search after a revalidation"); !queued) {
+    KTUNE_LOG(warn) << "the full search of " << what << " not queued: " << queued.error().message;
+  }
 }
 
 void LookupService::job_ended(std::int64_t job_id, JobState state) {
@@ -246,6 +416,7 @@ void LookupService::job_ended(std::int64_t job_id, JobState state) {
       auto winner = m_ctx.store.find_winner(rec.kernel, rec.source_hash, rec.shape, rec.dtype,
                                             rec.fingerprint);
       if (winner && winner->has_value()) {
+        if (!m_index.knows_identity((*winner)->fingerprint)) learn_identity((*winner)->fingerprint);
         m_index.put(**winner);
       } else if (!winner) {
         KTUNE_LOG(error) << "job " << job_id << ": cannot read its winner for the index: "
@@ -256,10 +427,16 @@ void LookupService::job_ended(std::int64_t job_id, JobState state) {
                        << job.error().message;
     }
   }
+  std::vector<Revalidation> revalidated;
   for (auto it = m_pending_jobs.find(job_id); it != m_pending_jobs.end() && it->first == job_id;
        it = m_pending_jobs.erase(it)) {
     m_pending_tunes.erase(it->second);
+    if (auto r = m_revalidations.find(it->second); r != m_revalidations.end()) {
+      revalidated.push_back(std::move(r->second));
+      m_revalidations.erase(r);
+    }
   }
+  for (const Revalidation& r : revalidated) revalidation_ended(job_id, state, r);
 }
 
 } // namespace ktune::daemon

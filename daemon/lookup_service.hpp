@@ -1,8 +1,9 @@
 #pragma once
 // LookupService: answers `lookup` (docs/protocol.md § lookup) from memory. It owns the winner
 // index (every stored winner) and the kernel cache (what a lookup needs of each family), walks
-// the ladder (exact, nearest shape, the kernel's default; winner_index.hpp), counts lookups by
-// rung and latency (/metrics), and keeps the tune-on-miss registry (one job per missed key).
+// the ladder (exact, stale, nearest shape, the kernel's default; winner_index.hpp), counts
+// lookups by rung and latency (/metrics), and keeps the tune-on-miss registry (one job per missed
+// key) and the revalidations of stale keys.
 //
 // Two ways in: answer_line() reads a lookup line of the plain shape without a JSON tree
 // (lookup_line.hpp), the path runtimes take; lookup() answers a decoded request. Both share the
@@ -66,7 +67,10 @@ public:
   [[nodiscard]] Result<nlohmann::json> lookup(const protocol::Request& request, uid_t client);
 
   // A winner just stored (an import): the index holds it from now on.
-  void learn(const WinnerRecord& winner) { m_index.put(winner); }
+  void learn(const WinnerRecord& winner) {
+    learn_identity(winner.fingerprint);
+    m_index.put(winner);
+  }
   // A job ended: a done tune job's winner is read from the store and learnt; the tune-on-miss
   // keys it served are forgotten (a later miss queues again).
   void job_ended(std::int64_t job_id, JobState state);
@@ -79,8 +83,22 @@ public:
   [[nodiscard]] const LookupCounters& counters() const { return m_lookups; }
   // Tune-on-miss keys with a queued, running or being-planned job.
   [[nodiscard]] std::size_t pending_tunes() const { return m_pending_tunes.size(); }
+  // Revalidations queued or running (stale keys being measured again).
+  [[nodiscard]] std::size_t pending_revalidations() const { return m_revalidations.size(); }
   // From now on no tune-on-miss job is queued.
   void set_stopping() { m_stopping = true; }
+
+  // Revalidation (docs/protocol.md § lookup, `stale`): the configs measured again under the new
+  // environment are the stale winner's, the old key's results within k_revalidate_within of its
+  // time (the tie group and runners-up, fastest first) and the kernel's [default], at most
+  // k_revalidate_configs in all, those the kernel admits at the shape. Every one of them is a
+  // near tie, so all go to the finals: a revalidation's cost is mostly its finals. When that job is done and the
+  // old winner, measured again, failed or is more than k_revalidate_moved slower than the new
+  // best (the ranking moved: the old top is no longer a safe sample), the key's full search is
+  // queued too (a tune-on-miss of the whole space).
+  static constexpr double k_revalidate_within = 1.05;
+  static constexpr std::size_t k_revalidate_configs = 5;
+  static constexpr double k_revalidate_moved = 1.05;
 
 private:
   // The ladder's answer as the reply's result text; counts the lookup and its time.
@@ -100,11 +118,39 @@ private:
                                                                  const std::string& dtype,
                                                                  const ResolvedDevice& device,
                                                                  uid_t client);
-  // The tune-on-miss job of `key` submitted over its space; on failure the key is forgotten.
+  // The job of `key` (a tune-on-miss, a revalidation: `kind`, a static string for the log)
+  // submitted over its space; on failure the key is forgotten.
   [[nodiscard]] Result<std::int64_t> submit_tune_on_miss(const std::string& key,
                                                          PlanRequest request,
                                                          Result<std::vector<Config>> configs,
-                                                         uid_t client);
+                                                         uid_t client, std::string_view kind);
+
+  // A stale answer on a local device: queues the key's revalidation once (nothing when a tune
+  // or revalidation of the key is pending); errors are logged, the answer stands.
+  // Returns the job id (nullopt while it is planned off the loop, or when none was queued).
+  std::optional<std::int64_t> revalidate(const CachedKernel& kernel, const std::string& shape,
+                                         const std::string& dtype, const ResolvedDevice& device,
+                                         const WinnerIndex::Stale& stale, uid_t client);
+  // The configs a revalidation measures (see k_revalidate_within); errors: the resolver's, the
+  // store's, not_found when the kernel admits none of them at the shape.
+  [[nodiscard]] Result<std::vector<nlohmann::json>> revalidation_configs(
+      const CachedKernel& kernel, const std::string& shape, const std::string& dtype,
+      const ResolvedDevice& device, const WinnerIndex::Stale& stale);
+  // Plans `request` (its space enumerated inline, or off the loop when it is big: nullopt until
+  // then) and submits it as the job of `key`, charged to `client`.
+  [[nodiscard]] Result<std::optional<std::int64_t>> plan_and_submit(const std::string& key,
+                                                                    PlanRequest request,
+                                                                    uid_t client,
+                                                                    std::string_view kind);
+  struct Revalidation {
+    std::string kernel, shape, dtype, device, old_config;
+    uid_t client = 0;
+  };
+  // A revalidation job ended: the full search when the ranking moved (see above).
+  void revalidation_ended(std::int64_t job_id, JobState state, const Revalidation& r);
+  // The identity of a fingerprint the index does not know yet: a local device's from the
+  // registry, any other from the store (one read per fingerprint).
+  void learn_identity(std::string_view fingerprint);
 
   LookupContext m_ctx;
   WinnerIndex m_index;
@@ -115,6 +161,7 @@ private:
   // Tune-on-miss keys with a queued or running job, so that a repeated miss skips planning.
   std::map<std::string, std::int64_t> m_pending_tunes;     // key -> job id (0: being planned)
   std::multimap<std::int64_t, std::string> m_pending_jobs;  // job id -> keys
+  std::map<std::string, Revalidation> m_revalidations;      // key -> what it revalidates
 };
 
 } // namespace ktune::daemon

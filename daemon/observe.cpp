@@ -78,6 +78,8 @@ void LookupCounters::add(std::optional<Rung> rung, double seconds_taken) {
     ++miss;
   } else if (*rung == Rung::exact) {
     ++exact;
+  } else if (*rung == Rung::stale) {
+    ++stale;
   } else if (*rung == Rung::nearest) {
     ++nearest;
   } else {
@@ -166,6 +168,7 @@ void lookup_samples(Exposition& out, const LookupCounters& lookups) {
   out.family("ktune_lookups_total", "counter",
              "Lookups answered, by rung of the ladder; miss = answered with an error.");
   out.sample("ktune_lookups_total", {{"rung", "exact"}}, static_cast<double>(lookups.exact));
+  out.sample("ktune_lookups_total", {{"rung", "stale"}}, static_cast<double>(lookups.stale));
   out.sample("ktune_lookups_total", {{"rung", "nearest"}}, static_cast<double>(lookups.nearest));
   out.sample("ktune_lookups_total", {{"rung", "default"}},
              static_cast<double>(lookups.fallback_default));
@@ -283,7 +286,7 @@ nlohmann::json top_view(const DaemonView& view) {
           {"throughput",
            {{"results_last_minute", scheduler.results_last_minute()},
             {"results", candidates},
-            {"lookups", lookups.exact + lookups.nearest + lookups.fallback_default + lookups.miss}}},
+            {"lookups", lookups.exact + lookups.stale + lookups.nearest + lookups.fallback_default + lookups.miss}}},
           {"candidates", counters.candidates},
           {"compile_cache", {{"hits", counters.compile_cache_hits},
                              {"misses", counters.compile_cache_misses}}},

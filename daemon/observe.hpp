@@ -22,7 +22,7 @@ namespace ktune::daemon {
 // fields to its reply text. `miss`: the lookup was answered with an error (unknown kernel,
 // shape, dtype or device).
 struct LookupCounters {
-  std::uint64_t exact = 0, nearest = 0, fallback_default = 0, miss = 0;
+  std::uint64_t exact = 0, stale = 0, nearest = 0, fallback_default = 0, miss = 0;
   Histogram seconds = lookup_latency_histogram();
   void add(std::optional<Rung> rung, double seconds_taken);
 };

@@ -1,5 +1,6 @@
 #include "daemon/table_publisher.hpp"
 
+#include "core/device_identity.hpp"
 #include "daemon/log.hpp"
 #include "jobs/dtype.hpp"
 
@@ -134,9 +135,14 @@ TablePublisher::Meta TablePublisher::gather() const {
     meta.devices.push_back(table::DeviceEntry{
         name, std::string(resolved->fingerprint),
         resolved->language == Language::cuda ? table::Family::cuda : table::Family::cpp,
-        resolved->local});
+        resolved->local, m_index.has_stale_peers(resolved->fingerprint)});
   };
   for (const auto& device : m_sources.devices.all_local()) {
+    // The index learns a local device's identity at its first lookup; the table needs it now
+    // (which devices have stale peers).
+    if (!m_index.knows_identity(device.fingerprint)) {
+      m_index.set_identity(device.fingerprint, split_device_identity(device.details));
+    }
     add(device.name);
     if (device.name == "cuda:0") add("cuda");
     add(device.fingerprint);

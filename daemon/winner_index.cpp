@@ -76,7 +76,7 @@ void WinnerIndex::put(const WinnerRecord& record) {
   auto& group = m_groups[group_key(record.kernel, record.dtype, record.fingerprint)];
   IndexedWinner entry{record.shape,        shape_log_dims(record.shape), record.source_hash,
                       record.config,       record.median_ms,             record.gflops,
-                      record.job_id};
+                      record.job_id,       record.updated_at};
   for (auto& existing : group) {
     if (existing.shape == record.shape && existing.source_hash == record.source_hash) {
       existing = std::move(entry);
@@ -103,6 +103,7 @@ void WinnerIndex::for_each(const std::function<void(const WinnerRecord&)>& visit
       record.median_ms = w.median_ms;
       record.gflops = w.gflops;
       record.job_id = w.job_id;
+      record.updated_at = w.updated_at;
       visit(record);
     }
   }
@@ -121,6 +122,60 @@ bool WinnerIndex::kernel_has_winners_on(std::string_view kernel,
 
 bool WinnerIndex::device_has_winners(std::string_view fingerprint) const {
   return m_devices.count(std::string(fingerprint)) != 0;
+}
+
+void WinnerIndex::set_identity(const std::string& fingerprint, const DeviceIdentity& identity) {
+  auto [it, added] = m_identities.try_emplace(fingerprint);
+  if (!added) {
+    auto& peers = m_hardware[it->second.hardware_id];
+    peers.erase(std::remove(peers.begin(), peers.end(), fingerprint), peers.end());
+  }
+  it->second = Identity{identity.hardware_id, identity.environment};
+  m_hardware[identity.hardware_id].push_back(fingerprint);
+}
+
+bool WinnerIndex::knows_identity(std::string_view fingerprint) const {
+  return m_identities.count(std::string(fingerprint)) != 0;
+}
+
+bool WinnerIndex::has_stale_peers(std::string_view fingerprint) const {
+  const auto it = m_identities.find(std::string(fingerprint));
+  if (it == m_identities.end()) return false;
+  for (const auto& peer : m_hardware.at(it->second.hardware_id)) {
+    if (peer != fingerprint && device_has_winners(peer)) return true;
+  }
+  return false;
+}
+
+WinnerIndex::Stale WinnerIndex::stale_winner(std::string_view kernel, std::string_view source_hash,
+                                             std::string_view shape, std::string_view dtype,
+                                             std::string_view fingerprint) const {
+  Stale found;
+  const auto it = m_identities.find(std::string(fingerprint));
+  if (it == m_identities.end()) return found;
+  for (const auto& peer : m_hardware.at(it->second.hardware_id)) {
+    if (peer == fingerprint) continue;
+    const auto* winners = group(kernel, dtype, peer);
+    if (!winners) continue;
+    for (const auto& w : *winners) {
+      if (w.shape != shape || w.source_hash != source_hash) continue;
+      const bool newer = !found.winner || w.updated_at > found.winner->updated_at ||
+                         (w.updated_at == found.winner->updated_at && w.job_id > found.winner->job_id);
+      if (newer) {
+        found.winner = &w;
+        found.fingerprint = &peer;
+      }
+    }
+  }
+  if (!found.winner) return found;
+  auto [text, added] = m_changes.try_emplace(pair_key(*found.fingerprint, fingerprint));
+  if (added) {
+    text->second = environment_change(m_identities.at(*found.fingerprint).environment,
+                                      it->second.environment);
+    if (text->second.empty()) text->second = "the device's fingerprint";
+  }
+  found.change = &text->second;
+  return found;
 }
 
 double shape_distance(const std::vector<double>& a, const std::vector<double>& b) {
@@ -221,6 +276,7 @@ void KernelCache::finish_reload(const std::string& key, const std::string& name,
 std::string_view rung_name(Rung rung) {
   switch (rung) {
   case Rung::exact: return "exact";
+  case Rung::stale: return "stale";
   case Rung::nearest: return "nearest";
   case Rung::fallback_default: return "default";
   }
@@ -232,7 +288,30 @@ LadderAnswer climb_ladder(const WinnerIndex& index, const CachedKernel& kernel,
                           std::string_view fingerprint) {
   LadderAnswer answer;
   bool source_changed = false;
-  if (const auto* group = index.group(kernel.name, dtype, fingerprint)) {
+  const auto* group = index.group(kernel.name, dtype, fingerprint);
+  if (group) {
+    for (const auto& w : *group) {
+      if (w.shape == shape && w.source_hash == kernel.source_hash) {
+        answer.rung = Rung::exact;
+        answer.winner = &w;
+        answer.config = &w.config;
+        return answer;
+      }
+    }
+  }
+  // The same key on this hardware under another environment comes before another shape's
+  // winner under this one: same hardware, same shape, only the software moved.
+  if (const auto stale = index.stale_winner(kernel.name, kernel.source_hash, shape, dtype,
+                                            fingerprint);
+      stale.winner) {
+    answer.rung = Rung::stale;
+    answer.winner = stale.winner;
+    answer.config = &stale.winner->config;
+    answer.stale = stale;
+    answer.reason = "environment_changed";
+    return answer;
+  }
+  if (group) {
     const IndexedWinner* nearest = nullptr;
     double best = std::numeric_limits<double>::infinity();
     std::vector<double> wanted;
@@ -306,6 +385,12 @@ void append_lookup_result(std::string& out, const LadderAnswer& answer,
     out += ",\"reason\":\"";
     out += answer.reason;
     out += '"';
+  }
+  if (answer.rung == Rung::stale && answer.stale.fingerprint && answer.stale.change) {
+    out += ",\"from_device\":";
+    append_string(out, *answer.stale.fingerprint);
+    out += ",\"change\":";
+    append_string(out, *answer.stale.change);
   }
   if (tune_job) {
     out += ",\"tune_job\":";

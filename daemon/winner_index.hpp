@@ -4,6 +4,9 @@
 //
 // LookupLadder answers a lookup from the index (docs/protocol.md § lookup):
 //   exact   the winner of (kernel, current source hash, shape, dtype, device fingerprint);
+//   stale   the newest winner of the same key on the same hardware under another environment
+//           (another fingerprint with the device's hardware id: a compiler, driver or toolkit
+//           changed; core/device_identity.hpp), with what changed (`environment_change`);
 //   nearest the winner of the closest tuned shape of the same kernel, source hash, dtype and
 //           device, by Euclidean distance between the logs of the shape dims (exact:false,
 //           from_shape names the shape the config was tuned at);
@@ -18,6 +21,7 @@
 //
 // Not thread-safe: everything runs on ktuned's io thread.
 #include "jobs/kernel_registry.hpp"
+#include "core/device_identity.hpp"
 #include "core/result.hpp"
 #include "db/store.hpp"
 
@@ -41,6 +45,7 @@ struct IndexedWinner {
   double median_ms = 0;
   double gflops = 0;
   std::int64_t job_id = 0;
+  std::int64_t updated_at = 0;     // unix ms the winner was stored (0: not known)
 };
 
 class WinnerIndex {
@@ -65,12 +70,38 @@ public:
                                            std::string_view fingerprint) const;
   [[nodiscard]] bool device_has_winners(std::string_view fingerprint) const;
 
+  // Devices' identities: which fingerprints are one hardware under several environments. A
+  // fingerprint without one is never stale and has no stale winners.
+  void set_identity(const std::string& fingerprint, const DeviceIdentity& identity);
+  [[nodiscard]] bool knows_identity(std::string_view fingerprint) const;
+  // Whether another fingerprint of `fingerprint`'s hardware holds winners (the winner table
+  // sends such a device's non-exact lookups to ktuned, which may answer stale).
+  [[nodiscard]] bool has_stale_peers(std::string_view fingerprint) const;
+
+  struct Stale {
+    const IndexedWinner* winner = nullptr;
+    const std::string* fingerprint = nullptr;  // the environment it was tuned under
+    const std::string* change = nullptr;       // environment_change(old, new), for people
+  };
+  // The newest winner (updated_at, then job) of (kernel, source_hash, shape, dtype) on another
+  // fingerprint of `fingerprint`'s hardware; winner nullptr when there is none.
+  [[nodiscard]] Stale stale_winner(std::string_view kernel, std::string_view source_hash,
+                                   std::string_view shape, std::string_view dtype,
+                                   std::string_view fingerprint) const;
+
 private:
+  struct Identity {
+    std::string hardware_id;
+    nlohmann::json environment;
+  };
   static std::string group_key(std::string_view kernel, std::string_view dtype,
                                std::string_view fingerprint);
   std::unordered_map<std::string, std::vector<IndexedWinner>> m_groups;
   std::unordered_map<std::string, int> m_kernel_device;   // "kernel\x1f fingerprint" -> count
   std::unordered_map<std::string, int> m_devices;         // fingerprint -> count
+  std::unordered_map<std::string, Identity> m_identities; // fingerprint -> identity
+  std::unordered_map<std::string, std::vector<std::string>> m_hardware;  // hardware id -> fps
+  mutable std::unordered_map<std::string, std::string> m_changes;  // "old\x1fnew" -> text
   std::size_t m_size = 0;
   std::function<void(const WinnerRecord&)> m_observer;
 };
@@ -127,13 +158,15 @@ private:
   std::unordered_map<std::string, CachedKernel> m_kernels; // name + language
 };
 
-enum class Rung { exact, nearest, fallback_default };
+// In the order the table's Rung (core/winner_table.hpp) numbers its rungs; stale only ktuned answers.
+enum class Rung { exact, nearest, fallback_default, stale };
 
 struct LadderAnswer {
   Rung rung = Rung::fallback_default;
   const std::string* config = nullptr;       // JSON object text (points into index or cache)
-  const IndexedWinner* winner = nullptr;     // exact and nearest
+  const IndexedWinner* winner = nullptr;     // exact, stale and nearest
   std::string_view reason;                   // empty for exact
+  WinnerIndex::Stale stale;                  // stale: where from, what changed
 };
 
 [[nodiscard]] std::string_view rung_name(Rung rung);

@@ -93,6 +93,66 @@ TEST_CASE("winner index: the ladder") {
   }
 }
 
+TEST_CASE("winner index: stale, the same key on this hardware under another environment") {
+  WinnerIndex index;
+  const CachedKernel kernel = gemm();
+  const nlohmann::json hardware = {{"kind", "cpu"}, {"model", "EPYC"}, {"cores", 2}};
+  nlohmann::json gcc = hardware, clang = hardware, other_board = hardware;
+  gcc["compiler"] = "g++ 12.2.0";
+  clang["compiler"] = "clang 14.0.6";
+  other_board["model"] = "Xeon";
+  index.set_identity("fp-gcc", split_device_identity(gcc));
+  index.set_identity("fp-clang", split_device_identity(clang));
+  index.set_identity("fp-xeon", split_device_identity(other_board));
+  auto old = winner("M=64,N=64,K=64", R"({"BM":32})", "h1", "f32", "fp-gcc");
+  old.updated_at = 100;
+  index.put(old);
+  CHECK(index.has_stale_peers("fp-clang"));
+  CHECK_FALSE(index.has_stale_peers("fp-gcc"));   // its own winners are not stale
+  CHECK_FALSE(index.has_stale_peers("fp-xeon"));  // another board's are not either
+  CHECK_FALSE(index.has_stale_peers("fp-unknown"));
+
+  SECTION("the old winner answers, naming where from and what changed, never the default") {
+    const LadderAnswer a = climb_ladder(index, kernel, "M=64,N=64,K=64", "f32", "fp-clang");
+    CHECK(a.rung == Rung::stale);
+    CHECK(*a.config == R"({"BM":32})");
+    CHECK(a.reason == "environment_changed");
+    REQUIRE(a.stale.fingerprint != nullptr);
+    CHECK(*a.stale.fingerprint == "fp-gcc");
+    CHECK(*a.stale.change == "compiler: g++ 12.2.0 -> clang 14.0.6");
+    std::string text;
+    append_lookup_result(text, a, std::nullopt);
+    const auto reply = nlohmann::json::parse(text);
+    CHECK(reply.at("rung") == "stale");
+    CHECK(reply.at("from_device") == "fp-gcc");
+    CHECK(reply.at("change") == "compiler: g++ 12.2.0 -> clang 14.0.6");
+  }
+  SECTION("it comes before another shape's winner under the new environment") {
+    index.put(winner("M=60,N=64,K=64", R"({"BM":96})", "h1", "f32", "fp-clang"));
+    CHECK(climb_ladder(index, kernel, "M=64,N=64,K=64", "f32", "fp-clang").rung == Rung::stale);
+    CHECK(climb_ladder(index, kernel, "M=61,N=64,K=64", "f32", "fp-clang").rung == Rung::nearest);
+  }
+  SECTION("the newest of several environments answers; the exact key wins once it is there") {
+    nlohmann::json gcc13 = hardware;
+    gcc13["compiler"] = "g++ 13.1.0";
+    index.set_identity("fp-gcc13", split_device_identity(gcc13));
+    auto newer = winner("M=64,N=64,K=64", R"({"BM":48})", "h1", "f32", "fp-gcc13");
+    newer.updated_at = 200;
+    index.put(newer);
+    CHECK(*climb_ladder(index, kernel, "M=64,N=64,K=64", "f32", "fp-clang").config == R"({"BM":48})");
+    index.put(winner("M=64,N=64,K=64", R"({"BM":16})", "h1", "f32", "fp-clang"));
+    CHECK(climb_ladder(index, kernel, "M=64,N=64,K=64", "f32", "fp-clang").rung == Rung::exact);
+  }
+  SECTION("not stale: another board, another dtype, an edited source, an unknown device") {
+    CHECK(climb_ladder(index, kernel, "M=64,N=64,K=64", "f32", "fp-xeon").rung == Rung::fallback_default);
+    CHECK(climb_ladder(index, kernel, "M=64,N=64,K=64", "f64", "fp-clang").rung == Rung::fallback_default);
+    CachedKernel edited = kernel;
+    edited.source_hash = "h2";
+    CHECK(climb_ladder(index, edited, "M=64,N=64,K=64", "f32", "fp-clang").rung == Rung::fallback_default);
+    CHECK(climb_ladder(index, kernel, "M=64,N=64,K=64", "f32", "fp-unknown").rung == Rung::fallback_default);
+  }
+}
+
 TEST_CASE("winner index: shapes and result text") {
   CHECK(shape_log_dims("M=1,N=8").size() == 2);
   CHECK(shape_log_dims("M=x").empty());

@@ -153,6 +153,17 @@ TEST_CASE("winner table: the ladder, as ktuned walks it", "[core][winner_table]"
   }
 }
 
+TEST_CASE("winner table: a device whose hardware has winners under another environment is marked",
+          "[core][winner_table]") {
+  TableContent c = content();
+  c.devices[0].stale_peers = true;  // "cpu": the clients ask ktuned, which may answer stale
+  Table t(c);
+  t.ask("M=40,N=32,K=32", "f32", "cpu");
+  CHECK((t.scratch.resolved.device_flags & k_device_stale_peers) != 0);
+  t.ask("M=40,N=32,K=32", "f32", k_cpu_fp);
+  CHECK((t.scratch.resolved.device_flags & k_device_stale_peers) == 0);
+}
+
 TEST_CASE("winner table: a damaged or foreign table answers nothing", "[core][winner_table]") {
   Table t;
   SECTION("a flipped byte in a record's config fails its check") {

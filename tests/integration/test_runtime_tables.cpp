@@ -19,7 +19,10 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 using ktune::Connection;
@@ -233,4 +236,90 @@ TEST_CASE("engine-json export: the Python reader and a fresh store's lookups ans
       CHECK(got.value("median_ms", 0.0) == Approx(answer.value("median_ms", 0.0)));
     }
   }
+}
+
+TEST_CASE("a compiler change answers the old winner as stale with what changed, and a revalidation restores exact",
+          "[daemon][integration][stale]") {
+  if (::access("/usr/bin/clang++", X_OK) != 0) {
+    WARN("skipped: /usr/bin/clang++ not found (the second environment of this test)");
+    return;
+  }
+  TempDir home;
+  home.write("ktuned.toml", k_settings);
+  const std::vector<std::string> args{"--config", home.str() + "/ktuned.toml", "--kernel-dir",
+                                      ktune::test::source_path("/kernels_src")};
+  json old_winner;
+  {
+    DaemonProcess gcc(home.str(), args, "", {"/usr/bin/env", "KTUNE_CXX=/usr/bin/g++"});
+    REQUIRE(gcc.wait_ready(k_start_timeout));
+    auto c = Connection::connect(gcc.socket());
+    REQUIRE(c.ok());
+    tune_given(*c, 64, json::array({k_c1, k_c2, k_c3}));
+    old_winner = lookup(*c, 64);
+    REQUIRE(old_winner.at("rung") == "exact");
+  }
+  DaemonProcess clang(home.str(), args, "", {"/usr/bin/env", "KTUNE_CXX=/usr/bin/clang++"});
+  REQUIRE(clang.wait_ready(k_start_timeout));
+  auto c = Connection::connect(clang.socket());
+  REQUIRE(c.ok());
+
+  // Same hardware, another compiler: the old winner answers, named stale, never the default.
+  const json stale = lookup(*c, 64);
+  INFO(stale.dump());
+  CHECK(stale.at("rung") == "stale");
+  CHECK(stale.at("exact") == false);
+  CHECK(stale.at("reason") == "environment_changed");
+  CHECK(stale.at("config") == old_winner.at("config"));
+  CHECK_THAT(stale.at("change").get<std::string>(), Catch::Contains("compiler") && Catch::Contains("clang"));
+  CHECK(stale.at("from_device").get<std::string>().size() == 32);
+  // A shape never tuned under either compiler is not stale.
+  CHECK(lookup(*c, 16).at("rung") != "stale");
+  // A runtime's client answers from the winner table first; there the device is marked as having
+  // winners under another environment, so the client asks ktuned, and answers stale too.
+  SECTION("the Python client, with the default python3 and Debian's") {
+    std::vector<std::vector<std::string>> pythons{{"/usr/bin/env", "python3"}};
+    if (std::filesystem::exists("/usr/bin/python3")) pythons.push_back({"/usr/bin/python3"});
+    const char* path = std::getenv("PATH");
+    for (auto argv : pythons) {
+      argv.insert(argv.end(), {"-c",
+                               "import sys, time\nfrom ktune_client import Client\n"
+                               "c = Client(socket_path=sys.argv[1], timeout=5.0)\n"
+                               "deadline = time.monotonic() + 10\n"
+                               "while True:\n"
+                               "    a = c.lookup('gemm', 'M=64,N=32,K=32', 'f32', 'cpu')\n"
+                               "    if a.source == 'daemon' or time.monotonic() > deadline: break\n"
+                               "    time.sleep(0.1)\n"
+                               "print(a.rung, a.source, a.reason)\n",
+                               clang.socket()});
+      const ToolRun read = run_tool(argv, {std::string("PATH=") + (path ? path : "/usr/bin:/bin"),
+                                           "PYTHONPATH=" + ktune::test::source_path("/client/python")},
+                                    60s);
+      INFO(argv.front() << ": " << read.output);
+      REQUIRE(read.code == 0);
+      // Until the revalidation is done the key is stale; a fast one may already be exact.
+      const bool stale_or_revalidated = read.output.find("stale daemon environment_changed") == 0 ||
+                                        read.output.find("exact") == 0;
+      CHECK(stale_or_revalidated);
+    }
+  }
+
+  // The revalidation was queued by that lookup: the old winner's near configs only.
+  REQUIRE(stale.contains("tune_job"));
+  const std::int64_t job = stale.at("tune_job").get<std::int64_t>();
+  json record;
+  for (int i = 0; i < 600; ++i) {
+    record = ok_result(*c, {{"op", "job"}, {"job", job}});
+    const std::string state = record.at("job").at("state").get<std::string>();
+    if (state != "queued" && state != "running") break;
+    std::this_thread::sleep_for(100ms);
+  }
+  INFO(record.dump());
+  REQUIRE(record.at("job").at("state") == "done");
+  CHECK(record.at("job").at("options").at("priority").get<int>() < 0);
+  const auto total = record.at("job").at("total").get<int>();
+  CHECK(total >= 1);
+  CHECK(total <= 4);  // the old key's three configs (those within 5% of its winner) and the default
+  const json after = lookup(*c, 64);
+  INFO(after.dump());
+  CHECK(after.at("rung") == "exact");
 }

@@ -55,7 +55,9 @@ typedef enum ktune_status {
 typedef enum ktune_rung {
   KTUNE_RUNG_EXACT = 0,   /* the winner tuned for exactly this key */
   KTUNE_RUNG_NEAREST = 1, /* the winner of the nearest tuned shape (from_shape) */
-  KTUNE_RUNG_DEFAULT = 2  /* the kernel's [default] config */
+  KTUNE_RUNG_DEFAULT = 2, /* the kernel's [default] config */
+  KTUNE_RUNG_STALE = 3    /* this key's winner on this hardware under another environment
+                             (compiler, driver, toolkit); ktuned revalidates it */
 } ktune_rung;
 
 typedef enum ktune_source {

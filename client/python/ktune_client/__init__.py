@@ -33,7 +33,7 @@ never hides a live daemon's answer.
     client = Client()
     answer = client.lookup("gemm", "M=512,N=512,K=512")
     answer.config   # {"BM": 64, ...} in the kernel's parameter order
-    answer.rung     # "exact", "nearest" or "default"; answer.reason says why not exact
+    answer.rung     # "exact", "stale", "nearest" or "default"; answer.reason says why not exact
 
 One Client is used by one thread at a time.
 """
@@ -50,7 +50,7 @@ import time
 import tomllib
 from typing import Any, Iterable, Optional
 
-from ._table import FLAG_TUNE_ON_MISS, Damaged, MappedTable, table_path_for_socket
+from ._table import DEVICE_STALE_PEERS, FLAG_TUNE_ON_MISS, Damaged, MappedTable, table_path_for_socket
 from .errors import *  # noqa: F401,F403 (the exception classes are the package's)
 from .errors import KtuneError
 from .errors import __all__ as _error_names
@@ -76,7 +76,7 @@ class LookupError(KtuneError, builtins.LookupError):  # noqa: A001 (the name the
 class Answer:
     """One lookup's answer.
 
-    rung: "exact", "nearest" or "default"; exact: rung == "exact"; source: "map", "cache",
+    rung: "exact", "stale", "nearest" or "default"; exact: rung == "exact"; source: "map", "cache",
     "daemon", "database" or "spec"; config: parameter name -> int in the kernel's order; from_shape: the
     tuned shape of a nearest answer; reason: why not exact; median_ms and job: the winner's.
     """
@@ -270,8 +270,11 @@ class Client:
             return None
         answer = Answer(found["rung"], found["config"], "map", found["from_shape"],
                         found["reason"], found["median_ms"], found["job"])
-        ask = answer.rung != "exact" and (self.tune_on_miss or
-                                          bool(view.flags & FLAG_TUNE_ON_MISS))
+        # A non-exact answer goes to ktuned too when it should see the miss (tune-on-miss) or
+        # may answer `stale` (the device's hardware has winners under another environment).
+        ask = answer.rung != "exact" and (
+            self.tune_on_miss or bool(view.flags & FLAG_TUNE_ON_MISS) or
+            bool(view.last_device_flags & DEVICE_STALE_PEERS))
         return answer, ask
 
     # ktuned ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ _SECTIONS = 9
 _MIN_BYTES = (32, 8, 48, 8, 40, 8, 72, 8, 1)
 _DEVICE_LOCAL = 1
 _DEVICE_HAS_WINNERS = 2
+DEVICE_STALE_PEERS = 4  # another environment of the device's hardware has winners: ask ktuned
 _KERNEL_DTYPE_AXIS = 1
 _SEP = "\x1f"
 _MAX_DIM = 1 << 40
@@ -163,6 +164,7 @@ class TableView:
         self.buf = buf
         self.generation = generation
         self.flags = flags
+        self.last_device_flags = 0  # of the device the last answer() resolved
         self.published_unix_ms = published
         self._arena, self._arena_bytes, _ = self._sections[8]
         self._strings: dict[int, str] = {}
@@ -326,6 +328,7 @@ class TableView:
             self._resolved[(device, kernel)] = resolved
         fingerprint, device_flags, kernel_flags, source_hash, dims, dtypes, tuned_on, \
             default_blob = resolved
+        self.last_device_flags = device_flags
 
         if not kernel_flags & _KERNEL_DTYPE_AXIS and dtype == "f32" and dtypes:
             dtype = dtypes[0]
