@@ -80,6 +80,7 @@ std::vector<std::unique_ptr<CommandEntry>> command_table() {
   table.push_back(command(add_tune_command, run_tune_command, check_tune_command));
   table.push_back(command(add_job_commands, run_job_commands));
   table.push_back(command(add_query_command, run_query_command));
+  table.push_back(command(add_revalidate_command, run_revalidate_command));
   table.push_back(command(add_completion_command, run_completion_command));
   return table;
 }

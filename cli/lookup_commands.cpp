@@ -98,6 +98,14 @@ int query(const GlobalOptions& global, const QueryOptions& options, Output& io) 
     return k_exit_ok;
   }
   const std::string rung = as_text(field(r, "rung"));
+  if (rung == "stale") {
+    io.out << config << "  (stale: tuned on this hardware under another environment, "
+           << as_text(field(r, "change")) << "; median then "
+           << format_ms(as_double(field(r, "median_ms"))) << " ms";
+    if (!field(r, "tune_job").is_null()) io.out << "; revalidation job " << as_text(field(r, "tune_job"));
+    io.out << ")\n";
+    return k_exit_not_tuned;
+  }
   const json& reason = field(r, "reason");
   io.out << "no tuned winner for " << options.kernel << ' ' << options.shape << ", "
          << options.dtype << ", " << options.device << " ("
@@ -105,6 +113,49 @@ int query(const GlobalOptions& global, const QueryOptions& options, Output& io) 
          << (rung == "default" ? std::string("the kernel's default") : "fallback (" + rung + ")")
          << ": " << config << '\n';
   return k_exit_not_tuned;
+}
+
+void add_revalidate_command(CLI::App& app, RevalidateCommand& command) {
+  command.revalidate = app.add_subcommand(
+      "revalidate", "Measure stale winners again under this machine's current environment");
+  command.revalidate->add_option("--kernel", command.kernel, "only this kernel family");
+  command.revalidate->add_option("--device", command.device,
+                                 "only this device: cpu or cuda:N (default: every local device)");
+  command.revalidate->footer(
+      "A winner is stale when its key was tuned on this hardware under another environment (a\n"
+      "host compiler, CUDA driver or toolkit changed since) and not under this one: lookups\n"
+      "answer it with rung `stale` and what changed. A stale lookup revalidates its own key;\n"
+      "this command queues the revalidation of every stale key at once, at the lowest\n"
+      "priority: the old winner, the old key's configs within 5% of it and the default are\n"
+      "measured again (a full search follows only where the old winner moved more than 5%).\n"
+      "Lists the keys and their jobs; `ktune jobs` follows them.\n\n"
+      "Examples:\n  ktune revalidate\n  ktune revalidate --kernel gemm --device cpu\n"
+      "  ktune --json revalidate" + k_exit_codes_help);
+}
+
+std::optional<int> run_revalidate_command(const RevalidateCommand& command,
+                                          const GlobalOptions& global, Output& io) {
+  if (!command.revalidate->parsed()) return std::nullopt;
+  json request = op("revalidate");
+  if (!command.kernel.empty()) request["kernel"] = command.kernel;
+  if (!command.device.empty()) request["device"] = command.device;
+  return ask_daemon(global, std::move(request), io, [&](const json& result) {
+    const json& keys = field(result, "revalidations");
+    if (!keys.is_array() || keys.empty()) {
+      io.out << "no stale winners: every key tuned on this hardware is tuned under this environment\n";
+      return k_exit_ok;
+    }
+    Table table({{"KERNEL"}, {"SHAPE"}, {"DTYPE"}, {"DEVICE"}, {"JOB", Align::right}, {"CHANGED"}});
+    for (const auto& k : keys) {
+      table.add_row({as_text(field(k, "kernel")), as_text(field(k, "shape")), as_text(field(k, "dtype")),
+                     as_text(field(k, "device")),
+                     field(k, "job").is_null() ? std::string("planning") : as_text(field(k, "job")),
+                     as_text(field(k, "change"))});
+    }
+    table.print(io.out);
+    io.out << keys.size() << " stale key(s) queued for revalidation\n";
+    return k_exit_ok;
+  });
 }
 
 void add_kernels_command(CLI::App& app, KernelsCommand& command) {

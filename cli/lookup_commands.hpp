@@ -1,6 +1,7 @@
 #pragma once
-// `ktune kernels` (the families ktuned loaded) and `ktune query` (the winner ktuned answers for a
-// key), cli/commands.hpp for exit codes and output conventions. Two table entries: `ktune --help`
+// `ktune kernels` (the families ktuned loaded), `ktune query` (the winner ktuned answers for a
+// key) and `ktune revalidate` (measure stale winners again under this environment),
+// cli/commands.hpp for exit codes and output conventions. Three table entries: `ktune --help`
 // lists them apart.
 #include "cli/commands.hpp"
 
@@ -36,5 +37,14 @@ struct QueryCommand {
 void add_query_command(CLI::App& app, QueryCommand& command);
 [[nodiscard]] std::optional<int> run_query_command(const QueryCommand& command,
                                                    const GlobalOptions& global, Output& io);
+
+struct RevalidateCommand {
+  CLI::App* revalidate = nullptr;
+  std::string kernel;
+  std::string device;
+};
+void add_revalidate_command(CLI::App& app, RevalidateCommand& command);
+[[nodiscard]] std::optional<int> run_revalidate_command(const RevalidateCommand& command,
+                                                        const GlobalOptions& global, Output& io);
 
 } // namespace ktune::cli

@@ -104,6 +104,7 @@ void RequestHandler::dispatch(Op op, protocol::Request request,
     case Op::compile_check: return m_jobs.compile_check(client, request);
     case Op::confirm: return m_ab.confirm(client, request);
     case Op::canary: return m_canary.request(client, request);
+    case Op::revalidate: return reply.answer(m_lookup.revalidate_all(request, uid));
     case Op::shutdown:
       KTUNE_LOG(info) << "shutdown requested by a client";
       m_ctx.request_stop();

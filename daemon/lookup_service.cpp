@@ -18,6 +18,7 @@
 #include <limits>
 #include <memory>
 #include <set>
+#include <tuple>
 
 namespace ktune::daemon {
 
@@ -84,6 +85,57 @@ bool LookupService::answer_line(Client& client, std::string_view line) {
   reply += "}\n";
   client.send(std::move(reply));
   return true;
+}
+
+Result<nlohmann::json> LookupService::revalidate_all(const protocol::Request& request, uid_t client) {
+  auto text_field = [&](const char* name) -> Result<std::string> {
+    const auto it = request.body.find(name);
+    if (it == request.body.end() || it->is_null()) return std::string();
+    if (!it->is_string()) {
+      return make_error(ErrorCode::bad_request, std::string("revalidate: field '") + name +
+                                                    "' must be a string, found " + it->dump());
+    }
+    return it->get<std::string>();
+  };
+  auto kernel_filter = text_field("kernel");
+  if (!kernel_filter) return kernel_filter.error();
+  auto device_filter = text_field("device");
+  if (!device_filter) return device_filter.error();
+  if (m_stopping) return make_error(ErrorCode::shutting_down, "revalidate: ktuned is stopping");
+  std::vector<DeviceInfo> devices;
+  if (device_filter->empty()) {
+    devices = m_ctx.devices.all_local();
+  } else {
+    auto local = m_ctx.devices.local(*device_filter);
+    if (!local) return local.error();
+    devices.push_back(std::move(*local));
+  }
+  nlohmann::json out = nlohmann::json::array();
+  const auto now = std::chrono::steady_clock::now();
+  for (const DeviceInfo& device : devices) {
+    learn_identity(device.fingerprint);
+    const Language language = device.name == "cpu" ? Language::cpp : Language::cuda;
+    // The keys tuned on this hardware under other environments, once each.
+    std::set<std::tuple<std::string, std::string, std::string>> keys;
+    m_index.for_each([&](const WinnerRecord& w) {
+      if ((kernel_filter->empty() || w.kernel == *kernel_filter) &&
+          m_index.same_hardware(w.fingerprint, device.fingerprint)) {
+        keys.emplace(w.kernel, w.shape, w.dtype);
+      }
+    });
+    for (const auto& [kernel_name, shape, dtype] : keys) {
+      auto cached = m_kernel_cache.get(kernel_name, language, now);
+      if (!cached) continue;  // the family is gone or broken: nothing to measure
+      const LadderAnswer answer = climb_ladder(m_index, **cached, shape, dtype, device.fingerprint);
+      if (answer.rung != Rung::stale) continue;  // tuned here already, or an older source
+      const ResolvedDevice resolved{device.name, device.fingerprint, language, true};
+      const auto job = revalidate(**cached, shape, dtype, resolved, answer.stale, client);
+      out.push_back({{"kernel", kernel_name}, {"shape", shape}, {"dtype", dtype},
+                     {"device", device.name}, {"change", *answer.stale.change},
+                     {"job", job ? nlohmann::json(*job) : nlohmann::json()}});
+    }
+  }
+  return nlohmann::json{{"revalidations", std::move(out)}};
 }
 
 Result<nlohmann::json> LookupService::lookup(const protocol::Request& request, uid_t client) {

@@ -66,6 +66,14 @@ public:
   // tune-on-miss job is charged to.
   [[nodiscard]] Result<nlohmann::json> lookup(const protocol::Request& request, uid_t client);
 
+  // `revalidate` (docs/protocol.md): queues the revalidation of every stale key -- a winner on
+  // a local device's hardware under another environment whose key has no winner under this one
+  // -- of `kernel` (every kernel when absent) on `device` (every local device when absent).
+  // Reply {"revalidations":[{"kernel","shape","dtype","device","change","job"}...]}; job null
+  // while a big space is planned. Errors: bad_request (a field of the wrong type),
+  // unknown_device / no_device (not a device of this machine), shutting_down.
+  [[nodiscard]] Result<nlohmann::json> revalidate_all(const protocol::Request& request, uid_t client);
+
   // A winner just stored (an import): the index holds it from now on.
   void learn(const WinnerRecord& winner) {
     learn_identity(winner.fingerprint);

@@ -12,7 +12,7 @@ namespace ktune::daemon {
 #define KTUNE_DAEMON_OPS(X)                                                                       \
   X(lookup) X(tune) X(job) X(jobs) X(cancel) X(import) X(kernels) X(add_kernel_dir)               \
   X(remove_kernel_dir) X(stats) X(top) X(devices) X(compile_check) X(confirm) X(canary)           \
-  X(shutdown)
+  X(revalidate) X(shutdown)
 
 enum class Op {
 #define KTUNE_DAEMON_OP_ENUM(name) name,

@@ -147,6 +147,14 @@ bool WinnerIndex::has_stale_peers(std::string_view fingerprint) const {
   return false;
 }
 
+bool WinnerIndex::same_hardware(std::string_view a, std::string_view b) const {
+  if (a == b) return false;
+  const auto first = m_identities.find(std::string(a));
+  const auto second = m_identities.find(std::string(b));
+  return first != m_identities.end() && second != m_identities.end() &&
+         first->second.hardware_id == second->second.hardware_id;
+}
+
 WinnerIndex::Stale WinnerIndex::stale_winner(std::string_view kernel, std::string_view source_hash,
                                              std::string_view shape, std::string_view dtype,
                                              std::string_view fingerprint) const {

@@ -77,6 +77,9 @@ public:
   // Whether another fingerprint of `fingerprint`'s hardware holds winners (the winner table
   // sends such a device's non-exact lookups to ktuned, which may answer stale).
   [[nodiscard]] bool has_stale_peers(std::string_view fingerprint) const;
+  // Whether two fingerprints with known identities are one hardware (false when either is not
+  // known, or they are the same fingerprint).
+  [[nodiscard]] bool same_hardware(std::string_view a, std::string_view b) const;
 
   struct Stale {
     const IndexedWinner* winner = nullptr;

@@ -24,5 +24,5 @@ TEST_CASE("daemon/ops: the unknown_op message lists every op, the last after 'or
           "[daemon][ops]") {
   CHECK(ktune::daemon::op_list() ==
         "lookup, tune, job, jobs, cancel, import, kernels, add_kernel_dir, remove_kernel_dir, "
-        "stats, top, devices, compile_check, confirm, canary or shutdown");
+        "stats, top, devices, compile_check, confirm, canary, revalidate or shutdown");
 }
