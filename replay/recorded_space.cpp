@@ -155,6 +155,17 @@ Result<std::optional<double>> read_time(const json& v, std::string_view label, c
                                  type_name(v) + " " + excerpt(v));
 }
 
+// A Kernel Tuner cache entry's "time" (required) and its cost fields, into `row`.
+Result<void> read_entry_time(const json& entry, std::string_view label, Row& row) {
+  const auto time = entry.find("time");
+  if (time == entry.end()) return record_error(label, row.where + ": expected a field 'time', found none");
+  auto t = read_time(*time, label, row.where);
+  if (!t) return t.error();
+  row.time_ms = *t;
+  read_kerneltuner_cost(entry, row);
+  return {};
+}
+
 // Key order of the first configuration object (T4 "configuration", first element of a results
 // list), which a std::map-based json object does not keep. A SAX pass that stores nothing else.
 // (nlohmann's parser callback could record it during the DOM parse, but its discard handling
@@ -451,12 +462,7 @@ Result<Row> read_cache_entry(const std::string& key, const json& entry, const st
     }
     row.indices.push_back(*index);
   }
-  const auto time = entry.find("time");
-  if (time == entry.end()) return record_error(label, row.where + ": expected a field 'time', found none");
-  auto t = read_time(*time, label, row.where);
-  if (!t) return t.error();
-  row.time_ms = *t;
-  read_kerneltuner_cost(entry, row);
+  if (auto timed = read_entry_time(entry, label, row); !timed) return timed.error();
   return row;
 }
 
@@ -615,12 +621,7 @@ Result<RecordedSpace> parse_results_list(const json& root, std::string_view labe
       if (!value) return record_error(label, row.where + "." + name + ": expected a number, boolean or string, found " + excerpt(v));
       raw.push_back(*value);
     }
-    const auto time = entry.find("time");
-    if (time == entry.end()) return record_error(label, row.where + ": expected a field 'time', found none");
-    auto t = read_time(*time, label, row.where);
-    if (!t) return t.error();
-    row.time_ms = *t;
-    read_kerneltuner_cost(entry, row);
+    if (auto timed = read_entry_time(entry, label, row); !timed) return timed.error();
     rows.push_back(std::move(row));
     raw_rows.push_back(std::move(raw));
   }
