@@ -448,18 +448,21 @@ struct ShapeScratch {
   LogMemo memo;
 };
 
-// One winner's record at `re`; returns its key hash (the shape's, seeded with its group's).
-Result<std::uint64_t> encode_record(std::byte* re, const WinnerGroup& group, const WinnerEntry& w,
-                                    const GroupRefs& refs, ArenaBuilder& arena, ShapeScratch& scratch) {
+// One winner's record at `re`, its key hash (the shape's, seeded with its group's) into `hash`;
+// false with `error` set when the shape or config is not one a table holds.
+bool encode_record(std::byte* re, const WinnerGroup& group, const WinnerEntry& w, const GroupRefs& refs,
+                   ArenaBuilder& arena, ShapeScratch& scratch, std::uint64_t& hash, Error& error) {
   std::vector<double>& logs = scratch.logs;
   if (!shape_logs(w.shape, logs, &scratch.memo) || logs.size() > k_max_dims) {
-    return bad_table("winner of " + group.kernel + " " + group.dtype + ": shape '" + w.shape +
-                     "' is not a canonical shape");
+    error = bad_table("winner of " + group.kernel + " " + group.dtype + ": shape '" + w.shape +
+                      "' is not a canonical shape");
+    return false;
   }
   const std::uint32_t blob = arena.config(w.config);
   if (blob == 0) {
-    return bad_table("winner of " + group.kernel + " " + w.shape + " " + group.dtype +
-                     ": config " + w.config + " is not a flat JSON object of integers");
+    error = bad_table("winner of " + group.kernel + " " + w.shape + " " + group.dtype +
+                      ": config " + w.config + " is not a flat JSON object of integers");
+    return false;
   }
   const std::uint64_t rh = hash64(w.shape.data(), w.shape.size(), refs.hash);
   const auto [payload, payload_bytes] = arena.payload(logs, w.shape);
@@ -476,7 +479,8 @@ Result<std::uint64_t> encode_record(std::byte* re, const WinnerGroup& group, con
   store(re + 48, std::isfinite(w.median_ms) ? w.median_ms : std::nan(""));
   store(re + 56, std::isfinite(w.gflops) ? w.gflops : std::nan(""));
   store(re + 64, w.job);
-  return rh;
+  hash = rh;
+  return true;
 }
 
 Result<WinnerEntries> encode_winners(std::span<const WinnerGroup> groups, std::size_t winner_count,
@@ -492,6 +496,7 @@ Result<WinnerEntries> encode_winners(std::span<const WinnerGroup> groups, std::s
   out.records.bytes.resize(winner_count * k_record_bytes);
   out.records.hashes.reserve(winner_count);
   ShapeScratch scratch;
+  Error error;
   std::string key;
   std::size_t g = 0, r = 0;
   for (const auto& group : groups) {
@@ -514,10 +519,12 @@ Result<WinnerEntries> encode_winners(std::span<const WinnerGroup> groups, std::s
     store(ge + 32, static_cast<std::uint32_t>(group.winners.size()));
     ++g;
     for (const auto& w : group.winners) {
-      auto rh = encode_record(out.records.bytes.data() + r * k_record_bytes, group, w, refs, arena,
-                              scratch);
-      if (!rh) return rh.error();
-      out.records.hashes.push_back(*rh);
+      std::uint64_t rh = 0;
+      if (!encode_record(out.records.bytes.data() + r * k_record_bytes, group, w, refs, arena, scratch,
+                         rh, error)) {
+        return error;
+      }
+      out.records.hashes.push_back(rh);
       ++r;
     }
   }
@@ -598,12 +605,15 @@ std::vector<std::byte> assemble(const TableContent& content, const Entries& devi
     if (!section.bytes.empty()) {
       std::memcpy(out.data() + plan[2 * i].offset, section.bytes.data(), section.bytes.size());
     }
+  }
+  if (arena.size() != 0) std::memcpy(out.data() + plan[k_arena].offset, arena.bytes().data(), arena.size());
+  for (std::size_t i = 0; i < 4; ++i) {
+    const Entries& section = *with_slots[i];
     const Planned& slots = plan[2 * i + 1];
     for (std::size_t e = 0; e < section.hashes.size(); ++e) {
       insert_slot(out.data() + slots.offset, slots.count, section.hashes[e], static_cast<std::uint32_t>(e));
     }
   }
-  if (arena.size() != 0) std::memcpy(out.data() + plan[k_arena].offset, arena.bytes().data(), arena.size());
   return out;
 }
 
