@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <optional>
 #include <unordered_map>
 
 namespace ktune::table {
@@ -206,15 +205,13 @@ class ArenaBuilder {
 public:
   ArenaBuilder() { m_bytes.resize(8); }
 
-  // A string: u32 length, the bytes, NUL; returns the offset of the first byte. A string of
-  // 4 GiB or more is cut there (the table is then over its 4 GiB and refused by encode()).
+  // A string: u32 length, the bytes, NUL; returns the offset of the first byte.
   std::uint32_t append_string(std::string_view s) {
     align(4);
     const std::size_t at = m_bytes.size();
-    const std::uint32_t n = static_cast<std::uint32_t>(std::min<std::size_t>(s.size(), std::numeric_limits<std::uint32_t>::max()));
-    m_bytes.resize(at + 4 + std::size_t{n} + 1);
-    store(m_bytes.data() + at, n);
-    if (n != 0) std::memcpy(m_bytes.data() + at + 4, s.data(), n);
+    m_bytes.resize(at + 4 + s.size() + 1);
+    store(m_bytes.data() + at, static_cast<std::uint32_t>(s.size()));
+    if (!s.empty()) std::memcpy(m_bytes.data() + at + 4, s.data(), s.size());
     return static_cast<std::uint32_t>(at + 4);
   }
   std::uint32_t intern(std::string_view s) {
@@ -346,72 +343,59 @@ std::string table_path_for_socket(const std::string& socket_path) {
   return socket_path + ".table";
 }
 
-namespace {
+Result<std::vector<std::byte>> encode(const TableContent& content,
+                                      std::span<const WinnerGroup> groups) {
+  ArenaBuilder arena;
+  std::size_t winner_count = 0;
+  for (const auto& group : groups) winner_count += group.winners.size();
+  arena.reserve(64 * 1024 + winner_count * 64);
 
-// Which fingerprints have winners, and on which fingerprints each kernel name has them.
-struct Tuned {
-  std::unordered_map<std::string_view, bool> devices;
-  std::unordered_map<std::string_view, std::vector<std::string_view>> kernels;
-};
-
-Tuned tuned_in(std::span<const WinnerGroup> groups) {
-  Tuned tuned;
+  // Which fingerprints have winners, and on which fingerprints each kernel name has them.
+  std::unordered_map<std::string_view, bool> tuned_devices;
+  std::unordered_map<std::string_view, std::vector<std::string_view>> tuned_kernels;
   for (const auto& group : groups) {
     if (group.winners.empty()) continue;
-    tuned.devices[group.fingerprint] = true;
-    auto& fps = tuned.kernels[group.kernel];
+    tuned_devices[group.fingerprint] = true;
+    auto& fps = tuned_kernels[group.kernel];
     if (std::find(fps.begin(), fps.end(), std::string_view(group.fingerprint)) == fps.end()) {
       fps.emplace_back(group.fingerprint);
     }
   }
-  return tuned;
-}
 
-// One section's entries (their check field, the first 8 bytes, still 0) and each entry's key
-// hash, for its slot table.
-struct Entries {
-  std::vector<std::byte> bytes;
-  std::vector<std::uint64_t> hashes;
-};
-
-Entries encode_devices(std::span<const DeviceEntry> devices, const Tuned& tuned, ArenaBuilder& arena) {
-  Entries out;
-  out.bytes.resize(devices.size() * k_device_bytes);
-  for (std::size_t i = 0; i < devices.size(); ++i) {
-    const DeviceEntry& d = devices[i];
-    std::byte* e = out.bytes.data() + i * k_device_bytes;
+  std::string key;
+  // Devices.
+  std::vector<std::byte> devices(content.devices.size() * k_device_bytes);
+  std::vector<std::uint64_t> device_hashes;
+  for (std::size_t i = 0; i < content.devices.size(); ++i) {
+    const DeviceEntry& d = content.devices[i];
+    std::byte* e = devices.data() + i * k_device_bytes;
     const std::uint64_t h = hash64(d.name.data(), d.name.size());
-    out.hashes.push_back(h);
+    device_hashes.push_back(h);
     store(e + 8, h);
     store(e + 16, arena.intern(d.name));
     store(e + 20, arena.intern(d.fingerprint));
     store(e + 24, static_cast<std::uint32_t>(d.family));
     std::uint32_t flags = d.local ? k_device_local : 0;
-    if (tuned.devices.count(d.fingerprint) != 0) flags |= k_device_has_winners;
+    if (tuned_devices.count(d.fingerprint) != 0) flags |= k_device_has_winners;
     store(e + 28, flags);
   }
-  return out;
-}
-
-Result<Entries> encode_kernels(std::span<const KernelEntry> kernels, const Tuned& tuned,
-                               ArenaBuilder& arena) {
-  Entries out;
-  out.bytes.resize(kernels.size() * k_kernel_bytes);
-  std::string key;
-  for (std::size_t i = 0; i < kernels.size(); ++i) {
-    const KernelEntry& k = kernels[i];
-    std::byte* e = out.bytes.data() + i * k_kernel_bytes;
+  // Kernels.
+  std::vector<std::byte> kernels(content.kernels.size() * k_kernel_bytes);
+  std::vector<std::uint64_t> kernel_hashes;
+  for (std::size_t i = 0; i < content.kernels.size(); ++i) {
+    const KernelEntry& k = content.kernels[i];
+    std::byte* e = kernels.data() + i * k_kernel_bytes;
     key.assign(k.name).push_back(k_sep);
     key.append(family_word(k.family));
     const std::uint64_t h = hash64(key.data(), key.size());
-    out.hashes.push_back(h);
+    kernel_hashes.push_back(h);
     const std::uint32_t blob = arena.config(k.default_config);
     if (blob == 0) {
       return bad_table("kernel " + k.name + ": [default] " + k.default_config +
                        " is not a flat JSON object of integers");
     }
     std::string fps;
-    if (const auto it = tuned.kernels.find(k.name); it != tuned.kernels.end()) {
+    if (const auto it = tuned_kernels.find(k.name); it != tuned_kernels.end()) {
       for (const auto fp : it->second) {
         if (!fps.empty()) fps += ',';
         fps += fp;
@@ -427,154 +411,115 @@ Result<Entries> encode_kernels(std::span<const KernelEntry> kernels, const Tuned
     store(e + 40, arena.intern(fps));
     store(e + 44, k.dtype_axis ? k_kernel_dtype_axis : std::uint32_t{0});
   }
-  return out;
-}
-
-// The groups that have winners, and their winners' records (each group's in one run).
-struct WinnerEntries {
-  Entries groups;
-  Entries records;
-};
-
-// A group as its records repeat it: its key hash and its strings in the arena.
-struct GroupRefs {
-  std::uint64_t hash = 0;
-  std::uint32_t kernel = 0, dtype = 0, fingerprint = 0;
-};
-
-// The shape logs of the record being encoded, kept across records.
-struct ShapeScratch {
-  std::vector<double> logs;
-  LogMemo memo;
-};
-
-// One winner's record at `re`, its key hash (the shape's, seeded with its group's) into `hash`;
-// false with `error` set when the shape or config is not one a table holds.
-bool encode_record(std::byte* re, const WinnerGroup& group, const WinnerEntry& w, const GroupRefs& refs,
-                   ArenaBuilder& arena, ShapeScratch& scratch, std::uint64_t& hash, Error& error) {
-  std::vector<double>& logs = scratch.logs;
-  if (!shape_logs(w.shape, logs, &scratch.memo) || logs.size() > k_max_dims) {
-    error = bad_table("winner of " + group.kernel + " " + group.dtype + ": shape '" + w.shape +
-                      "' is not a canonical shape");
-    return false;
-  }
-  const std::uint32_t blob = arena.config(w.config);
-  if (blob == 0) {
-    error = bad_table("winner of " + group.kernel + " " + w.shape + " " + group.dtype +
-                      ": config " + w.config + " is not a flat JSON object of integers");
-    return false;
-  }
-  const std::uint64_t rh = hash64(w.shape.data(), w.shape.size(), refs.hash);
-  const auto [payload, payload_bytes] = arena.payload(logs, w.shape);
-  store(re + 8, rh);
-  store(re + 16, refs.kernel);
-  store(re + 20, refs.dtype);
-  store(re + 24, refs.fingerprint);
-  store(re + 28, arena.intern_repeated(w.source_hash));
-  store(re + 32, payload);
-  store(re + 36, payload_bytes);
-  store(re + 40, blob);
-  store(re + 44, static_cast<std::uint16_t>(logs.size()));
-  store(re + 46, std::uint16_t{0});
-  store(re + 48, std::isfinite(w.median_ms) ? w.median_ms : std::nan(""));
-  store(re + 56, std::isfinite(w.gflops) ? w.gflops : std::nan(""));
-  store(re + 64, w.job);
-  hash = rh;
-  return true;
-}
-
-Result<WinnerEntries> encode_winners(std::span<const WinnerGroup> groups, std::size_t winner_count,
-                                     ArenaBuilder& arena) {
+  // Groups and records.
   std::size_t group_count = 0;
   for (const auto& group : groups) group_count += group.winners.empty() ? 0 : 1;
   if (winner_count >= std::numeric_limits<std::uint32_t>::max() / 2) {
     return bad_table("too many winners for one table: " + std::to_string(winner_count));
   }
-  WinnerEntries out;
-  out.groups.bytes.resize(group_count * k_group_bytes);
-  out.groups.hashes.reserve(group_count);
-  out.records.bytes.resize(winner_count * k_record_bytes);
-  out.records.hashes.reserve(winner_count);
-  ShapeScratch scratch;
-  Error error;
-  std::string key;
+  std::vector<std::byte> group_bytes(group_count * k_group_bytes);
+  std::vector<std::uint64_t> group_hashes;
+  group_hashes.reserve(group_count);
+  std::vector<std::byte> records(winner_count * k_record_bytes);
+  std::vector<std::uint64_t> record_hashes;
+  record_hashes.reserve(winner_count);
+  std::vector<double> logs;
+  LogMemo log_memo;
   std::size_t g = 0, r = 0;
   for (const auto& group : groups) {
     if (group.winners.empty()) continue;
-    GroupRefs refs;
-    refs.kernel = arena.intern(group.kernel);
-    refs.dtype = arena.intern(group.dtype);
-    refs.fingerprint = arena.intern(group.fingerprint);
+    const std::uint32_t kernel = arena.intern(group.kernel);
+    const std::uint32_t dtype = arena.intern(group.dtype);
+    const std::uint32_t fingerprint = arena.intern(group.fingerprint);
     key.assign(group.kernel).push_back(k_sep);
     key.append(group.dtype).push_back(k_sep);
     key.append(group.fingerprint);
-    refs.hash = hash64(key.data(), key.size());
-    out.groups.hashes.push_back(refs.hash);
-    std::byte* ge = out.groups.bytes.data() + g * k_group_bytes;
-    store(ge + 8, refs.hash);
-    store(ge + 16, refs.kernel);
-    store(ge + 20, refs.dtype);
-    store(ge + 24, refs.fingerprint);
+    const std::uint64_t gh = hash64(key.data(), key.size());
+    group_hashes.push_back(gh);
+    std::byte* ge = group_bytes.data() + g * k_group_bytes;
+    store(ge + 8, gh);
+    store(ge + 16, kernel);
+    store(ge + 20, dtype);
+    store(ge + 24, fingerprint);
     store(ge + 28, static_cast<std::uint32_t>(r));
     store(ge + 32, static_cast<std::uint32_t>(group.winners.size()));
     ++g;
     for (const auto& w : group.winners) {
-      std::uint64_t rh = 0;
-      if (!encode_record(out.records.bytes.data() + r * k_record_bytes, group, w, refs, arena, scratch,
-                         rh, error)) {
-        return error;
+      if (!shape_logs(w.shape, logs, &log_memo) || logs.size() > k_max_dims) {
+        return bad_table("winner of " + group.kernel + " " + group.dtype + ": shape '" + w.shape +
+                         "' is not a canonical shape");
       }
-      out.records.hashes.push_back(rh);
+      const std::uint32_t blob = arena.config(w.config);
+      if (blob == 0) {
+        return bad_table("winner of " + group.kernel + " " + w.shape + " " + group.dtype +
+                         ": config " + w.config + " is not a flat JSON object of integers");
+      }
+      const std::uint64_t rh = hash64(w.shape.data(), w.shape.size(), gh);
+      record_hashes.push_back(rh);
+      const auto [payload, payload_bytes] = arena.payload(logs, w.shape);
+      std::byte* re = records.data() + r * k_record_bytes;
+      store(re + 8, rh);
+      store(re + 16, kernel);
+      store(re + 20, dtype);
+      store(re + 24, fingerprint);
+      store(re + 28, arena.intern_repeated(w.source_hash));
+      store(re + 32, payload);
+      store(re + 36, payload_bytes);
+      store(re + 40, blob);
+      store(re + 44, static_cast<std::uint16_t>(logs.size()));
+      store(re + 46, std::uint16_t{0});
+      store(re + 48, std::isfinite(w.median_ms) ? w.median_ms : std::nan(""));
+      store(re + 56, std::isfinite(w.gflops) ? w.gflops : std::nan(""));
+      store(re + 64, w.job);
       ++r;
     }
   }
-  return out;
-}
+  arena.finish();
+  if (arena.size() >= std::numeric_limits<std::uint32_t>::max()) {
+    return bad_table("the table's strings need " + std::to_string(arena.size()) +
+                     " bytes; a table holds at most 4 GiB");
+  }
 
-// Each entry's check (its first 8 bytes), now that the arena is complete: a hash of the entry,
-// seeded for kernels and records with their config blob's hash, and for records chained over
-// their payload.
-void seal(Entries& devices, Entries& kernels, WinnerEntries& winners, const std::byte* a) {
-  for (std::size_t at = 0; at < devices.bytes.size(); at += k_device_bytes) {
-    std::byte* e = devices.bytes.data() + at;
+  // Checks, now that the arena is complete.
+  const std::byte* a = arena.bytes().data();
+  for (std::size_t i = 0; i < content.devices.size(); ++i) {
+    std::byte* e = devices.data() + i * k_device_bytes;
     store(e, hash64(e + 8, k_device_bytes - 8));
   }
-  for (std::size_t at = 0; at < kernels.bytes.size(); at += k_kernel_bytes) {
-    std::byte* e = kernels.bytes.data() + at;
+  for (std::size_t i = 0; i < content.kernels.size(); ++i) {
+    std::byte* e = kernels.data() + i * k_kernel_bytes;
     store(e, hash64(e + 8, k_kernel_bytes - 8, load_u64(a + load_u32(e + 36))));
   }
-  for (std::size_t at = 0; at < winners.groups.bytes.size(); at += k_group_bytes) {
-    std::byte* e = winners.groups.bytes.data() + at;
+  for (std::size_t i = 0; i < group_count; ++i) {
+    std::byte* e = group_bytes.data() + i * k_group_bytes;
     store(e, hash64(e + 8, k_group_bytes - 8));
   }
-  for (std::size_t at = 0; at < winners.records.bytes.size(); at += k_record_bytes) {
-    std::byte* e = winners.records.bytes.data() + at;
+  for (std::size_t i = 0; i < winner_count; ++i) {
+    std::byte* e = records.data() + i * k_record_bytes;
     const std::uint64_t h1 = hash64(e + 8, k_record_bytes - 8, load_u64(a + load_u32(e + 40)));
     store(e, hash64(a + load_u32(e + 32), load_u32(e + 36), h1));
   }
-}
 
-// Where a section lies in the file.
-struct Planned {
-  std::uint64_t offset = 0;
-  std::uint32_t count = 0;
-  std::uint32_t entry_bytes = 0;
-};
-
-// The file: header, then each section 8-aligned in SectionIndex order, the arena last; every
-// slot table filled from its section's hashes.
-std::vector<std::byte> assemble(const TableContent& content, const Entries& devices,
-                                const Entries& kernels, const WinnerEntries& winners,
-                                const ArenaBuilder& arena) {
-  const Entries* with_slots[] = {&devices, &kernels, &winners.groups, &winners.records};
-  const std::uint32_t entry_bytes[] = {k_device_bytes, k_kernel_bytes, k_group_bytes, k_record_bytes};
-  Planned plan[k_section_count];
-  for (std::size_t i = 0; i < 4; ++i) {
-    const std::size_t count = with_slots[i]->hashes.size();
-    plan[2 * i] = {0, static_cast<std::uint32_t>(count), entry_bytes[i]};
-    plan[2 * i + 1] = {0, slot_capacity(count), k_slot_bytes};
-  }
-  plan[k_arena] = {0, static_cast<std::uint32_t>(arena.size()), 1};
+  // Layout: header, then each section 8-aligned, the arena last.
+  struct Planned {
+    std::uint64_t offset;
+    std::uint32_t count;
+    std::uint32_t entry_bytes;
+  };
+  const std::uint32_t device_cap = slot_capacity(content.devices.size());
+  const std::uint32_t kernel_cap = slot_capacity(content.kernels.size());
+  const std::uint32_t group_cap = slot_capacity(group_count);
+  const std::uint32_t record_cap = slot_capacity(winner_count);
+  Planned plan[k_section_count] = {
+      {0, static_cast<std::uint32_t>(content.devices.size()), k_device_bytes},
+      {0, device_cap, k_slot_bytes},
+      {0, static_cast<std::uint32_t>(content.kernels.size()), k_kernel_bytes},
+      {0, kernel_cap, k_slot_bytes},
+      {0, static_cast<std::uint32_t>(group_count), k_group_bytes},
+      {0, group_cap, k_slot_bytes},
+      {0, static_cast<std::uint32_t>(winner_count), k_record_bytes},
+      {0, record_cap, k_slot_bytes},
+      {0, static_cast<std::uint32_t>(arena.size()), 1}};
   std::uint64_t at = k_header_bytes;
   for (auto& s : plan) {
     at = (at + 7) / 8 * 8;
@@ -600,44 +545,24 @@ std::vector<std::byte> assemble(const TableContent& content, const Entries& devi
   }
   store(h + k_header_check_offset, hash64(h, k_header_check_offset));
 
-  for (std::size_t i = 0; i < 4; ++i) {
-    const Entries& section = *with_slots[i];
-    if (!section.bytes.empty()) {
-      std::memcpy(out.data() + plan[2 * i].offset, section.bytes.data(), section.bytes.size());
+  auto copy = [&](SectionIndex s, const std::vector<std::byte>& bytes) {
+    if (!bytes.empty()) std::memcpy(out.data() + plan[s].offset, bytes.data(), bytes.size());
+  };
+  copy(k_devices, devices);
+  copy(k_kernels, kernels);
+  copy(k_groups, group_bytes);
+  copy(k_records, records);
+  copy(k_arena, arena.bytes());
+  auto fill_slots = [&](SectionIndex s, std::uint32_t cap, const std::vector<std::uint64_t>& hashes) {
+    for (std::size_t i = 0; i < hashes.size(); ++i) {
+      insert_slot(out.data() + plan[s].offset, cap, hashes[i], static_cast<std::uint32_t>(i));
     }
-  }
-  if (arena.size() != 0) std::memcpy(out.data() + plan[k_arena].offset, arena.bytes().data(), arena.size());
-  for (std::size_t i = 0; i < 4; ++i) {
-    const Entries& section = *with_slots[i];
-    const Planned& slots = plan[2 * i + 1];
-    for (std::size_t e = 0; e < section.hashes.size(); ++e) {
-      insert_slot(out.data() + slots.offset, slots.count, section.hashes[e], static_cast<std::uint32_t>(e));
-    }
-  }
+  };
+  fill_slots(k_device_slots, device_cap, device_hashes);
+  fill_slots(k_kernel_slots, kernel_cap, kernel_hashes);
+  fill_slots(k_group_slots, group_cap, group_hashes);
+  fill_slots(k_record_slots, record_cap, record_hashes);
   return out;
-}
-
-} // namespace
-
-Result<std::vector<std::byte>> encode(const TableContent& content,
-                                      std::span<const WinnerGroup> groups) {
-  ArenaBuilder arena;
-  std::size_t winner_count = 0;
-  for (const auto& group : groups) winner_count += group.winners.size();
-  arena.reserve(64 * 1024 + winner_count * 64);
-  const Tuned tuned = tuned_in(groups);
-  Entries devices = encode_devices(content.devices, tuned, arena);
-  auto kernels = encode_kernels(content.kernels, tuned, arena);
-  if (!kernels) return kernels.error();
-  auto winners = encode_winners(groups, winner_count, arena);
-  if (!winners) return winners.error();
-  arena.finish();
-  if (arena.size() >= std::numeric_limits<std::uint32_t>::max()) {
-    return bad_table("the table's strings need " + std::to_string(arena.size()) +
-                     " bytes; a table holds at most 4 GiB");
-  }
-  seal(devices, *kernels, *winners, arena.bytes().data());
-  return assemble(content, devices, *kernels, *winners, arena);
 }
 
 // ---- decoding ----
@@ -801,57 +726,73 @@ Param TableView::param(const Answer& answer, std::uint32_t i) const {
 
 namespace {
 
-// Whether `shape` is exactly "D1=v1,D2=v2,..." in the kernel's dim order, no blanks, no leading
-// zeros, values up to 2^40 (the fast path of canonical_shape).
-bool canonical_already(std::string_view shape, std::string_view dims) {
-  if (dims.empty()) return false;
-  std::size_t i = 0;
-  std::string_view rest = dims;
-  for (;;) {
-    const auto comma = rest.find(',');
-    const std::string_view dim = rest.substr(0, comma);
-    if (shape.compare(i, dim.size(), dim) != 0 || i + dim.size() >= shape.size() ||
-        shape[i + dim.size()] != '=') {
-      return false;
-    }
-    i += dim.size() + 1;
-    const std::size_t begin = i;
-    std::int64_t value = 0;
-    while (i < shape.size() && shape[i] >= '0' && shape[i] <= '9' && i - begin < 14) {
-      value = value * 10 + (shape[i] - '0');
+// The shape as the kernel's canonical text: "M=1,N=2" with the kernel's dims in order. Accepts
+// what Shape::parse and conform_shape accept (spaces and tabs around items, names and values;
+// any order; leading zeros) or less: false sends the lookup to ktuned, which says what is wrong.
+// `out` is left untouched when `shape` is canonical already (the common case): then `canonical`
+// views `shape`.
+bool canonical_shape(std::string_view shape, std::string_view dims, std::string& out,
+                     std::string_view& canonical) {
+  // Fast path: exactly "D1=v1,D2=v2,..." in the kernel's order, no leading zeros.
+  {
+    std::size_t i = 0;
+    std::string_view rest = dims;
+    bool ok = !dims.empty();
+    while (ok) {
+      const auto comma = rest.find(',');
+      const std::string_view dim = rest.substr(0, comma);
+      if (shape.compare(i, dim.size(), dim) != 0 || i + dim.size() >= shape.size() ||
+          shape[i + dim.size()] != '=') {
+        ok = false;
+        break;
+      }
+      i += dim.size() + 1;
+      const std::size_t begin = i;
+      std::int64_t value = 0;
+      while (i < shape.size() && shape[i] >= '0' && shape[i] <= '9' && i - begin < 14) {
+        value = value * 10 + (shape[i] - '0');
+        ++i;
+      }
+      if (i == begin || shape[begin] == '0' || value > k_max_dim_value) {
+        ok = false;
+        break;
+      }
+      if (comma == std::string_view::npos) {
+        ok = i == shape.size();
+        break;
+      }
+      if (i >= shape.size() || shape[i] != ',') {
+        ok = false;
+        break;
+      }
       ++i;
+      rest.remove_prefix(comma + 1);
     }
-    if (i == begin || shape[begin] == '0' || value > k_max_dim_value) return false;
-    if (comma == std::string_view::npos) return i == shape.size();
-    if (i >= shape.size() || shape[i] != ',') return false;
-    ++i;
-    rest.remove_prefix(comma + 1);
+    if (ok) {
+      canonical = shape;
+      return true;
+    }
   }
-}
-
-std::string_view trim_blanks(std::string_view t) {
-  while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
-  while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
-  return t;
-}
-
-struct ShapeItem {
-  std::string_view name;
-  std::int64_t value;
-};
-
-// "name=value" items in any order, blanks around each part, each name once, values 1..2^40;
-// false for anything else (or more than k_max_dims items).
-bool parse_shape_items(std::string_view shape, ShapeItem (&items)[k_max_dims], std::size_t& n) {
-  n = 0;
+  // General form: items in any order.
+  auto trim = [](std::string_view t) {
+    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+    while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+    return t;
+  };
+  struct Item {
+    std::string_view name;
+    std::int64_t value;
+  };
+  Item items[k_max_dims];
+  std::size_t n = 0;
   std::string_view rest = shape;
-  for (;;) {
+  while (true) {
     const auto comma = rest.find(',');
-    const std::string_view item = trim_blanks(rest.substr(0, comma));
+    const std::string_view item = trim(rest.substr(0, comma));
     const auto eq = item.find('=');
     if (n == k_max_dims || eq == std::string_view::npos) return false;
-    const std::string_view name = trim_blanks(item.substr(0, eq));
-    const std::string_view digits = trim_blanks(item.substr(eq + 1));
+    const std::string_view name = trim(item.substr(0, eq));
+    const std::string_view digits = trim(item.substr(eq + 1));
     if (name.empty() || digits.empty() || digits.size() > 20) return false;
     std::int64_t value = 0;
     for (char c : digits) {
@@ -863,22 +804,17 @@ bool parse_shape_items(std::string_view shape, ShapeItem (&items)[k_max_dims], s
     for (std::size_t j = 0; j < n; ++j) {
       if (items[j].name == name) return false;
     }
-    items[n++] = ShapeItem{name, value};
-    if (comma == std::string_view::npos) return true;
+    items[n++] = Item{name, value};
+    if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }
-}
-
-// The items written in the kernel's dim order into `out`; false when a dim is missing or an
-// item names a dim the kernel does not declare.
-bool write_in_dim_order(const ShapeItem* items, std::size_t n, std::string_view dims, std::string& out) {
   out.clear();
   std::size_t used = 0;
-  std::string_view rest = dims;
-  for (;;) {
+  rest = dims;
+  while (true) {
     const auto comma = rest.find(',');
     const std::string_view dim = rest.substr(0, comma);
-    const ShapeItem* found = nullptr;
+    const Item* found = nullptr;
     for (std::size_t j = 0; j < n; ++j) {
       if (items[j].name == dim) found = &items[j];
     }
@@ -893,23 +829,7 @@ bool write_in_dim_order(const ShapeItem* items, std::size_t n, std::string_view 
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }
-  return used == n;
-}
-
-// The shape as the kernel's canonical text: "M=1,N=2" with the kernel's dims in order. Accepts
-// what Shape::parse and conform_shape accept (spaces and tabs around items, names and values;
-// any order; leading zeros) or less: false sends the lookup to ktuned, which says what is wrong.
-// `out` is left untouched when `shape` is canonical already (the common case): then `canonical`
-// views `shape`.
-bool canonical_shape(std::string_view shape, std::string_view dims, std::string& out,
-                     std::string_view& canonical) {
-  if (canonical_already(shape, dims)) {
-    canonical = shape;
-    return true;
-  }
-  ShapeItem items[k_max_dims];
-  std::size_t n = 0;
-  if (!parse_shape_items(shape, items, n) || !write_in_dim_order(items, n, dims, out)) return false;
+  if (used != n) return false;   // a dim the kernel does not declare
   canonical = out;
   return true;
 }
@@ -972,28 +892,8 @@ Outcome TableView::resolve(const Query& q, Resolved& r, Scratch& s) const {
   return Outcome::answered;
 }
 
-namespace {
-
-// A config blob's params and text into `a`.
-void fill_config(Answer& a, const std::byte* arena, std::uint32_t blob) {
-  a.param_count = load_u32(arena + blob + 8);
-  a.params = arena + blob + k_blob_head;
-  a.config = std::string_view(reinterpret_cast<const char*>(a.params + 16 * std::size_t{a.param_count}),
-                              load_u32(arena + blob + 12));
-}
-
-// A record's config, time and job into `a`.
-void fill_winner(Answer& a, const std::byte* arena, const std::byte* e) {
-  fill_config(a, arena, load_u32(e + 40));
-  const double median = load_f64(e + 48), gflops = load_f64(e + 56);
-  a.median_ms = std::isfinite(median) ? median : 0;
-  a.gflops = std::isfinite(gflops) ? gflops : 0;
-  a.job = load_i64(e + 64);
-}
-
-} // namespace
-
-Outcome TableView::prepare(const Query& q, Scratch& s) const {
+Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
+  a = Answer{};
   if (s.resolved_in != m_instance || s.resolved_device != q.device || s.resolved_kernel != q.kernel) {
     s.resolved_in = 0;
     s.group_valid = false;
@@ -1008,166 +908,177 @@ Outcome TableView::prepare(const Query& q, Scratch& s) const {
     s.verified.assign((m_records.count + 63) / 64, 0);
     s.verified_in = m_instance;
   }
-  if (s.group_valid && s.group_query_dtype == q.dtype) return Outcome::answered;
+  // The record's check, once per table.
+  const auto sound = [&](const std::byte* e) {
+    const std::uint64_t index = static_cast<std::uint64_t>(e - entry(m_records, 0)) / m_records.entry_bytes;
+    std::uint64_t& word = s.verified[index / 64];
+    const std::uint64_t bit = std::uint64_t{1} << (index % 64);
+    if ((word & bit) != 0) return true;
+    if (!record_sound(e)) return false;
+    word |= bit;
+    return true;
+  };
   const Resolved& r = s.resolved;
-  std::string_view dtype = q.dtype;
-  if ((load_u32(r.kernel + 44) & k_kernel_dtype_axis) == 0 && dtype == "f32") {
-    dtype = r.dtypes.substr(0, r.dtypes.find(','));
+  const std::byte* kernel = r.kernel;
+  const std::string_view fingerprint = r.fingerprint, source_hash = r.source_hash, dims = r.dims,
+                         dtypes = r.dtypes, tuned_on = r.tuned_on;
+  const std::uint32_t device_flags = r.device_flags;
+
+  // The dtype, accepted, and the group's key hash (which seeds the record's): memoized for the
+  // dtype the lookup gave.
+  if (!s.group_valid || s.group_query_dtype != q.dtype) {
+    std::string_view dtype = q.dtype;
+    if ((load_u32(kernel + 44) & k_kernel_dtype_axis) == 0 && dtype == "f32") {
+      dtype = dtypes.substr(0, dtypes.find(','));
+    }
+    if (dtype.empty() || !any_item(dtypes, [&](std::string_view d) { return d == dtype; })) {
+      return Outcome::not_accepted;
+    }
+    s.key.resize(q.kernel.size() + dtype.size() + fingerprint.size() + 2);
+    char* k = s.key.data();
+    for (const std::string_view part : {q.kernel, dtype, fingerprint}) {
+      std::memcpy(k, part.data(), part.size());
+      k += part.size();
+      if (k != s.key.data() + s.key.size()) *k++ = k_sep;
+    }
+    s.group_hash = hash64(s.key.data(), s.key.size());
+    s.group_dtype.assign(dtype);
+    s.group_query_dtype.assign(q.dtype);
+    s.dtype_ref = 0;
+    s.group_valid = true;
   }
-  if (dtype.empty() || !any_item(r.dtypes, [&](std::string_view d) { return d == dtype; })) {
-    return Outcome::not_accepted;
-  }
-  s.key.resize(q.kernel.size() + dtype.size() + r.fingerprint.size() + 2);
-  char* k = s.key.data();
-  for (const std::string_view part : {q.kernel, dtype, r.fingerprint}) {
-    std::memcpy(k, part.data(), part.size());
-    k += part.size();
-    if (k != s.key.data() + s.key.size()) *k++ = k_sep;
-  }
-  s.group_hash = hash64(s.key.data(), s.key.size());
-  s.group_dtype.assign(dtype);
-  s.group_query_dtype.assign(q.dtype);
-  s.dtype_ref = 0;
-  s.group_valid = true;
-  return Outcome::answered;
-}
-
-bool TableView::record_checked(const std::byte* e, Scratch& s) const {
-  const std::uint64_t index = static_cast<std::uint64_t>(e - entry(m_records, 0)) / m_records.entry_bytes;
-  std::uint64_t& word = s.verified[index / 64];
-  const std::uint64_t bit = std::uint64_t{1} << (index % 64);
-  if ((word & bit) != 0) return true;
-  if (!record_sound(e)) return false;
-  word |= bit;
-  return true;
-}
-
-bool TableView::same_string(std::uint32_t ref, std::uint32_t known, std::string_view wanted) const {
-  std::string_view text;
-  return (known != 0 && ref == known) || (string_at(ref, text) && text == wanted);
-}
-
-bool TableView::record_shape(const std::byte* e, std::string_view& out) const {
-  const std::uint32_t payload = load_u32(e + 32);
-  const std::uint64_t ndims = load_u16(e + 44);
-  if (payload > m_arena_bytes || 8 * ndims + 4 > m_arena_bytes - payload) return false;
-  return string_at(static_cast<std::uint32_t>(payload + 8 * ndims + 4), out);
-}
-
-std::optional<Outcome> TableView::find_exact(const Query& q, std::string_view shape, Scratch& s,
-                                             Answer& a, bool& source_changed) const {
-  const Resolved& r = s.resolved;
   const std::string_view dtype = s.group_dtype;
-  const std::uint64_t h = hash64(shape.data(), shape.size(), s.group_hash);
-  std::uint64_t cursor = 0;
-  for (std::int64_t i; (i = probe(m_record_slots, h, cursor, m_records.count)) >= 0;) {
-    const std::byte* e = entry(m_records, static_cast<std::uint32_t>(i));
-    std::string_view sh;
-    const std::uint32_t dtype_ref = load_u32(e + 20);
-    if (load_u64(e + 8) != h || !same_string(load_u32(e + 16), r.kernel_ref, q.kernel) ||
-        !same_string(dtype_ref, s.dtype_ref, dtype) ||
-        !same_string(load_u32(e + 24), r.fingerprint_ref, r.fingerprint) || !record_shape(e, sh) ||
-        sh != shape) {
-      continue;
-    }
-    s.dtype_ref = dtype_ref;
-    const std::uint32_t source_ref = load_u32(e + 28);
-    std::string_view source;
-    if (source_ref != r.source_ref && !string_at(source_ref, source)) return Outcome::damaged;
-    if (source_ref != r.source_ref && source != r.source_hash) {
-      source_changed = true;
-      continue;
-    }
-    if (!record_checked(e, s)) return Outcome::damaged;
-    a.rung = Rung::exact;
-    fill_winner(a, m_arena, e);
-    return Outcome::answered;
-  }
-  return std::nullopt;
-}
 
-const std::byte* TableView::find_group(const Query& q, const Scratch& s) const {
-  const std::uint64_t h = s.group_hash;
-  std::uint64_t cursor = 0;
-  for (std::int64_t i; (i = probe(m_group_slots, h, cursor, m_groups.count)) >= 0;) {
-    const std::byte* e = entry(m_groups, static_cast<std::uint32_t>(i));
-    std::string_view k, d, f;
-    if (load_u64(e + 8) == h && string_at(load_u32(e + 16), k) && k == q.kernel &&
-        string_at(load_u32(e + 20), d) && d == s.group_dtype && string_at(load_u32(e + 24), f) &&
-        f == s.resolved.fingerprint) {
-      return e;
-    }
-  }
-  return nullptr;
-}
+  // The shape, canonical.
+  std::string_view shape;
+  if (!canonical_shape(q.shape, dims, s.shape, shape)) return Outcome::not_accepted;
 
-std::optional<Outcome> TableView::find_nearest(const Query& q, std::string_view shape, Scratch& s,
-                                               Answer& a, bool source_changed, bool& group_found) const {
-  const std::byte* group = find_group(q, s);
-  if (group == nullptr) return std::nullopt;
-  if (!plain_sound(group, m_groups)) return Outcome::damaged;
-  const std::uint32_t first = load_u32(group + 28), count = load_u32(group + 32);
-  if (first > m_records.count || count > m_records.count - first) return Outcome::damaged;
-  group_found = count > 0;
-  if (!shape_logs(shape, s.log_dims)) return Outcome::damaged;
-  const std::byte* best = nullptr;
-  std::string_view best_shape;
-  double best_distance = std::numeric_limits<double>::infinity();
-  for (std::uint32_t r = first; r < first + count; ++r) {
-    const std::byte* e = entry(m_records, r);
-    std::string_view src, sh;
-    if (!string_at(load_u32(e + 28), src) || !record_shape(e, sh)) return Outcome::damaged;
-    if (sh == shape) continue;              // other sources only: the exact probe saw them
-    if (src != s.resolved.source_hash) continue;
-    const std::size_t ndims = load_u16(e + 44);
-    if (ndims != s.log_dims.size()) continue;
-    const std::byte* logs = m_arena + load_u32(e + 32);
-    double sum = 0;
-    for (std::size_t j = 0; j < ndims; ++j) {
-      const double diff = s.log_dims[j] - load_f64(logs + 8 * j);
-      sum += diff * diff;
-    }
-    const double distance = std::sqrt(sum);
-    const bool tie = best != nullptr && std::abs(distance - best_distance) <= k_tie;
-    if ((!tie && distance < best_distance) || (tie && sh < best_shape)) {
-      best = e;
-      best_shape = sh;
-      best_distance = distance;
+  // exact: every record of the key; one under the current source answers.
+  bool source_changed = false;
+  // Strings the table interns compare by reference first.
+  const auto same = [&](std::uint32_t ref, std::uint32_t known, std::string_view wanted) {
+    std::string_view text;
+    return (known != 0 && ref == known) || (string_at(ref, text) && text == wanted);
+  };
+  const auto shape_of = [&](const std::byte* e, std::string_view& out) {
+    const std::uint32_t payload = load_u32(e + 32);
+    const std::uint64_t ndims = load_u16(e + 44);
+    if (payload > m_arena_bytes || 8 * ndims + 4 > m_arena_bytes - payload) return false;
+    return string_at(static_cast<std::uint32_t>(payload + 8 * ndims + 4), out);
+  };
+  const auto fill_winner = [&](const std::byte* e) {
+    const std::uint32_t blob = load_u32(e + 40);
+    a.param_count = load_u32(m_arena + blob + 8);
+    a.params = m_arena + blob + k_blob_head;
+    a.config = std::string_view(reinterpret_cast<const char*>(a.params + 16 * std::size_t{a.param_count}),
+                                load_u32(m_arena + blob + 12));
+    const double median = load_f64(e + 48), gflops = load_f64(e + 56);
+    a.median_ms = std::isfinite(median) ? median : 0;
+    a.gflops = std::isfinite(gflops) ? gflops : 0;
+    a.job = load_i64(e + 64);
+  };
+  {
+    const std::uint64_t h = hash64(shape.data(), shape.size(), s.group_hash);
+    std::uint64_t cursor = 0;
+    for (std::int64_t i; (i = probe(m_record_slots, h, cursor, m_records.count)) >= 0;) {
+      const std::byte* e = entry(m_records, static_cast<std::uint32_t>(i));
+      std::string_view sh;
+      const std::uint32_t dtype_ref = load_u32(e + 20);
+      if (load_u64(e + 8) != h || !same(load_u32(e + 16), r.kernel_ref, q.kernel) ||
+          !same(dtype_ref, s.dtype_ref, dtype) ||
+          !same(load_u32(e + 24), r.fingerprint_ref, fingerprint) || !shape_of(e, sh) ||
+          sh != shape) {
+        continue;
+      }
+      s.dtype_ref = dtype_ref;
+      const std::uint32_t source_ref = load_u32(e + 28);
+      std::string_view source;
+      if (source_ref != r.source_ref && !string_at(source_ref, source)) return Outcome::damaged;
+      if (source_ref != r.source_ref && source != source_hash) {
+        source_changed = true;
+        continue;
+      }
+      if (!sound(e)) return Outcome::damaged;
+      a.rung = Rung::exact;
+      fill_winner(e);
+      return Outcome::answered;
     }
   }
-  if (best == nullptr) return std::nullopt;
-  if (!record_checked(best, s)) return Outcome::damaged;
-  a.rung = Rung::nearest;
-  fill_winner(a, m_arena, best);
-  a.from_shape = best_shape;
-  a.reason = source_changed ? k_reason_source_changed : k_reason_shape_not_tuned;
-  return Outcome::answered;
-}
 
-void TableView::fill_default(const Resolved& r, Answer& a, bool source_changed, bool group_found) const {
+  // nearest: the closest tuned shape of the group under the current source.
+  bool group_found = false;
+  {
+    const std::uint64_t h = s.group_hash;
+    std::uint64_t cursor = 0;
+    const std::byte* group = nullptr;
+    for (std::int64_t i; (i = probe(m_group_slots, h, cursor, m_groups.count)) >= 0;) {
+      const std::byte* e = entry(m_groups, static_cast<std::uint32_t>(i));
+      std::string_view k, d, f;
+      if (load_u64(e + 8) == h && string_at(load_u32(e + 16), k) && k == q.kernel &&
+          string_at(load_u32(e + 20), d) && d == dtype && string_at(load_u32(e + 24), f) &&
+          f == fingerprint) {
+        group = e;
+        break;
+      }
+    }
+    if (group != nullptr) {
+      if (!plain_sound(group, m_groups)) return Outcome::damaged;
+      const std::uint32_t first = load_u32(group + 28), count = load_u32(group + 32);
+      if (first > m_records.count || count > m_records.count - first) return Outcome::damaged;
+      group_found = count > 0;
+      if (!shape_logs(shape, s.log_dims)) return Outcome::damaged;
+      const std::byte* best = nullptr;
+      std::string_view best_shape;
+      double best_distance = std::numeric_limits<double>::infinity();
+      for (std::uint32_t r = first; r < first + count; ++r) {
+        const std::byte* e = entry(m_records, r);
+        std::string_view src, sh;
+        if (!string_at(load_u32(e + 28), src) || !shape_of(e, sh)) return Outcome::damaged;
+        if (sh == shape) continue;              // other sources only: the exact probe saw them
+        if (src != source_hash) continue;
+        const std::size_t ndims = load_u16(e + 44);
+        if (ndims != s.log_dims.size()) continue;
+        const std::byte* logs = m_arena + load_u32(e + 32);
+        double sum = 0;
+        for (std::size_t j = 0; j < ndims; ++j) {
+          const double diff = s.log_dims[j] - load_f64(logs + 8 * j);
+          sum += diff * diff;
+        }
+        const double distance = std::sqrt(sum);
+        const bool tie = best != nullptr && std::abs(distance - best_distance) <= k_tie;
+        if ((!tie && distance < best_distance) || (tie && sh < best_shape)) {
+          best = e;
+          best_shape = sh;
+          best_distance = distance;
+        }
+      }
+      if (best != nullptr) {
+        if (!sound(best)) return Outcome::damaged;
+        a.rung = Rung::nearest;
+        fill_winner(best);
+        a.from_shape = best_shape;
+        a.reason = source_changed ? k_reason_source_changed : k_reason_shape_not_tuned;
+        return Outcome::answered;
+      }
+    }
+  }
+
+  // default: the kernel's [default].
   a.rung = Rung::fallback_default;
-  fill_config(a, m_arena, load_u32(r.kernel + 36));
+  const std::uint32_t blob = load_u32(kernel + 36);
+  a.param_count = load_u32(m_arena + blob + 8);
+  a.params = m_arena + blob + k_blob_head;
+  a.config = std::string_view(reinterpret_cast<const char*>(a.params + 16 * std::size_t{a.param_count}),
+                              load_u32(m_arena + blob + 12));
   if (source_changed || group_found) {
     a.reason = k_reason_source_changed;
-  } else if ((r.device_flags & k_device_has_winners) == 0) {
+  } else if ((device_flags & k_device_has_winners) == 0) {
     a.reason = k_reason_device_never_tuned;
-  } else if (any_item(r.tuned_on, [&](std::string_view fp) { return fp == r.fingerprint; })) {
+  } else if (any_item(tuned_on, [&](std::string_view fp) { return fp == fingerprint; })) {
     a.reason = k_reason_dtype_not_tuned;
   } else {
     a.reason = k_reason_no_results;
   }
-}
-
-Outcome TableView::answer(const Query& q, Answer& a, Scratch& s) const {
-  a = Answer{};
-  if (const Outcome prepared = prepare(q, s); prepared != Outcome::answered) return prepared;
-  std::string_view shape;
-  if (!canonical_shape(q.shape, s.resolved.dims, s.shape, shape)) return Outcome::not_accepted;
-  bool source_changed = false;
-  if (auto exact = find_exact(q, shape, s, a, source_changed)) return *exact;
-  bool group_found = false;
-  if (auto nearest = find_nearest(q, shape, s, a, source_changed, group_found)) return *nearest;
-  fill_default(s.resolved, a, source_changed, group_found);
   return Outcome::answered;
 }
 

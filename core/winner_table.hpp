@@ -19,7 +19,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -194,28 +193,6 @@ public:
 
 private:
   [[nodiscard]] Outcome resolve(const Query& query, Resolved& out, Scratch& scratch) const;
-  // answer()'s steps. prepare: the device and kernel resolved (memoized in `scratch`), the
-  // verified bitset sized, the dtype accepted and the group's key hash; not_accepted or another
-  // outcome stops the lookup. find_exact / find_nearest: a rung's answer, or nullopt to go on
-  // to the next (find_exact notes a record under another source; find_nearest whether the group
-  // has records). fill_default: the last rung and its reason.
-  [[nodiscard]] Outcome prepare(const Query& query, Scratch& scratch) const;
-  [[nodiscard]] std::optional<Outcome> find_exact(const Query& query, std::string_view shape,
-                                                  Scratch& scratch, Answer& answer,
-                                                  bool& source_changed) const;
-  [[nodiscard]] std::optional<Outcome> find_nearest(const Query& query, std::string_view shape,
-                                                    Scratch& scratch, Answer& answer,
-                                                    bool source_changed, bool& group_found) const;
-  void fill_default(const Resolved& resolved, Answer& answer, bool source_changed,
-                    bool group_found) const;
-  // The group entry of (kernel, the accepted dtype, fingerprint); nullptr when none.
-  [[nodiscard]] const std::byte* find_group(const Query& query, const Scratch& scratch) const;
-  // A record's check, run once per record and table (the bit in scratch.verified).
-  [[nodiscard]] bool record_checked(const std::byte* record, Scratch& scratch) const;
-  // Whether the string at `ref` is `wanted`: by reference when `known` (a ref of it) is set.
-  [[nodiscard]] bool same_string(std::uint32_t ref, std::uint32_t known, std::string_view wanted) const;
-  // A record's canonical shape text (after its dims' logs in the payload).
-  [[nodiscard]] bool record_shape(const std::byte* record, std::string_view& out) const;
   [[nodiscard]] bool string_at(std::uint32_t ref, std::string_view& out) const;
   [[nodiscard]] bool blob_at(std::uint32_t offset, std::uint64_t& bytes) const;
   // Index of the entry of `section` whose key hashes to `hash`, starting the probe after
