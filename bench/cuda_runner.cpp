@@ -1,4 +1,5 @@
 #include "bench/cuda_runner.hpp"
+#include "core/file_io.hpp"
 
 #include "bench/cuda_timing.hpp"
 #include "bench/host_buffers.hpp"
@@ -190,22 +191,6 @@ struct DeviceArgs {
 
 
 
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return out.str();
-}
-
-std::string format_value(double value, int precision) {
-  std::ostringstream out;
-  out.precision(precision);
-  out << value;
-  return out.str();
-}
-
 BenchOutcome failure(CandidateStatus status, std::string reason) {
   BenchOutcome outcome;
   outcome.status = status;
@@ -255,85 +240,99 @@ struct CudaRunner::State {
 
   void sync() { KTUNE_CU(drv(), cuStreamSynchronize(stream->get())); }
 
+  // args[i]'s kind, dtype and, for a buffer, its init and size checked (a scalar holds its value).
+  // Throws CandidateFailure naming `where`.
+  static DeviceArg describe_arg(const BenchArg& arg, const std::string& where) {
+    const auto kind = parse_arg_kind(arg.kind);
+    if (!kind) {
+      throw CandidateFailure{CandidateStatus::runtime_error,
+                             where + ": kind '" + arg.kind + "': expected in, out, inout or scalar"};
+    }
+    const auto dtype = parse_dtype(arg.dtype);
+    if (!dtype) {
+      throw CandidateFailure{CandidateStatus::runtime_error,
+                             where + ": dtype '" + arg.dtype + "': expected f32, f64, f16, i32 or i64"};
+    }
+    DeviceArg slot;
+    slot.name = arg.name;
+    slot.kind = *kind;
+    slot.dtype = *dtype;
+    if (*kind == ArgKind::scalar) {
+      store_element(*dtype, slot.scalar, 0, arg.value);
+      return slot;
+    }
+    if (arg.count < 1) {
+      throw CandidateFailure{
+          CandidateStatus::runtime_error,
+          where + ": count " + std::to_string(arg.count) + ": expected at least 1 element"};
+    }
+    if (!parse_buffer_init(arg.init)) {
+      throw CandidateFailure{CandidateStatus::runtime_error,
+                             where + ": init '" + arg.init +
+                                 "': expected uniform, normal, uniform(lo, hi), normal(mean, std), "
+                                 "zero, ones, index or file:PATH"};
+    }
+    slot.count = static_cast<std::size_t>(arg.count);
+    if (slot.count > (std::size_t{1} << 50) / dtype_bytes(*dtype)) {
+      throw CandidateFailure{CandidateStatus::runtime_error, where + ": " + std::to_string(arg.count) +
+                                                                 " elements of " + arg.dtype +
+                                                                 " exceed any device's memory"};
+    }
+    slot.bytes = slot.count * dtype_bytes(*dtype);
+    return slot;
+  }
+
+  // An input buffer's first contents on the host, from its init and seed (args[i]).
+  static void fill_initial(DeviceArg& slot, const BenchArg& arg, std::size_t i, const BenchJob& job,
+                           const std::string& where) {
+    if (!slot.is_input()) return;
+    const auto init = parse_buffer_init(arg.init);  // checked by describe_arg
+    auto host = HostBuffer::allocate(slot.dtype, slot.count, arg.name);
+    if (!host) {
+      throw CandidateFailure{CandidateStatus::runtime_error, where + ": " + host.error().message};
+    }
+    const std::uint64_t seed = arg.seed >= 0 ? static_cast<std::uint64_t>(arg.seed) : job.settings.seed;
+    if (auto filled = fill_input(slot.dtype, host->data(), slot.count, *init, seed, i); !filled) {
+      throw CandidateFailure{CandidateStatus::runtime_error, where + ": init: " + filled.error().message};
+    }
+    slot.initial = std::move(host).value();
+  }
+
+  // The buffer on the device between guards, and an inout buffer's pristine copy there (so a
+  // restore between samples is a device-side copy queued on the timed stream rather than a
+  // host upload that would stall it). Running out of device memory is the candidate's failure.
+  void allocate_on_device(DeviceArg& slot, const std::string& where) {
+    try {
+      slot.memory.emplace(ctx, slot.bytes + 2 * k_guard_bytes);
+    } catch (const CudaCallError& error) {
+      if (error.code() != CUDA_ERROR_OUT_OF_MEMORY) throw;
+      throw CandidateFailure{CandidateStatus::runtime_error,
+                             where + ": cannot allocate " + std::to_string(slot.bytes) + " bytes on " + name + " (" + error.summary() + ")"};
+    }
+    slot.data = slot.memory->get() + k_guard_bytes;
+    if (slot.kind != ArgKind::inout) return;
+    try {
+      slot.pristine.emplace(ctx, slot.bytes);
+    } catch (const CudaCallError& error) {
+      if (error.code() != CUDA_ERROR_OUT_OF_MEMORY) throw;
+      throw CandidateFailure{CandidateStatus::runtime_error,
+                             where + ": cannot allocate the " + std::to_string(slot.bytes) +
+                                 "-byte pristine copy on " + name + " (" + error.summary() + ")"};
+    }
+    KTUNE_CU(drv(), cuMemcpyHtoD(slot.pristine->get(), slot.initial->data(), slot.bytes));
+    slot.initial.reset();
+  }
+
   std::unique_ptr<DeviceArgs> build_args(const BenchJob& job) {
     auto set = std::make_unique<DeviceArgs>();
     set->args.reserve(job.args.size());
     for (std::size_t i = 0; i < job.args.size(); ++i) {
       const BenchArg& arg = job.args[i];
       const std::string where = "args[" + std::to_string(i) + "] '" + arg.name + "'";
-      const auto kind = parse_arg_kind(arg.kind);
-      if (!kind) {
-        throw CandidateFailure{CandidateStatus::runtime_error,
-                               where + ": kind '" + arg.kind + "': expected in, out, inout or scalar"};
-      }
-      const auto dtype = parse_dtype(arg.dtype);
-      if (!dtype) {
-        throw CandidateFailure{CandidateStatus::runtime_error,
-                               where + ": dtype '" + arg.dtype + "': expected f32, f64, f16, i32 or i64"};
-      }
-      DeviceArg slot;
-      slot.name = arg.name;
-      slot.kind = *kind;
-      slot.dtype = *dtype;
-      if (*kind == ArgKind::scalar) {
-        store_element(*dtype, slot.scalar, 0, arg.value);
-        set->args.push_back(std::move(slot));
-        continue;
-      }
-      if (arg.count < 1) {
-        throw CandidateFailure{
-            CandidateStatus::runtime_error,
-            where + ": count " + std::to_string(arg.count) + ": expected at least 1 element"};
-      }
-      const auto init = parse_buffer_init(arg.init);
-      if (!init) {
-        throw CandidateFailure{CandidateStatus::runtime_error,
-                               where + ": init '" + arg.init +
-                                   "': expected uniform, normal, uniform(lo, hi), normal(mean, std), "
-                                   "zero, ones, index or file:PATH"};
-      }
-      slot.count = static_cast<std::size_t>(arg.count);
-      if (slot.count > (std::size_t{1} << 50) / dtype_bytes(*dtype)) {
-        throw CandidateFailure{CandidateStatus::runtime_error, where + ": " + std::to_string(arg.count) +
-                                                                   " elements of " + arg.dtype +
-                                                                   " exceed any device's memory"};
-      }
-      slot.bytes = slot.count * dtype_bytes(*dtype);
-      if (slot.is_input()) {
-        auto host = HostBuffer::allocate(*dtype, slot.count, arg.name);
-        if (!host) {
-          throw CandidateFailure{CandidateStatus::runtime_error, where + ": " + host.error().message};
-        }
-        const std::uint64_t seed =
-            arg.seed >= 0 ? static_cast<std::uint64_t>(arg.seed) : job.settings.seed;
-        if (auto filled = fill_input(*dtype, host->data(), slot.count, *init, seed, i); !filled) {
-          throw CandidateFailure{CandidateStatus::runtime_error,
-                                 where + ": init: " + filled.error().message};
-        }
-        slot.initial = std::move(host).value();
-      }
-      try {
-        slot.memory.emplace(ctx, slot.bytes + 2 * k_guard_bytes);
-      } catch (const CudaCallError& error) {
-        if (error.code() != CUDA_ERROR_OUT_OF_MEMORY) throw;
-        throw CandidateFailure{CandidateStatus::runtime_error,
-                               where + ": cannot allocate " + std::to_string(slot.bytes) + " bytes on " + name + " (" + error.summary() + ")"};
-      }
-      slot.data = slot.memory->get() + k_guard_bytes;
-      if (slot.kind == ArgKind::inout) {
-        // Kept on the device, so a restore between samples is a device-side copy queued on the
-        // timed stream rather than a host upload that would stall it.
-        try {
-          slot.pristine.emplace(ctx, slot.bytes);
-        } catch (const CudaCallError& error) {
-          if (error.code() != CUDA_ERROR_OUT_OF_MEMORY) throw;
-          throw CandidateFailure{CandidateStatus::runtime_error,
-                                 where + ": cannot allocate the " + std::to_string(slot.bytes) +
-                                     "-byte pristine copy on " + name + " (" +
-                                     error.summary() + ")"};
-        }
-        KTUNE_CU(drv(), cuMemcpyHtoD(slot.pristine->get(), slot.initial->data(), slot.bytes));
-        slot.initial.reset();
+      DeviceArg slot = describe_arg(arg, where);
+      if (slot.kind != ArgKind::scalar) {
+        fill_initial(slot, arg, i, job, where);
+        allocate_on_device(slot, where);
       }
       set->args.push_back(std::move(slot));
     }
@@ -583,28 +582,15 @@ struct CudaRunner::State {
 
   std::optional<std::string> compare_outputs(const DeviceArgs& set, const Snapshot& got,
                                              const Snapshot& expected, const BenchJob& job) {
-    std::size_t checked = 0, differing = 0;
-    std::string first;
+    OutputCheck check;
     for (std::size_t i = 0; i < set.args.size(); ++i) {
       const DeviceArg& slot = set.args[i];
       if (!slot.is_buffer() || !slot.is_output()) continue;
-      checked += slot.count;
-      const double rtol = job.args[i].rtol >= 0 ? job.args[i].rtol : job.rtol;
-      const double atol = job.args[i].atol >= 0 ? job.args[i].atol : job.atol;
-      const auto mismatch =
-          compare_elements(slot.dtype, got[i].data(), expected[i].data(), slot.count, rtol, atol);
-      if (!mismatch) continue;
-      differing += mismatch->differing;
-      if (first.empty()) {
-        first = slot.name + "[" + std::to_string(mismatch->index) + "]: got " +
-                format_value(mismatch->got, 9) + ", expected " + format_value(mismatch->expected, 9) +
-                (is_integral(slot.dtype)
-                     ? std::string(" (exact)")
-                     : " (rtol " + format_value(rtol, 6) + ", atol " + format_value(atol, 6) + ")");
-      }
+      check.compare(slot.name, slot.dtype, got[i].data(), expected[i].data(), slot.count,
+                    job.args[i].rtol >= 0 ? job.args[i].rtol : job.rtol,
+                    job.args[i].atol >= 0 ? job.args[i].atol : job.atol);
     }
-    if (differing == 0) return std::nullopt;
-    return first + "; " + std::to_string(differing) + " of " + std::to_string(checked) + " elements differ";
+    return check.failure();
   }
 
   void ensure_flush_buffer() {
@@ -732,7 +718,98 @@ struct CudaRunner::State {
 
   CudaRunOutcome run(const BenchJob& job, const CudaLaunch& launch_geometry,
                      const std::optional<CudaLaunch>& reference_launch);
+
+  // run()'s steps. expected_outputs: what the outputs must be (the reference's, or the expected
+  // files'), nullptr when nothing checks them; `stage` names the step for a failed call.
+  const Snapshot* expected_outputs(const BenchJob& job, DeviceArgs& set, const CudaLaunch& reference_geometry,
+                                   std::optional<Module>& reference_module, std::string& stage);
+  // The first, untimed launch: a failure when it smashed a guard, changed an input or gave
+  // outputs other than `expected`.
+  std::optional<BenchOutcome> checked_launch(CUfunction function, const CudaLaunch& geometry,
+                                             DeviceArgs& set, const Snapshot* expected, const BenchJob& job);
+  // The timing plan from the best of three single-launch samples (into `estimate_ms`), the extra
+  // argument sets it needs allocated.
+  TimingPlan timing_plan(CUfunction function, const CudaLaunch& geometry, DeviceArgs& set,
+                         const BenchJob& job, double& estimate_ms, std::string& stage);
+  // A failed driver call at `stage`: a fatal error loses the context (the worker must restart);
+  // otherwise the buffers are rebuilt and the candidate failed to launch or to run.
+  CudaRunOutcome failed_call(const CudaCallError& error, const std::string& stage);
 };
+
+const Snapshot* CudaRunner::State::expected_outputs(
+    const BenchJob& job, DeviceArgs& set, const CudaLaunch& reference_geometry,
+    std::optional<Module>& reference_module, std::string& stage) {
+  if (!job.reference_path.empty()) {
+    stage = "reference";
+    return &reference_for(job, set, reference_geometry, reference_module);
+  }
+  if (std::any_of(job.args.begin(), job.args.end(), [](const BenchArg& a) { return !a.expected.empty(); })) {
+    stage = "expected files";
+    return &expected_from_files(job, set);
+  }
+  return nullptr;
+}
+
+std::optional<BenchOutcome> CudaRunner::State::checked_launch(CUfunction function, const CudaLaunch& geometry,
+                                                              DeviceArgs& set, const Snapshot* expected,
+                                                              const BenchJob& job) {
+  reset_for_check(set);
+  launch(function, geometry, set);
+  sync();
+  if (const DeviceArg* slot = smashed_guard(set)) {
+    reset_for_check(set); // leave clean guards for the next candidate
+    return failure(CandidateStatus::mismatch, guard_reason(*slot));
+  }
+  if (const DeviceArg* slot = changed_input(set)) {
+    forget_args(); // the next candidate gets fresh inputs
+    return failure(CandidateStatus::mismatch, input_reason(*slot));
+  }
+  if (expected != nullptr) {
+    const Snapshot got = snapshot_outputs(set);
+    if (auto reason = compare_outputs(set, got, *expected, job)) {
+      return failure(CandidateStatus::mismatch, std::move(*reason));
+    }
+  }
+  return std::nullopt;
+}
+
+TimingPlan CudaRunner::State::timing_plan(CUfunction function, const CudaLaunch& geometry, DeviceArgs& set,
+                                          const BenchJob& job, double& estimate_ms, std::string& stage) {
+  stage = "timed launch";
+  for (int i = 0; i < 3; ++i) {
+    const double ms = timed_sample(function, geometry, set, TimingPlan{}, job);
+    estimate_ms = i == 0 ? ms : std::min(estimate_ms, ms);
+  }
+  const bool distinct_sets = job.settings.flush_cache || job.inplace;
+  const TimingPlan plan =
+      plan_timing(estimate_ms, distinct_sets, set.set_bytes(), distinct_sets ? extra_set_budget() : 0);
+  if (plan.sets > 1) {
+    stage = "argument sets";
+    ensure_extra_sets(set, plan.sets);
+    stage = "timed launch";
+  }
+  return plan;
+}
+
+CudaRunOutcome CudaRunner::State::failed_call(const CudaCallError& error, const std::string& stage) {
+  CudaRunOutcome result;
+  const std::string reason = stage + ": " + error.summary();
+  if (cuda::is_fatal_error(error.code())) {
+    ctx.lost = true;
+    lost_reason = reason;
+    result.context_lost = true;
+    result.outcome = failure(CandidateStatus::crash, reason);
+    return result;
+  }
+  // Buffers may be half-initialised after a failed call: rebuilt for the next candidate.
+  forget_args();
+  const bool bad_launch =
+      cuda::is_out_of_resources(error.code()) ||
+      (error.code() == CUDA_ERROR_INVALID_VALUE && error.call().rfind("cuLaunchKernel", 0) == 0);
+  result.outcome =
+      failure(bad_launch ? CandidateStatus::launch_error : CandidateStatus::runtime_error, reason);
+  return result;
+}
 
 CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geometry,
                                       const std::optional<CudaLaunch>& reference_launch) {
@@ -758,16 +835,8 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
 
     stage = "buffers";
     DeviceArgs& set = args_for(job);
-
-    const Snapshot* expected = nullptr;
-    if (!job.reference_path.empty()) {
-      stage = "reference";
-      expected = &reference_for(job, set, reference_launch.value_or(geometry), reference_module);
-    } else if (std::any_of(job.args.begin(), job.args.end(),
-                           [](const BenchArg& a) { return !a.expected.empty(); })) {
-      stage = "expected files";
-      expected = &expected_from_files(job, set);
-    }
+    const Snapshot* expected =
+        expected_outputs(job, set, reference_launch.value_or(geometry), reference_module, stage);
 
     const MeasureSettings& settings = job.settings;
     if (settings.flush_cache) {
@@ -777,45 +846,17 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
 
     // The checked run is the first launch, which is never timed.
     stage = "checked launch";
-    reset_for_check(set);
-    launch(function, geometry, set);
-    sync();
-    if (const DeviceArg* slot = smashed_guard(set)) {
-      reset_for_check(set); // leave clean guards for the next candidate
-      result.outcome = failure(CandidateStatus::mismatch, guard_reason(*slot));
+    if (auto failed = checked_launch(function, geometry, set, expected, job)) {
+      result.outcome = std::move(*failed);
       return result;
-    }
-    if (const DeviceArg* slot = changed_input(set)) {
-      result.outcome = failure(CandidateStatus::mismatch, input_reason(*slot));
-      forget_args(); // the next candidate gets fresh inputs
-      return result;
-    }
-    if (expected != nullptr) {
-      const Snapshot got = snapshot_outputs(set);
-      if (auto reason = compare_outputs(set, got, *expected, job)) {
-        result.outcome = failure(CandidateStatus::mismatch, std::move(*reason));
-        return result;
-      }
     }
 
     stage = "warm-up";
     const double warmed_ms = warm_up(function, geometry, set, job);
 
     // The plan follows from a single launch's time: the best of three samples of one launch.
-    stage = "timed launch";
     double estimate_ms = 0;
-    for (int i = 0; i < 3; ++i) {
-      const double ms = timed_sample(function, geometry, set, TimingPlan{}, job);
-      estimate_ms = i == 0 ? ms : std::min(estimate_ms, ms);
-    }
-    const bool distinct_sets = settings.flush_cache || job.inplace;
-    const TimingPlan plan =
-        plan_timing(estimate_ms, distinct_sets, set.set_bytes(), distinct_sets ? extra_set_budget() : 0);
-    if (plan.sets > 1) {
-      stage = "argument sets";
-      ensure_extra_sets(set, plan.sets);
-      stage = "timed launch";
-    }
+    const TimingPlan plan = timing_plan(function, geometry, set, job, estimate_ms, stage);
 
     const cuda::ClockReading before = clocks ? clocks->read() : cuda::ClockReading{};
     Sampler sampler(settings, job.prune_above_ms, Clock::now(), job.race_above_ms);
@@ -830,40 +871,16 @@ CudaRunOutcome CudaRunner::State::run(const BenchJob& job, const CudaLaunch& geo
       forget_args();
       return result;
     }
-
-    result.outcome.status = CandidateStatus::ok;
-    result.outcome.pruned =
-        sampler.reason() == SampleStop::pruned || sampler.reason() == SampleStop::raced;
-    result.outcome.stop = std::string(to_string(sampler.reason()));
-    std::vector<double> samples = sampler.take_samples();
-    result.outcome.samples_ms.assign(samples.begin(), samples.end());
-    result.outcome.stats = summarize(std::move(samples));
-    if (result.outcome.stats.median_ms > 0) {
-      if (job.flops > 0) result.outcome.gflops = job.flops / (result.outcome.stats.median_ms * 1e6);
-      if (job.bytes > 0) result.outcome.gbps = job.bytes / (result.outcome.stats.median_ms * 1e6);
-    }
+    result.outcome = sampled_outcome(sampler, job);
     result.outcome.conditions = conditions(plan, estimate_ms, warmed_ms, before, after);
     return result;
   } catch (const CandidateFailure& failed) {
     result.outcome = failure(failed.status, failed.reason);
     return result;
   } catch (const CudaCallError& error) {
-    const std::string reason = stage + ": " + error.summary();
-    if (cuda::is_fatal_error(error.code())) {
-      ctx.lost = true;
-      lost_reason = reason;
-      result.context_lost = true;
-      result.outcome = failure(CandidateStatus::crash, reason);
-      return result;
-    }
-    // Buffers may be half-initialised after a failed call: rebuilt for the next candidate.
-    forget_args();
-    const bool bad_launch =
-        cuda::is_out_of_resources(error.code()) ||
-        (error.code() == CUDA_ERROR_INVALID_VALUE && error.call().rfind("cuLaunchKernel", 0) == 0);
-    result.outcome =
-        failure(bad_launch ? CandidateStatus::launch_error : CandidateStatus::runtime_error, reason);
-    return result;
+    CudaRunOutcome failed = failed_call(error, stage);
+    failed.resources = result.resources;
+    return failed;
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <sys/stat.h>
 #include <cmath>
 #include <cstdlib>
@@ -254,6 +255,31 @@ void fill_elements(DType dtype, void* data, std::size_t count, const BufferInit&
 void fill_sentinel(DType dtype, void* data, std::size_t count) {
   const std::size_t halfwords = count * dtype_bytes(dtype) / sizeof(std::uint16_t);
   for (std::size_t i = 0; i < halfwords; ++i) save(data, i, k_sentinel_halfword);
+}
+
+std::string format_value(double value, int precision) {
+  std::ostringstream out;
+  out.precision(precision);
+  out << value;
+  return out.str();
+}
+
+void OutputCheck::compare(const std::string& name, DType dtype, const void* got, const void* expected,
+                          std::size_t count, double rtol, double atol) {
+  m_checked += count;
+  const auto mismatch = compare_elements(dtype, got, expected, count, rtol, atol);
+  if (!mismatch) return;
+  m_differing += mismatch->differing;
+  if (!m_first.empty()) return;
+  m_first = name + "[" + std::to_string(mismatch->index) + "]: got " + format_value(mismatch->got, 9) +
+            ", expected " + format_value(mismatch->expected, 9) +
+            (is_integral(dtype) ? std::string(" (exact)")
+                                : " (rtol " + format_value(rtol, 6) + ", atol " + format_value(atol, 6) + ")");
+}
+
+std::optional<std::string> OutputCheck::failure() const {
+  if (m_differing == 0) return std::nullopt;
+  return m_first + "; " + std::to_string(m_differing) + " of " + std::to_string(m_checked) + " elements differ";
 }
 
 std::optional<ElementMismatch> compare_elements(DType dtype, const void* got, const void* expected,

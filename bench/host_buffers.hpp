@@ -134,6 +134,25 @@ struct ElementMismatch {
                                                               std::size_t count, double rtol,
                                                               double atol);
 
+// `value` with `precision` significant digits, as a mismatch message shows it.
+[[nodiscard]] std::string format_value(double value, int precision);
+
+// A run's outputs checked against what they must be, one output at a time; the failure names
+// the first differing element (its value, the expected one, the tolerance) and counts them all.
+class OutputCheck {
+public:
+  // Compares output `name` (`count` elements of `dtype`) within rtol/atol (compare_elements).
+  void compare(const std::string& name, DType dtype, const void* got, const void* expected,
+               std::size_t count, double rtol, double atol);
+  // "<name>[i]: got x, expected y (rtol r, atol a); d of n elements differ"; nullopt when all
+  // matched.
+  [[nodiscard]] std::optional<std::string> failure() const;
+
+private:
+  std::size_t m_checked = 0, m_differing = 0;
+  std::string m_first;
+};
+
 // Identity of the argument buffers a job needs (shape, seed and every arg's layout and init, a
 // file init's file by its identity: a file rewritten at the same path is read again): runners
 // reuse their buffers while it stays the same.

@@ -1,4 +1,5 @@
 #include "bench/host_device.hpp"
+#include "core/file_io.hpp"
 
 #include <unistd.h>
 
@@ -12,14 +13,6 @@
 namespace ktune {
 
 namespace {
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 int online_cores() {
   const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
@@ -37,12 +30,12 @@ std::optional<std::size_t> sysfs_last_level_cache(const std::filesystem::path& c
   std::optional<std::size_t> best_size;
   for (const auto& entry : it) {
     if (entry.path().filename().string().rfind("index", 0) != 0) continue;
-    const std::string level_text = read_text(entry.path() / "level");
+    const std::string level_text = read_file((entry.path() / "level").string()).value_or(std::string());
     int level = 0;
     const auto [ptr, err] =
         std::from_chars(level_text.data(), level_text.data() + level_text.size(), level);
     if (err != std::errc{}) continue;
-    const auto size = parse_cache_size(read_text(entry.path() / "size"));
+    const auto size = parse_cache_size(read_file((entry.path() / "size").string()).value_or(std::string()));
     if (!size) continue;
     if (level > best_level || (level == best_level && *size > best_size.value_or(0))) {
       best_level = level;
@@ -75,7 +68,7 @@ std::optional<std::size_t> parse_cache_size(std::string_view text) {
 }
 
 DeviceInfo detect_cpu_device(const std::string& compiler_version) {
-  return cpu_device_from(read_text("/proc/cpuinfo"), online_cores(), compiler_version);
+  return cpu_device_from(read_file("/proc/cpuinfo").value_or(std::string()), online_cores(), compiler_version);
 }
 
 std::size_t last_level_cache_bytes() {

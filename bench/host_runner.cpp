@@ -85,13 +85,6 @@ void evict_lines(const char* begin, const char* end) {
 }
 #endif
 
-std::string format_value(double value, int precision) {
-  std::ostringstream out;
-  out.precision(precision);
-  out << value;
-  return out.str();
-}
-
 std::string format_element(DType dtype, const void* data, std::size_t index) {
   return format_value(element_as_double(dtype, data, index), 9);
 }
@@ -298,31 +291,15 @@ std::string guard_reason(const ArgSlot& slot) {
 std::optional<std::string> compare_outputs(const ArgSet& set,
                                            const std::vector<SealedCopy>& expected,
                                            const BenchJob& job) {
-  std::size_t checked = 0;
-  std::size_t differing = 0;
-  std::string first;
+  OutputCheck check;
   for (std::size_t i = 0; i < set.slots.size(); ++i) {
     const ArgSlot& slot = set.slots[i];
     if (!slot.buffer || !slot.is_output()) continue;
-    checked += slot.buffer->count();
-    const double slot_rtol = job.args[i].rtol >= 0 ? job.args[i].rtol : job.rtol;
-    const double slot_atol = job.args[i].atol >= 0 ? job.args[i].atol : job.atol;
-    const auto mismatch = compare_elements(slot.dtype, slot.buffer->data(), expected[i].data(),
-                                           slot.buffer->count(), slot_rtol, slot_atol);
-    if (!mismatch) continue;
-    differing += mismatch->differing;
-    if (first.empty()) {
-      first = slot.name + "[" + std::to_string(mismatch->index) + "]: got " +
-              format_value(mismatch->got, 9) + ", expected " + format_value(mismatch->expected, 9) +
-              (is_integral(slot.dtype)
-                   ? std::string(" (exact)")
-                   : " (rtol " + format_value(slot_rtol, 6) + ", atol " +
-                         format_value(slot_atol, 6) + ")");
-    }
+    check.compare(slot.name, slot.dtype, slot.buffer->data(), expected[i].data(), slot.buffer->count(),
+                  job.args[i].rtol >= 0 ? job.args[i].rtol : job.rtol,
+                  job.args[i].atol >= 0 ? job.args[i].atol : job.atol);
   }
-  if (differing == 0) return std::nullopt;
-  return first + "; " + std::to_string(differing) + " of " + std::to_string(checked) +
-         " elements differ";
+  return check.failure();
 }
 
 } // namespace
@@ -439,7 +416,79 @@ struct HostRunner::State {
   }
 
   BenchOutcome run(const BenchJob& job);
+
+  // How a sample's caches are made cold: not at all, the buffers' own lines evicted, or the
+  // flush buffer swept.
+  enum class CacheCooling { none, evict, sweep };
+  // The first, checked run (its CPU time into `cpu_ms`): a failure when it smashed a guard,
+  // changed an input or gave outputs other than `expected`.
+  std::optional<BenchOutcome> checked_run(EntryFn entry, ArgSet& set,
+                                          const std::vector<SealedCopy>* expected,
+                                          const BenchJob& job, double& cpu_ms);
+  // Samples until `sampler` stops, checking guards and inputs every k_integrity_interval and
+  // at the end: a failure when they changed.
+  std::optional<BenchOutcome> sample(EntryFn entry, ArgSet& set, const BenchJob& job,
+                                     Sampler& sampler, CacheCooling cooling);
+  std::optional<BenchOutcome> integrity_failure(ArgSet& set);
 };
+
+std::optional<BenchOutcome> HostRunner::State::checked_run(EntryFn entry, ArgSet& set,
+                                                           const std::vector<SealedCopy>* expected,
+                                                           const BenchJob& job, double& cpu_ms) {
+  set.reset_for_check();
+  const double c0 = thread_cpu_ms();
+  entry(set.pointers.data());
+  cpu_ms = thread_cpu_ms() - c0;
+  if (const ArgSlot* slot = set.smashed_guard()) {
+    set.reset_for_check();  // leave clean guards for the next candidate
+    return failure(CandidateStatus::mismatch, guard_reason(*slot));
+  }
+  if (auto changed = set.changed_input("in its checked run")) {
+    return failure(CandidateStatus::mismatch, std::move(*changed));
+  }
+  if (expected != nullptr) {
+    if (auto reason = compare_outputs(set, *expected, job)) {
+      return failure(CandidateStatus::mismatch, std::move(*reason));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<BenchOutcome> HostRunner::State::integrity_failure(ArgSet& set) {
+  if (const ArgSlot* slot = set.smashed_guard()) {
+    set.reset_for_check();
+    return failure(CandidateStatus::mismatch, guard_reason(*slot) + " while it was sampled");
+  }
+  if (auto changed = set.changed_input("while it was sampled")) {
+    return failure(CandidateStatus::mismatch, std::move(*changed));
+  }
+  return std::nullopt;
+}
+
+std::optional<BenchOutcome> HostRunner::State::sample(EntryFn entry, ArgSet& set, const BenchJob& job,
+                                                      Sampler& sampler, CacheCooling cooling) {
+  auto next_check = Clock::now() + k_integrity_interval;
+  while (true) {
+    if (const auto now = Clock::now(); now >= next_check) {
+      if (auto failed = integrity_failure(set)) return failed;
+      const auto checked = Clock::now();
+      next_check = checked + std::max<Clock::duration>(k_integrity_interval,
+                                                       k_integrity_share * (checked - now));
+    }
+    if (job.inplace) set.restore_inplace();  // before making the caches cold: the copy warms them
+    if (cooling == CacheCooling::evict) set.evict_buffers();
+    if (cooling == CacheCooling::sweep) sweep_cache();
+    // The thread's CPU time brackets the wall time, so the timed interval is what it was before;
+    // a wall time well above it means the thread was off the CPU (Sampler: retaken).
+    const double c0 = thread_cpu_ms();
+    const auto t0 = Clock::now();
+    entry(set.pointers.data());
+    const auto t1 = Clock::now();
+    const double c1 = thread_cpu_ms();
+    if (sampler.add(elapsed_ms(t0, t1), t1, c1 - c0) != SampleStop::more) break;
+  }
+  return integrity_failure(set);
+}
 
 BenchOutcome HostRunner::State::run(const BenchJob& job) {
   auto library = SharedLibrary::open(job.artifact_path);
@@ -466,9 +515,11 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
   // evicted (well under a millisecond for a megabyte, where the sweep takes milliseconds: many
   // more samples in the same time, and no memory traffic disturbing the machine); larger ones,
   // or a CPU without an evict instruction, get the sweep.
-  const bool evict = settings.flush_cache && k_can_evict && set.buffer_bytes() <= sweep_bytes();
-  const bool sweep = settings.flush_cache && !evict;
-  if (sweep) {
+  CacheCooling cooling = CacheCooling::none;
+  if (settings.flush_cache) {
+    cooling = k_can_evict && set.buffer_bytes() <= sweep_bytes() ? CacheCooling::evict : CacheCooling::sweep;
+  }
+  if (cooling == CacheCooling::sweep) {
     if (auto r = ensure_flush_buffer(); !r) {
       return failure(CandidateStatus::runtime_error, r.error().message);
     }
@@ -476,22 +527,8 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
 
   // The checked run is the first launch, which is never a sample; its CPU time screens the
   // candidate (Sampler::screen) and starts the warm-up.
-  set.reset_for_check();
-  const double check_c0 = thread_cpu_ms();
-  entry(set.pointers.data());
-  const double check_cpu_ms = thread_cpu_ms() - check_c0;
-  if (const ArgSlot* slot = set.smashed_guard()) {
-    set.reset_for_check();  // leave clean guards for the next candidate
-    return failure(CandidateStatus::mismatch, guard_reason(*slot));
-  }
-  if (auto changed = set.changed_input("in its checked run")) {
-    return failure(CandidateStatus::mismatch, std::move(*changed));
-  }
-  if (expected != nullptr) {
-    if (auto reason = compare_outputs(set, *expected, job)) {
-      return failure(CandidateStatus::mismatch, std::move(*reason));
-    }
-  }
+  double check_cpu_ms = 0;
+  if (auto failed = checked_run(entry, set, expected, job, check_cpu_ms)) return std::move(*failed);
 
   Sampler sampler(settings, job.prune_above_ms, Clock::now(), job.race_above_ms);
   sampler.screen(check_cpu_ms);  // warm-up until stable, and the prune screen
@@ -500,51 +537,8 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
   // often, when a check takes long) and once sampling ends (a hash of every input: well under a
   // millisecond per megabyte), before the caches are made cold, so a candidate that changes
   // them only on later runs is blamed too, and the next candidate starts from pristine inputs.
-  auto next_check = Clock::now() + k_integrity_interval;
-  const auto integrity_failure = [&]() -> std::optional<BenchOutcome> {
-    if (const ArgSlot* slot = set.smashed_guard()) {
-      set.reset_for_check();
-      return failure(CandidateStatus::mismatch, guard_reason(*slot) + " while it was sampled");
-    }
-    if (auto changed = set.changed_input("while it was sampled")) {
-      return failure(CandidateStatus::mismatch, std::move(*changed));
-    }
-    return std::nullopt;
-  };
-  while (true) {
-    if (const auto now = Clock::now(); now >= next_check) {
-      if (auto failed = integrity_failure()) return std::move(*failed);
-      const auto checked = Clock::now();
-      next_check = checked + std::max<Clock::duration>(k_integrity_interval,
-                                                       k_integrity_share * (checked - now));
-    }
-    if (job.inplace) set.restore_inplace();  // before making the caches cold: the copy warms them
-    if (evict) set.evict_buffers();
-    if (sweep) sweep_cache();
-    // The thread's CPU time brackets the wall time, so the timed interval is what it was before;
-    // a wall time well above it means the thread was off the CPU (Sampler: retaken).
-    const double c0 = thread_cpu_ms();
-    const auto t0 = Clock::now();
-    entry(set.pointers.data());
-    const auto t1 = Clock::now();
-    const double c1 = thread_cpu_ms();
-    if (sampler.add(elapsed_ms(t0, t1), t1, c1 - c0) != SampleStop::more) break;
-  }
-  if (auto failed = integrity_failure()) return std::move(*failed);
-
-  BenchOutcome outcome;
-  outcome.status = CandidateStatus::ok;
-  outcome.pruned = sampler.reason() == SampleStop::pruned || sampler.reason() == SampleStop::raced;
-  outcome.stop = std::string(to_string(sampler.reason()));
-  outcome.retaken = static_cast<std::int64_t>(sampler.retaken());
-  std::vector<double> samples = sampler.take_samples();
-  outcome.samples_ms.assign(samples.begin(), samples.end());
-  outcome.stats = summarize(std::move(samples));
-  if (outcome.stats.median_ms > 0) {
-    if (job.flops > 0) outcome.gflops = job.flops / (outcome.stats.median_ms * 1e6);
-    if (job.bytes > 0) outcome.gbps = job.bytes / (outcome.stats.median_ms * 1e6);
-  }
-  return outcome;
+  if (auto failed = sample(entry, set, job, sampler, cooling)) return std::move(*failed);
+  return sampled_outcome(sampler, job);
 }
 
 HostRunner::HostRunner() : HostRunner(0) {}

@@ -174,4 +174,20 @@ SampleStop Sampler::add(double ms, Clock::time_point now, std::optional<double> 
   return SampleStop::more;
 }
 
+BenchOutcome sampled_outcome(Sampler& sampler, const BenchJob& job) {
+  BenchOutcome outcome;
+  outcome.status = CandidateStatus::ok;
+  outcome.pruned = sampler.reason() == SampleStop::pruned || sampler.reason() == SampleStop::raced;
+  outcome.stop = std::string(to_string(sampler.reason()));
+  outcome.retaken = static_cast<std::int64_t>(sampler.retaken());
+  std::vector<double> samples = sampler.take_samples();
+  outcome.samples_ms.assign(samples.begin(), samples.end());
+  outcome.stats = summarize(std::move(samples));
+  if (outcome.stats.median_ms > 0) {
+    if (job.flops > 0) outcome.gflops = job.flops / (outcome.stats.median_ms * 1e6);
+    if (job.bytes > 0) outcome.gbps = job.bytes / (outcome.stats.median_ms * 1e6);
+  }
+  return outcome;
+}
+
 } // namespace ktune

@@ -155,4 +155,9 @@ private:
   SampleStop m_stop = SampleStop::more;
 };
 
+// A measured candidate's `ok` outcome from its finished sampler (which is left empty): why
+// sampling stopped (pruned/raced set `pruned`), the samples and their statistics, the samples
+// retaken, and GFLOP/s and GB/s from the job's metrics.
+[[nodiscard]] BenchOutcome sampled_outcome(Sampler& sampler, const BenchJob& job);
+
 } // namespace ktune

@@ -23,6 +23,7 @@
 // the figure to compare on a machine others load too; ktune_batch_sizes counts the ktune
 // passes' programs by their configs.
 #include "compiler/nvrtc_compiler.hpp"
+#include "core/file_io.hpp"
 #include "compiler/subprocess.hpp"
 #include "core/param_space.hpp"
 #include "cuda/cuda_api.hpp"
@@ -173,10 +174,7 @@ void run_nvrtc_child(const Options& o, const Family& family, const NvrtcCompiler
   auto api = cuda::load_nvrtc();
   if (!api) fail(api.error().message);
   const cuda::NvrtcApi& nv = **api;
-  std::ifstream in(family.kernel.source_path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  const std::string source = text.str();
+  const std::string source = read_file(family.kernel.source_path).value_or(std::string());
   std::size_t n = 0;
   for (const CompileJob& job : slice_jobs(o, family)) {
     auto options = compiler.options(job);

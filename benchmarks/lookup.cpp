@@ -233,15 +233,17 @@ double wait_for_table(const std::string& socket, std::size_t winners) {
   die("the winner table never reached " + std::to_string(winners) + " winners");
 }
 
-// Lookups per second through the winner table over `processes` processes, each cycling through
-// `shapes` (every answer checked: exact, from the table), and the CPU time (user and system, from
-// the processes' rusage) per lookup: what the lookups cost when the cores are shared.
-struct MappedThroughput {
-  double qps = 0;
-  double cpu_ns = 0;
+// Runs `work(p)` in `processes` child processes at once, each returning a count (negative: it
+// failed) through a pipe; dies naming `what` when one failed. The total, the children's CPU
+// time (user and system, from their rusage) and the wall time from the last fork to the last
+// child reaped.
+struct FanOut {
+  long long total = 0;
+  double cpu_s = 0;
+  double elapsed_s = 0;
 };
-MappedThroughput mapped_throughput(const std::string& home, int processes, double seconds,
-                                   const std::vector<std::string>& shapes) {
+template <class Work>
+FanOut fan_out(int processes, const char* what, Work work) {
   std::vector<pid_t> children;
   std::vector<int> pipes;
   for (int p = 0; p < processes; ++p) {
@@ -251,24 +253,7 @@ MappedThroughput mapped_throughput(const std::string& home, int processes, doubl
     if (pid < 0) die("fork failed");
     if (pid == 0) {
       ::close(fds[0]);
-      ktune_client* client = open_client(home, -1, 1'000'000, true);
-      ktune_answer a;
-      long long count = 0;
-      std::size_t next = static_cast<std::size_t>(p) * 97 % shapes.size();
-      const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-      while (count >= 0) {
-        for (int i = 0; i < 256; ++i) {
-          if (ktune_lookup(client, k_kernel, shapes[next].c_str(), "f32", "cpu", &a) != KTUNE_OK ||
-              a.source != KTUNE_SOURCE_MAP || a.rung != KTUNE_RUNG_EXACT) {
-            count = -1;
-            break;
-          }
-          next = next + 1 == shapes.size() ? 0 : next + 1;
-          ++count;
-        }
-        if (Clock::now() >= deadline) break;
-      }
-      ktune_close(client);
+      const long long count = work(p);
       if (::write(fds[1], &count, sizeof count) != sizeof count) ::_exit(1);
       ::_exit(0);
     }
@@ -277,24 +262,54 @@ MappedThroughput mapped_throughput(const std::string& home, int processes, doubl
     pipes.push_back(fds[0]);
   }
   const auto start = Clock::now();
-  long long total = 0;
-  double cpu_s = 0;
+  FanOut out;
   for (std::size_t i = 0; i < children.size(); ++i) {
     long long count = 0;
-    if (::read(pipes[i], &count, sizeof count) != sizeof count || count < 0) {
-      die("a mapped client process failed its lookups");
-    }
-    total += count;
+    if (::read(pipes[i], &count, sizeof count) != sizeof count || count < 0) die(what);
+    out.total += count;
     ::close(pipes[i]);
     rusage usage{};
     int status = 0;
     ::wait4(children[i], &status, 0, &usage);
-    cpu_s += static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-             1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+    out.cpu_s += static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                 1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
   }
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  return {static_cast<double>(total) / std::max(elapsed, seconds),
-          total > 0 ? cpu_s * 1e9 / static_cast<double>(total) : 0};
+  out.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  return out;
+}
+
+// Lookups per second through the winner table over `processes` processes, each cycling through
+// `shapes` (every answer checked: exact, from the table), and the CPU time (user and system, from
+// the processes' rusage) per lookup: what the lookups cost when the cores are shared.
+struct MappedThroughput {
+  double qps = 0;
+  double cpu_ns = 0;
+};
+MappedThroughput mapped_throughput(const std::string& home, int processes, double seconds,
+                                   const std::vector<std::string>& shapes) {
+  const FanOut run = fan_out(processes, "a mapped client process failed its lookups", [&](int p) {
+    ktune_client* client = open_client(home, -1, 1'000'000, true);
+    ktune_answer a;
+    long long count = 0;
+    std::size_t next = static_cast<std::size_t>(p) * 97 % shapes.size();
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    while (count >= 0) {
+      for (int i = 0; i < 256; ++i) {
+        if (ktune_lookup(client, k_kernel, shapes[next].c_str(), "f32", "cpu", &a) != KTUNE_OK ||
+            a.source != KTUNE_SOURCE_MAP || a.rung != KTUNE_RUNG_EXACT) {
+          count = -1;
+          break;
+        }
+        next = next + 1 == shapes.size() ? 0 : next + 1;
+        ++count;
+      }
+      if (Clock::now() >= deadline) break;
+    }
+    ktune_close(client);
+    return count;
+  });
+  return {static_cast<double>(run.total) / std::max(run.elapsed_s, seconds),
+          run.total > 0 ? run.cpu_s * 1e9 / static_cast<double>(run.total) : 0};
 }
 
 // Redis GET of a 200-byte value over a Unix socket, hand-written RESP client: p50 and p99 of
@@ -303,10 +318,23 @@ MappedThroughput mapped_throughput(const std::string& home, int processes, doubl
 struct RedisFigures {
   double p50_us = 0, p99_us = 0, qps_8 = 0;
 };
-std::optional<RedisFigures> redis_baseline(const std::string& home, double seconds) {
-  if (std::system("command -v redis-server >/dev/null 2>&1") != 0) return std::nullopt;
-  const std::string sock = home + "/redis.sock";
-  const pid_t server = ::fork();
+// One RESP exchange: sends `request`, reads `reply_bytes` back; false when the server closed.
+bool redis_exchange(int conn, const std::string& request, std::size_t reply_bytes) {
+  write_all(conn, request);
+  char buf[512];
+  std::size_t got = 0;
+  while (got < reply_bytes) {
+    const ssize_t n = ::read(conn, buf, sizeof buf);
+    if (n <= 0) return false;
+    got += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// redis-server on the Unix socket `sock` (no port, no persistence) and a connection to it;
+// -1 (server stopped) when it does not answer within 5 s.
+int start_redis(const std::string& home, const std::string& sock, pid_t& server) {
+  server = ::fork();
   if (server == 0) {
     const int null_fd = ::open("/dev/null", O_WRONLY);
     ::dup2(null_fd, 1);
@@ -323,74 +351,51 @@ std::optional<RedisFigures> redis_baseline(const std::string& home, double secon
   if (fd < 0) {
     ::kill(server, SIGTERM);
     ::waitpid(server, nullptr, 0);
+  }
+  return fd;
+}
+
+std::optional<RedisFigures> redis_baseline(const std::string& home, double seconds) {
+  if (std::system("command -v redis-server >/dev/null 2>&1") != 0) return std::nullopt;
+  const std::string sock = home + "/redis.sock";
+  pid_t server = -1;
+  const int fd = start_redis(home, sock, server);
+  if (fd < 0) {
     std::fprintf(stderr, "bench_lookup: redis-server did not start; no Redis baseline\n");
     return std::nullopt;
   }
   const std::string value(200, 'x');
-  auto exchange = [](int conn, const std::string& request, std::size_t reply_bytes) {
-    write_all(conn, request);
-    char buf[512];
-    std::size_t got = 0;
-    while (got < reply_bytes) {
-      const ssize_t n = ::read(conn, buf, sizeof buf);
-      if (n <= 0) return false;
-      got += static_cast<std::size_t>(n);
-    }
-    return true;
-  };
   const std::string set = "*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$200\r\n" + value + "\r\n";
   const std::string get = "*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n";
   const std::size_t get_reply = 6 + 200 + 2;   // "$200\r\n" value "\r\n"
   RedisFigures out;
-  if (!exchange(fd, set, 5)) die("redis SET failed");
+  if (!redis_exchange(fd, set, 5)) die("redis SET failed");
   std::vector<double> samples;
-  for (int i = 0; i < 2000; ++i) exchange(fd, get, get_reply);
+  for (int i = 0; i < 2000; ++i) redis_exchange(fd, get, get_reply);
   for (int i = 0; i < 50'000; ++i) {
     const auto t = Clock::now();
-    if (!exchange(fd, get, get_reply)) die("redis GET failed");
+    if (!redis_exchange(fd, get, get_reply)) die("redis GET failed");
     samples.push_back(us_since(t));
   }
   ::close(fd);
   out.p50_us = percentile(samples, 0.50);
   out.p99_us = percentile(samples, 0.99);
-  std::vector<pid_t> children;
-  std::vector<int> pipes;
-  for (int p = 0; p < 8; ++p) {
-    int fds[2];
-    if (::pipe(fds) != 0) die("pipe failed");
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(fds[0]);
-      const int conn = connect_unix(sock);
-      long long count = conn < 0 ? -1 : 0;
-      const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-      while (count >= 0 && Clock::now() < deadline) {
-        for (int i = 0; i < 64; ++i) {
-          if (!exchange(conn, get, get_reply)) {
-            count = -1;
-            break;
-          }
-          ++count;
+  const FanOut run = fan_out(8, "a redis client process failed", [&](int) {
+    const int conn = connect_unix(sock);
+    long long count = conn < 0 ? -1 : 0;
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    while (count >= 0 && Clock::now() < deadline) {
+      for (int i = 0; i < 64; ++i) {
+        if (!redis_exchange(conn, get, get_reply)) {
+          count = -1;
+          break;
         }
+        ++count;
       }
-      if (::write(fds[1], &count, sizeof count) != sizeof count) ::_exit(1);
-      ::_exit(0);
     }
-    ::close(fds[1]);
-    children.push_back(pid);
-    pipes.push_back(fds[0]);
-  }
-  long long total = 0;
-  for (std::size_t i = 0; i < children.size(); ++i) {
-    long long count = 0;
-    if (::read(pipes[i], &count, sizeof count) != sizeof count || count < 0) {
-      die("a redis client process failed");
-    }
-    total += count;
-    ::close(pipes[i]);
-    ::waitpid(children[i], nullptr, 0);
-  }
-  out.qps_8 = static_cast<double>(total) / seconds;
+    return count;
+  });
+  out.qps_8 = static_cast<double>(run.total) / seconds;
   ::kill(server, SIGTERM);
   ::waitpid(server, nullptr, 0);
   return out;
@@ -398,51 +403,26 @@ std::optional<RedisFigures> redis_baseline(const std::string& home, double secon
 
 // Lookups per second over `processes` client processes for `seconds`.
 double throughput(const std::string& home, int processes, double seconds) {
-  std::vector<pid_t> children;
-  std::vector<int> pipes;
-  for (int p = 0; p < processes; ++p) {
-    int fds[2];
-    if (::pipe(fds) != 0) die("pipe failed");
-    const pid_t pid = ::fork();
-    if (pid < 0) die("fork failed");
-    if (pid == 0) {
-      ::close(fds[0]);
-      ktune_client* client = open_client(home, -1, 1'000'000);
-      ktune_answer a;
-      long long count = 0;
-      const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-      while (true) {
-        for (int i = 0; i < 64; ++i) {
-          if (ktune_lookup(client, k_kernel, k_shape, "f32", "cpu", &a) != KTUNE_OK ||
-              a.source != KTUNE_SOURCE_DAEMON) {
-            count = -1;
-            break;
-          }
-          ++count;
-        }
-        if (count < 0 || Clock::now() >= deadline) break;
-      }
-      ktune_close(client);
-      if (::write(fds[1], &count, sizeof count) != sizeof count) ::_exit(1);
-      ::_exit(0);
-    }
-    ::close(fds[1]);
-    children.push_back(pid);
-    pipes.push_back(fds[0]);
-  }
-  const auto start = Clock::now();
-  long long total = 0;
-  for (std::size_t i = 0; i < children.size(); ++i) {
+  const FanOut run = fan_out(processes, "a client process failed its lookups", [&](int) {
+    ktune_client* client = open_client(home, -1, 1'000'000);
+    ktune_answer a;
     long long count = 0;
-    if (::read(pipes[i], &count, sizeof count) != sizeof count || count < 0) {
-      die("a client process failed its lookups");
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    while (true) {
+      for (int i = 0; i < 64; ++i) {
+        if (ktune_lookup(client, k_kernel, k_shape, "f32", "cpu", &a) != KTUNE_OK ||
+            a.source != KTUNE_SOURCE_DAEMON) {
+          count = -1;
+          break;
+        }
+        ++count;
+      }
+      if (count < 0 || Clock::now() >= deadline) break;
     }
-    total += count;
-    ::close(pipes[i]);
-    ::waitpid(children[i], nullptr, 0);
-  }
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  return static_cast<double>(total) / std::max(elapsed, seconds);
+    ktune_close(client);
+    return count;
+  });
+  return static_cast<double>(run.total) / std::max(run.elapsed_s, seconds);
 }
 
 // Starts ktuned with KTUNE_HOME=`home` and waits for its readiness line.
@@ -470,37 +450,59 @@ pid_t start_daemon(const std::string& bin_dir, const std::string& home, const st
   return daemon;
 }
 
-} // namespace
+// Everything the table and the JSON line report.
+struct Figures {
+  double p50 = 0, p99 = 0;                                   // back to back, idle
+  double p50_loaded = 0, p99_loaded = 0, max_loaded = 0;     // while a tune and an import write
+  std::size_t loaded_lookups = 0;
+  double qps_1 = 0, qps_8 = 0, qps_64 = 0;
+  double cache_hit_ns = 0;
+  double db_us = 0;
+  double mapped_p50_ns = 0, mapped_p99_ns = 0;
+  MappedThroughput mapped_8;
+  double mapped_visible_ms = 0, mapped_visible_max_ms = 0, commit_visible_ms = 0;
+  double publish_ms_100k = 0, publish_cpu_ms_100k = 0;
+  std::size_t table_winners = 0;
+  std::optional<RedisFigures> redis;
+};
 
-int main(int argc, char** argv) {
-  std::string bin_dir, kernel_dir;
+// The ktuned under measurement: its home, socket and process, and the tune reply of the key.
+struct Bench {
+  std::string bin_dir, kernel_dir, home, socket, tuned;
   double seconds = 10;
+  pid_t daemon = -1;
+};
+
+// The command line, a private home and config, ktuned started and gemm tuned at k_shape.
+Bench start_bench(int argc, char** argv) {
+  Bench b;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--bin-dir" && i + 1 < argc) bin_dir = argv[++i];
-    else if (arg == "--kernel-dir" && i + 1 < argc) kernel_dir = argv[++i];
-    else if (arg == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    if (arg == "--bin-dir" && i + 1 < argc) b.bin_dir = argv[++i];
+    else if (arg == "--kernel-dir" && i + 1 < argc) b.kernel_dir = argv[++i];
+    else if (arg == "--seconds" && i + 1 < argc) b.seconds = std::atof(argv[++i]);
     else die("usage: bench_lookup --bin-dir DIR --kernel-dir DIR [--seconds S]");
   }
-  if (bin_dir.empty() || kernel_dir.empty() || seconds <= 0) {
+  if (b.bin_dir.empty() || b.kernel_dir.empty() || b.seconds <= 0) {
     die("usage: bench_lookup --bin-dir DIR --kernel-dir DIR [--seconds S]");
   }
   char home_template[] = "/tmp/ktune-bench-lookup-XXXXXX";
   if (!::mkdtemp(home_template)) die("mkdtemp failed");
-  const std::string home = home_template;
-  std::ofstream(home + "/ktuned.toml") << "[daemon]\nmax_message_bytes = 67108864\n"
-                                          "[measure]\nmin_samples = 3\nmax_samples = 10\n"
-                                          "max_time_s = 0.01\nmin_time_s = 0\nwarmup_ms = 1\n"
-                                          "flush_cache = false\n";
-  pid_t daemon = start_daemon(bin_dir, home, kernel_dir);
-  const std::string socket = home + "/ktuned.sock";
-  const std::string tuned = raw_request(
-      socket, std::string(R"({"op":"tune","kernel":"gemm","shape":")") + k_shape +
-                  R"(","wait":true})");
-  if (tuned.find("\"ok\":true") == std::string::npos) die("tune failed: " + tuned);
+  b.home = home_template;
+  std::ofstream(b.home + "/ktuned.toml") << "[daemon]\nmax_message_bytes = 67108864\n"
+                                            "[measure]\nmin_samples = 3\nmax_samples = 10\n"
+                                            "max_time_s = 0.01\nmin_time_s = 0\nwarmup_ms = 1\n"
+                                            "flush_cache = false\n";
+  b.daemon = start_daemon(b.bin_dir, b.home, b.kernel_dir);
+  b.socket = b.home + "/ktuned.sock";
+  b.tuned = raw_request(b.socket, std::string(R"({"op":"tune","kernel":"gemm","shape":")") + k_shape +
+                                      R"(","wait":true})");
+  if (b.tuned.find("\"ok\":true") == std::string::npos) die("tune failed: " + b.tuned);
+  return b;
+}
 
-  // Single client, back to back.
-  ktune_client* client = open_client(home, -1, 1'000'000);
+// Single client, back to back, over the socket.
+void measure_idle(ktune_client* client, Figures& f) {
   ktune_answer a;
   for (int i = 0; i < 2000; ++i) ktune_lookup(client, k_kernel, k_shape, "f32", "cpu", &a);
   if (a.rung != KTUNE_RUNG_EXACT || a.source != KTUNE_SOURCE_DAEMON) {
@@ -515,19 +517,22 @@ int main(int argc, char** argv) {
     ktune_lookup(client, k_kernel, k_shape, "f32", "cpu", &a);
     samples.push_back(us_since(t));
   }
-  const double p50 = percentile(samples, 0.50), p99 = percentile(samples, 0.99);
+  f.p50 = percentile(samples, 0.50);
+  f.p99 = percentile(samples, 0.99);
+}
 
-  // The same lookups while ktuned writes: a tune storing a result per candidate, and a client
-  // importing a 10,000-row table (one request) -- measured over `loaded_s` from the moment the
-  // import is sent.
+// The same lookups while ktuned writes: a tune storing a result per candidate, and a client
+// importing a 10,000-row table (one request) -- measured over `loaded_s` from the moment the
+// import is sent.
+void measure_under_writes(const Bench& b, ktune_client* client, Figures& f) {
   const std::string table = import_request(10'000);
   const std::string started = raw_request(
-      socket, R"({"op":"tune","kernel":"gemm","shape":"M=96,N=96,K=96","remeasure":true})");
+      b.socket, R"({"op":"tune","kernel":"gemm","shape":"M=96,N=96,K=96","remeasure":true})");
   if (started.find("\"ok\":true") == std::string::npos) die("tune failed: " + started);
   std::this_thread::sleep_for(std::chrono::milliseconds(500)); // candidates are being stored
   const pid_t importer = ::fork();
   if (importer == 0) {
-    const std::string reply = raw_request(socket, table);
+    const std::string reply = raw_request(b.socket, table);
     if (reply.find("\"ok\":true") == std::string::npos) {
       std::fprintf(stderr, "bench_lookup: import failed: %.300s\n", reply.c_str());
       ::_exit(1);
@@ -537,6 +542,7 @@ int main(int argc, char** argv) {
   const double loaded_s = 3.0;
   std::vector<double> loaded;
   loaded.reserve(1'000'000);
+  ktune_answer a;
   const auto loaded_start = Clock::now();
   while (us_since(loaded_start) < loaded_s * 1e6) {
     const auto t = Clock::now();
@@ -546,17 +552,17 @@ int main(int argc, char** argv) {
   int import_status = 0;
   ::waitpid(importer, &import_status, 0);
   if (!WIFEXITED(import_status) || WEXITSTATUS(import_status) != 0) die("the import failed");
-  raw_request(socket, R"({"op":"cancel","job":)" + job_id_of(started) + "}");
-  ktune_close(client);
-  const double p50_loaded = percentile(loaded, 0.50), p99_loaded = percentile(loaded, 0.99);
-  const double max_loaded = percentile(loaded, 1.0);
+  raw_request(b.socket, R"({"op":"cancel","job":)" + job_id_of(started) + "}");
+  f.p50_loaded = percentile(loaded, 0.50);
+  f.p99_loaded = percentile(loaded, 0.99);
+  f.max_loaded = percentile(loaded, 1.0);
+  f.loaded_lookups = loaded.size();
+}
 
-  const double qps_1 = throughput(home, 1, seconds);
-  const double qps_8 = throughput(home, 8, seconds);
-  const double qps_64 = throughput(home, 64, seconds);
-
-  // In-process cache hits.
-  ktune_client* cached = open_client(home, 60'000, 1'000'000);
+// In-process cache hits.
+void measure_cache_hit(const Bench& b, Figures& f) {
+  ktune_client* cached = open_client(b.home, 60'000, 1'000'000);
+  ktune_answer a;
   ktune_lookup(cached, k_kernel, k_shape, "f32", "cpu", &a);
   const long k_hits = 10'000'000;
   const auto hit_start = Clock::now();
@@ -565,16 +571,19 @@ int main(int argc, char** argv) {
     ktune_lookup(cached, k_kernel, k_shape, "f32", "cpu", &a);
     sink += a.param_count;
   }
-  const double cache_hit_ns = us_since(hit_start) * 1000.0 / static_cast<double>(k_hits);
+  f.cache_hit_ns = us_since(hit_start) * 1000.0 / static_cast<double>(k_hits);
   if (a.source != KTUNE_SOURCE_CACHE || sink == 0) die("cache lookups did not hit the cache");
   ktune_close(cached);
+}
 
-  // ktuned stopped: the database fallback.
-  raw_request(socket, R"({"op":"shutdown"})");
+// ktuned stopped: the database fallback; then ktuned again, for the winner table.
+void measure_db_fallback(Bench& b, Figures& f) {
+  raw_request(b.socket, R"({"op":"shutdown"})");
   int status = 0;
-  ::waitpid(daemon, &status, 0);
+  ::waitpid(b.daemon, &status, 0);
   g_daemon = -1;
-  ktune_client* offline = open_client(home, -1, 5000);
+  ktune_client* offline = open_client(b.home, -1, 5000);
+  ktune_answer a;
   ktune_lookup(offline, k_kernel, k_shape, "f32", "cpu", &a); // opens the database
   if (a.source != KTUNE_SOURCE_DATABASE || a.rung != KTUNE_RUNG_EXACT) {
     die(std::string("database fallback did not answer the winner: ") + ktune_last_error(offline));
@@ -586,60 +595,66 @@ int main(int argc, char** argv) {
     db_samples.push_back(us_since(t));
   }
   ktune_close(offline);
-  const double db_us = percentile(db_samples, 0.50);
-  // ktuned again, for the winner table.
-  daemon = start_daemon(bin_dir, home, kernel_dir);
+  f.db_us = percentile(db_samples, 0.50);
+  b.daemon = start_daemon(b.bin_dir, b.home, b.kernel_dir);
+}
 
-  // The winner table: k_mapped_keys gemm winners on this CPU, under the family's current source.
-  std::string source_hash;
-  const nlohmann::json kernels = ok_result(socket, R"({"op":"kernels"})");
+// The keys of the winner table: gemm winners on this CPU under the family's current source.
+struct MappedKeys {
+  std::string source_hash, fingerprint, config;
+  std::vector<std::string> shapes;
+};
+
+// Imports k_mapped_keys winners and waits until a mapped client answers each of them exactly.
+MappedKeys import_mapped_keys(const Bench& b) {
+  MappedKeys keys;
+  const nlohmann::json kernels = ok_result(b.socket, R"({"op":"kernels"})");
   for (const auto& k : kernels.at("kernels")) {
     if (k.at("name") == k_kernel && k.at("language") == "cpp") {
-      source_hash = k.at("source_hash").get<std::string>();
+      keys.source_hash = k.at("source_hash").get<std::string>();
     }
   }
-  const std::string fingerprint =
-      ok_result(socket, R"({"op":"stats"})").at("device").at("fingerprint").get<std::string>();
-  const std::string config =
-      nlohmann::ordered_json::parse(tuned).at("result").at("winner").at("config").dump();
-  if (source_hash.empty() || fingerprint.empty()) die("no source hash or CPU fingerprint for gemm");
+  keys.fingerprint =
+      ok_result(b.socket, R"({"op":"stats"})").at("device").at("fingerprint").get<std::string>();
+  keys.config = nlohmann::ordered_json::parse(b.tuned).at("result").at("winner").at("config").dump();
+  if (keys.source_hash.empty() || keys.fingerprint.empty()) die("no source hash or CPU fingerprint for gemm");
   // The restarted daemon's first table (its winners from the database), then the new ones.
-  {
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    while (ok_result(socket, R"({"op":"stats"})").at("table").at("generation") == 0) {
-      if (Clock::now() > deadline) die("ktuned published no winner table");
+  const auto first_deadline = Clock::now() + std::chrono::seconds(60);
+  while (ok_result(b.socket, R"({"op":"stats"})").at("table").at("generation") == 0) {
+    if (Clock::now() > first_deadline) die("ktuned published no winner table");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::size_t before_keys = table_status(b.socket).first;
+  import_gemm(b.socket, 0, k_mapped_keys, keys.fingerprint, keys.source_hash, keys.config);
+  wait_for_table(b.socket, before_keys + k_mapped_keys);
+  for (int i = 0; i < k_mapped_keys; ++i) keys.shapes.push_back(mapped_shape(i));
+  ktune_client* probe = open_client(b.home, -1, 1'000'000, true);
+  ktune_answer a;
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  for (const auto& shape : keys.shapes) {
+    while (ktune_lookup(probe, k_kernel, shape.c_str(), "f32", "cpu", &a) != KTUNE_OK ||
+           a.source != KTUNE_SOURCE_MAP || a.rung != KTUNE_RUNG_EXACT) {
+      if (Clock::now() > deadline) {
+        die("the imported winner " + shape + " never reached the table: " + ktune_last_error(probe));
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
-  const std::size_t before_keys = table_status(socket).first;
-  import_gemm(socket, 0, k_mapped_keys, fingerprint, source_hash, config);
-  wait_for_table(socket, before_keys + k_mapped_keys);
-  std::vector<std::string> shapes;
-  for (int i = 0; i < k_mapped_keys; ++i) shapes.push_back(mapped_shape(i));
-  {
-    ktune_client* probe = open_client(home, -1, 1'000'000, true);
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    for (const auto& shape : shapes) {
-      while (ktune_lookup(probe, k_kernel, shape.c_str(), "f32", "cpu", &a) != KTUNE_OK ||
-             a.source != KTUNE_SOURCE_MAP || a.rung != KTUNE_RUNG_EXACT) {
-        if (Clock::now() > deadline) {
-          die("the imported winner " + shape + " never reached the table: " +
-              ktune_last_error(probe));
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-    }
-    ktune_close(probe);
-  }
-  // First lookups of each key (a fresh handle per round, keys in a shuffled order), timed one by one.
+  ktune_close(probe);
+  return keys;
+}
+
+// First lookups of each key (a fresh handle per round, keys in a shuffled order), timed one by one.
+void measure_mapped_first_lookups(const Bench& b, const MappedKeys& keys, Figures& f) {
   std::vector<double> mapped_ns;
   mapped_ns.reserve(static_cast<std::size_t>(k_mapped_rounds) * k_mapped_keys);
   std::vector<int> order(k_mapped_keys);
   for (int i = 0; i < k_mapped_keys; ++i) order[i] = i;
   std::mt19937 shuffle_rng(37);
+  ktune_answer a;
   for (int round = 0; round < k_mapped_rounds; ++round) {
     std::shuffle(order.begin(), order.end(), shuffle_rng);
-    ktune_client* mapped = open_client(home, -1, 1'000'000, true);
+    ktune_client* mapped = open_client(b.home, -1, 1'000'000, true);
     // The first call maps the table (not timed).
     if (ktune_lookup(mapped, k_kernel, k_shape, "f32", "cpu", &a) != KTUNE_OK ||
         a.source != KTUNE_SOURCE_MAP) {
@@ -647,10 +662,10 @@ int main(int argc, char** argv) {
     }
     for (const int i : order) {
       const auto t = Clock::now();
-      const ktune_status st = ktune_lookup(mapped, k_kernel, shapes[i].c_str(), "f32", "cpu", &a);
+      const ktune_status st = ktune_lookup(mapped, k_kernel, keys.shapes[i].c_str(), "f32", "cpu", &a);
       const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t).count();
       if (st != KTUNE_OK || a.source != KTUNE_SOURCE_MAP || a.rung != KTUNE_RUNG_EXACT) {
-        die("a mapped lookup of " + shapes[i] + " did not answer the exact winner: status " +
+        die("a mapped lookup of " + keys.shapes[i] + " did not answer the exact winner: status " +
             std::to_string(st) + ", source " + ktune_source_string(a.source) + ", rung " +
             ktune_rung_string(a.rung) + ", " + ktune_last_error(mapped));
       }
@@ -658,94 +673,95 @@ int main(int argc, char** argv) {
     }
     ktune_close(mapped);
   }
-  const double mapped_p50_ns = percentile(mapped_ns, 0.50);
-  const double mapped_p99_ns = percentile(mapped_ns, 0.99);
-  const MappedThroughput mapped_8 = mapped_throughput(home, 8, seconds, shapes);
-  const double mapped_qps_8 = mapped_8.qps;
+  f.mapped_p50_ns = percentile(mapped_ns, 0.50);
+  f.mapped_p99_ns = percentile(mapped_ns, 0.99);
+}
 
-  // Commit to visible: an import of one new winner sent, a mapped client polling its key.
+// Commit to visible: an import of one new winner sent, a mapped client polling its key. Returns
+// the next unused key.
+int measure_visible(const Bench& b, const MappedKeys& keys, Figures& f) {
   std::vector<double> visible_ms, committed_ms;
   int next_key = k_mapped_keys;
-  {
-    ktune_client* watcher = open_client(home, -1, 1'000'000, true);
-    for (int r = 0; r < k_visible_rounds; ++r, ++next_key) {
-      const std::string shape = mapped_shape(next_key);
-      ktune_lookup(watcher, k_kernel, shape.c_str(), "f32", "cpu", &a);
-      if (a.source != KTUNE_SOURCE_MAP || a.rung == KTUNE_RUNG_EXACT) die("a visible-round key is not new");
-      const auto t0 = Clock::now();
-      const int fd = send_request(socket, gemm_import(next_key, 1, fingerprint, source_hash, config));
-      while (ktune_lookup(watcher, k_kernel, shape.c_str(), "f32", "cpu", &a) != KTUNE_OK ||
-             a.rung != KTUNE_RUNG_EXACT) {
-        if (Clock::now() - t0 > std::chrono::seconds(10)) die("a new winner never reached the table");
-        const timespec pause{0, 20'000};
-        ::nanosleep(&pause, nullptr);
-      }
-      visible_ms.push_back(us_since(t0) / 1000.0);
-      if (read_reply(fd).find("\"ok\":true") == std::string::npos) die("an import failed");
-      committed_ms.push_back(
-          ok_result(socket, R"({"op":"stats"})").at("table").at("visible_ms").get<double>());
+  ktune_client* watcher = open_client(b.home, -1, 1'000'000, true);
+  ktune_answer a;
+  for (int r = 0; r < k_visible_rounds; ++r, ++next_key) {
+    const std::string shape = mapped_shape(next_key);
+    ktune_lookup(watcher, k_kernel, shape.c_str(), "f32", "cpu", &a);
+    if (a.source != KTUNE_SOURCE_MAP || a.rung == KTUNE_RUNG_EXACT) die("a visible-round key is not new");
+    const auto t0 = Clock::now();
+    const int fd = send_request(b.socket, gemm_import(next_key, 1, keys.fingerprint, keys.source_hash, keys.config));
+    while (ktune_lookup(watcher, k_kernel, shape.c_str(), "f32", "cpu", &a) != KTUNE_OK ||
+           a.rung != KTUNE_RUNG_EXACT) {
+      if (Clock::now() - t0 > std::chrono::seconds(10)) die("a new winner never reached the table");
+      const timespec pause{0, 20'000};
+      ::nanosleep(&pause, nullptr);
     }
-    ktune_close(watcher);
+    visible_ms.push_back(us_since(t0) / 1000.0);
+    if (read_reply(fd).find("\"ok\":true") == std::string::npos) die("an import failed");
+    committed_ms.push_back(ok_result(b.socket, R"({"op":"stats"})").at("table").at("visible_ms").get<double>());
   }
-  const double mapped_visible_ms = percentile(visible_ms, 0.50);
-  const double mapped_visible_max_ms = percentile(visible_ms, 1.0);
-  const double commit_visible_ms = percentile(committed_ms, 0.50);
+  ktune_close(watcher);
+  f.mapped_visible_ms = percentile(visible_ms, 0.50);
+  f.mapped_visible_max_ms = percentile(visible_ms, 1.0);
+  f.commit_visible_ms = percentile(committed_ms, 0.50);
+  return next_key;
+}
 
-  // Publishing with 100,000 more winners in the table: ktuned's own time for one more winner.
-  std::size_t winners = table_status(socket).first;
-  import_gemm(socket, next_key, k_publish_rows, fingerprint, source_hash, config);
+// Publishing with 100,000 more winners in the table: ktuned's own time for one more winner.
+void measure_publish(const Bench& b, const MappedKeys& keys, int next_key, Figures& f) {
+  std::size_t winners = table_status(b.socket).first;
+  import_gemm(b.socket, next_key, k_publish_rows, keys.fingerprint, keys.source_hash, keys.config);
   next_key += k_publish_rows;
-  wait_for_table(socket, winners + k_publish_rows);
+  wait_for_table(b.socket, winners + k_publish_rows);
   std::vector<double> publish_ms, publish_cpu_ms;
   for (int r = 0; r < 3; ++r, ++next_key) {
-    winners = table_status(socket).first;
-    import_gemm(socket, next_key, 1, fingerprint, source_hash, config);
-    publish_ms.push_back(wait_for_table(socket, winners + 1));
+    winners = table_status(b.socket).first;
+    import_gemm(b.socket, next_key, 1, keys.fingerprint, keys.source_hash, keys.config);
+    publish_ms.push_back(wait_for_table(b.socket, winners + 1));
     publish_cpu_ms.push_back(
-        ok_result(socket, R"({"op":"stats"})").at("table").at("publish_cpu_ms").get<double>());
+        ok_result(b.socket, R"({"op":"stats"})").at("table").at("publish_cpu_ms").get<double>());
   }
-  const double publish_ms_100k = percentile(publish_ms, 0.50);
-  const double publish_cpu_ms_100k = percentile(publish_cpu_ms, 0.50);
-  const std::size_t table_winners = table_status(socket).first;
+  f.publish_ms_100k = percentile(publish_ms, 0.50);
+  f.publish_cpu_ms_100k = percentile(publish_cpu_ms, 0.50);
+  f.table_winners = table_status(b.socket).first;
+}
 
-  const std::optional<RedisFigures> redis = redis_baseline(home, seconds);
-
-  raw_request(socket, R"({"op":"shutdown"})");
-  ::waitpid(daemon, &status, 0);
-  g_daemon = -1;
-  std::filesystem::remove_all(home);
-
+void print_table(const Figures& f, double seconds) {
+  const std::string s = std::to_string(int(seconds)) + " s";
   std::printf("%-44s %12s\n", "lookup (gemm M=N=K=32, exact winner)", "value");
-  std::printf("%-44s %12.2f us\n", "1 client, back to back, p50", p50);
-  std::printf("%-44s %12.2f us\n", "1 client, back to back, p99", p99);
-  std::printf("%-44s %12.2f us\n", "p50 while a tune and imports write", p50_loaded);
-  std::printf("%-44s %12.2f us\n", "p99 while a tune and imports write", p99_loaded);
-  std::printf("%-44s %12.2f us\n", "max while a tune and imports write", max_loaded);
-  std::printf("%-44s %12.2f\n", "p99 under writes / idle p99", p99_loaded / p99);
-  std::printf("%-44s %12zu\n", "  lookups in those 3 s", loaded.size());
-  std::printf("%-44s %12.0f /s\n", ("1 client process, " + std::to_string(int(seconds)) + " s").c_str(), qps_1);
-  std::printf("%-44s %12.0f /s\n", ("8 client processes, " + std::to_string(int(seconds)) + " s").c_str(), qps_8);
-  std::printf("%-44s %12.0f /s\n", ("64 client processes, " + std::to_string(int(seconds)) + " s").c_str(), qps_64);
-  std::printf("%-44s %12.1f ns\n", "in-process cache hit", cache_hit_ns);
-  std::printf("%-44s %12.2f us\n", "database fallback (ktuned stopped), p50", db_us);
-  std::printf("%-44s %12.0f ns\n", "mapped table, first lookup of a key, p50", mapped_p50_ns);
-  std::printf("%-44s %12.0f ns\n", "mapped table, first lookup of a key, p99", mapped_p99_ns);
-  std::printf("%-44s %12.0f /s\n", ("mapped table, 8 processes, " + std::to_string(int(seconds)) + " s").c_str(), mapped_qps_8);
-  std::printf("%-44s %12.1f ns\n", "  their CPU time per lookup", mapped_8.cpu_ns);
-  std::printf("%-44s %12.2f ms\n", "import sent to visible in the map, median", mapped_visible_ms);
-  std::printf("%-44s %12.2f ms\n", "import sent to visible in the map, max", mapped_visible_max_ms);
-  std::printf("%-44s %12.2f ms\n", "ktuned: winner stored to table renamed, median", commit_visible_ms);
-  std::printf("%-44s %12.1f ms\n", ("publish, table of " + std::to_string(table_winners) + " winners").c_str(), publish_ms_100k);
-  std::printf("%-44s %12.1f ms\n", "  the publishing thread's CPU time in it", publish_cpu_ms_100k);
-  if (redis) {
-    std::printf("%-44s %12.2f us\n", "Redis GET, 1 client, p50 (same run)", redis->p50_us);
-    std::printf("%-44s %12.2f us\n", "Redis GET, 1 client, p99 (same run)", redis->p99_us);
-    std::printf("%-44s %12.0f /s\n", "Redis GET, 8 client processes (same run)", redis->qps_8);
+  std::printf("%-44s %12.2f us\n", "1 client, back to back, p50", f.p50);
+  std::printf("%-44s %12.2f us\n", "1 client, back to back, p99", f.p99);
+  std::printf("%-44s %12.2f us\n", "p50 while a tune and imports write", f.p50_loaded);
+  std::printf("%-44s %12.2f us\n", "p99 while a tune and imports write", f.p99_loaded);
+  std::printf("%-44s %12.2f us\n", "max while a tune and imports write", f.max_loaded);
+  std::printf("%-44s %12.2f\n", "p99 under writes / idle p99", f.p99_loaded / f.p99);
+  std::printf("%-44s %12zu\n", "  lookups in those 3 s", f.loaded_lookups);
+  std::printf("%-44s %12.0f /s\n", ("1 client process, " + s).c_str(), f.qps_1);
+  std::printf("%-44s %12.0f /s\n", ("8 client processes, " + s).c_str(), f.qps_8);
+  std::printf("%-44s %12.0f /s\n", ("64 client processes, " + s).c_str(), f.qps_64);
+  std::printf("%-44s %12.1f ns\n", "in-process cache hit", f.cache_hit_ns);
+  std::printf("%-44s %12.2f us\n", "database fallback (ktuned stopped), p50", f.db_us);
+  std::printf("%-44s %12.0f ns\n", "mapped table, first lookup of a key, p50", f.mapped_p50_ns);
+  std::printf("%-44s %12.0f ns\n", "mapped table, first lookup of a key, p99", f.mapped_p99_ns);
+  std::printf("%-44s %12.0f /s\n", ("mapped table, 8 processes, " + s).c_str(), f.mapped_8.qps);
+  std::printf("%-44s %12.1f ns\n", "  their CPU time per lookup", f.mapped_8.cpu_ns);
+  std::printf("%-44s %12.2f ms\n", "import sent to visible in the map, median", f.mapped_visible_ms);
+  std::printf("%-44s %12.2f ms\n", "import sent to visible in the map, max", f.mapped_visible_max_ms);
+  std::printf("%-44s %12.2f ms\n", "ktuned: winner stored to table renamed, median", f.commit_visible_ms);
+  std::printf("%-44s %12.1f ms\n", ("publish, table of " + std::to_string(f.table_winners) + " winners").c_str(), f.publish_ms_100k);
+  std::printf("%-44s %12.1f ms\n", "  the publishing thread's CPU time in it", f.publish_cpu_ms_100k);
+  if (f.redis) {
+    std::printf("%-44s %12.2f us\n", "Redis GET, 1 client, p50 (same run)", f.redis->p50_us);
+    std::printf("%-44s %12.2f us\n", "Redis GET, 1 client, p99 (same run)", f.redis->p99_us);
+    std::printf("%-44s %12.0f /s\n", "Redis GET, 8 client processes (same run)", f.redis->qps_8);
   } else {
     std::printf("%-44s %12s\n", "Redis GET baseline", "redis-server not installed");
     std::printf("%-44s %12s\n", "anchor: Redis GET over a Unix socket", "10.7 / 26.5 us, 81.7k/s (8)");
   }
-  auto or_null = [&](double v) { return redis ? std::to_string(v) : std::string("null"); };
+}
+
+void print_json(const Figures& f) {
+  auto or_null = [&](double v) { return f.redis ? std::to_string(v) : std::string("null"); };
   std::printf("{\"bench\":\"lookup\",\"p50_us\":%.2f,\"p99_us\":%.2f,\"p99_us_under_writes\":%.2f,"
               "\"p99_ratio_under_writes\":%.2f,\"max_us_under_writes\":%.0f,\"qps_1\":%.0f,\"qps_8\":%.0f,"
               "\"qps_64\":%.0f,\"cache_hit_ns\":%.1f,\"db_fallback_us\":%.2f,"
@@ -753,10 +769,39 @@ int main(int argc, char** argv) {
               "\"mapped_visible_ms\":%.2f,\"mapped_visible_max_ms\":%.2f,\"commit_visible_ms\":%.2f,"
               "\"publish_ms_100k\":%.1f,\"publish_cpu_ms_100k\":%.1f,"
               "\"table_winners\":%zu,\"redis_p50_us\":%s,\"redis_p99_us\":%s,\"redis_qps_8\":%s}\n",
-              p50, p99, p99_loaded, p99_loaded / p99, max_loaded, qps_1, qps_8, qps_64, cache_hit_ns,
-              db_us, mapped_p50_ns, mapped_p99_ns, mapped_qps_8, mapped_8.cpu_ns, mapped_visible_ms,
-              mapped_visible_max_ms, commit_visible_ms, publish_ms_100k, publish_cpu_ms_100k, table_winners,
-              or_null(redis ? redis->p50_us : 0).c_str(), or_null(redis ? redis->p99_us : 0).c_str(),
-              or_null(redis ? redis->qps_8 : 0).c_str());
+              f.p50, f.p99, f.p99_loaded, f.p99_loaded / f.p99, f.max_loaded, f.qps_1, f.qps_8, f.qps_64,
+              f.cache_hit_ns, f.db_us, f.mapped_p50_ns, f.mapped_p99_ns, f.mapped_8.qps, f.mapped_8.cpu_ns,
+              f.mapped_visible_ms, f.mapped_visible_max_ms, f.commit_visible_ms, f.publish_ms_100k,
+              f.publish_cpu_ms_100k, f.table_winners, or_null(f.redis ? f.redis->p50_us : 0).c_str(),
+              or_null(f.redis ? f.redis->p99_us : 0).c_str(), or_null(f.redis ? f.redis->qps_8 : 0).c_str());
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  Bench b = start_bench(argc, argv);
+  Figures f;
+  ktune_client* client = open_client(b.home, -1, 1'000'000);
+  measure_idle(client, f);
+  measure_under_writes(b, client, f);
+  ktune_close(client);
+  f.qps_1 = throughput(b.home, 1, b.seconds);
+  f.qps_8 = throughput(b.home, 8, b.seconds);
+  f.qps_64 = throughput(b.home, 64, b.seconds);
+  measure_cache_hit(b, f);
+  measure_db_fallback(b, f);
+  const MappedKeys keys = import_mapped_keys(b);
+  measure_mapped_first_lookups(b, keys, f);
+  f.mapped_8 = mapped_throughput(b.home, 8, b.seconds, keys.shapes);
+  const int next_key = measure_visible(b, keys, f);
+  measure_publish(b, keys, next_key, f);
+  f.redis = redis_baseline(b.home, b.seconds);
+  raw_request(b.socket, R"({"op":"shutdown"})");
+  int status = 0;
+  ::waitpid(b.daemon, &status, 0);
+  g_daemon = -1;
+  std::filesystem::remove_all(b.home);
+  print_table(f, b.seconds);
+  print_json(f);
   return 0;
 }

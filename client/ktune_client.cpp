@@ -1,5 +1,7 @@
 // libktune_client: the C API of client/include/ktune/client.h.
 #include "ktune/client.h"
+#include "core/file_io.hpp"
+#include "db/client_query.hpp"
 
 #include "client/mapped_table.hpp"
 #include "core/paths.hpp"
@@ -177,14 +179,6 @@ std::string config_text(const std::vector<std::pair<std::string, std::int64_t>>&
   return out + "}";
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 class Sqlite {
 public:
   Sqlite() = default;
@@ -211,17 +205,17 @@ public:
       return false;
     }
     sqlite3_busy_timeout(m_db, 2);
+    // The store is read only through db/client_query.hpp's queries, on a schema they know.
+    const std::string refusal = ktune::db::client_query_refusal(pragma("application_id"), pragma("user_version"));
+    if (!refusal.empty()) {
+      error = "database " + path + ": " + refusal;
+      close();
+      return false;
+    }
     // The source hash and fingerprint ktuned recorded with the kernel's newest job stand for the
     // kernel's current source and this machine.
-    static const char* k_winners =
-        "SELECT w.shape, w.config, w.median_ms, w.job_id FROM winners w "
-        "WHERE w.kernel = ?1 AND w.dtype = ?2 "
-        "AND w.source_hash = (SELECT source_hash FROM jobs WHERE kernel = ?1 ORDER BY id DESC LIMIT 1) "
-        "AND w.fingerprint = (SELECT fingerprint FROM jobs WHERE kernel = ?1 AND device = ?3 "
-        "ORDER BY id DESC LIMIT 1)";
-    static const char* k_spec =
-        "SELECT spec_text FROM kernels WHERE name = ?1 AND source_hash = "
-        "(SELECT source_hash FROM jobs WHERE kernel = ?1 ORDER BY id DESC LIMIT 1)";
+    const char* k_winners = ktune::db::k_client_winners_query;
+    const char* k_spec = ktune::db::k_client_spec_query;
     if (sqlite3_prepare_v2(m_db, k_winners, -1, &m_winners, nullptr) != SQLITE_OK ||
         sqlite3_prepare_v2(m_db, k_spec, -1, &m_spec, nullptr) != SQLITE_OK) {
       error = "database " + path + " is not a ktune database: " + sqlite3_errmsg(m_db);
@@ -231,6 +225,19 @@ public:
     return true;
   }
   [[nodiscard]] bool is_open() const { return m_db != nullptr; }
+
+  // An integer PRAGMA of the open database; -1 when it cannot be read.
+  std::int64_t pragma(const char* name) {
+    sqlite3_stmt* statement = nullptr;
+    const std::string sql = std::string("PRAGMA ") + name;
+    std::int64_t value = -1;
+    if (sqlite3_prepare_v2(m_db, sql.c_str(), -1, &statement, nullptr) == SQLITE_OK &&
+        sqlite3_step(statement) == SQLITE_ROW) {
+      value = sqlite3_column_int64(statement, 0);
+    }
+    sqlite3_finalize(statement);
+    return value;
+  }
 
   // The exact winner for the key, into `entry`.
   bool find_winner(const std::string& kernel, const std::string& shape, const std::string& dtype,
@@ -729,7 +736,7 @@ struct ktune_client {
     if (text.empty()) {
       source = KTUNE_SOURCE_SPEC;
       for (const auto& dir : kernel_dirs) {
-        text = read_file(dir + "/" + kernel + "/kernel.toml");
+        text = ktune::read_file(dir + "/" + kernel + "/kernel.toml").value_or(std::string());
         if (!text.empty()) break;
       }
     }

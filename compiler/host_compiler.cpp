@@ -1,4 +1,5 @@
 #include "compiler/host_compiler.hpp"
+#include "core/file_io.hpp"
 
 #include "compiler/shared_object.hpp"
 #include "compiler/subprocess.hpp"
@@ -75,13 +76,6 @@ NamedValues sorted_defines(const CompileJob& job) {
   return defines;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 CompileOutcome failure(CompileOutcome outcome, std::string log) {
   outcome.status = CandidateStatus::compile_error;
   outcome.artifact_path.clear();
@@ -117,7 +111,7 @@ struct Source {
 };
 
 Source read_source(const std::string& path) {
-  Source source{read_file(path), {}};
+  Source source{read_file(path).value_or(std::string()), {}};
   source.scan = scan_source(source.text);
   return source;
 }
@@ -351,7 +345,7 @@ private:
   // entry symbol (else run.log says which are missing: the batch failed) and runs no code of
   // its own when loaded (else run.unfit says so).
   static bool serves_batch(std::span<Planned* const> unit, const std::string& path, Run& run) {
-    const auto object = read_shared_object(read_file(path));
+    const auto object = read_shared_object(read_file(path).value_or(std::string()));
     if (!object) {
       run.log += "\n" + path + ": " + object.error().message;
       return false;
@@ -441,7 +435,7 @@ std::string host_compiler_version(const std::string& cxx) {
   if (!result) return {};
   if (result->end != ProcessEnd::unknown && !result->succeeded()) return {};
   const std::string& output = result->output;
-  return output.substr(0, output.find('\n'));
+  return first_line(output);
 }
 
 const std::vector<std::string>& host_layout_flags(const std::string& cxx) {
@@ -513,7 +507,7 @@ std::string HostCompiler::key_of(const CompileJob& job, bool renamed) const {
     hasher.update("source_hash").update(job.source_hash);
   } else {
     // A job without a source hash is keyed by the source's current content.
-    hasher.update("source_content").update(read_file(job.source_path));
+    hasher.update("source_content").update(read_file(job.source_path).value_or(std::string()));
   }
   hasher.update(job.language).update(job.dtype);
   const NamedValues defines = sorted_defines(job);

@@ -1,4 +1,5 @@
 #include "compiler/nvrtc_compiler.hpp"
+#include "core/file_io.hpp"
 
 #include "compiler/batch_unit.hpp"
 #include "core/hash.hpp"
@@ -57,15 +58,6 @@ bool is_identifier(const std::string& name) {
 std::string upper(std::string text) {
   for (auto& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return text;
-}
-
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return out.str();
 }
 
 std::string truncated(std::string log) {

@@ -67,21 +67,17 @@ double successive_difference_sigma(const std::vector<double>& series) {
   return 1.4826 * median_of(std::move(diffs)) / std::sqrt(2.0);
 }
 
-std::vector<ChangePoint> find_change_points(const std::vector<double>& series,
-                                            const ChangePointOptions& options) {
-  const std::size_t n = series.size();
-  const std::size_t min_segment = std::max<std::size_t>(options.min_segment, 1);
-  if (n < 2 * min_segment) return {};
-  std::vector<double> magnitudes;
-  for (double x : series) magnitudes.push_back(std::abs(x));
-  // A series without noise (identical runs) still needs a penalty, else every point would be a
-  // segment of its own: a floor of 0.1% of its typical magnitude.
-  const double sigma = std::max(successive_difference_sigma(series), 1e-3 * median_of(magnitudes));
-  if (sigma <= 0) return {};
-  // The penalty grows with the series' length: the best split of a flat noisy series saves
-  // more the longer it is.
-  const double penalty = options.penalty_sigmas * sigma * std::max(1.0, std::log(static_cast<double>(n)));
+namespace {
 
+double level(const std::vector<double>& series, std::size_t a, std::size_t b) {
+  return median_of({series.begin() + static_cast<std::ptrdiff_t>(a),
+                    series.begin() + static_cast<std::ptrdiff_t>(b)});
+}
+
+// The segmentation of least L1 cost plus `penalty` per segment beyond the first (optimal
+// partitioning): the segment starts, oldest first, then n.
+std::vector<std::size_t> optimal_segments(const std::vector<double>& series, double penalty) {
+  const std::size_t n = series.size();
   // best[j]: the least cost of the first j points; start[j]: where its last segment starts.
   std::vector<double> best(n + 1, std::numeric_limits<double>::infinity());
   std::vector<std::size_t> start(n + 1, 0);
@@ -104,44 +100,61 @@ std::vector<ChangePoint> find_change_points(const std::vector<double>& series,
       }
     }
   }
-  std::vector<std::size_t> bounds; // segment starts, oldest first
+  std::vector<std::size_t> bounds;
   for (std::size_t j = n; j > 0; j = start[j]) bounds.push_back(start[j]);
   std::reverse(bounds.begin(), bounds.end());
   bounds.push_back(n);
+  return bounds;
+}
 
-  // Segments shorter than min_segment (an outlier, a level not yet confirmed by a second run)
-  // join the neighbour whose level is nearer, shortest first, until none is left or one remains.
-  auto level = [&](std::size_t a, std::size_t b) {
-    return median_of({series.begin() + static_cast<std::ptrdiff_t>(a),
-                      series.begin() + static_cast<std::ptrdiff_t>(b)});
-  };
-  std::vector<std::size_t> kept = bounds; // segment starts, then n
+// Segments shorter than min_segment (an outlier, a level not yet confirmed by a second run)
+// join the neighbour whose level is nearer, shortest first, until none is left or one remains.
+void join_short_segments(const std::vector<double>& series, std::size_t min_segment,
+                         std::vector<std::size_t>& kept) {
   while (kept.size() > 2) {
     std::size_t shortest = 0;
     for (std::size_t s = 1; s + 1 < kept.size(); ++s) {
       if (kept[s + 1] - kept[s] < kept[shortest + 1] - kept[shortest]) shortest = s;
     }
     if (kept[shortest + 1] - kept[shortest] >= min_segment) break;
-    const double own = level(kept[shortest], kept[shortest + 1]);
+    const double own = level(series, kept[shortest], kept[shortest + 1]);
     const bool has_before = shortest > 0, has_after = shortest + 2 < kept.size();
     bool join_before = has_before;
     if (has_before && has_after) {
-      join_before = std::abs(level(kept[shortest - 1], kept[shortest]) - own) <=
-                    std::abs(level(kept[shortest + 1], kept[shortest + 2]) - own);
+      join_before = std::abs(level(series, kept[shortest - 1], kept[shortest]) - own) <=
+                    std::abs(level(series, kept[shortest + 1], kept[shortest + 2]) - own);
     }
     // Joining the segment before removes this segment's start; joining the one after, the next start.
     kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(join_before ? shortest : shortest + 1));
   }
+}
+
+} // namespace
+
+std::vector<ChangePoint> find_change_points(const std::vector<double>& series,
+                                            const ChangePointOptions& options) {
+  const std::size_t n = series.size();
+  const std::size_t min_segment = std::max<std::size_t>(options.min_segment, 1);
+  if (n < 2 * min_segment) return {};
+  std::vector<double> magnitudes;
+  for (double x : series) magnitudes.push_back(std::abs(x));
+  // A series without noise (identical runs) still needs a penalty, else every point would be a
+  // segment of its own: a floor of 0.1% of its typical magnitude.
+  const double sigma = std::max(successive_difference_sigma(series), 1e-3 * median_of(magnitudes));
+  if (sigma <= 0) return {};
+  // The penalty grows with the series' length: the best split of a flat noisy series saves
+  // more the longer it is.
+  const double penalty = options.penalty_sigmas * sigma * std::max(1.0, std::log(static_cast<double>(n)));
+  std::vector<std::size_t> kept = optimal_segments(series, penalty); // segment starts, then n
+  join_short_segments(series, min_segment, kept);
 
   std::vector<ChangePoint> points;
   for (std::size_t s = 1; s + 1 < kept.size(); ++s) {
     const std::size_t a = kept[s - 1], b = kept[s], c = kept[s + 1];
     ChangePoint point;
     point.index = b;
-    point.before = median_of({series.begin() + static_cast<std::ptrdiff_t>(a),
-                              series.begin() + static_cast<std::ptrdiff_t>(b)});
-    point.after = median_of({series.begin() + static_cast<std::ptrdiff_t>(b),
-                             series.begin() + static_cast<std::ptrdiff_t>(c)});
+    point.before = level(series, a, b);
+    point.after = level(series, b, c);
     const double step = std::abs(point.after - point.before);
     if (point.before != 0 && step > options.min_effect * std::abs(point.before)) points.push_back(point);
   }

@@ -435,6 +435,128 @@ void read_launch(const SpecReader& r, const ExpressionChecker& checker, const to
   spec.launch = std::move(out);
 }
 
+ArgKind read_arg_kind(const SpecReader& r, const toml::table& t, const std::string& where) {
+  const std::string kind = r.required_string(t, "kind", where + ".kind");
+  if (kind == "in") return ArgKind::in;
+  if (kind == "out") return ArgKind::out;
+  if (kind == "inout") return ArgKind::inout;
+  if (kind != "scalar") r.fail(where + ".kind", "expected one of in, out, inout, scalar, found " + quote(kind));
+  return ArgKind::scalar;
+}
+
+// A scalar arg's value expression (count and init are a buffer's).
+void read_scalar_arg(const SpecReader& r, const ExpressionChecker& checker, const toml::table& t,
+                     const std::string& where, ArgSpec& arg) {
+  if (t.contains("count")) r.fail(where + ".count", "not allowed for a scalar argument (use 'value')");
+  if (t.contains("init")) r.fail(where + ".init", "not allowed for a scalar argument");
+  const toml::node* value = t.get("value");
+  if (value == nullptr) r.fail(where + ".value", "missing required key for a scalar argument");
+  arg.value = r.expression_text(*value, where + ".value");
+  checker.check(arg.value, where + ".value");
+}
+
+// A buffer arg's init: a known form; a file relative to the spec, never for an out buffer.
+void read_buffer_init(const SpecReader& r, const toml::table& t, const std::string& where, ArgSpec& arg) {
+  auto init = r.optional_string(t, "init", where + ".init");
+  if (!init) return;
+  const auto parsed = parse_buffer_init(*init);
+  if (!parsed) {
+    r.fail_at(*t.get("init"), where + ".init",
+              "expected uniform, normal, uniform(lo, hi) with lo < hi, normal(mean, std) "
+              "with std >= 0, zero, ones, index or file:PATH, found " + quote(*init));
+  }
+  if (parsed->kind == InitKind::file) {
+    if (parsed->path.front() == '/') {
+      r.fail_at(*t.get("init"), where + ".init",
+                "expected file:PATH with PATH relative to the spec's directory, found " + quote(*init));
+    }
+    if (arg.kind == ArgKind::out) {
+      r.fail_at(*t.get("init"), where + ".init",
+                "an out buffer is not filled (fix: make it inout, or drop init)");
+    }
+  }
+  arg.init = *init;
+}
+
+// A buffer arg's count expression, init and seed (value is a scalar's).
+void read_buffer_arg(const SpecReader& r, const ExpressionChecker& checker, const toml::table& t,
+                     const std::string& where, ArgSpec& arg) {
+  if (t.contains("value")) r.fail(where + ".value", "not allowed for a buffer argument (use 'count')");
+  const toml::node* count = t.get("count");
+  if (count == nullptr) r.fail(where + ".count", "missing required key for a buffer argument");
+  arg.count = r.expression_text(*count, where + ".count");
+  checker.check(arg.count, where + ".count");
+  read_buffer_init(r, t, where, arg);
+  if (const toml::node* seed = t.get("seed")) {
+    if (!seed->is_integer() || seed->as_integer()->get() < 0) {
+      r.fail_at(*seed, where + ".seed", "expected an integer >= 0, found " + type_name(*seed));
+    }
+    if (arg.kind == ArgKind::out) {
+      r.fail_at(*seed, where + ".seed", "an out buffer is not filled (fix: move it to an input)");
+    }
+    arg.seed = seed->as_integer()->get();
+  }
+}
+
+// An output's checks: its expected file (relative to the spec) and its tolerances.
+void read_arg_checks(const SpecReader& r, const toml::table& t, const std::string& where, ArgSpec& arg) {
+  const bool output = arg.kind == ArgKind::out || arg.kind == ArgKind::inout;
+  if (const toml::node* expected = t.get("expected")) {
+    arg.expected = r.string(*expected, where + ".expected");
+    if (!output) {
+      r.fail_at(*expected, where + ".expected", "only an out or inout argument has expected values");
+    }
+    if (arg.expected.empty() || arg.expected.front() == '/') {
+      r.fail_at(*expected, where + ".expected",
+                "expected a path relative to the spec's directory, found " + quote(arg.expected));
+    }
+  }
+  for (auto [name, target] : {std::pair{"rtol", &arg.rtol}, std::pair{"atol", &arg.atol}}) {
+    const toml::node* node = t.get(name);
+    if (node == nullptr) continue;
+    const std::string key = where + "." + name;
+    if (!output) {
+      r.fail_at(*node, key, "a tolerance applies to an out or inout argument; '" + arg.name +
+                                "' is " + std::string(to_string(arg.kind)) +
+                                " (fix: move it to an output or to [check])");
+    }
+    *target = r.number(*node, key);
+    if (!std::isfinite(*target) || *target < 0) {
+      r.fail_at(*node, key, "expected a finite number >= 0, found " + std::to_string(*target));
+    }
+  }
+}
+
+// args[i], its name new among `earlier`.
+ArgSpec read_arg(const SpecReader& r, const ExpressionChecker& checker, const toml::array& items,
+                 std::size_t i, const std::vector<ArgSpec>& earlier) {
+  const std::string where = "args[" + std::to_string(i) + "]";
+  const toml::table& t = *items.get(i)->as_table();
+  r.only_keys(t, where, {"name", "kind", "count", "init", "value", "dtype", "rtol", "atol",
+                         "seed", "expected"});
+  ArgSpec arg;
+  arg.line = static_cast<int>((t.contains("dtype") ? t.get("dtype") : items.get(i))->source().begin.line);
+  arg.name = r.required_string(t, "name", where + ".name");
+  if (!is_identifier(arg.name)) r.fail(where + ".name", "expected an identifier, found " + quote(arg.name));
+  for (const auto& other : earlier) {
+    if (other.name == arg.name) r.fail(where + ".name", "duplicate argument name " + quote(arg.name));
+  }
+  arg.kind = read_arg_kind(r, t, where);
+  if (arg.kind == ArgKind::scalar) {
+    read_scalar_arg(r, checker, t, where, arg);
+  } else {
+    read_buffer_arg(r, checker, t, where, arg);
+  }
+  if (auto dtype = r.optional_string(t, "dtype", where + ".dtype")) {
+    if (!one_of(*dtype, k_dtypes)) {
+      r.fail(where + ".dtype", "expected one of " + list(k_dtypes) + ", found " + quote(*dtype));
+    }
+    arg.dtype = *dtype;
+  }
+  read_arg_checks(r, t, where, arg);
+  return arg;
+}
+
 void read_args(const SpecReader& r, const ExpressionChecker& checker, const toml::table& root,
                KernelSpec& spec) {
   const toml::node* args = root.get("args");
@@ -446,99 +568,7 @@ void read_args(const SpecReader& r, const ExpressionChecker& checker, const toml
   if (items.size() > SpecLimits::max_args) {
     r.too_large("[[args]]", too_large(items.size(), SpecLimits::max_args, "args", "max_args"));
   }
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    const std::string where = "args[" + std::to_string(i) + "]";
-    const toml::table& t = *items.get(i)->as_table();
-    r.only_keys(t, where, {"name", "kind", "count", "init", "value", "dtype", "rtol", "atol",
-                           "seed", "expected"});
-    ArgSpec arg;
-    arg.line = static_cast<int>((t.contains("dtype") ? t.get("dtype") : items.get(i))->source().begin.line);
-    arg.name = r.required_string(t, "name", where + ".name");
-    if (!is_identifier(arg.name)) r.fail(where + ".name", "expected an identifier, found " + quote(arg.name));
-    for (const auto& other : spec.args) {
-      if (other.name == arg.name) r.fail(where + ".name", "duplicate argument name " + quote(arg.name));
-    }
-    const std::string kind = r.required_string(t, "kind", where + ".kind");
-    if (kind == "in") arg.kind = ArgKind::in;
-    else if (kind == "out") arg.kind = ArgKind::out;
-    else if (kind == "inout") arg.kind = ArgKind::inout;
-    else if (kind == "scalar") arg.kind = ArgKind::scalar;
-    else r.fail(where + ".kind", "expected one of in, out, inout, scalar, found " + quote(kind));
-
-    if (arg.kind == ArgKind::scalar) {
-      if (t.contains("count")) r.fail(where + ".count", "not allowed for a scalar argument (use 'value')");
-      if (t.contains("init")) r.fail(where + ".init", "not allowed for a scalar argument");
-      const toml::node* value = t.get("value");
-      if (value == nullptr) r.fail(where + ".value", "missing required key for a scalar argument");
-      arg.value = r.expression_text(*value, where + ".value");
-      checker.check(arg.value, where + ".value");
-    } else {
-      if (t.contains("value")) r.fail(where + ".value", "not allowed for a buffer argument (use 'count')");
-      const toml::node* count = t.get("count");
-      if (count == nullptr) r.fail(where + ".count", "missing required key for a buffer argument");
-      arg.count = r.expression_text(*count, where + ".count");
-      checker.check(arg.count, where + ".count");
-      if (auto init = r.optional_string(t, "init", where + ".init")) {
-        const auto parsed = parse_buffer_init(*init);
-        if (!parsed) {
-          r.fail_at(*t.get("init"), where + ".init",
-                    "expected uniform, normal, uniform(lo, hi) with lo < hi, normal(mean, std) "
-                    "with std >= 0, zero, ones, index or file:PATH, found " + quote(*init));
-        }
-        if (parsed->kind == InitKind::file) {
-          if (parsed->path.front() == '/') {
-            r.fail_at(*t.get("init"), where + ".init",
-                      "expected file:PATH with PATH relative to the spec's directory, found " +
-                          quote(*init));
-          }
-          if (arg.kind == ArgKind::out) {
-            r.fail_at(*t.get("init"), where + ".init",
-                      "an out buffer is not filled (fix: make it inout, or drop init)");
-          }
-        }
-        arg.init = *init;
-      }
-      if (const toml::node* seed = t.get("seed")) {
-        if (!seed->is_integer() || seed->as_integer()->get() < 0) {
-          r.fail_at(*seed, where + ".seed", "expected an integer >= 0, found " + type_name(*seed));
-        }
-        if (arg.kind == ArgKind::out) {
-          r.fail_at(*seed, where + ".seed", "an out buffer is not filled (fix: move it to an input)");
-        }
-        arg.seed = seed->as_integer()->get();
-      }
-    }
-    if (auto dtype = r.optional_string(t, "dtype", where + ".dtype")) {
-      if (!one_of(*dtype, k_dtypes)) {
-        r.fail(where + ".dtype", "expected one of " + list(k_dtypes) + ", found " + quote(*dtype));
-      }
-      arg.dtype = *dtype;
-    }
-    if (const toml::node* expected = t.get("expected")) {
-      arg.expected = r.string(*expected, where + ".expected");
-      if (arg.kind != ArgKind::out && arg.kind != ArgKind::inout) {
-        r.fail_at(*expected, where + ".expected", "only an out or inout argument has expected values");
-      }
-      if (arg.expected.empty() || arg.expected.front() == '/') {
-        r.fail_at(*expected, where + ".expected",
-                  "expected a path relative to the spec's directory, found " + quote(arg.expected));
-      }
-    }
-    for (auto [name, target] : {std::pair{"rtol", &arg.rtol}, std::pair{"atol", &arg.atol}}) {
-      const toml::node* node = t.get(name);
-      if (node == nullptr) continue;
-      const std::string key = where + "." + name;
-      if (arg.kind != ArgKind::out && arg.kind != ArgKind::inout) {
-        r.fail_at(*node, key, "a tolerance applies to an out or inout argument; '" + arg.name +
-                                  "' is " + kind + " (fix: move it to an output or to [check])");
-      }
-      *target = r.number(*node, key);
-      if (!std::isfinite(*target) || *target < 0) {
-        r.fail_at(*node, key, "expected a finite number >= 0, found " + std::to_string(*target));
-      }
-    }
-    spec.args.push_back(std::move(arg));
-  }
+  for (std::size_t i = 0; i < items.size(); ++i) spec.args.push_back(read_arg(r, checker, items, i, spec.args));
   const bool has_output = std::any_of(spec.args.begin(), spec.args.end(), [](const ArgSpec& a) {
     return a.kind == ArgKind::out || a.kind == ArgKind::inout;
   });
@@ -560,6 +590,67 @@ void read_metrics(const SpecReader& r, const ExpressionChecker& checker, const t
   }
 }
 
+// [check].reference: its kind; with "files", every output must name its expected file.
+void read_reference_kind(const SpecReader& r, const toml::node& reference, KernelSpec& spec) {
+  const std::string kind = r.string(reference, "[check].reference");
+  spec.check.line = static_cast<int>(reference.source().begin.line);
+  if (kind == "default") spec.check.reference = ReferenceKind::default_config;
+  else if (kind == "function") spec.check.reference = ReferenceKind::function;
+  else if (kind == "none") spec.check.reference = ReferenceKind::none;
+  else if (kind == "files") spec.check.reference = ReferenceKind::files;
+  else {
+    r.fail_at(reference, "[check].reference",
+              "expected \"default\" (the [default] config), \"function\" (with source and "
+              "function), \"files\" (an expected file per output) or \"none\", found " +
+                  quote(kind));
+  }
+  if (spec.check.reference != ReferenceKind::files) return;
+  for (std::size_t i = 0; i < spec.args.size(); ++i) {
+    const ArgSpec& arg = spec.args[i];
+    if ((arg.kind == ArgKind::out || arg.kind == ArgKind::inout) && arg.expected.empty()) {
+      r.fail_at(reference, "args[" + std::to_string(i) + "].expected",
+                "missing: reference = \"files\" needs each output's file (fix: add expected = "
+                "\"expected/" + arg.name + "_{shape}.npy\" to '" + arg.name + "')");
+    }
+  }
+}
+
+// A reference function: its name and source (relative to the spec), for a cpp family with a
+// typed signature. `at` is where a missing key is reported.
+void read_reference_function(const SpecReader& r, const toml::node& at, const toml::node* source,
+                             const toml::node* function, KernelSpec& spec) {
+  if (function == nullptr) {
+    r.fail_at(at, "[check].function",
+              "missing: reference = \"function\" needs the reference's name (fix: add "
+              "function = \"" + spec.entry + "_reference\" and source = \"reference.cpp\")");
+  }
+  if (source == nullptr) {
+    r.fail_at(at, "[check].source",
+              "missing: reference = \"function\" needs the source that defines it (fix: add "
+              "source = \"reference.cpp\", relative to this file)");
+  }
+  spec.check.function = r.string(*function, "[check].function");
+  spec.check.line = static_cast<int>(function->source().begin.line);
+  if (!is_identifier(spec.check.function)) {
+    r.fail_at(*function, "[check].function", "expected a C identifier, found " + quote(spec.check.function));
+  }
+  spec.check.source = r.string(*source, "[check].source");
+  if (spec.check.source.empty() || spec.check.source.front() == '/') {
+    r.fail_at(*source, "[check].source",
+              "expected a path relative to the spec's directory, found " + quote(spec.check.source));
+  }
+  if (spec.language != Language::cpp) {
+    r.fail_at(at, "[check].reference",
+              "a reference function is supported for language \"cpp\" only (fix: use "
+              "reference = \"default\")");
+  }
+  if (spec.signature_text.empty()) {
+    r.fail_at(at, "[check].reference",
+              "a reference function is called through the typed signature (fix: add [kernel] "
+              "signature = \"source\" or the declaration)");
+  }
+}
+
 void read_check(const SpecReader& r, const toml::table& root, KernelSpec& spec) {
   const toml::table* check = r.optional_table(root, "check", "[check]");
   if (check == nullptr) return;
@@ -568,63 +659,12 @@ void read_check(const SpecReader& r, const toml::table& root, KernelSpec& spec) 
   const toml::node* source = check->get("source");
   const toml::node* function = check->get("function");
   if (reference != nullptr) {
-    const std::string kind = r.string(*reference, "[check].reference");
-    spec.check.line = static_cast<int>(reference->source().begin.line);
-    if (kind == "default") spec.check.reference = ReferenceKind::default_config;
-    else if (kind == "function") spec.check.reference = ReferenceKind::function;
-    else if (kind == "none") spec.check.reference = ReferenceKind::none;
-    else if (kind == "files") spec.check.reference = ReferenceKind::files;
-    else {
-      r.fail_at(*reference, "[check].reference",
-                "expected \"default\" (the [default] config), \"function\" (with source and "
-                "function), \"files\" (an expected file per output) or \"none\", found " +
-                    quote(kind));
-    }
-    if (spec.check.reference == ReferenceKind::files) {
-      for (std::size_t i = 0; i < spec.args.size(); ++i) {
-        const ArgSpec& arg = spec.args[i];
-        if ((arg.kind == ArgKind::out || arg.kind == ArgKind::inout) && arg.expected.empty()) {
-          r.fail_at(*reference, "args[" + std::to_string(i) + "].expected",
-                    "missing: reference = \"files\" needs each output's file (fix: add expected = "
-                    "\"expected/" + arg.name + "_{shape}.npy\" to '" + arg.name + "')");
-        }
-      }
-    }
+    read_reference_kind(r, *reference, spec);
   } else if (function != nullptr) {
     spec.check.reference = ReferenceKind::function;
   }
   if (spec.check.reference == ReferenceKind::function) {
-    const toml::node& at = reference != nullptr ? *reference : *function;
-    if (function == nullptr) {
-      r.fail_at(at, "[check].function",
-                "missing: reference = \"function\" needs the reference's name (fix: add "
-                "function = \"" + spec.entry + "_reference\" and source = \"reference.cpp\")");
-    }
-    if (source == nullptr) {
-      r.fail_at(at, "[check].source",
-                "missing: reference = \"function\" needs the source that defines it (fix: add "
-                "source = \"reference.cpp\", relative to this file)");
-    }
-    spec.check.function = r.string(*function, "[check].function");
-    spec.check.line = static_cast<int>(function->source().begin.line);
-    if (!is_identifier(spec.check.function)) {
-      r.fail_at(*function, "[check].function", "expected a C identifier, found " + quote(spec.check.function));
-    }
-    spec.check.source = r.string(*source, "[check].source");
-    if (spec.check.source.empty() || spec.check.source.front() == '/') {
-      r.fail_at(*source, "[check].source",
-                "expected a path relative to the spec's directory, found " + quote(spec.check.source));
-    }
-    if (spec.language != Language::cpp) {
-      r.fail_at(at, "[check].reference",
-                "a reference function is supported for language \"cpp\" only (fix: use "
-                "reference = \"default\")");
-    }
-    if (spec.signature_text.empty()) {
-      r.fail_at(at, "[check].reference",
-                "a reference function is called through the typed signature (fix: add [kernel] "
-                "signature = \"source\" or the declaration)");
-    }
+    read_reference_function(r, reference != nullptr ? *reference : *function, source, function, spec);
   } else {
     for (const toml::node* node : {source, function}) {
       if (node != nullptr) {
@@ -726,6 +766,63 @@ Result<void> settle_dtype_axis(const std::string& label, KernelSpec& spec) {
   return {};
 }
 
+// The kind an arg declares against its parameter: a buffer is a pointer, a scalar is not, and a
+// written buffer is not const. `where` starts the message, `declares` quotes the declaration.
+Result<void> check_param_kind(const ArgSpec& arg, const SignatureParam& param, const std::string& where,
+                              const std::string& declares) {
+  const bool buffer = arg.kind != ArgKind::scalar;
+  if (buffer && !param.pointer) {
+    return make_error(ErrorCode::spec_error, where + "kind = \"" + std::string(to_string(arg.kind)) +
+                                                 "\" is a buffer but " + declares +
+                                                 ", a scalar; fix: kind = \"scalar\" with a value");
+  }
+  if (!buffer && param.pointer) {
+    return make_error(ErrorCode::spec_error, where + "kind = \"scalar\" but " + declares +
+                                                 ", a buffer; fix: kind = \"in\", \"out\" or \"inout\" "
+                                                 "with a count");
+  }
+  if (buffer && arg.kind != ArgKind::in && param.const_data) {
+    return make_error(ErrorCode::spec_error, where + "kind = \"" + std::string(to_string(arg.kind)) +
+                                                 "\" but " + declares +
+                                                 ", which it cannot write; fix: kind = \"in\", or drop "
+                                                 "the const");
+  }
+  return {};
+}
+
+// The arg's dtype against the parameter's type: an untyped parameter (KTUNE_DTYPE) takes the
+// job's dtype; a typed one types an untyped arg of the kernel, and must agree with a typed one.
+Result<void> check_param_dtype(ArgSpec& arg, const SignatureParam& param, const KernelSpec& spec,
+                               SignatureUse use, const std::string& where, const std::string& declares) {
+  if (param.dtype.empty()) {
+    if (!arg.dtype.empty()) {
+      return make_error(ErrorCode::spec_error, where + "dtype = \"" + arg.dtype + "\" but " + declares +
+                                                   " (the job's dtype); fix: leave dtype out, or "
+                                                   "declare the type");
+    }
+    if (!spec.dtype_axis) {
+      return make_error(ErrorCode::spec_error, where + declares + " but the family has no [kernel].dtypes "
+                                                   "to define KTUNE_DTYPE; fix: add dtypes = [\"f32\"]");
+    }
+    return {};
+  }
+  if (arg.dtype.empty()) {
+    if (use == SignatureUse::kernel) {
+      arg.dtype = param.dtype;
+      return {};
+    }
+    return make_error(ErrorCode::spec_error, where + "the kernel takes the job's dtype but " + declares +
+                                                 " (" + param.dtype + "); fix: declare it with KTUNE_DTYPE");
+  }
+  if (arg.dtype != param.dtype) {
+    return make_error(ErrorCode::spec_error, where + "dtype = \"" + arg.dtype + "\" but " + declares +
+                                                 " (" + param.dtype + "); fix: write dtype = \"" +
+                                                 param.dtype + "\", or leave dtype out and the "
+                                                 "declaration types it");
+  }
+  return {};
+}
+
 } // namespace
 
 Result<void> apply_signature(KernelSpec& spec, const Signature& signature,
@@ -760,51 +857,8 @@ Result<void> apply_signature(KernelSpec& spec, const Signature& signature,
                                           declares + "); fix: list [[args]] in the declaration's "
                                           "order, with its names");
     }
-    const bool buffer = arg.kind != ArgKind::scalar;
-    if (buffer && !param.pointer) {
-      return make_error(ErrorCode::spec_error, where + "kind = \"" + std::string(to_string(arg.kind)) +
-                                          "\" is a buffer but " + declares +
-                                          ", a scalar; fix: kind = \"scalar\" with a value");
-    }
-    if (!buffer && param.pointer) {
-      return make_error(ErrorCode::spec_error, where + "kind = \"scalar\" but " + declares +
-                                          ", a buffer; fix: kind = \"in\", \"out\" or \"inout\" "
-                                          "with a count");
-    }
-    if (buffer && arg.kind != ArgKind::in && param.const_data) {
-      return make_error(ErrorCode::spec_error, where + "kind = \"" + std::string(to_string(arg.kind)) +
-                                          "\" but " + declares +
-                                          ", which it cannot write; fix: kind = \"in\", or drop "
-                                          "the const");
-    }
-    const std::string declared_dtype =
-        param.dtype.empty() ? std::string("the job's dtype") : param.dtype;
-    if (param.dtype.empty()) {
-      if (!arg.dtype.empty()) {
-        return make_error(ErrorCode::spec_error, where + "dtype = \"" + arg.dtype + "\" but " + declares +
-                                            " (" + declared_dtype +
-                                            "); fix: leave dtype out, or declare the type");
-      }
-      if (!spec.dtype_axis) {
-        return make_error(ErrorCode::spec_error, where + declares + " but the family has no [kernel].dtypes "
-                                            "to define KTUNE_DTYPE; fix: add dtypes = [\"f32\"]");
-      }
-      continue;
-    }
-    if (arg.dtype.empty()) {
-      if (use == SignatureUse::kernel) {
-        arg.dtype = param.dtype;
-        continue;
-      }
-      return make_error(ErrorCode::spec_error, where + "the kernel takes the job's dtype but " + declares +
-                                          " (" + param.dtype + "); fix: declare it with KTUNE_DTYPE");
-    }
-    if (arg.dtype != param.dtype) {
-      return make_error(ErrorCode::spec_error, where + "dtype = \"" + arg.dtype + "\" but " + declares +
-                                          " (" + param.dtype + "); fix: write dtype = \"" +
-                                          param.dtype + "\", or leave dtype out and the "
-                                          "declaration types it");
-    }
+    if (auto kind = check_param_kind(arg, param, where, declares); !kind) return kind.error();
+    if (auto dtype = check_param_dtype(arg, param, spec, use, where, declares); !dtype) return dtype.error();
   }
   if (use == SignatureUse::kernel) {
     spec.signature = signature;

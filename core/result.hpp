@@ -42,6 +42,9 @@ public:
   [[nodiscard]] const T& value() const& { assert(ok()); return std::get<0>(m_v); }
   [[nodiscard]] T&& value() && { assert(ok()); return std::get<0>(std::move(m_v)); }
   [[nodiscard]] const Error& error() const { assert(!ok()); return std::get<1>(m_v); }
+  // The value, or `fallback` for an error (where a failure means "nothing there").
+  [[nodiscard]] T value_or(T fallback) const& { return ok() ? std::get<0>(m_v) : std::move(fallback); }
+  [[nodiscard]] T value_or(T fallback) && { return ok() ? std::get<0>(std::move(m_v)) : std::move(fallback); }
 
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }

@@ -125,23 +125,6 @@ std::string user_text(uid_t uid) {
   return text;
 }
 
-bool sync_fd(int fd) {
-  for (;;) {
-    if (::fsync(fd) == 0) return true;
-    if (errno != EINTR) return false;
-  }
-}
-
-bool write_all_fd(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    text.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
-}
-
 Result<void> check_private_dir(int fd, const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return io_error("cannot inspect directory", path, errno);

@@ -13,6 +13,7 @@
 // With UniqueFd and path_env_from_process, the one exception to core's "no I/O": every binary
 // (ktuned, ktune-worker, ktune) creates its files through it. Thread-safe: a SafeDir is immutable
 // once made, and every call works on its descriptor.
+#include "core/file_io.hpp"
 #include "core/result.hpp"
 #include "core/unique_fd.hpp"
 
@@ -101,10 +102,5 @@ private:
 
 // "uid 1000 (alice)", or "uid 1000" when the user has no name.
 [[nodiscard]] std::string user_text(uid_t uid);
-
-// fsync of `fd`, retried on EINTR. False on an error (errno set).
-[[nodiscard]] bool sync_fd(int fd);
-// Writes all of `text` to `fd`, retrying short writes and EINTR. False on an error (errno set).
-[[nodiscard]] bool write_all_fd(int fd, std::string_view text);
 
 } // namespace ktune

@@ -93,49 +93,62 @@ KernelResources KernelResources::from_json(const nlohmann::json& j) {
   return r;
 }
 
-Result<std::vector<KernelResources>> read_cubin_kernels(std::string_view cubin) {
-  const auto header = read_at<Elf64_Ehdr>(cubin, 0);
-  if (!header || std::memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) {
-    return elf_error("expected an ELF file, found " + std::to_string(cubin.size()) +
-                     " bytes without the ELF magic");
+namespace {
+
+// A CUBIN's section headers and their contents, bounds-checked.
+class ElfSections {
+public:
+  // Reads the ELF header and the section headers. Errors: not a 64-bit little-endian ELF file,
+  // or a header outside the file.
+  static Result<ElfSections> read(std::string_view file) {
+    const auto header = read_at<Elf64_Ehdr>(file, 0);
+    if (!header || std::memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) {
+      return elf_error("expected an ELF file, found " + std::to_string(file.size()) +
+                       " bytes without the ELF magic");
+    }
+    if (header->e_ident[EI_CLASS] != ELFCLASS64 || header->e_ident[EI_DATA] != ELFDATA2LSB) {
+      return elf_error("expected a 64-bit little-endian ELF file");
+    }
+    if (header->e_shentsize != sizeof(Elf64_Shdr)) {
+      return elf_error("section header size " + std::to_string(header->e_shentsize) + ", expected " +
+                       std::to_string(sizeof(Elf64_Shdr)));
+    }
+    ElfSections out;
+    out.m_file = file;
+    out.m_names_index = header->e_shstrndx;
+    for (std::uint64_t i = 0; i < header->e_shnum; ++i) {
+      const auto section = read_at<Elf64_Shdr>(file, header->e_shoff + i * sizeof(Elf64_Shdr));
+      if (!section) return elf_error("section header " + std::to_string(i) + " lies outside the file");
+      out.m_sections.push_back(*section);
+    }
+    return out;
   }
-  if (header->e_ident[EI_CLASS] != ELFCLASS64 || header->e_ident[EI_DATA] != ELFDATA2LSB) {
-    return elf_error("expected a 64-bit little-endian ELF file");
-  }
-  if (header->e_shentsize != sizeof(Elf64_Shdr)) {
-    return elf_error("section header size " + std::to_string(header->e_shentsize) + ", expected " +
-                     std::to_string(sizeof(Elf64_Shdr)));
-  }
-  std::vector<Elf64_Shdr> sections;
-  for (std::uint64_t i = 0; i < header->e_shnum; ++i) {
-    const auto section = read_at<Elf64_Shdr>(cubin, header->e_shoff + i * sizeof(Elf64_Shdr));
-    if (!section) return elf_error("section header " + std::to_string(i) + " lies outside the file");
-    sections.push_back(*section);
-  }
-  const auto contents = [&](std::size_t index) -> std::optional<std::string_view> {
-    if (index >= sections.size()) return std::nullopt;
-    const Elf64_Shdr& s = sections[index];
+
+  // A section's bytes (empty for NOBITS); nullopt when it lies outside the file.
+  [[nodiscard]] std::optional<std::string_view> contents(std::size_t index) const {
+    if (index >= m_sections.size()) return std::nullopt;
+    const Elf64_Shdr& s = m_sections[index];
     if (s.sh_type == SHT_NOBITS) return std::string_view();
-    if (s.sh_offset > cubin.size() || cubin.size() - s.sh_offset < s.sh_size) return std::nullopt;
-    return cubin.substr(s.sh_offset, s.sh_size);
-  };
-  const auto names = contents(header->e_shstrndx);
-  if (!names) return elf_error("the section name table lies outside the file");
-
-  std::map<std::string, std::size_t> by_name;
-  std::optional<std::size_t> symtab;
-  for (std::size_t i = 0; i < sections.size(); ++i) {
-    by_name[string_at(*names, sections[i].sh_name)] = i;
-    if (sections[i].sh_type == SHT_SYMTAB && !symtab) symtab = i;
+    if (s.sh_offset > m_file.size() || m_file.size() - s.sh_offset < s.sh_size) return std::nullopt;
+    return m_file.substr(s.sh_offset, s.sh_size);
   }
-  if (!symtab) return elf_error("no symbol table");
-  const auto symbols = contents(*symtab);
-  const auto symbol_names = contents(sections[*symtab].sh_link);
-  if (!symbols || !symbol_names) return elf_error("the symbol table lies outside the file");
 
-  // Global function symbols, by symbol index.
+  [[nodiscard]] const std::vector<Elf64_Shdr>& headers() const { return m_sections; }
+  [[nodiscard]] std::size_t names_index() const { return m_names_index; }
+
+private:
+  std::string_view m_file;
+  std::vector<Elf64_Shdr> m_sections;
+  std::size_t m_names_index = 0;
+};
+
+// The global function symbols (the kernels), and each one's symbol index.
+Result<std::vector<KernelResources>> read_kernel_symbols(const ElfSections& elf, std::size_t symtab,
+                                                         std::map<std::uint32_t, std::size_t>& kernel_of_symbol) {
+  const auto symbols = elf.contents(symtab);
+  const auto symbol_names = elf.contents(elf.headers()[symtab].sh_link);
+  if (!symbols || !symbol_names) return elf_error("the symbol table lies outside the file");
   std::vector<KernelResources> kernels;
-  std::map<std::uint32_t, std::size_t> kernel_of_symbol;
   const std::size_t symbol_count = symbols->size() / sizeof(Elf64_Sym);
   for (std::size_t i = 0; i < symbol_count; ++i) {
     const auto symbol = read_at<Elf64_Sym>(*symbols, i * sizeof(Elf64_Sym));
@@ -147,33 +160,59 @@ Result<std::vector<KernelResources>> read_cubin_kernels(std::string_view cubin) 
     kernel_of_symbol[static_cast<std::uint32_t>(i)] = kernels.size();
     kernels.push_back(std::move(kernel));
   }
+  return kernels;
+}
 
-  if (const auto info_index = by_name.find(".nv.info"); info_index != by_name.end()) {
-    const auto info = contents(info_index->second);
-    if (!info) return elf_error("section .nv.info lies outside the file");
-    std::size_t offset = 0;
-    while (offset + 4 <= info->size()) {
-      const auto format = static_cast<std::uint8_t>((*info)[offset]);
-      const auto attribute = static_cast<std::uint8_t>((*info)[offset + 1]);
-      if (format != k_eifmt_sval) {
-        offset += 4;
-        continue;
-      }
-      const auto size = read_at<std::uint16_t>(*info, offset + 2);
-      if (!size || offset + 4 + *size > info->size()) {
-        return elf_error(".nv.info record at offset " + std::to_string(offset) + " runs past the section");
-      }
-      if ((attribute == k_eiattr_regcount || attribute == k_eiattr_frame_size) && *size == 8) {
-        const auto symbol = read_at<std::uint32_t>(*info, offset + 4);
-        const auto value = read_at<std::uint32_t>(*info, offset + 8);
-        const auto kernel = kernel_of_symbol.find(*symbol);
-        if (kernel != kernel_of_symbol.end()) {
-          KernelResources& k = kernels[kernel->second];
-          (attribute == k_eiattr_regcount ? k.registers : k.stack_bytes) = static_cast<int>(*value);
-        }
-      }
-      offset += 4 + *size;
+// The .nv.info records of register count and stack frame size, filed under their kernels.
+Result<void> read_nv_info(std::string_view info, const std::map<std::uint32_t, std::size_t>& kernel_of_symbol,
+                          std::vector<KernelResources>& kernels) {
+  std::size_t offset = 0;
+  while (offset + 4 <= info.size()) {
+    const auto format = static_cast<std::uint8_t>(info[offset]);
+    const auto attribute = static_cast<std::uint8_t>(info[offset + 1]);
+    if (format != k_eifmt_sval) {
+      offset += 4;
+      continue;
     }
+    const auto size = read_at<std::uint16_t>(info, offset + 2);
+    if (!size || offset + 4 + *size > info.size()) {
+      return elf_error(".nv.info record at offset " + std::to_string(offset) + " runs past the section");
+    }
+    if ((attribute == k_eiattr_regcount || attribute == k_eiattr_frame_size) && *size == 8) {
+      const auto symbol = read_at<std::uint32_t>(info, offset + 4);
+      const auto value = read_at<std::uint32_t>(info, offset + 8);
+      const auto kernel = kernel_of_symbol.find(*symbol);
+      if (kernel != kernel_of_symbol.end()) {
+        KernelResources& k = kernels[kernel->second];
+        (attribute == k_eiattr_regcount ? k.registers : k.stack_bytes) = static_cast<int>(*value);
+      }
+    }
+    offset += 4 + *size;
+  }
+  return {};
+}
+
+} // namespace
+
+Result<std::vector<KernelResources>> read_cubin_kernels(std::string_view cubin) {
+  auto elf = ElfSections::read(cubin);
+  if (!elf) return elf.error();
+  const auto names = elf->contents(elf->names_index());
+  if (!names) return elf_error("the section name table lies outside the file");
+  std::map<std::string, std::size_t> by_name;
+  std::optional<std::size_t> symtab;
+  for (std::size_t i = 0; i < elf->headers().size(); ++i) {
+    by_name[string_at(*names, elf->headers()[i].sh_name)] = i;
+    if (elf->headers()[i].sh_type == SHT_SYMTAB && !symtab) symtab = i;
+  }
+  if (!symtab) return elf_error("no symbol table");
+  std::map<std::uint32_t, std::size_t> kernel_of_symbol;
+  auto kernels = read_kernel_symbols(*elf, *symtab, kernel_of_symbol);
+  if (!kernels) return kernels.error();
+  if (const auto info_index = by_name.find(".nv.info"); info_index != by_name.end()) {
+    const auto info = elf->contents(info_index->second);
+    if (!info) return elf_error("section .nv.info lies outside the file");
+    if (auto read = read_nv_info(*info, kernel_of_symbol, *kernels); !read) return read.error();
   }
   return kernels;
 }

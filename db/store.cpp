@@ -1,5 +1,7 @@
 #include "db/store.hpp"
 
+#include "db/client_query.hpp"
+
 #include "core/device_identity.hpp"
 #include "db/migrations.hpp"
 #include "db/sqlite.hpp"
@@ -297,6 +299,73 @@ std::optional<JobState> parse_job_state(std::string_view text) {
 
 // ---- open / close ----
 
+static_assert(db::k_client_query_last_schema == k_schema_version &&
+                  db::k_client_query_application_id == k_application_id,
+              "the schema changed: check db/client_query.hpp's queries against it, then move its range");
+
+namespace {
+
+// The file's application id and schema version: ktune's (or, read-write, a new empty file) and
+// not newer than this ktune; read-only, exactly the current schema (only ktuned migrates).
+Result<void> check_identity(const DbRef& db, std::string_view op, bool read_only) {
+  auto application_id = db.query_int(op, "PRAGMA application_id");
+  if (!application_id) return application_id.error();
+  auto version = db.query_int(op, "PRAGMA user_version");
+  if (!version) return version.error();
+  if (*application_id != 0 && *application_id != k_application_id) {
+    return db.error(op, "application_id " + hex32(*application_id) + " is not ktune's (" +
+                            hex32(k_application_id) + "): the file belongs to another program");
+  }
+  if (*version > k_schema_version) {
+    return db.error(op, "schema version " + std::to_string(*version) + " is newer than " +
+                            std::to_string(k_schema_version) +
+                            ", the newest this ktune knows; use the ktune that wrote it");
+  }
+  if (read_only) {
+    if (*application_id != k_application_id) {
+      return db.error(op, "not a ktune database (application_id " + hex32(*application_id) +
+                              ", expected " + hex32(k_application_id) + ")");
+    }
+    if (*version != k_schema_version) {
+      return db.error(op, "schema version " + std::to_string(*version) + ", expected " +
+                              std::to_string(k_schema_version) +
+                              "; a read-only open cannot migrate (ktuned does on its start)");
+    }
+    return {};
+  }
+  if (*application_id == 0) {
+    auto tables = db.query_int(op, "SELECT count(*) FROM sqlite_schema");
+    if (!tables) return tables.error();
+    if (*tables != 0) {
+      return db.error(op, "not a ktune database: application_id is 0 and it already holds " +
+                              std::to_string(*tables) + " schema objects");
+    }
+  }
+  return {};
+}
+
+// The writer's settings, each checked to have taken (WAL, synchronous=FULL, foreign keys), then
+// the migrations to the current schema.
+Result<void> prepare_for_writing(const DbRef& db, std::string_view op) {
+  auto journal = db.query_text(op, "PRAGMA journal_mode = WAL");
+  if (!journal) return journal.error();
+  if (*journal != "wal") {
+    return db.error(op, "expected journal_mode 'wal', SQLite kept '" + *journal +
+                            "' (WAL needs a local file system with shared memory)");
+  }
+  if (auto set = db.exec(op, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;"); !set) {
+    return set.error();
+  }
+  auto foreign_keys = db.query_int(op, "PRAGMA foreign_keys");
+  if (!foreign_keys) return foreign_keys.error();
+  if (*foreign_keys != 1) return db.error(op, "foreign_keys did not turn on");
+  auto migrated = db::run_migrations(db, db::schema_migrations());
+  if (!migrated) return migrated.error();
+  return {};
+}
+
+} // namespace
+
 Result<Store> Store::open(const std::string& path, OpenMode mode) {
   const bool read_only = mode == OpenMode::read_only;
   const std::string_view op = read_only ? "open (read-only)" : "open (read-write)";
@@ -326,54 +395,9 @@ Result<Store> Store::open(const std::string& path, OpenMode mode) {
                         "daemon must write its database");
   }
   // Identify the file before anything is changed in it.
-  auto application_id = db.query_int(op, "PRAGMA application_id");
-  if (!application_id) return application_id.error();
-  auto version = db.query_int(op, "PRAGMA user_version");
-  if (!version) return version.error();
-
-  if (*application_id != 0 && *application_id != k_application_id) {
-    return db.error(op, "application_id " + hex32(*application_id) + " is not ktune's (" +
-                            hex32(k_application_id) + "): the file belongs to another program");
-  }
-  if (*version > k_schema_version) {
-    return db.error(op, "schema version " + std::to_string(*version) + " is newer than " +
-                            std::to_string(k_schema_version) +
-                            ", the newest this ktune knows; use the ktune that wrote it");
-  }
-
-  if (read_only) {
-    if (*application_id != k_application_id) {
-      return db.error(op, "not a ktune database (application_id " + hex32(*application_id) +
-                              ", expected " + hex32(k_application_id) + ")");
-    }
-    if (*version != k_schema_version) {
-      return db.error(op, "schema version " + std::to_string(*version) + ", expected " +
-                              std::to_string(k_schema_version) +
-                              "; a read-only open cannot migrate (ktuned does on its start)");
-    }
-  } else {
-    if (*application_id == 0) {
-      auto tables = db.query_int(op, "SELECT count(*) FROM sqlite_schema");
-      if (!tables) return tables.error();
-      if (*tables != 0) {
-        return db.error(op, "not a ktune database: application_id is 0 and it already holds " +
-                                std::to_string(*tables) + " schema objects");
-      }
-    }
-    auto journal = db.query_text(op, "PRAGMA journal_mode = WAL");
-    if (!journal) return journal.error();
-    if (*journal != "wal") {
-      return db.error(op, "expected journal_mode 'wal', SQLite kept '" + *journal +
-                              "' (WAL needs a local file system with shared memory)");
-    }
-    if (auto set = db.exec(op, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;"); !set) {
-      return set.error();
-    }
-    auto foreign_keys = db.query_int(op, "PRAGMA foreign_keys");
-    if (!foreign_keys) return foreign_keys.error();
-    if (*foreign_keys != 1) return db.error(op, "foreign_keys did not turn on");
-    auto migrated = db::run_migrations(db, db::schema_migrations());
-    if (!migrated) return migrated.error();
+  if (auto identified = check_identity(db, op, read_only); !identified) return identified.error();
+  if (!read_only) {
+    if (auto prepared = prepare_for_writing(db, op); !prepared) return prepared.error();
   }
 
   Store store(connection.release(), mode);

@@ -388,53 +388,150 @@ Result<BenchOutcome> BenchOutcome::from_json(const nlohmann::json& j) {
 
 // --- make_bench_job ----------------------------------------------------------------------------
 
-Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, const Config& config,
-                                const std::string& dtype, const std::string& artifact_path,
-                                const std::string& reference_path,
-                                const MeasureSettings& settings) {
-  const std::string where = "kernel " + spec.name + " at " + shape.to_string();
-  if (!parse_dtype(dtype)) {
-    return make_error(ErrorCode::bad_dtype, where + ": dtype '" + dtype +
-                                       "': expected one of f32, f64, f16, i32, i64");
+namespace {
+
+// The spec's expressions at one (shape, config): integers and reals over the dims and params,
+// metrics also over `elem_bytes`; an error names `where` and the expression's context.
+class SpecEvaluator {
+public:
+  SpecEvaluator(const KernelSpec& spec, const Shape& shape, const Config& config,
+                const std::string& dtype, std::string where)
+      : m_where(std::move(where)) {
+    m_variables = spec.shape_dims;
+    for (const auto& param : spec.params) m_variables.push_back(param.name);
+    m_bindings = bind(shape, config);
+    m_metric_variables = m_variables;
+    m_metric_variables.emplace_back(k_elem_bytes);
+    m_metric_bindings = m_bindings;
+    m_metric_bindings.emplace_back(std::string(k_elem_bytes),
+                                   static_cast<std::int64_t>(dtype_size(dtype).value()));
   }
 
-  std::vector<std::string> variables = spec.shape_dims;
-  for (const auto& param : spec.params) variables.push_back(param.name);
-  NamedValues bindings = bind(shape, config);
-  std::vector<std::string> metric_variables = variables;
-  metric_variables.emplace_back(k_elem_bytes);
-  NamedValues metric_bindings = bindings;
-  metric_bindings.emplace_back(std::string(k_elem_bytes),
-                               static_cast<std::int64_t>(dtype_size(dtype).value()));
+  [[nodiscard]] const std::string& where() const { return m_where; }
 
-  const auto compile = [&](const std::string& text, const std::string& context) -> Result<Expr> {
-    auto expr = Expr::compile(text, variables);
-    if (!expr) return with_context(expr.error(), where + ": " + context);
-    return expr;
-  };
-  const auto eval_integer = [&](const std::string& text,
-                                const std::string& context) -> Result<std::int64_t> {
-    auto expr = compile(text, context);
+  [[nodiscard]] Result<std::int64_t> integer(const std::string& text, const std::string& context) const {
+    auto expr = compile(text, m_variables, context);
     if (!expr) return expr.error();
-    auto value = expr->eval_int(bindings);
-    if (!value) return with_context(value.error(), where + ": " + context);
+    auto value = expr->eval_int(m_bindings);
+    if (!value) return with_context(value.error(), m_where + ": " + context);
     return value.value();
-  };
-  const auto eval_real = [&](const std::string& text, const std::string& context) -> Result<double> {
-    auto expr = compile(text, context);
+  }
+
+  [[nodiscard]] Result<double> real(const std::string& text, const std::string& context) const {
+    return evaluate(text, m_variables, m_bindings, context);
+  }
+
+  [[nodiscard]] Result<double> metric(const std::string& text, const std::string& context) const {
+    return evaluate(text, m_metric_variables, m_metric_bindings, context);
+  }
+
+private:
+  [[nodiscard]] Result<Expr> compile(const std::string& text, const std::vector<std::string>& variables,
+                                     const std::string& context) const {
+    auto expr = Expr::compile(text, variables);
+    if (!expr) return with_context(expr.error(), m_where + ": " + context);
+    return expr;
+  }
+
+  [[nodiscard]] Result<double> evaluate(const std::string& text, const std::vector<std::string>& variables,
+                                        const NamedValues& bindings, const std::string& context) const {
+    auto expr = compile(text, variables, context);
     if (!expr) return expr.error();
     auto value = expr->eval(bindings);
-    if (!value) return with_context(value.error(), where + ": " + context);
+    if (!value) return with_context(value.error(), m_where + ": " + context);
     return value.value();
-  };
-  const auto eval_metric = [&](const std::string& text, const std::string& context) -> Result<double> {
-    auto expr = Expr::compile(text, metric_variables);
-    if (!expr) return with_context(expr.error(), where + ": " + context);
-    auto value = expr->eval(metric_bindings);
-    if (!value) return with_context(value.error(), where + ": " + context);
-    return value.value();
-  };
+  }
 
+  std::string m_where;
+  std::vector<std::string> m_variables, m_metric_variables;
+  NamedValues m_bindings, m_metric_bindings;
+};
+
+// A scalar arg's value, evaluated in its dtype (an i32 must fit).
+Result<void> set_scalar_value(BenchArg& arg, DType arg_dtype, const ArgSpec& spec_arg,
+                              const std::string& label, const SpecEvaluator& eval) {
+  const std::string& where = eval.where();
+  if (spec_arg.value.empty()) {
+    return make_error(ErrorCode::bad_expression,
+                      where + ": " + label + ".value: a scalar arg needs a value expression");
+  }
+  if (!is_integral(arg_dtype)) {
+    auto value = eval.real(spec_arg.value, label + ".value");
+    if (!value) return value.error();
+    arg.value = value.value();
+    return {};
+  }
+  auto value = eval.integer(spec_arg.value, label + ".value");
+  if (!value) return value.error();
+  if (arg_dtype == DType::i32 && (value.value() < std::numeric_limits<std::int32_t>::min() ||
+                                  value.value() > std::numeric_limits<std::int32_t>::max())) {
+    return make_error(ErrorCode::bad_shape, where + ": " + label + ".value '" + spec_arg.value +
+                                                "' = " + std::to_string(value.value()) +
+                                                ": expected a value that fits i32");
+  }
+  arg.value = static_cast<double>(value.value());
+  return {};
+}
+
+// A buffer arg's element count, init, seed and expected file ("{shape}" in a file name becomes
+// the shape).
+Result<void> set_buffer(BenchArg& arg, const ArgSpec& spec_arg, const std::string& label,
+                        const Shape& shape, const SpecEvaluator& eval) {
+  const std::string& where = eval.where();
+  if (spec_arg.count.empty()) {
+    return make_error(ErrorCode::bad_expression,
+                      where + ": " + label + ".count: a buffer arg needs a count expression");
+  }
+  auto count = eval.integer(spec_arg.count, label + ".count");
+  if (!count) return count.error();
+  if (count.value() < 1) {
+    return make_error(ErrorCode::bad_shape, where + ": " + label + ".count '" + spec_arg.count +
+                                                "' = " + std::to_string(count.value()) +
+                                                ": expected at least 1 element");
+  }
+  arg.count = count.value();
+  arg.init = spec_arg.init.empty() ? std::string("uniform") : spec_arg.init;
+  if (!parse_buffer_init(arg.init)) {
+    return make_error(ErrorCode::spec_error, where + ": " + label + ".init '" + arg.init +
+                                                 "': expected uniform, normal, uniform(lo, hi), "
+                                                 "normal(mean, std), zero, ones, index or file:PATH");
+  }
+  arg.seed = spec_arg.seed;
+  arg.expected = spec_arg.expected;
+  for (std::string* file : {&arg.expected, &arg.init}) {
+    if (const auto at = file->find("{shape}"); at != std::string::npos) {
+      file->replace(at, 7, shape.to_string());
+    }
+  }
+  return {};
+}
+
+// args[i] of the spec as the worker gets it.
+Result<BenchArg> make_bench_arg(const KernelSpec& spec, std::size_t i, const Shape& shape,
+                                const std::string& dtype, const SpecEvaluator& eval) {
+  const ArgSpec& spec_arg = spec.args[i];
+  const std::string label = "args[" + std::to_string(i) + "] '" + spec_arg.name + "'";
+  BenchArg arg;
+  arg.name = spec_arg.name;
+  arg.kind = std::string(to_string(spec_arg.kind));
+  arg.rtol = spec_arg.rtol;
+  arg.atol = spec_arg.atol;
+  const bool scalar = spec_arg.kind == ArgKind::scalar;
+  arg.dtype = !spec_arg.dtype.empty() ? spec_arg.dtype : (scalar ? "i64" : dtype);
+  const auto arg_dtype = parse_dtype(arg.dtype);
+  if (!arg_dtype) {
+    return make_error(ErrorCode::bad_dtype, eval.where() + ": " + label + ": dtype '" + arg.dtype +
+                                                "': expected one of f32, f64, f16, i32, i64");
+  }
+  auto set = scalar ? set_scalar_value(arg, *arg_dtype, spec_arg, label, eval)
+                    : set_buffer(arg, spec_arg, label, shape, eval);
+  if (!set) return set.error();
+  return arg;
+}
+
+// The job's fields that come straight from the spec and the caller.
+BenchJob job_from_spec(const KernelSpec& spec, const Shape& shape, const std::string& artifact_path,
+                       const std::string& reference_path, const MeasureSettings& settings) {
   BenchJob job;
   job.kernel = spec.name;
   const bool shim = spec.language == Language::cpp && spec.signature.has_value();
@@ -451,80 +548,19 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
   job.buffer_alignment = spec.buffer_alignment;
   job.buffer_offset = spec.buffer_offset;
   job.settings = settings;
+  return job;
+}
 
-  for (std::size_t i = 0; i < spec.args.size(); ++i) {
-    const ArgSpec& spec_arg = spec.args[i];
-    const std::string label = "args[" + std::to_string(i) + "] '" + spec_arg.name + "'";
-    BenchArg arg;
-    arg.name = spec_arg.name;
-    arg.kind = std::string(to_string(spec_arg.kind));
-    arg.rtol = spec_arg.rtol;
-    arg.atol = spec_arg.atol;
-    const bool scalar = spec_arg.kind == ArgKind::scalar;
-    arg.dtype = !spec_arg.dtype.empty() ? spec_arg.dtype : (scalar ? "i64" : dtype);
-    const auto arg_dtype = parse_dtype(arg.dtype);
-    if (!arg_dtype) {
-      return make_error(ErrorCode::bad_dtype, where + ": " + label + ": dtype '" + arg.dtype +
-                                         "': expected one of f32, f64, f16, i32, i64");
-    }
-
-    if (scalar) {
-      if (spec_arg.value.empty()) {
-        return make_error(ErrorCode::bad_expression,
-                          where + ": " + label + ".value: a scalar arg needs a value expression");
-      }
-      if (is_integral(*arg_dtype)) {
-        auto value = eval_integer(spec_arg.value, label + ".value");
-        if (!value) return value.error();
-        if (*arg_dtype == DType::i32 && (value.value() < std::numeric_limits<std::int32_t>::min() ||
-                                         value.value() > std::numeric_limits<std::int32_t>::max())) {
-          return make_error(ErrorCode::bad_shape, where + ": " + label + ".value '" + spec_arg.value +
-                                             "' = " + std::to_string(value.value()) +
-                                             ": expected a value that fits i32");
-        }
-        arg.value = static_cast<double>(value.value());
-      } else {
-        auto value = eval_real(spec_arg.value, label + ".value");
-        if (!value) return value.error();
-        arg.value = value.value();
-      }
-    } else {
-      if (spec_arg.count.empty()) {
-        return make_error(ErrorCode::bad_expression,
-                          where + ": " + label + ".count: a buffer arg needs a count expression");
-      }
-      auto count = eval_integer(spec_arg.count, label + ".count");
-      if (!count) return count.error();
-      if (count.value() < 1) {
-        return make_error(ErrorCode::bad_shape, where + ": " + label + ".count '" + spec_arg.count +
-                                           "' = " + std::to_string(count.value()) +
-                                           ": expected at least 1 element");
-      }
-      arg.count = count.value();
-      arg.init = spec_arg.init.empty() ? std::string("uniform") : spec_arg.init;
-      if (!parse_buffer_init(arg.init)) {
-        return make_error(ErrorCode::spec_error, where + ": " + label + ".init '" + arg.init +
-                                            "': expected uniform, normal, uniform(lo, hi), "
-                                            "normal(mean, std), zero, ones, index or file:PATH");
-      }
-      arg.seed = spec_arg.seed;
-      arg.expected = spec_arg.expected;
-      for (std::string* file : {&arg.expected, &arg.init}) {
-        if (const auto at = file->find("{shape}"); at != std::string::npos) {
-          file->replace(at, 7, shape.to_string());
-        }
-      }
-    }
-    job.args.push_back(std::move(arg));
-  }
-
+// [metrics] flops and bytes; a CUDA family's launch geometry for the config and the reference.
+Result<void> add_metrics_and_launch(BenchJob& job, const KernelSpec& spec, const Shape& shape,
+                                    const Config& config, const SpecEvaluator& eval) {
   if (!spec.flops.empty()) {
-    auto flops = eval_metric(spec.flops, "[metrics].flops");
+    auto flops = eval.metric(spec.flops, "[metrics].flops");
     if (!flops) return flops.error();
     job.flops = flops.value();
   }
   if (!spec.bytes.empty()) {
-    auto bytes = eval_metric(spec.bytes, "[metrics].bytes");
+    auto bytes = eval.metric(spec.bytes, "[metrics].bytes");
     if (!bytes) return bytes.error();
     job.bytes = bytes.value();
   }
@@ -536,6 +572,28 @@ Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, cons
     if (!reference) return reference.error();
     job.reference_launch = reference.value();
   }
+  return {};
+}
+
+} // namespace
+
+Result<BenchJob> make_bench_job(const KernelSpec& spec, const Shape& shape, const Config& config,
+                                const std::string& dtype, const std::string& artifact_path,
+                                const std::string& reference_path,
+                                const MeasureSettings& settings) {
+  const std::string where = "kernel " + spec.name + " at " + shape.to_string();
+  if (!parse_dtype(dtype)) {
+    return make_error(ErrorCode::bad_dtype, where + ": dtype '" + dtype +
+                                       "': expected one of f32, f64, f16, i32, i64");
+  }
+  const SpecEvaluator eval(spec, shape, config, dtype, where);
+  BenchJob job = job_from_spec(spec, shape, artifact_path, reference_path, settings);
+  for (std::size_t i = 0; i < spec.args.size(); ++i) {
+    auto arg = make_bench_arg(spec, i, shape, dtype, eval);
+    if (!arg) return arg.error();
+    job.args.push_back(std::move(*arg));
+  }
+  if (auto added = add_metrics_and_launch(job, spec, shape, config, eval); !added) return added.error();
   return job;
 }
 

@@ -296,6 +296,74 @@ Result<void> load_reference(KernelSpec& spec, LoadedKernel& kernel, const Bounda
 
 namespace {
 
+// The source's text, read only when it resolves inside the boundary.
+Result<std::string> read_kernel_source(const KernelSpec& spec, const LoadedKernel& kernel,
+                                       const Boundary& boundary, fs::path& real_source, Reading& reading) {
+  const fs::path source_file(kernel.source_path);
+  std::error_code exists_ec;
+  if (fs::exists(source_file, exists_ec) && !resolves_inside(boundary.dir, source_file, real_source)) {
+    return make_error(ErrorCode::spec_error,
+                      kernel.spec_path + ": [kernel].source: '" + spec.source + "' resolves to " +
+                          (real_source.empty() ? kernel.source_path : real_source.string()) +
+                          ", outside " + boundary.what + " " + boundary.dir.string());
+  }
+  std::string source_text, reason;
+  bool too_large = false;
+  if (spec.source.empty() ||
+      !read_text(source_file, source_text, reason, reading, SpecLimits::max_source_bytes, &too_large)) {
+    return make_error(too_large ? ErrorCode::spec_too_large : ErrorCode::spec_error,
+                      kernel.spec_path + ": [kernel].source: '" + spec.source +
+                          "' cannot be read at " + kernel.source_path + ": " +
+                          (spec.source.empty() ? std::string("empty name") : reason));
+  }
+  return source_text;
+}
+
+// [kernel].signature = "source": the entry's declaration found in the source types the args.
+Result<void> apply_source_signature(KernelSpec& spec, const LoadedKernel& kernel, const std::string& source_text) {
+  auto signature = find_signature(source_text, spec.entry);
+  if (!signature) {
+    return make_error(ErrorCode::spec_error,
+                      kernel.spec_path + ":" + std::to_string(spec.signature_line) +
+                          ": [kernel].signature: \"source\", but " + kernel.source_path + ": " +
+                          signature.error().message + " (fix: declare void " + spec.entry +
+                          "(...) there, or write the declaration in [kernel].signature)");
+  }
+  const std::string declared_at = kernel.source_path + ":" + std::to_string(signature->line);
+  return apply_signature(spec, *signature, kernel.spec_path, declared_at, SignatureUse::kernel);
+}
+
+// Data files (expected values, file inits) become absolute paths inside the boundary, and
+// files of the kernel.
+Result<void> resolve_data_files(KernelSpec& spec, LoadedKernel& kernel, const fs::path& spec_dir,
+                                const Boundary& boundary) {
+  const auto resolve = [&](std::string& file, const std::string& key) -> Result<void> {
+    const fs::path path = (spec_dir / file).lexically_normal();
+    const fs::path relative = path.lexically_relative(boundary.dir);
+    if (relative.empty() || *relative.begin() == "..") {
+      return make_error(ErrorCode::spec_error,
+                        kernel.spec_path + ": " + key + ": '" + file + "' leads outside " +
+                            boundary.what + " " + boundary.dir.string());
+    }
+    file = path.string();
+    kernel.files.push_back(file);
+    return {};
+  };
+  for (std::size_t i = 0; i < spec.args.size(); ++i) {
+    ArgSpec& arg = spec.args[i];
+    const std::string key = "args[" + std::to_string(i) + "]";
+    if (!arg.expected.empty()) {
+      if (auto r = resolve(arg.expected, key + ".expected"); !r) return r.error();
+    }
+    if (arg.init.starts_with(k_file_init_prefix)) {
+      std::string file = arg.init.substr(k_file_init_prefix.size());
+      if (auto r = resolve(file, key + ".init"); !r) return r.error();
+      arg.init = std::string(k_file_init_prefix) + file;
+    }
+  }
+  return {};
+}
+
 Result<LoadedKernel> load_kernel_reading(const std::string& spec_path, const std::string& kernel_dir,
                                          Reading& reading) {
   const fs::path spec_file = fs::absolute(spec_path).lexically_normal();
@@ -319,83 +387,29 @@ Result<LoadedKernel> load_kernel_reading(const std::string& spec_path, const std
   kernel.spec_path = spec_file.string();
   const fs::path source_file = (spec_file.parent_path() / spec->source).lexically_normal();
   kernel.source_path = source_file.string();
-
   fs::path real_source;
-  std::error_code exists_ec;
-  if (fs::exists(source_file, exists_ec) &&
-      !resolves_inside(boundary.dir, source_file, real_source)) {
-    return make_error(ErrorCode::spec_error,
-                      kernel.spec_path + ": [kernel].source: '" + spec->source + "' resolves to " +
-                          (real_source.empty() ? kernel.source_path : real_source.string()) +
-                          ", outside " + boundary.what + " " + boundary.dir.string());
-  }
+  auto source_text = read_kernel_source(*spec, kernel, boundary, real_source, reading);
+  if (!source_text) return source_text.error();
 
-  std::string source_text;
-  if (spec->source.empty() ||
-      !read_text(source_file, source_text, reason, reading, SpecLimits::max_source_bytes, &too_large)) {
-    return make_error(too_large ? ErrorCode::spec_too_large : ErrorCode::spec_error,
-                      kernel.spec_path + ": [kernel].source: '" + spec->source +
-                          "' cannot be read at " + kernel.source_path + ": " +
-                          (spec->source.empty() ? std::string("empty name") : reason));
-  }
-
-  if (auto r = confined_angle_includes(spec_file, source_file, source_text); !r) return r.error();
+  if (auto r = confined_angle_includes(spec_file, source_file, *source_text); !r) return r.error();
   Hasher hasher;
-  hasher.update(spec_text).update(source_text);
+  hasher.update(spec_text).update(*source_text);
   kernel.root = boundary.dir.string();
   kernel.files = {spec_file.string(), source_file.string()};
   std::set<fs::path> seen{real_source};
   if (auto r = hash_includes(hasher, spec_file, spec_file.parent_path(), boundary, source_file,
-                             source_text, seen, reading, kernel.files);
+                             *source_text, seen, reading, kernel.files);
       !r) {
     return r.error();
   }
   if (spec->signature_text == "source") {
-    auto signature = find_signature(source_text, spec->entry);
-    if (!signature) {
-      return make_error(ErrorCode::spec_error,
-                        kernel.spec_path + ":" + std::to_string(spec->signature_line) +
-                            ": [kernel].signature: \"source\", but " + kernel.source_path + ": " +
-                            signature.error().message + " (fix: declare void " + spec->entry +
-                            "(...) there, or write the declaration in [kernel].signature)");
-    }
-    const std::string declared_at =
-        kernel.source_path + ":" + std::to_string(signature->line);
-    if (auto r = apply_signature(*spec, *signature, kernel.spec_path, declared_at,
-                                 SignatureUse::kernel);
-        !r) {
-      return r.error();
-    }
+    if (auto r = apply_source_signature(*spec, kernel, *source_text); !r) return r.error();
   }
   if (spec->check.reference == ReferenceKind::function) {
     auto reference = load_reference(*spec, kernel, boundary, hasher, seen, reading);
     if (!reference) return reference.error();
   }
-  // Data files (expected values, file inits) become absolute paths inside the boundary.
-  const auto resolve_data_file = [&](std::string& file, const std::string& key) -> Result<void> {
-    const fs::path path = (spec_file.parent_path() / file).lexically_normal();
-    const fs::path relative = path.lexically_relative(boundary.dir);
-    if (relative.empty() || *relative.begin() == "..") {
-      return make_error(ErrorCode::spec_error,
-                        kernel.spec_path + ": " + key + ": '" + file + "' leads outside " +
-                            boundary.what + " " + boundary.dir.string());
-    }
-    file = path.string();
-    kernel.files.push_back(file);
-    return {};
-  };
-  for (std::size_t i = 0; i < spec->args.size(); ++i) {
-    ArgSpec& arg = spec->args[i];
-    const std::string key = "args[" + std::to_string(i) + "]";
-    if (!arg.expected.empty()) {
-      if (auto r = resolve_data_file(arg.expected, key + ".expected"); !r) return r.error();
-    }
-    if (arg.init.starts_with(k_file_init_prefix)) {
-      std::string file = arg.init.substr(k_file_init_prefix.size());
-      if (auto r = resolve_data_file(file, key + ".init"); !r) return r.error();
-      arg.init = std::string(k_file_init_prefix) + file;
-    }
-  }
+  if (auto r = resolve_data_files(*spec, kernel, spec_file.parent_path(), boundary); !r) return r.error();
   kernel.source_hash = hasher.hex_digest();
   kernel.spec = std::move(*spec);
   return kernel;
@@ -588,17 +602,23 @@ Result<LoadedKernel> KernelRegistry::find_impl(const std::string& name,
   }
   if (is_family_name(name)) {
     std::optional<Error> first_error;
-    for (const auto& spec_path : spec_candidates(name)) {
-      auto kernel = reload(name, spec_path);
-      if (!kernel) {
-        if (!language) return kernel;
-        if (!first_error) first_error = kernel.error();
-        continue;
+    // The first of `paths` that loads as the family (in `language`, when given); without a
+    // language, the first that fails to load is the answer.
+    const auto first_loaded = [&](const std::vector<std::string>& paths) -> std::optional<Result<LoadedKernel>> {
+      for (const auto& spec_path : paths) {
+        auto kernel = reload(name, spec_path);
+        if (!kernel) {
+          if (!language) return kernel;
+          if (!first_error) first_error = kernel.error();
+          continue;
+        }
+        if (kernel->spec.name == name && (!language || kernel->spec.language == *language)) {
+          return kernel;
+        }
       }
-      if (kernel->spec.name == name && (!language || kernel->spec.language == *language)) {
-        return kernel;
-      }
-    }
+      return std::nullopt;
+    };
+    if (auto found = first_loaded(spec_candidates(name))) return std::move(*found);
     // A family whose directory is not named after it, found by load().
     std::vector<std::string> others;
     for (const auto& [key, kernel] : m_kernels) {
@@ -606,17 +626,7 @@ Result<LoadedKernel> KernelRegistry::find_impl(const std::string& name,
         others.push_back(kernel.spec_path);
       }
     }
-    for (const auto& spec_path : others) {
-      auto kernel = reload(name, spec_path);
-      if (!kernel) {
-        if (!language) return kernel;
-        if (!first_error) first_error = kernel.error();
-        continue;
-      }
-      if (kernel->spec.name == name && (!language || kernel->spec.language == *language)) {
-        return kernel;
-      }
-    }
+    if (auto found = first_loaded(others)) return std::move(*found);
     if (first_error) return *first_error;
   }
   const std::string which =

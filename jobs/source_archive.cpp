@@ -1,4 +1,5 @@
 #include "jobs/source_archive.hpp"
+#include "core/file_io.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -120,11 +121,9 @@ Result<std::optional<LoadedKernel>> load_archived_kernel(const std::string& root
   const fs::path entry = fs::path(root) / source_hash;
   std::error_code ec;
   if (!fs::exists(entry / k_manifest, ec)) return std::optional<LoadedKernel>();
-  std::ifstream in(entry / k_manifest, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  const auto manifest = nlohmann::json::parse(text.str(), nullptr, false);
-  if (!in || !manifest.is_object() || !manifest.contains("spec") || !manifest["spec"].is_string()) {
+  const auto text = read_file((entry / k_manifest).string());
+  const auto manifest = nlohmann::json::parse(text.value_or(std::string()), nullptr, false);
+  if (!text || !manifest.is_object() || !manifest.contains("spec") || !manifest["spec"].is_string()) {
     return io_error("the source archive's manifest " + (entry / k_manifest).string() +
                     " cannot be read");
   }

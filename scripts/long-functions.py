@@ -5,6 +5,9 @@ The rule: every function and method definition in the C and C++ files git tracks
 tests, benchmarks; .c .cc .cpp .h .hpp .cu), as universal-ctags sees it, counted from the line
 ctags starts it at (its name) to its closing brace, lambdas inside it included. A Catch2
 TEST_CASE is a macro, not a function, and is not counted (its SECTIONs are what split it).
+CUDA's `__launch_bounds__(...)` is read as the attribute it is (ctags is told it is a macro
+that expands to nothing), so a kernel declared `__global__ void __launch_bounds__(N) gemm(...)`
+is counted as `gemm`, not as a function named `__launch_bounds__`.
 A function of --lines lines or more (default 80) is long; more than --max long functions
 (default 10) fail.
 
@@ -31,7 +34,8 @@ def tracked_files(root):
 def functions(root, files):
     """(lines, path, first line, name) of every function ctags finds with an end line."""
     cmd = ["ctags", "--output-format=json", "--fields=+ne", "--kinds-C++=f", "--kinds-C=f",
-           "--languages=C,C++", "--langmap=C++:+.cu", "-o", "-"] + files
+           "--languages=C,C++", "--langmap=C++:+.cu", "-D", "__launch_bounds__(...)=",
+           "-o", "-"] + files
     run = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit("long-functions: ctags failed: " + run.stderr.strip())

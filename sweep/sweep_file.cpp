@@ -1,4 +1,5 @@
 #include "sweep/sweep_file.hpp"
+#include "core/file_io.hpp"
 
 #include <toml++/toml.h>
 
@@ -141,49 +142,58 @@ Result<void> parse_budget(const toml::node& node, const Reader& reader, SweepJob
   return reader.error_at(node, "budget", "expected a count (e.g. 200) or a share in (0%, 100%], found '" + s + "'");
 }
 
-// Appends the jobs of one [[kernel]] table.
-Result<void> expand_kernel(const toml::table& table, std::size_t position, const Reader& reader,
-                           Sweep& sweep) {
-  const std::string prefix = "[[kernel]] #" + std::to_string(position + 1);
+// One [[kernel]] table's keys: the job every entry starts from, its devices and dtypes, and
+// its table of shapes.
+struct KernelTable {
   SweepJob base;
-  base.strategy = "exhaustive";
   std::vector<std::string> devices{"cpu"}, dtypes{"f32"};
   const toml::table* shapes = nullptr;
+};
+
+Result<KernelTable> read_kernel_table(const toml::table& table, const std::string& prefix, const Reader& reader) {
+  KernelTable out;
+  out.base.strategy = "exhaustive";
   for (const auto& [name, node] : table) {
     const std::string key = prefix + "." + std::string(name.str());
     if (name == "name") {
       auto v = reader.string(node, key);
       if (!v) return v.error();
-      base.kernel = *v;
+      out.base.kernel = *v;
     } else if (name == "devices") {
       auto v = reader.strings(node, key);
       if (!v) return v.error();
-      devices = *v;
+      out.devices = *v;
     } else if (name == "dtypes") {
       auto v = reader.strings(node, key);
       if (!v) return v.error();
-      dtypes = *v;
+      out.dtypes = *v;
     } else if (name == "strategy") {
       auto v = reader.string(node, key);
       if (!v) return v.error();
-      base.strategy = *v;
+      out.base.strategy = *v;
     } else if (name == "budget") {
-      if (auto r = parse_budget(node, reader, base); !r) return r.error();
+      if (auto r = parse_budget(node, reader, out.base); !r) return r.error();
     } else if (name == "shapes") {
-      shapes = node.as_table();
-      if (shapes == nullptr) return reader.error_at(node, key, "expected a table of dimensions");
+      out.shapes = node.as_table();
+      if (out.shapes == nullptr) return reader.error_at(node, key, "expected a table of dimensions");
     } else {
       return reader.error_at(node, key,
                              "unknown key (expected name, devices, dtypes, strategy, budget or shapes)");
     }
   }
-  if (base.kernel.empty()) return reader.error(prefix, "name is required");
-  if (shapes == nullptr || shapes->empty()) {
-    return reader.error(prefix + " (" + base.kernel + ")", "shapes is required: [kernel.shapes] M = [...]");
+  if (out.base.kernel.empty()) return reader.error(prefix, "name is required");
+  if (out.shapes == nullptr || out.shapes->empty()) {
+    return reader.error(prefix + " (" + out.base.kernel + ")", "shapes is required: [kernel.shapes] M = [...]");
   }
-  // Dimensions in the order written.
+  return out;
+}
+
+// Every combination of the dims' values, dims in the order written, the last dim fastest:
+// "M=1,N=2" texts.
+Result<std::vector<std::string>> shape_grid(const toml::table& shapes, const std::string& prefix,
+                                            const Reader& reader) {
   std::vector<std::pair<std::string, const toml::node*>> dims;
-  for (const auto& [name, node] : *shapes) dims.emplace_back(std::string(name.str()), &node);
+  for (const auto& [name, node] : shapes) dims.emplace_back(std::string(name.str()), &node);
   std::stable_sort(dims.begin(), dims.end(), [](const auto& a, const auto& b) {
     const auto& pa = a.second->source().begin;
     const auto& pb = b.second->source().begin;
@@ -211,10 +221,21 @@ Result<void> expand_kernel(const toml::table& table, std::size_t position, const
       at[d] = 0;
     }
   }
-  for (const auto& device : devices) {
-    for (const auto& dtype : dtypes) {
-      for (const auto& shape : shape_texts) {
-        SweepJob job = base;
+  return shape_texts;
+}
+
+// Appends the jobs of one [[kernel]] table.
+Result<void> expand_kernel(const toml::table& table, std::size_t position, const Reader& reader,
+                           Sweep& sweep) {
+  const std::string prefix = "[[kernel]] #" + std::to_string(position + 1);
+  auto kernel = read_kernel_table(table, prefix, reader);
+  if (!kernel) return kernel.error();
+  auto shape_texts = shape_grid(*kernel->shapes, prefix, reader);
+  if (!shape_texts) return shape_texts.error();
+  for (const auto& device : kernel->devices) {
+    for (const auto& dtype : kernel->dtypes) {
+      for (const auto& shape : *shape_texts) {
+        SweepJob job = kernel->base;
         job.device = device;
         job.dtype = dtype;
         job.shape = shape;
@@ -294,11 +315,9 @@ Result<Sweep> parse_sweep(std::string_view text, const std::string& where) {
 }
 
 Result<Sweep> load_sweep(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorCode::sweep_error, "cannot read sweep file " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_sweep(text.str(), path);
+  auto text = read_file(path);
+  if (!text) return make_error(ErrorCode::sweep_error, "cannot read sweep file " + path + " (" + text.error().message + ")");
+  return parse_sweep(*text, path);
 }
 
 std::vector<SweepJob> shard_jobs(const Sweep& sweep, const Shard& shard) {

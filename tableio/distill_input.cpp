@@ -70,7 +70,10 @@ Result<DistillKey> resolve_distill_key(const Store& store, const std::string& ke
   return *newest;
 }
 
-Result<LoadedDistillInput> load_distill_input(const Store& store, const DistillKey& key) {
+namespace {
+
+// The winners of the key's (kernel, source, dtype, device).
+Result<std::vector<WinnerRecord>> tuned_winners(const Store& store, const DistillKey& key) {
   auto winners = store.all_winners();
   if (!winners) return winners.error();
   std::vector<WinnerRecord> tuned;
@@ -85,67 +88,58 @@ Result<LoadedDistillInput> load_distill_input(const Store& store, const DistillK
                                        short_fp(key.fingerprint) + " (source " +
                                        short_fp(key.source_hash) + ") in " + store.path());
   }
+  return tuned;
+}
 
-  LoadedDistillInput loaded;
-  DistillInput& in = loaded.input;
-  std::optional<KernelSpec> spec;
-  auto spec_text = store.kernel_spec(key.kernel, key.source_hash);
-  if (!spec_text) return spec_text.error();
-  if (*spec_text) {
-    loaded.spec_text = **spec_text;
-    if (auto parsed = parse_kernel_spec(loaded.spec_text, "stored spec of " + key.kernel)) {
-      spec = std::move(*parsed);
-    }
-  }
-  auto invalid = [&](const std::string& what) {
-    return make_error(ErrorCode::invalid_table, "distill " + key.kernel + " " + key.dtype + " on " +
-                                           short_fp(key.fingerprint) + ": " + what);
-  };
-  auto first_config = nlohmann::ordered_json::parse(tuned.front().config, nullptr, false);
-  if (spec) {
-    in.dims = spec->shape_dims;
-    for (const auto& p : spec->params) in.params.push_back(p.name);
-  } else {
-    if (!first_config.is_object()) return invalid("winner config " + tuned.front().config + " is not a JSON object");
-    for (auto it = first_config.begin(); it != first_config.end(); ++it) in.params.push_back(it.key());
-    auto shape = Shape::parse(tuned.front().shape);
-    if (!shape) return invalid("shape '" + tuned.front().shape + "': " + shape.error().message);
-    for (const auto& [name, value] : shape->dims) in.dims.push_back(name);
-  }
+// Builds one LoadedDistillInput: its axes (from the stored spec, else from the first winner),
+// a row of cells per tuned shape, a column per config met, and what the spec admits.
+class DistillLoader {
+public:
+  DistillLoader(const Store& store, const DistillKey& key) : m_store(store), m_key(key) {}
 
-  std::map<std::vector<std::int64_t>, std::size_t> index;
-  auto config_index = [&](const std::string& text) -> Result<std::size_t> {
-    const auto object = nlohmann::json::parse(text, nullptr, false);
-    if (!object.is_object()) return invalid("config " + text + " is not a JSON object");
-    std::vector<std::int64_t> values;
-    for (const auto& name : in.params) {
-      const auto it = object.find(name);
-      if (it == object.end() || !it->is_number_integer()) {
-        return invalid("config " + text + " has no integer '" + name + "'");
+  Result<void> read_spec() {
+    auto spec_text = m_store.kernel_spec(m_key.kernel, m_key.source_hash);
+    if (!spec_text) return spec_text.error();
+    if (*spec_text) {
+      m_loaded.spec_text = **spec_text;
+      if (auto parsed = parse_kernel_spec(m_loaded.spec_text, "stored spec of " + m_key.kernel)) {
+        m_spec = std::move(*parsed);
       }
-      values.push_back(it->get<std::int64_t>());
     }
-    if (object.size() != in.params.size()) return invalid("config " + text + " has params the kernel does not declare");
-    auto [it, added] = index.emplace(values, in.configs.size());
-    if (added) {
-      in.configs.push_back(values);
-      for (auto& row : in.cells) row.emplace_back();
-    }
-    return it->second;
-  };
+    return {};
+  }
 
-  std::vector<Shape> shapes;
-  for (const WinnerRecord& w : tuned) {
+  // The dims and params: the spec's, or the first winner's shape and config.
+  Result<void> name_axes(const WinnerRecord& first) {
+    DistillInput& in = m_loaded.input;
+    if (m_spec) {
+      in.dims = m_spec->shape_dims;
+      for (const auto& p : m_spec->params) in.params.push_back(p.name);
+      return {};
+    }
+    auto first_config = nlohmann::ordered_json::parse(first.config, nullptr, false);
+    if (!first_config.is_object()) return invalid("winner config " + first.config + " is not a JSON object");
+    for (auto it = first_config.begin(); it != first_config.end(); ++it) in.params.push_back(it.key());
+    auto shape = Shape::parse(first.shape);
+    if (!shape) return invalid("shape '" + first.shape + "': " + shape.error().message);
+    for (const auto& [name, value] : shape->dims) in.dims.push_back(name);
+    return {};
+  }
+
+  // A row for the winner's shape: every stored result of the key there (the newest row of a
+  // config stays), the winner's own time where no row measured it.
+  Result<void> add_shape(const WinnerRecord& w) {
+    DistillInput& in = m_loaded.input;
     auto parsed = Shape::parse(w.shape);
     if (!parsed) return invalid("shape '" + w.shape + "': " + parsed.error().message);
-    auto conformed = conform_shape(*parsed, in.dims, key.kernel);
+    auto conformed = conform_shape(*parsed, in.dims, m_key.kernel);
     if (!conformed) return invalid("shape '" + w.shape + "': " + conformed.error().message);
     DistillShape shape;
     shape.text = w.shape;
     for (const auto& [name, value] : conformed->dims) shape.values.push_back(value);
     in.cells.emplace_back(in.configs.size());
     const std::size_t s = in.shapes.size();
-    auto rows = store.results_for_key(key.kernel, key.source_hash, w.shape, key.dtype, key.fingerprint);
+    auto rows = m_store.results_for_key(m_key.kernel, m_key.source_hash, w.shape, m_key.dtype, m_key.fingerprint);
     if (!rows) return rows.error();
     for (const ResultRecord& row : *rows) {  // oldest first: the newest row of a config stays
       auto c = config_index(row.config);
@@ -164,19 +158,23 @@ Result<LoadedDistillInput> load_distill_input(const Store& store, const DistillK
       in.cells[s][*winner] = {CellState::measured, w.median_ms};
     }
     in.shapes.push_back(std::move(shape));
-    shapes.push_back(std::move(*conformed));
+    m_shapes.push_back(std::move(*conformed));
+    return {};
   }
 
-  if (spec) {
-    if (!spec->default_config.empty()) {
+  // With the spec: its [default] as a config, and whether the spec admits a (shape, config).
+  void add_spec_facts() {
+    if (!m_spec) return;
+    DistillInput& in = m_loaded.input;
+    if (!m_spec->default_config.empty()) {
       nlohmann::ordered_json text = nlohmann::ordered_json::object();
-      for (const auto& [name, value] : spec->default_config) text[name] = value;
+      for (const auto& [name, value] : m_spec->default_config) text[name] = value;
       auto c = config_index(text.dump());
       if (c) in.default_config = *c;
     }
     auto spaces = std::make_shared<std::vector<std::optional<ParamSpace>>>();
-    for (const Shape& shape : shapes) {
-      auto space = ParamSpace::create(*spec, shape);
+    for (const Shape& shape : m_shapes) {
+      auto space = ParamSpace::create(*m_spec, shape);
       spaces->push_back(space ? std::optional<ParamSpace>(std::move(*space)) : std::nullopt);
     }
     auto params = in.params;
@@ -190,7 +188,58 @@ Result<LoadedDistillInput> load_distill_input(const Store& store, const DistillK
       return admitted && *admitted;
     };
   }
-  return loaded;
+
+  LoadedDistillInput take() { return std::move(m_loaded); }
+
+private:
+  [[nodiscard]] Error invalid(const std::string& what) const {
+    return make_error(ErrorCode::invalid_table, "distill " + m_key.kernel + " " + m_key.dtype + " on " +
+                                                    short_fp(m_key.fingerprint) + ": " + what);
+  }
+
+  // The column of a config's text (a new column, every row's cell unknown, when first met).
+  Result<std::size_t> config_index(const std::string& text) {
+    DistillInput& in = m_loaded.input;
+    const auto object = nlohmann::json::parse(text, nullptr, false);
+    if (!object.is_object()) return invalid("config " + text + " is not a JSON object");
+    std::vector<std::int64_t> values;
+    for (const auto& name : in.params) {
+      const auto it = object.find(name);
+      if (it == object.end() || !it->is_number_integer()) {
+        return invalid("config " + text + " has no integer '" + name + "'");
+      }
+      values.push_back(it->get<std::int64_t>());
+    }
+    if (object.size() != in.params.size()) return invalid("config " + text + " has params the kernel does not declare");
+    auto [it, added] = m_index.emplace(values, in.configs.size());
+    if (added) {
+      in.configs.push_back(values);
+      for (auto& row : in.cells) row.emplace_back();
+    }
+    return it->second;
+  }
+
+  const Store& m_store;
+  const DistillKey& m_key;
+  LoadedDistillInput m_loaded;
+  std::optional<KernelSpec> m_spec;
+  std::map<std::vector<std::int64_t>, std::size_t> m_index;
+  std::vector<Shape> m_shapes;
+};
+
+} // namespace
+
+Result<LoadedDistillInput> load_distill_input(const Store& store, const DistillKey& key) {
+  auto tuned = tuned_winners(store, key);
+  if (!tuned) return tuned.error();
+  DistillLoader loader(store, key);
+  if (auto read = loader.read_spec(); !read) return read.error();
+  if (auto named = loader.name_axes(tuned->front()); !named) return named.error();
+  for (const WinnerRecord& w : *tuned) {
+    if (auto added = loader.add_shape(w); !added) return added.error();
+  }
+  loader.add_spec_facts();
+  return loader.take();
 }
 
 } // namespace ktune::tableio

@@ -154,9 +154,14 @@ std::string engine_device_name(const TableRow& row) {
   return sanitize(row.device_name.empty() ? row.fingerprint.substr(0, 12) : row.device_name);
 }
 
-Result<std::vector<EngineFile>> write_engine_json(const Table& table, const std::vector<RuleDocument>& rules,
-                                                  const EngineExportOptions& options) {
-  std::map<std::tuple<std::string, std::string, std::string, std::string, std::string>, Group> groups;
+namespace {
+
+using GroupKey = std::tuple<std::string, std::string, std::string, std::string, std::string>;
+
+// The rows by (kernel, dtype, device, source, every dim but `by`), each row an entry at its
+// `by` value.
+Result<std::map<GroupKey, Group>> group_rows(const Table& table, const std::string& by) {
+  std::map<GroupKey, Group> groups;
   for (const TableRow& row : table.rows) {
     auto shape = Shape::parse(row.shape);
     if (!shape) return invalid(to_string(row.key()), "shape: " + shape.error().message);
@@ -164,14 +169,14 @@ Result<std::vector<EngineFile>> write_engine_json(const Table& table, const std:
     std::optional<std::int64_t> by_value;
     for (const auto& [name, value] : shape->dims) {
       probe.dims.push_back(name);
-      if (name == options.by) {
+      if (name == by) {
         by_value = value;
       } else {
         probe.fixed.emplace_back(name, value);
       }
     }
     if (!by_value) {
-      return invalid(to_string(row.key()), "kernel " + row.kernel + " has no dim " + options.by +
+      return invalid(to_string(row.key()), "kernel " + row.kernel + " has no dim " + by +
                                                " (its shape is " + row.shape + ")");
     }
     std::string fixed_text;
@@ -180,10 +185,97 @@ Result<std::vector<EngineFile>> write_engine_json(const Table& table, const std:
                                           std::move(probe));
     it->second.entries.push_back({*by_value, &row});
   }
+  return groups;
+}
 
+// How a value between the keys is answered: the nearest key, or the buckets of the group's
+// distilled rule when `rules` has one that splits on `by`.
+ordered_json lookup_json(const Table& table, const Group& group, const std::vector<RuleDocument>& rules,
+                         const std::string& by_dim) {
+  const RuleDocument* rule = nullptr;
+  for (const RuleDocument& r : rules) {
+    if (r.key.kernel == group.kernel && r.key.dtype == group.dtype &&
+        r.key.fingerprint == group.fingerprint && r.key.source_hash == group.source_hash) {
+      rule = &r;
+    }
+  }
+  const auto by = rule ? std::find(rule->rule.dims.begin(), rule->rule.dims.end(), by_dim)
+                       : std::vector<std::string>::const_iterator();
+  if (!rule || by == rule->rule.dims.end() || rule->rule.nodes.empty()) {
+    return ordered_json{{"between_keys", "nearest"},
+                        {"rule", "the key nearest in log space (|ln v - ln key| least; ties: the "
+                                 "smaller key), as ktuned's nearest rung"}};
+  }
+  std::optional<KernelSpec> spec;
+  for (const KernelSource& source : table.kernels) {
+    if (source.name == group.kernel && source.source_hash == group.source_hash) {
+      if (auto parsed = parse_kernel_spec(source.spec_text, "stored spec of " + group.kernel)) spec = std::move(*parsed);
+    }
+  }
+  return ordered_json{
+      {"between_keys", "buckets"},
+      {"rule", "a value that is a key takes its entry; any other takes the config of the bucket "
+               "it falls in (from <= value < below; below null: no end), from ktune's distilled "
+               "rule"},
+      {"buckets", buckets_json(group, *rule, static_cast<std::size_t>(by - rule->rule.dims.begin()), spec)},
+      {"rule_regret", ordered_json{{"leave_one_shape_out_geomean", rule->loso.regret.geomean},
+                                   {"leave_one_shape_out_p95", rule->loso.regret.p95},
+                                   {"shapes", rule->loso.regret.shapes}}}};
+}
+
+// One group's file: a config per key, then "metadata" (what, where, how to look up, each
+// entry's times).
+ordered_json group_document(const Table& table, const Group& group, const std::vector<RuleDocument>& rules,
+                            const EngineExportOptions& options) {
+  const TableRow& first = *group.entries.front().row;
+  ordered_json doc = ordered_json::object();
+  ordered_json entries = ordered_json::object();
+  for (const Entry& e : group.entries) {
+    doc[std::to_string(e.value)] = e.row->config;
+    entries[std::to_string(e.value)] = ordered_json{{"median_ms", e.row->median_ms},
+                                                    {"gflops", e.row->gflops},
+                                                    {"time_ms", e.row->time_ms}};
+  }
+  ordered_json fixed = ordered_json::object();
+  for (const auto& [dim, value] : group.fixed) fixed[dim] = value;
+  const nlohmann::json& details = first.device;
+  auto detail = [&](const char* field) -> ordered_json {
+    auto it = details.is_object() ? details.find(field) : details.end();
+    return details.is_object() && it != details.end() ? ordered_json(*it) : ordered_json(nullptr);
+  };
+  doc["metadata"] = ordered_json{
+      {"format", k_engine_format},
+      {"schema_version", k_engine_schema_version},
+      {"kernel", group.kernel},
+      {"dtype", group.dtype},
+      {"by", options.by},
+      {"dims", group.dims},
+      {"fixed", fixed},
+      {"device_name", engine_device_name(first)},
+      {"device", first.device_name},
+      {"fingerprint", group.fingerprint},
+      {"source_hash", group.source_hash},
+      {"ktune_version", options.ktune_version},
+      {"toolchain", first.toolchain},
+      {"driver", detail("driver_version")},
+      {"device_details", details.is_object() ? ordered_json(details) : ordered_json::object()},
+      {"host", first.host},
+      {"exported_at_ms", table.exported_at_ms},
+      {"lookup", lookup_json(table, group, rules, options.by)},
+      {"entries", entries},
+  };
+  return doc;
+}
+
+} // namespace
+
+Result<std::vector<EngineFile>> write_engine_json(const Table& table, const std::vector<RuleDocument>& rules,
+                                                  const EngineExportOptions& options) {
+  auto groups = group_rows(table, options.by);
+  if (!groups) return groups.error();
   std::map<std::string, std::string> taken;  // file name -> fingerprint
   std::vector<EngineFile> files;
-  for (auto& [key, group] : groups) {
+  for (auto& [key, group] : *groups) {
     std::sort(group.entries.begin(), group.entries.end(),
               [](const Entry& a, const Entry& b) { return a.value < b.value; });
     const TableRow& first = *group.entries.front().row;
@@ -198,74 +290,7 @@ Result<std::vector<EngineFile>> write_engine_json(const Table& table, const std:
                             "..., or two sources of the kernel): export one device with --device "
                             "FINGERPRINT, or one source");
     }
-
-    ordered_json doc = ordered_json::object();
-    ordered_json entries = ordered_json::object();
-    for (const Entry& e : group.entries) {
-      doc[std::to_string(e.value)] = e.row->config;
-      entries[std::to_string(e.value)] = ordered_json{{"median_ms", e.row->median_ms},
-                                                      {"gflops", e.row->gflops},
-                                                      {"time_ms", e.row->time_ms}};
-    }
-    ordered_json fixed = ordered_json::object();
-    for (const auto& [dim, value] : group.fixed) fixed[dim] = value;
-
-    ordered_json lookup{{"between_keys", "nearest"},
-                        {"rule", "the key nearest in log space (|ln v - ln key| least; ties: the "
-                                 "smaller key), as ktuned's nearest rung"}};
-    const RuleDocument* rule = nullptr;
-    for (const RuleDocument& r : rules) {
-      if (r.key.kernel == group.kernel && r.key.dtype == group.dtype &&
-          r.key.fingerprint == group.fingerprint && r.key.source_hash == group.source_hash) {
-        rule = &r;
-      }
-    }
-    const auto by = rule ? std::find(rule->rule.dims.begin(), rule->rule.dims.end(), options.by)
-                         : std::vector<std::string>::const_iterator();
-    if (rule && by != rule->rule.dims.end() && !rule->rule.nodes.empty()) {
-      std::optional<KernelSpec> spec;
-      for (const KernelSource& source : table.kernels) {
-        if (source.name == group.kernel && source.source_hash == group.source_hash) {
-          if (auto parsed = parse_kernel_spec(source.spec_text, "stored spec of " + group.kernel)) spec = std::move(*parsed);
-        }
-      }
-      lookup = ordered_json{
-          {"between_keys", "buckets"},
-          {"rule", "a value that is a key takes its entry; any other takes the config of the bucket "
-                   "it falls in (from <= value < below; below null: no end), from ktune's distilled "
-                   "rule"},
-          {"buckets", buckets_json(group, *rule, static_cast<std::size_t>(by - rule->rule.dims.begin()), spec)},
-          {"rule_regret", ordered_json{{"leave_one_shape_out_geomean", rule->loso.regret.geomean},
-                                       {"leave_one_shape_out_p95", rule->loso.regret.p95},
-                                       {"shapes", rule->loso.regret.shapes}}}};
-    }
-    const nlohmann::json& details = first.device;
-    auto detail = [&](const char* field) -> ordered_json {
-      auto it = details.is_object() ? details.find(field) : details.end();
-      return details.is_object() && it != details.end() ? ordered_json(*it) : ordered_json(nullptr);
-    };
-    doc["metadata"] = ordered_json{
-        {"format", k_engine_format},
-        {"schema_version", k_engine_schema_version},
-        {"kernel", group.kernel},
-        {"dtype", group.dtype},
-        {"by", options.by},
-        {"dims", group.dims},
-        {"fixed", fixed},
-        {"device_name", engine_device_name(first)},
-        {"device", first.device_name},
-        {"fingerprint", group.fingerprint},
-        {"source_hash", group.source_hash},
-        {"ktune_version", options.ktune_version},
-        {"toolchain", first.toolchain},
-        {"driver", detail("driver_version")},
-        {"device_details", details.is_object() ? ordered_json(details) : ordered_json::object()},
-        {"host", first.host},
-        {"exported_at_ms", table.exported_at_ms},
-        {"lookup", lookup},
-        {"entries", entries},
-    };
-    files.push_back({file_name, doc.dump(2) + "\n"});
+    files.push_back({file_name, group_document(table, group, rules, options).dump(2) + "\n"});
   }
   std::sort(files.begin(), files.end(), [](const EngineFile& a, const EngineFile& b) { return a.name < b.name; });
   return files;

@@ -581,13 +581,47 @@ Result<Table> read_json(std::string_view text, std::string_view where) {
 
 namespace {
 
-Result<Table> t4_from_document(const ordered_json& document, std::string_view where,
-                               const T4Defaults& defaults) {
-  if (!document.is_object()) {
-    return make_error(ErrorCode::invalid_table, std::string(where) + ": expected a T4 object, found " +
-                                           describe(document));
+// A T4 result written by ktune (its "ktune" object): the row, with the T4 "configuration"
+// (what other tools edit) winning over the copy in "ktune".
+Result<TableRow> ktune_t4_row(const ordered_json& result_json, const Object& result, std::string_view where,
+                              const std::string& path) {
+  auto row = row_from_json(result_json["ktune"], where, path + ".ktune");
+  if (!row) return row.error();
+  if (result.has("configuration")) {
+    auto config = result_json["configuration"];
+    if (auto ok = check_config(config, where, result.path_of("configuration")); !ok) return ok.error();
+    row->config = reorder_config(config, [&] {
+      std::vector<std::string> order;
+      for (auto it = row->config.begin(); it != row->config.end(); ++it) order.push_back(it.key());
+      return order;
+    }());
   }
-  const Object top(document, where, "");
+  return row;
+}
+
+// The best of another tool's T4 results as a row of the key `defaults` names.
+Result<TableRow> foreign_t4_row(ForeignCandidate best, const T4Defaults& defaults, const Table& table,
+                                std::string_view where) {
+  if (defaults.kernel.empty() || defaults.shape.empty() || defaults.dtype.empty()) {
+    return make_error(ErrorCode::invalid_table,
+                      std::string(where) + ": the T4 results carry no kernel, shape or dtype "
+                      "(no \"ktune\" object); give the kernel, shape and dtype they were tuned "
+                      "for (ktune import --kernel K --shape S --dtype D)");
+  }
+  TableRow& row = best.row;
+  row.kernel = defaults.kernel;
+  row.shape = defaults.shape;
+  row.dtype = defaults.dtype;
+  row.device_name = defaults.device_name;
+  row.device = json{{"kind", "imported"}, {"name", defaults.device_name}};
+  row.fingerprint = defaults.fingerprint.empty() ? hash_hex(row.device.dump()) : defaults.fingerprint;
+  row.source_hash = defaults.source_hash;
+  row.host = defaults.host.empty() ? table.host : defaults.host;
+  return std::move(row);
+}
+
+// The T4 header: schema 1.x and, when ktune wrote it, the host, export time and kernels.
+Result<Table> t4_header(const ordered_json& document, const Object& top, std::string_view where) {
   std::string version;
   KTUNE_TABLE_TRY(version, top.text("schema_version"));
   if (version.rfind("1.", 0) != 0) {
@@ -603,63 +637,46 @@ Result<Table> t4_from_document(const ordered_json& document, std::string_view wh
     if (meta.has("kernels"))
       KTUNE_TABLE_TRY(table.kernels, kernels_from_json(meta.at("kernels"), where, "metadata.ktune.kernels"));
   }
+  return table;
+}
+
+Result<Table> t4_from_document(const ordered_json& document, std::string_view where,
+                               const T4Defaults& defaults) {
+  if (!document.is_object()) {
+    return make_error(ErrorCode::invalid_table, std::string(where) + ": expected a T4 object, found " +
+                                           describe(document));
+  }
+  const Object top(document, where, "");
+  auto table = t4_header(document, top, where);
+  if (!table) return table.error();
   if (!top.has("results")) return invalid(where, "results", "missing; expected an array");
   const auto& results = top.at("results");
   if (!results.is_array()) {
     return invalid(where, "results", "expected an array, found " + describe(results));
   }
-
   std::optional<ForeignCandidate> best;
-  std::size_t foreign = 0;
   for (std::size_t i = 0; i < results.size(); ++i) {
     const std::string path = "results[" + std::to_string(i) + "]";
     const Object result(results[i], where, path);
     if (auto ok = result.require_object(); !ok) return ok.error();
     if (result.has("ktune")) {
-      auto row = row_from_json(results[i]["ktune"], where, path + ".ktune");
+      auto row = ktune_t4_row(results[i], result, where, path);
       if (!row) return row.error();
-      // The T4 "configuration" is what other tools edit; it wins over the copy in "ktune".
-      if (result.has("configuration")) {
-        auto config = results[i]["configuration"];
-        if (auto ok = check_config(config, where, result.path_of("configuration")); !ok)
-          return ok.error();
-        row->config = reorder_config(config, [&] {
-          std::vector<std::string> order;
-          for (auto it = row->config.begin(); it != row->config.end(); ++it) order.push_back(it.key());
-          return order;
-        }());
-      }
-      table.rows.push_back(std::move(row).value());
+      table->rows.push_back(std::move(row).value());
       continue;
     }
-    ++foreign;
     auto candidate = foreign_candidate(results[i], where, path);
     if (!candidate) return candidate.error();
     if (*candidate && (!best || (*candidate)->objective_ms < best->objective_ms)) {
       best = std::move(*candidate);
     }
   }
-
-  if (foreign > 0 && best) {
-    if (defaults.kernel.empty() || defaults.shape.empty() || defaults.dtype.empty()) {
-      return make_error(ErrorCode::invalid_table,
-                        std::string(where) + ": the T4 results carry no kernel, shape or dtype "
-                        "(no \"ktune\" object); give the kernel, shape and dtype they were tuned "
-                        "for (ktune import --kernel K --shape S --dtype D)");
-    }
-    TableRow& row = best->row;
-    row.kernel = defaults.kernel;
-    row.shape = defaults.shape;
-    row.dtype = defaults.dtype;
-    row.device_name = defaults.device_name;
-    row.device = json{{"kind", "imported"}, {"name", defaults.device_name}};
-    row.fingerprint =
-        defaults.fingerprint.empty() ? hash_hex(row.device.dump()) : defaults.fingerprint;
-    row.source_hash = defaults.source_hash;
-    row.host = defaults.host.empty() ? table.host : defaults.host;
-    table.rows.push_back(std::move(row));
+  if (best) {
+    auto row = foreign_t4_row(std::move(*best), defaults, *table, where);
+    if (!row) return row.error();
+    table->rows.push_back(std::move(row).value());
   }
-  if (auto ok = table.normalize(); !ok) {
+  if (auto ok = table->normalize(); !ok) {
     return make_error(ErrorCode::invalid_table, std::string(where) + ": " + ok.error().message);
   }
   return table;

@@ -242,6 +242,109 @@ ordered_json rule_to_json(const RuleDocument& doc) {
 
 std::string write_rule_json(const RuleDocument& doc) { return rule_to_json(doc).dump(2) + "\n"; }
 
+namespace {
+
+// "configs": one integer per param, each config.
+std::optional<Error> read_rule_configs(const ordered_json& j, std::string_view where, Rule& rule) {
+  const auto configs = j.find("configs");
+  if (configs == j.end() || !configs->is_array() || configs->empty()) {
+    return invalid(where, "configs: expected a non-empty array");
+  }
+  for (std::size_t c = 0; c < configs->size(); ++c) {
+    const auto& config = (*configs)[c];
+    std::vector<std::int64_t> values;
+    for (const auto& param : rule.params) {
+      auto it = config.is_object() ? config.find(param) : config.end();
+      if (!config.is_object() || it == config.end() || !it->is_number_integer()) {
+        return invalid(where, "configs[" + std::to_string(c) + "]." + param + ": expected an integer");
+      }
+      values.push_back(it->get<std::int64_t>());
+    }
+    rule.configs.push_back(std::move(values));
+  }
+  return std::nullopt;
+}
+
+// nodes[i]: a leaf's ranking of configs, or a split on a dim whose children come later.
+Result<RuleNode> read_rule_node(const ordered_json& nodes, std::size_t i, std::string_view where,
+                                const Rule& rule) {
+  const auto& n = nodes[i];
+  const std::string at = "nodes[" + std::to_string(i) + "]";
+  if (!n.is_object()) return invalid(where, at + ": expected an object");
+  RuleNode node;
+  if (auto ranking = n.find("ranking"); ranking != n.end()) {
+    if (!ranking->is_array() || ranking->empty()) return invalid(where, at + ".ranking: expected a non-empty array");
+    for (const auto& c : *ranking) {
+      if (!c.is_number_unsigned() || c.get<std::size_t>() >= rule.configs.size()) {
+        return invalid(where, at + ".ranking: expected indices into configs");
+      }
+      node.ranking.push_back(c.get<std::size_t>());
+    }
+    return node;
+  }
+  const auto dim = n.find("dim");
+  const auto found = dim != n.end() && dim->is_string()
+                         ? std::find(rule.dims.begin(), rule.dims.end(), dim->get<std::string>())
+                         : rule.dims.end();
+  if (found == rule.dims.end()) return invalid(where, at + ".dim: expected one of dims");
+  node.dim = static_cast<int>(found - rule.dims.begin());
+  const auto below = n.find("below");
+  if (below == n.end() || !below->is_number_integer()) return invalid(where, at + ".below: expected an integer");
+  node.below = below->get<std::int64_t>();
+  for (auto [key, out] : {std::pair{"left", &node.left}, std::pair{"right", &node.right}}) {
+    const auto child = n.find(key);
+    // Children come after their parent, so following them always ends at a leaf.
+    if (child == n.end() || !child->is_number_unsigned() || child->get<std::size_t>() <= i ||
+        child->get<std::size_t>() >= nodes.size()) {
+      return invalid(where, at + "." + key + ": expected the index of a later node");
+    }
+    *out = child->get<std::size_t>();
+  }
+  return node;
+}
+
+// "shapes": each tuned shape's winner and what the rule, leave-one-out and nearest gave there;
+// entries without a shape are skipped.
+std::vector<RuleShape> read_rule_shapes(const ordered_json& shapes) {
+  std::vector<RuleShape> out;
+  for (const auto& s : shapes) {
+    if (!s.is_object() || !s.contains("shape") || !s["shape"].is_string()) continue;
+    RuleShape shape;
+    shape.shape = s["shape"].get<std::string>();
+    shape.winner = s.value("winner", ordered_json(nullptr));
+    auto read_verdict = [&](const char* key) {
+      ShapeVerdict v;
+      const auto it = s.find(key);
+      if (it == s.end() || !it->is_object()) return v;
+      v.config = it->value("config", ordered_json(nullptr));
+      if (auto r = it->find("regret"); r != it->end() && r->is_number()) v.regret = r->get<double>();
+      return v;
+    };
+    shape.rule = read_verdict("rule");
+    shape.loso = read_verdict("leave_one_shape_out");
+    shape.nearest = read_verdict("nearest");
+    out.push_back(std::move(shape));
+  }
+  return out;
+}
+
+// The optional report fields: limits, regrets, shapes, when and where it was made.
+void read_rule_report(const ordered_json& j, RuleDocument& doc) {
+  if (auto it = j.find("max_configs"); it != j.end() && it->is_number_unsigned()) doc.max_configs = it->get<std::size_t>();
+  if (auto it = j.find("max_regret"); it != j.end() && it->is_number()) doc.max_regret = it->get<double>();
+  if (auto it = j.find("regret_met"); it != j.end() && it->is_boolean()) doc.regret_met = it->get<bool>();
+  if (auto regret = j.find("regret"); regret != j.end() && regret->is_object()) {
+    doc.in_sample = read_summary(regret->value("in_sample", ordered_json()));
+    doc.loso = read_summary(regret->value("leave_one_shape_out", ordered_json()));
+    doc.nearest = read_summary(regret->value("nearest", ordered_json()));
+  }
+  if (auto shapes = j.find("shapes"); shapes != j.end() && shapes->is_array()) doc.shapes = read_rule_shapes(*shapes);
+  if (auto it = j.find("made_at_ms"); it != j.end() && it->is_number_integer()) doc.made_at_ms = it->get<std::int64_t>();
+  if (auto it = j.find("host"); it != j.end() && it->is_string()) doc.host = it->get<std::string>();
+}
+
+} // namespace
+
 Result<RuleDocument> read_rule_json(std::string_view text, std::string_view where) {
   // Parsed in document order: configs and winners keep their params' order.
   const auto j = ordered_json::parse(text, nullptr, false);
@@ -277,89 +380,15 @@ Result<RuleDocument> read_rule_json(std::string_view text, std::string_view wher
   };
   if (auto e = names("dims", doc.rule.dims)) return *e;
   if (auto e = names("params", doc.rule.params)) return *e;
-  const auto configs = j.find("configs");
-  if (configs == j.end() || !configs->is_array() || configs->empty()) {
-    return invalid(where, "configs: expected a non-empty array");
-  }
-  for (std::size_t c = 0; c < configs->size(); ++c) {
-    const auto& config = (*configs)[c];
-    std::vector<std::int64_t> values;
-    for (const auto& param : doc.rule.params) {
-      auto it = config.is_object() ? config.find(param) : config.end();
-      if (!config.is_object() || it == config.end() || !it->is_number_integer()) {
-        return invalid(where, "configs[" + std::to_string(c) + "]." + param + ": expected an integer");
-      }
-      values.push_back(it->get<std::int64_t>());
-    }
-    doc.rule.configs.push_back(std::move(values));
-  }
+  if (auto e = read_rule_configs(j, where, doc.rule)) return *e;
   const auto nodes = j.find("nodes");
   if (nodes == j.end() || !nodes->is_array() || nodes->empty()) return invalid(where, "nodes: expected a non-empty array");
   for (std::size_t i = 0; i < nodes->size(); ++i) {
-    const auto& n = (*nodes)[i];
-    const std::string at = "nodes[" + std::to_string(i) + "]";
-    if (!n.is_object()) return invalid(where, at + ": expected an object");
-    RuleNode node;
-    if (auto ranking = n.find("ranking"); ranking != n.end()) {
-      if (!ranking->is_array() || ranking->empty()) return invalid(where, at + ".ranking: expected a non-empty array");
-      for (const auto& c : *ranking) {
-        if (!c.is_number_unsigned() || c.get<std::size_t>() >= doc.rule.configs.size()) {
-          return invalid(where, at + ".ranking: expected indices into configs");
-        }
-        node.ranking.push_back(c.get<std::size_t>());
-      }
-    } else {
-      const auto dim = n.find("dim");
-      const auto found = dim != n.end() && dim->is_string()
-                             ? std::find(doc.rule.dims.begin(), doc.rule.dims.end(), dim->get<std::string>())
-                             : doc.rule.dims.end();
-      if (found == doc.rule.dims.end()) return invalid(where, at + ".dim: expected one of dims");
-      node.dim = static_cast<int>(found - doc.rule.dims.begin());
-      const auto below = n.find("below");
-      if (below == n.end() || !below->is_number_integer()) return invalid(where, at + ".below: expected an integer");
-      node.below = below->get<std::int64_t>();
-      for (auto [key, out] : {std::pair{"left", &node.left}, std::pair{"right", &node.right}}) {
-        const auto child = n.find(key);
-        // Children come after their parent, so following them always ends at a leaf.
-        if (child == n.end() || !child->is_number_unsigned() || child->get<std::size_t>() <= i ||
-            child->get<std::size_t>() >= nodes->size()) {
-          return invalid(where, at + "." + key + ": expected the index of a later node");
-        }
-        *out = child->get<std::size_t>();
-      }
-    }
-    doc.rule.nodes.push_back(std::move(node));
+    auto node = read_rule_node(*nodes, i, where, doc.rule);
+    if (!node) return node.error();
+    doc.rule.nodes.push_back(std::move(*node));
   }
-  if (auto it = j.find("max_configs"); it != j.end() && it->is_number_unsigned()) doc.max_configs = it->get<std::size_t>();
-  if (auto it = j.find("max_regret"); it != j.end() && it->is_number()) doc.max_regret = it->get<double>();
-  if (auto it = j.find("regret_met"); it != j.end() && it->is_boolean()) doc.regret_met = it->get<bool>();
-  if (auto regret = j.find("regret"); regret != j.end() && regret->is_object()) {
-    doc.in_sample = read_summary(regret->value("in_sample", ordered_json()));
-    doc.loso = read_summary(regret->value("leave_one_shape_out", ordered_json()));
-    doc.nearest = read_summary(regret->value("nearest", ordered_json()));
-  }
-  if (auto shapes = j.find("shapes"); shapes != j.end() && shapes->is_array()) {
-    for (const auto& s : *shapes) {
-      if (!s.is_object() || !s.contains("shape") || !s["shape"].is_string()) continue;
-      RuleShape shape;
-      shape.shape = s["shape"].get<std::string>();
-      shape.winner = s.value("winner", ordered_json(nullptr));
-      auto read_verdict = [&](const char* key) {
-        ShapeVerdict v;
-        const auto it = s.find(key);
-        if (it == s.end() || !it->is_object()) return v;
-        v.config = it->value("config", ordered_json(nullptr));
-        if (auto r = it->find("regret"); r != it->end() && r->is_number()) v.regret = r->get<double>();
-        return v;
-      };
-      shape.rule = read_verdict("rule");
-      shape.loso = read_verdict("leave_one_shape_out");
-      shape.nearest = read_verdict("nearest");
-      doc.shapes.push_back(std::move(shape));
-    }
-  }
-  if (auto it = j.find("made_at_ms"); it != j.end() && it->is_number_integer()) doc.made_at_ms = it->get<std::int64_t>();
-  if (auto it = j.find("host"); it != j.end() && it->is_string()) doc.host = it->get<std::string>();
+  read_rule_report(j, doc);
   return doc;
 }
 

@@ -195,59 +195,38 @@ struct Exposition {
   }
 };
 
-Exposition parse_exposition(const std::string& text) {
-  Exposition out;
-  std::set<std::string> helped;
-  std::istringstream in(text);
-  std::string line;
-  REQUIRE(!text.empty());
-  REQUIRE(text.back() == '\n');
-  while (std::getline(in, line)) {
-    INFO(line);
-    REQUIRE(!line.empty());
-    if (line.rfind("# HELP ", 0) == 0) {
-      const auto name = line.substr(7, line.find(' ', 7) - 7);
-      CHECK(helped.insert(name).second);
-      continue;
-    }
-    if (line.rfind("# TYPE ", 0) == 0) {
-      std::istringstream words(line.substr(7));
-      std::string name, type;
-      words >> name >> type;
-      CHECK((type == "counter" || type == "gauge" || type == "histogram"));
-      CHECK(out.types.emplace(name, type).second);
-      if (type == "counter") CHECK(name.size() > 6);
-      if (type == "counter") CHECK(name.substr(name.size() - 6) == "_total");
-      continue;
-    }
-    REQUIRE(line[0] != '#');
-    Sample sample;
-    std::size_t i = 0;
-    while (i < line.size() && line[i] != '{' && line[i] != ' ') sample.name += line[i++];
-    REQUIRE(!sample.name.empty());
-    if (line[i] == '{') {
+// A sample line: name, optional {key="value",...} (backslash escapes), a space, the value.
+Sample parse_sample_line(const std::string& line) {
+  Sample sample;
+  std::size_t i = 0;
+  while (i < line.size() && line[i] != '{' && line[i] != ' ') sample.name += line[i++];
+  REQUIRE(!sample.name.empty());
+  if (line[i] == '{') {
+    ++i;
+    while (line.at(i) != '}') {
+      std::string key, value;
+      while (line.at(i) != '=') key += line[i++];
+      REQUIRE(line.at(++i) == '"');
       ++i;
-      while (line.at(i) != '}') {
-        std::string key, value;
-        while (line.at(i) != '=') key += line[i++];
-        REQUIRE(line.at(++i) == '"');
-        ++i;
-        while (line.at(i) != '"') {
-          if (line[i] == '\\') ++i;
-          value += line.at(i++);
-        }
-        ++i;
-        if (line.at(i) == ',') ++i;
-        sample.labels.emplace_back(key, value);
+      while (line.at(i) != '"') {
+        if (line[i] == '\\') ++i;
+        value += line.at(i++);
       }
       ++i;
+      if (line.at(i) == ',') ++i;
+      sample.labels.emplace_back(key, value);
     }
-    REQUIRE(line.at(i) == ' ');
-    const std::string value = line.substr(i + 1);
-    sample.value = value == "+Inf" ? HUGE_VAL : std::stod(value);
-    out.samples.push_back(std::move(sample));
+    ++i;
   }
-  // Every sample belongs to a family with a TYPE (and a HELP).
+  REQUIRE(line.at(i) == ' ');
+  const std::string value = line.substr(i + 1);
+  sample.value = value == "+Inf" ? HUGE_VAL : std::stod(value);
+  return sample;
+}
+
+// Every sample belongs to a family with a TYPE (and a HELP); a histogram's samples are its
+// _bucket, _sum and _count.
+void check_families(const Exposition& out, const std::set<std::string>& helped) {
   for (const auto& s : out.samples) {
     INFO(s.name);
     std::string family = s.name;
@@ -263,7 +242,10 @@ Exposition parse_exposition(const std::string& text) {
     CHECK(helped.count(family) == 1);
     if (out.types.at(family) == "histogram") CHECK(s.name != family);
   }
-  // Histograms: cumulative buckets ending with +Inf, which equals _count.
+}
+
+// Histograms: cumulative buckets ending with +Inf, which equals _count; each series has a _sum.
+void check_histograms(const Exposition& out) {
   for (const auto& [name, type] : out.types) {
     if (type != "histogram") continue;
     INFO(name);
@@ -292,6 +274,38 @@ Exposition parse_exposition(const std::string& text) {
       CHECK(has_sum);
     }
   }
+}
+
+Exposition parse_exposition(const std::string& text) {
+  Exposition out;
+  std::set<std::string> helped;
+  std::istringstream in(text);
+  std::string line;
+  REQUIRE(!text.empty());
+  REQUIRE(text.back() == '\n');
+  while (std::getline(in, line)) {
+    INFO(line);
+    REQUIRE(!line.empty());
+    if (line.rfind("# HELP ", 0) == 0) {
+      const auto name = line.substr(7, line.find(' ', 7) - 7);
+      CHECK(helped.insert(name).second);
+      continue;
+    }
+    if (line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream words(line.substr(7));
+      std::string name, type;
+      words >> name >> type;
+      CHECK((type == "counter" || type == "gauge" || type == "histogram"));
+      CHECK(out.types.emplace(name, type).second);
+      if (type == "counter") CHECK(name.size() > 6);
+      if (type == "counter") CHECK(name.substr(name.size() - 6) == "_total");
+      continue;
+    }
+    REQUIRE(line[0] != '#');
+    out.samples.push_back(parse_sample_line(line));
+  }
+  check_families(out, helped);
+  check_histograms(out);
   return out;
 }
 

@@ -96,6 +96,73 @@ double best_median(const json& results) {
 
 } // namespace
 
+// A queued bayes job's reply: the prior, when not cold, is the two other shapes' 144 results.
+static void check_queued_prior(const json& reply, const std::string& target, bool cold) {
+  if (cold) {
+    CHECK(reply.at("prior").is_null());
+    return;
+  }
+  REQUIRE(reply.at("prior").is_object());
+  const json& sources = reply.at("prior").at("sources");
+  REQUIRE(sources.size() == 2); // the two other shapes, never the job's own
+  for (const auto& s : sources) {
+    CHECK(s.at("shape") != target);
+    CHECK(s.at("device") == "cpu");
+    CHECK(s.at("results") == 72);
+  }
+  CHECK(reply.at("prior").at("results") == 144);
+}
+
+// The job's record of its search: when it found its best, and the prior it was given, whether
+// it trusted it to the end, and where the prior's favourite (its first pick) placed among the
+// job's results. best_at is null only when no result was measured in full (every reused row
+// pruned).
+static void check_search_record(const json& record, const json& results, std::int64_t total, bool cold) {
+  if (best_median(results) < std::numeric_limits<double>::infinity()) {
+    REQUIRE(record.at("best_at").is_number_integer());
+    CHECK(record.at("best_at").get<std::int64_t>() >= 1);
+    CHECK(record.at("best_at").get<std::int64_t>() <= total);
+  } else {
+    CHECK(record.at("best_at").is_null());
+  }
+  if (cold) {
+    CHECK(record.at("prior").is_null());
+    return;
+  }
+  const json& prior = record.at("prior");
+  REQUIRE(prior.is_object());
+  CHECK(prior.at("sources").size() == 2);
+  CHECK(prior.at("results") == 144);
+  CHECK(prior.at("trusted").is_boolean());
+  REQUIRE(prior.at("favourite_rank").is_number_integer());
+  CHECK(prior.at("favourite_rank").get<std::int64_t>() >= 1);
+  CHECK(prior.at("favourite_rank").get<std::int64_t>() <= total);
+}
+
+// One bayes job at 5% of `target` (seeded, with the prior or cold), checked; whether its best
+// is within 5% of `optimum`.
+static bool bayes_hit(Connection& c, const std::string& target, int seed, bool cold, double optimum) {
+  json request{{"op", "tune"}, {"kernel", "gemm"}, {"shape", target}, {"strategy", "bayes"},
+               {"budget_fraction", 0.05}, {"seed", seed}};
+  if (cold) request["cold"] = true;
+  auto queued = c.request(request, {}, 30s);
+  REQUIRE(queued.ok());
+  INFO(queued->dump());
+  REQUIRE(queued->value("ok", false));
+  const json& reply = queued->at("result");
+  CHECK_FALSE(reply.value("joined", false));
+  const std::int64_t total = reply.at("total").get<std::int64_t>();
+  CHECK(total == 4); // 5% of 72, rounded
+  check_queued_prior(reply, target, cold);
+  const std::int64_t job = reply.at("job").get<std::int64_t>();
+  const json ended = wait_done(c, job);
+  const json& results = ended.at("results");
+  CHECK(static_cast<std::int64_t>(results.size()) == total);
+  check_search_record(ended.at("job"), results, total, cold);
+  for (const auto& r : results) CHECK(r.at("reason").get<std::string>().find("reused from job") == 0);
+  return best_median(results) <= 1.05 * optimum;
+}
+
 // One demonstration in a fresh home: brute force at two neighbour shapes and the target, then 5
 // seeds of bayes at 5% with the prior and cold. Returns the hits within 5% of the target's
 // brute-force best: {with the prior, cold}.
@@ -120,60 +187,7 @@ static std::pair<int, int> demonstrate() {
   int warm_hits = 0, cold_hits = 0;
   for (int seed = 0; seed < 5; ++seed) {
     for (const bool cold : {false, true}) {
-      json request{{"op", "tune"}, {"kernel", "gemm"}, {"shape", target}, {"strategy", "bayes"},
-                   {"budget_fraction", 0.05}, {"seed", seed}};
-      if (cold) request["cold"] = true;
-      auto queued = c.request(request, {}, 30s);
-      REQUIRE(queued.ok());
-      INFO(queued->dump());
-      REQUIRE(queued->value("ok", false));
-      const json& reply = queued->at("result");
-      CHECK_FALSE(reply.value("joined", false));
-      const std::int64_t total = reply.at("total").get<std::int64_t>();
-      CHECK(total == 4); // 5% of 72, rounded
-      if (cold) {
-        CHECK(reply.at("prior").is_null());
-      } else {
-        REQUIRE(reply.at("prior").is_object());
-        const json& sources = reply.at("prior").at("sources");
-        REQUIRE(sources.size() == 2); // the two other shapes, never the job's own
-        for (const auto& s : sources) {
-          CHECK(s.at("shape") != target);
-          CHECK(s.at("device") == "cpu");
-          CHECK(s.at("results") == 72);
-        }
-        CHECK(reply.at("prior").at("results") == 144);
-      }
-      const std::int64_t job = reply.at("job").get<std::int64_t>();
-      const json ended = wait_done(c, job);
-      const json& results = ended.at("results");
-      CHECK(static_cast<std::int64_t>(results.size()) == total);
-      // The job's record of its search: when it found its best, and the prior it was given,
-      // whether it trusted it to the end, and where the prior's favourite (its first pick)
-      // placed among the job's results.
-      // best_at is null only when no result was measured in full (every reused row pruned).
-      const json& record = ended.at("job");
-      if (best_median(results) < std::numeric_limits<double>::infinity()) {
-        REQUIRE(record.at("best_at").is_number_integer());
-        CHECK(record.at("best_at").get<std::int64_t>() >= 1);
-        CHECK(record.at("best_at").get<std::int64_t>() <= total);
-      } else {
-        CHECK(record.at("best_at").is_null());
-      }
-      if (cold) {
-        CHECK(record.at("prior").is_null());
-      } else {
-        const json& prior = record.at("prior");
-        REQUIRE(prior.is_object());
-        CHECK(prior.at("sources").size() == 2);
-        CHECK(prior.at("results") == 144);
-        CHECK(prior.at("trusted").is_boolean());
-        REQUIRE(prior.at("favourite_rank").is_number_integer());
-        CHECK(prior.at("favourite_rank").get<std::int64_t>() >= 1);
-        CHECK(prior.at("favourite_rank").get<std::int64_t>() <= total);
-      }
-      for (const auto& r : results) CHECK(r.at("reason").get<std::string>().find("reused from job") == 0);
-      const bool hit = best_median(results) <= 1.05 * optimum;
+      const bool hit = bayes_hit(c, target, seed, cold, optimum);
       (cold ? cold_hits : warm_hits) += hit ? 1 : 0;
     }
   }

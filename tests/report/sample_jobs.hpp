@@ -48,63 +48,88 @@ inline double sample_time_ms(int bm, int bn, int unroll) {
   return 0.05 + 6.4 / (bm * 0.5 + bn) + 0.8 / unroll + 0.01 * ((bm * 7 + bn * 3 + unroll) % 5);
 }
 
-// Writes the two jobs into `store` (opened read-write) and returns their ids.
-inline SampleJobs write_sample_jobs(Store& store) {
-  DeviceInfo device;
-  device.name = "cpu";
-  device.fingerprint = "c3b1f0e2d4a59687";
-  device.details = {{"kind", "cpu"}, {"model", "Example CPU @ 3.0GHz <fast>"}, {"cores", 2}};
-  must(store.upsert_device(device));
-  must(store.upsert_kernel("gemm", "5f0c3a9e77d14b2c9a1e0d3b6c8f2e41", "[kernel]\nname = \"gemm\"\n"));
+constexpr int k_sample_bms[] = {16, 32, 64};
+constexpr int k_sample_bns[] = {8, 16};
+constexpr int k_sample_unrolls[] = {1, 2, 4};
 
-  SampleJobs ids;
-  const int bms[] = {16, 32, 64};
-  const int bns[] = {8, 16};
-  const int unrolls[] = {1, 2, 4};
+// A result of the first job's key; status and times are the caller's.
+inline ResultRecord sample_result(std::int64_t job, const std::string& shape, int bm, int bn, int unroll,
+                                  int index) {
+  ResultRecord r;
+  r.job_id = job;
+  r.kernel = "gemm";
+  r.source_hash = "5f0c3a9e77d14b2c9a1e0d3b6c8f2e41";
+  r.shape = shape;
+  r.dtype = "f32";
+  r.fingerprint = "c3b1f0e2d4a59687";
+  r.config = "{\"BM\":" + std::to_string(bm) + ",\"BN\":" + std::to_string(bn) +
+             ",\"UNROLL\":" + std::to_string(unroll) + "}";
+  r.config_index = index;
+  return r;
+}
+
+// Config `index` of the first job: two compile errors (5, 11), a mismatch (16), a timeout (9),
+// the rest measured (pruned above 0.9 ms).
+inline ResultRecord first_job_result(std::int64_t job, int index) {
+  const int bm = k_sample_bms[index / 6], bn = k_sample_bns[(index / 3) % 2], unroll = k_sample_unrolls[index % 3];
+  ResultRecord r = sample_result(job, "M=256,N=256,K=256", bm, bn, unroll, index);
+  r.compile_ms = 400 + 10.0 * index;
+  if (index == 5 || index == 11) {
+    r.status = CandidateStatus::compile_error;
+    r.reason = "error: 'tile' was not declared in this scope </script>";
+    r.log = "kernel.cpp:12:5: error: 'tile' was not declared in this scope\n   12 |     tile[i] = 0;";
+  } else if (index == 16) {
+    r.status = CandidateStatus::mismatch;
+    r.reason = "element 17: 3.5 vs 3.25";
+  } else if (index == 9) {
+    r.status = CandidateStatus::timeout;
+    r.reason = "killed after 2 s";
+  } else {
+    const double t = sample_time_ms(bm, bn, unroll);
+    r.stats.n = 20;
+    r.stats.median_ms = t;
+    r.stats.min_ms = t * 0.97;
+    r.stats.max_ms = t * 1.1;
+    r.stats.mean_ms = t * 1.01;
+    r.stats.stddev_ms = t * 0.02;
+    r.stats.q1_ms = t * 0.99;
+    r.stats.q3_ms = t * 1.02;
+    r.gflops = 2.0 * 256 * 256 * 256 / (t * 1e6);
+    r.pruned = t > 0.9;
+  }
+  return r;
+}
+
+// The job's winner row as the store's winner of its key.
+inline void store_sample_winner(Store& store, std::int64_t job, std::int64_t winner_id) {
+  for (const auto& row : must(store.job_results(job))) {
+    if (row.id != winner_id) continue;
+    WinnerRecord w;
+    w.kernel = row.kernel;
+    w.source_hash = row.source_hash;
+    w.shape = row.shape;
+    w.dtype = row.dtype;
+    w.fingerprint = row.fingerprint;
+    w.result_id = row.id;
+    w.job_id = job;
+    w.config = row.config;
+    w.median_ms = row.stats.median_ms;
+    w.gflops = row.gflops;
+    must(store.upsert_winner(w));
+  }
+}
+
+// The first job: 18 candidates inserted out of config order (as a random search's are), the
+// fastest unpruned one tied and the winner, a timing breakdown, done.
+inline void write_first_sample_job(Store& store, SampleJobs& ids) {
   ids.first = must(store.create_job(sample_job("M=256,N=256,K=256", 18)));
   must(store.set_job_state(ids.first, JobState::running));
-
-  // Insertion order differs from config order, as a random search's does.
   const int order[] = {7, 2, 15, 0, 11, 4, 17, 9, 13, 1, 6, 16, 3, 10, 14, 5, 12, 8};
   std::int64_t best_id = 0;
   double best_ms = 1e9;
   std::int64_t failed = 0;
   for (const int index : order) {
-    const int bm = bms[index / 6], bn = bns[(index / 3) % 2], unroll = unrolls[index % 3];
-    ResultRecord r;
-    r.job_id = ids.first;
-    r.kernel = "gemm";
-    r.source_hash = "5f0c3a9e77d14b2c9a1e0d3b6c8f2e41";
-    r.shape = "M=256,N=256,K=256";
-    r.dtype = "f32";
-    r.fingerprint = "c3b1f0e2d4a59687";
-    r.config = "{\"BM\":" + std::to_string(bm) + ",\"BN\":" + std::to_string(bn) +
-               ",\"UNROLL\":" + std::to_string(unroll) + "}";
-    r.config_index = index;
-    r.compile_ms = 400 + 10.0 * index;
-    if (index == 5 || index == 11) {
-      r.status = CandidateStatus::compile_error;
-      r.reason = "error: 'tile' was not declared in this scope </script>";
-      r.log = "kernel.cpp:12:5: error: 'tile' was not declared in this scope\n   12 |     tile[i] = 0;";
-    } else if (index == 16) {
-      r.status = CandidateStatus::mismatch;
-      r.reason = "element 17: 3.5 vs 3.25";
-    } else if (index == 9) {
-      r.status = CandidateStatus::timeout;
-      r.reason = "killed after 2 s";
-    } else {
-      const double t = sample_time_ms(bm, bn, unroll);
-      r.stats.n = 20;
-      r.stats.median_ms = t;
-      r.stats.min_ms = t * 0.97;
-      r.stats.max_ms = t * 1.1;
-      r.stats.mean_ms = t * 1.01;
-      r.stats.stddev_ms = t * 0.02;
-      r.stats.q1_ms = t * 0.99;
-      r.stats.q3_ms = t * 1.02;
-      r.gflops = 2.0 * 256 * 256 * 256 / (t * 1e6);
-      r.pruned = t > 0.9;
-    }
+    const ResultRecord r = first_job_result(ids.first, index);
     const std::int64_t id = must(store.insert_result(r));
     ++ids.first_results;
     if (r.status != CandidateStatus::ok) {
@@ -116,22 +141,7 @@ inline SampleJobs write_sample_jobs(Store& store) {
     must(store.update_job_progress(ids.first, ids.first_results, failed));
   }
   must(store.mark_ties(ids.first, {best_id}));
-  auto rows = must(store.job_results(ids.first));
-  for (const auto& row : rows) {
-    if (row.id != best_id) continue;
-    WinnerRecord w;
-    w.kernel = row.kernel;
-    w.source_hash = row.source_hash;
-    w.shape = row.shape;
-    w.dtype = row.dtype;
-    w.fingerprint = row.fingerprint;
-    w.result_id = row.id;
-    w.job_id = ids.first;
-    w.config = row.config;
-    w.median_ms = row.stats.median_ms;
-    w.gflops = row.gflops;
-    must(store.upsert_winner(w));
-  }
+  store_sample_winner(store, ids.first, best_id);
   JobTiming timing;
   timing.queue_ms = 0.4;
   timing.compile_ms = 1510.25;
@@ -142,29 +152,36 @@ inline SampleJobs write_sample_jobs(Store& store) {
   timing.compiles = 18;
   must(store.set_job_timing(ids.first, timing));
   must(store.set_job_state(ids.first, JobState::done));
+}
 
-  // A second job of the sweep: another shape, every candidate ok.
+// The second job of the sweep: another shape, every candidate ok.
+inline void write_second_sample_job(Store& store, SampleJobs& ids) {
   ids.second = must(store.create_job(sample_job("M=512,N=512,K=512", 4)));
   must(store.set_job_state(ids.second, JobState::running));
   for (int index = 0; index < 4; ++index) {
-    ResultRecord r;
-    r.job_id = ids.second;
-    r.kernel = "gemm";
-    r.source_hash = "5f0c3a9e77d14b2c9a1e0d3b6c8f2e41";
-    r.shape = "M=512,N=512,K=512";
-    r.dtype = "f32";
-    r.fingerprint = "c3b1f0e2d4a59687";
-    r.config = "{\"BM\":" + std::to_string(bms[index % 3]) + ",\"BN\":8,\"UNROLL\":" +
-               std::to_string(unrolls[index % 2]) + "}";
-    r.config_index = index;
+    const int bm = k_sample_bms[index % 3], unroll = k_sample_unrolls[index % 2];
+    ResultRecord r = sample_result(ids.second, "M=512,N=512,K=512", bm, 8, unroll, index);
     r.stats.n = 12;
-    r.stats.median_ms = 8.0 * sample_time_ms(bms[index % 3], 8, unrolls[index % 2]);
+    r.stats.median_ms = 8.0 * sample_time_ms(bm, 8, unroll);
     r.stats.q1_ms = r.stats.median_ms * 0.98;
     r.stats.q3_ms = r.stats.median_ms * 1.03;
     must(store.insert_result(r));
   }
   must(store.update_job_progress(ids.second, 4, 0));
   must(store.set_job_state(ids.second, JobState::done));
+}
+
+// Writes the two jobs into `store` (opened read-write) and returns their ids.
+inline SampleJobs write_sample_jobs(Store& store) {
+  DeviceInfo device;
+  device.name = "cpu";
+  device.fingerprint = "c3b1f0e2d4a59687";
+  device.details = {{"kind", "cpu"}, {"model", "Example CPU @ 3.0GHz <fast>"}, {"cores", 2}};
+  must(store.upsert_device(device));
+  must(store.upsert_kernel("gemm", "5f0c3a9e77d14b2c9a1e0d3b6c8f2e41", "[kernel]\nname = \"gemm\"\n"));
+  SampleJobs ids;
+  write_first_sample_job(store, ids);
+  write_second_sample_job(store, ids);
   return ids;
 }
 
