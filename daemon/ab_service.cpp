@@ -310,16 +310,10 @@ void AbService::measure(const std::shared_ptr<Run>& run) {
                         (outcome->reason.empty() ? std::string() : ": " + outcome->reason);
       return finish(run);
     }
-    // An ambiguous verdict gets as many rounds more, once; a third time when its estimate lies
-    // beyond the minimum effect (the rounds lean one way, the interval still reaches across):
-    // a real 10% change on a busy machine, not a machine's noise around 1.
+    // An ambiguous verdict gets as many rounds more, once.
     const auto judged = judge_ab(run->measured.a_medians(), run->measured.b_medians(),
                                  run->request.min_effect);
-    const double effect = 1 + run->request.min_effect;
-    const bool leaning = judged.ratio > effect || judged.ratio < 1 / effect;
-    if (judged.verdict == AbVerdict::ambiguous && (run->passes < 2 || (run->passes < 3 && leaning))) {
-      return measure(run);
-    }
+    if (judged.verdict == AbVerdict::ambiguous && run->passes < 2) return measure(run);
     finish(run);
   };
   submit_measurement(m_io, m_pool, run->device.name, std::move(work));
