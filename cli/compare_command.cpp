@@ -2,7 +2,7 @@
 
 #include "cli/ab_confirm.hpp"
 #include "cli/daemon_calls.hpp"
-#include "cli/output_file.hpp"
+#include "core/file_io.hpp"
 #include "replay/file_reader.hpp"
 #include "tableio/formats.hpp"
 

@@ -1,7 +1,7 @@
 #include "cli/distill_command.hpp"
 
 #include "cli/daemon_calls.hpp"
-#include "cli/output_file.hpp"
+#include "core/file_io.hpp"
 #include "core/paths.hpp"
 #include "core/safe_fs.hpp"
 #include "db/store.hpp"

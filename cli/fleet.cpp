@@ -4,7 +4,7 @@
 #include "cli/daemon_calls.hpp"
 #include "cli/daemon_command.hpp"
 #include "cli/fleet_layout.hpp"
-#include "cli/output_file.hpp"
+#include "core/file_io.hpp"
 #include "cli/slurm.hpp"
 #include "cli/table.hpp"
 #include "core/hash.hpp"

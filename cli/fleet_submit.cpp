@@ -3,7 +3,7 @@
 #include "cli/compare_command.hpp"
 #include "cli/daemon_calls.hpp"
 #include "cli/fleet_layout.hpp"
-#include "cli/output_file.hpp"
+#include "core/file_io.hpp"
 #include "cli/slurm.hpp"
 #include "core/hash.hpp"
 #include "core/paths.hpp"

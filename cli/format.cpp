@@ -53,11 +53,6 @@ std::string as_text(const json& v) {
   return format_config(v, ",");
 }
 
-std::string first_line(std::string text) {
-  if (auto nl = text.find('\n'); nl != std::string::npos) text = text.substr(0, nl) + " ...";
-  return text;
-}
-
 std::string format_time(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (!v.is_number()) return "-";

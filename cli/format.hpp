@@ -19,8 +19,7 @@ namespace ktune::cli {
 // A field as table text: strings verbatim, null "-", booleans yes/no, lists joined by ',',
 // objects as NAME=value pairs.
 [[nodiscard]] std::string as_text(const nlohmann::ordered_json& v);
-// The first line of `text`, with " ..." when more lines followed.
-[[nodiscard]] std::string first_line(std::string text);
+
 // Unix seconds (or milliseconds, when implausibly large) as ISO 8601 local time with its UTC
 // offset (2026-11-25T09:13:58+01:00); strings verbatim; anything else "-".
 [[nodiscard]] std::string format_time(const nlohmann::ordered_json& v);

@@ -2,6 +2,7 @@
 
 #include "cli/format.hpp"
 #include "cli/table.hpp"
+#include "core/file_io.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -69,7 +70,7 @@ void print_job_header(std::ostream& out, const json& job, const json& winner) {
   }
   const json& error = field(job, "error");
   if (error.is_string() && !error.get<std::string>().empty())
-    out << "  error     " << first_line(error.get<std::string>()) << '\n';
+    out << "  error     " << first_line(error.get<std::string>(), MoreLines::mark) << '\n';
   if (winner.is_object())
     out << "  winner    " << format_config(field(winner, "config"), ",") << ", median "
            << format_ms(as_double(field(winner, "median_ms"))) << " ms, "
@@ -122,7 +123,7 @@ void print_candidate_table(std::ostream& out, const json& results, const json& a
                    field(r, "id").is_number() ? std::to_string(field(r, "id").get<std::int64_t>())
                                               : "-",
                    reason.is_string() && !reason.get<std::string>().empty()
-                       ? first_line(reason.get<std::string>())
+                       ? first_line(reason.get<std::string>(), MoreLines::mark)
                        : ""});
   }
   out << '\n';

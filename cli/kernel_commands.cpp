@@ -1,7 +1,7 @@
 #include "cli/kernel_commands.hpp"
 
 #include "cli/daemon_calls.hpp"
-#include "cli/output_file.hpp"
+#include "core/file_io.hpp"
 #include "compiler/host_compiler.hpp"
 #include "core/param_space.hpp"
 #include "jobs/bench_job.hpp"

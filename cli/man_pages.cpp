@@ -2,7 +2,7 @@
 
 #include "cli/command_tree.hpp"
 #include "cli/daemon_calls.hpp"
-#include "cli/output_file.hpp"
+#include "core/file_io.hpp"
 
 #include <algorithm>
 #include <cctype>

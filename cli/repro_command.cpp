@@ -1,7 +1,7 @@
 #include "cli/repro_command.hpp"
 
 #include "cli/daemon_calls.hpp"
-#include "cli/output_file.hpp"
+#include "core/file_io.hpp"
 #include "compiler/host_compiler.hpp"
 #include "core/paths.hpp"
 #include "core/shape.hpp"

@@ -5,7 +5,7 @@
 #include "cli/compare_command.hpp"
 #include "cli/daemon_calls.hpp"
 #include "cli/fleet.hpp"
-#include "cli/output_file.hpp"
+#include "core/file_io.hpp"
 #include "cli/shipped_data.hpp"
 #include "cli/table.hpp"
 #include "db/store.hpp"

@@ -1,7 +1,7 @@
 #include "cli/table_commands.hpp"
 
 #include "cli/daemon_calls.hpp"
-#include "cli/output_file.hpp"
+#include "core/file_io.hpp"
 #include "cli/table.hpp"
 #include "core/paths.hpp"
 #include "db/store.hpp"

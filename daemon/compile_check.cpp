@@ -1,5 +1,6 @@
 #include "daemon/compile_check.hpp"
 
+#include "core/file_io.hpp"
 #include "core/param_space.hpp"
 #include "core/shape.hpp"
 #include "daemon/replies.hpp"
@@ -22,18 +23,6 @@ bool looks_like_arch(const std::string& arch) {
   if (end <= 3) return false;
   return std::all_of(arch.begin() + 3, arch.begin() + static_cast<std::ptrdiff_t>(end),
                      [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
-}
-
-std::string first_line(const std::string& log) {
-  std::size_t start = 0;
-  while (start < log.size()) {
-    std::size_t end = log.find('\n', start);
-    if (end == std::string::npos) end = log.size();
-    std::string line = log.substr(start, end - start);
-    if (line.find_first_not_of(" \t\r") != std::string::npos) return line;
-    start = end + 1;
-  }
-  return {};
 }
 
 // One check's results, filled as compiles answer; shared by the job's callbacks.

@@ -1,5 +1,7 @@
 #include "daemon/config.hpp"
 
+#include "core/file_io.hpp"
+
 #include <CLI/CLI.hpp>
 #include <toml++/toml.h>
 
@@ -317,15 +319,10 @@ Result<void> apply_measure_table(const toml::table& table, const FileReader& rea
 
 #undef KTUNE_CONFIG_SET
 
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return make_error(ErrorCode::config_error, "cannot read config file " + path + ": " +
-                                          std::error_code(errno, std::generic_category()).message());
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+Result<std::string> read_config_text(const std::string& path) {
+  auto text = ktune::read_file(path);
+  if (!text) return make_error(ErrorCode::config_error, "config file: " + text.error().message);
+  return text;
 }
 
 // Appends `dir` unless the list already names the same directory (a symbolic link to it counts).
@@ -468,7 +465,7 @@ Result<DaemonConfig> resolve_config(const CommandLine& command_line, const PathE
     config_path = default_config_path(exe_dir);
   }
   if (!config_path.empty()) {
-    auto text = read_file(config_path);
+    auto text = read_config_text(config_path);
     if (!text) return text.error();
     config.config_path = config_path;
     const std::string base_dir = fs::path(config_path).parent_path().string();

@@ -1,5 +1,7 @@
 #include "daemon/planner.hpp"
 
+#include "core/file_io.hpp"
+
 #include "core/protocol.hpp"
 #include "daemon/log.hpp"
 #include "daemon/replies.hpp"
@@ -31,12 +33,7 @@ std::uint64_t cartesian_size(const KernelSpec& spec) {
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string read_text(const std::string& path) { return read_file(path).value_or(std::string()); }
 
 // The given configs among `space` (the admitted configs at `shape`), in the order given, each
 // once. Errors: bad_request naming the first that is not one of them, and why.
