@@ -342,11 +342,6 @@ std::optional<std::int64_t> LookupService::revalidate(const CachedKernel& kernel
     return it->second == 0 ? std::nullopt : std::optional(it->second);
   }
   const std::string what = kernel.name + " " + shape + " " + dtype + " on " + std::string(device.name);
-  auto configs = revalidation_configs(kernel, shape, dtype, device, stale);
-  if (!configs) {
-    KTUNE_LOG(warn) << "revalidation of " << what << " not queued: " << configs.error().message;
-    return std::nullopt;
-  }
   if (auto refused = m_ctx.jobs.quota().refusal(client)) {
     KTUNE_LOG(debug) << "revalidation of " << what << " not queued: " << refused->message;
     return std::nullopt;
@@ -354,6 +349,11 @@ std::optional<std::int64_t> LookupService::revalidate(const CachedKernel& kernel
   auto target = m_ctx.targets.resolve(kernel.name, shape, dtype, std::string(device.name));
   if (!target) {
     KTUNE_LOG(warn) << "revalidation of " << what << " not queued: " << target.error().message;
+    return std::nullopt;
+  }
+  auto configs = revalidation_configs(kernel, shape, dtype, *target, stale);
+  if (!configs) {
+    KTUNE_LOG(warn) << "revalidation of " << what << " not queued: " << configs.error().message;
     return std::nullopt;
   }
   PlanRequest request = PlanRequest::of(std::move(*target));
@@ -373,10 +373,8 @@ std::optional<std::int64_t> LookupService::revalidate(const CachedKernel& kernel
 
 Result<std::vector<nlohmann::json>> LookupService::revalidation_configs(
     const CachedKernel& kernel, const std::string& shape, const std::string& dtype,
-    const ResolvedDevice& device, const WinnerIndex::Stale& stale) {
-  auto target = m_ctx.targets.resolve(kernel.name, shape, dtype, std::string(device.name));
-  if (!target) return target.error();
-  auto space = ParamSpace::create(target->kernel.spec, target->shape);
+    const Target& target, const WinnerIndex::Stale& stale) {
+  auto space = ParamSpace::create(target.kernel.spec, target.shape);
   if (!space) return space.error();
   // The stale winner first, then its old key's near configs, fastest first, then the default.
   std::vector<std::string> texts{stale.winner->config};
@@ -401,12 +399,12 @@ Result<std::vector<nlohmann::json>> LookupService::revalidation_configs(
     auto object = nlohmann::json::parse(text, nullptr, false);
     if (!object.is_object() || !seen.insert(object.dump()).second) return;
     Config config;
-    for (const auto& param : target->kernel.spec.params) {
+    for (const auto& param : target.kernel.spec.params) {
       const auto it = object.find(param.name);
       if (it == object.end() || !it->is_number_integer()) break;
       config.emplace_back(param.name, it->get<std::int64_t>());
     }
-    if (config.size() != target->kernel.spec.params.size() || object.size() != config.size()) return;
+    if (config.size() != target.kernel.spec.params.size() || object.size() != config.size()) return;
     auto admitted = space->admits(config);
     if (admitted && *admitted) given.push_back(std::move(object));
   };
@@ -421,14 +419,12 @@ Result<std::vector<nlohmann::json>> LookupService::revalidation_configs(
   return given;
 }
 
-void LookupService::revalidation_ended(std::int64_t job_id, JobState state, const Revalidation& r) {
-  if (state != JobState::done || m_stopping) return;
-  auto job = m_ctx.store.get_job(job_id);
-  if (!job || !job->has_value()) return;
-  const JobRecord& rec = **job;
-  auto winner = m_ctx.store.find_winner(rec.kernel, rec.source_hash, rec.shape, rec.dtype, rec.fingerprint);
-  auto rows = m_ctx.store.results_for_key(rec.kernel, rec.source_hash, rec.shape, rec.dtype, rec.fingerprint);
-  if (!winner || !winner->has_value() || !rows) return;
+void LookupService::revalidation_ended(std::int64_t job_id, const WinnerRecord& winner,
+                                       const Revalidation& r) {
+  if (m_stopping) return;
+  auto rows = m_ctx.store.results_for_key(winner.kernel, winner.source_hash, winner.shape,
+                                          winner.dtype, winner.fingerprint);
+  if (!rows) return;
   const auto old_config = nlohmann::json::parse(r.old_config, nullptr, false);
   std::optional<double> old_ms;
   for (const ResultRecord& row : *rows) {
@@ -436,7 +432,7 @@ void LookupService::revalidation_ended(std::int64_t job_id, JobState state, cons
     old_ms = row.status == CandidateStatus::ok && row.stats.median_ms > 0
                  ? std::optional(row.stats.median_ms) : std::nullopt;
   }
-  const double best = (*winner)->median_ms;
+  const double best = winner.median_ms;
   const bool moved = !old_ms || *old_ms > best * k_revalidate_moved;
   const std::string what = r.kernel + " " + r.shape + " " + r.dtype + " on " + r.device;
   if (!moved) {
@@ -451,9 +447,9 @@ void LookupService::revalidation_ended(std::int64_t job_id, JobState state, cons
   if (!target) return;
   PlanRequest request = PlanRequest::of(std::move(*target));
   request.options.priority = k_background_priority;
-  std::string key = lookup_key(r.kernel, rec.source_hash, request.shape.to_string(), rec.dtype);
+  std::string key = lookup_key(r.kernel, winner.source_hash, request.shape.to_string(), winner.dtype);
   key += '\x1f';
-  key += rec.fingerprint;
+  key += winner.fingerprint;
   if (m_pending_tunes.count(key)) return;
   if (auto queued = plan_and_submit(key, std::move(request), r.client, "full search after a revalidation"); !queued) {
     KTUNE_LOG(warn) << "the full search of " << what << " not queued: " << queued.error().message;
@@ -461,6 +457,7 @@ void LookupService::revalidation_ended(std::int64_t job_id, JobState state, cons
 }
 
 void LookupService::job_ended(std::int64_t job_id, JobState state) {
+  std::optional<WinnerRecord> learnt;  // a done tune job's winner, read once
   if (state == JobState::done) {
     auto job = m_ctx.store.get_job(job_id);
     if (job && job->has_value() && (*job)->strategy != k_compile_check_strategy) {
@@ -470,6 +467,7 @@ void LookupService::job_ended(std::int64_t job_id, JobState state) {
       if (winner && winner->has_value()) {
         if (!m_index.knows_identity((*winner)->fingerprint)) learn_identity((*winner)->fingerprint);
         m_index.put(**winner);
+        learnt = std::move(**winner);
       } else if (!winner) {
         KTUNE_LOG(error) << "job " << job_id << ": cannot read its winner for the index: "
                          << winner.error().message;
@@ -488,7 +486,8 @@ void LookupService::job_ended(std::int64_t job_id, JobState state) {
       m_revalidations.erase(r);
     }
   }
-  for (const Revalidation& r : revalidated) revalidation_ended(job_id, state, r);
+  if (!learnt) return;
+  for (const Revalidation& r : revalidated) revalidation_ended(job_id, *learnt, r);
 }
 
 } // namespace ktune::daemon

@@ -139,11 +139,11 @@ private:
   std::optional<std::int64_t> revalidate(const CachedKernel& kernel, const std::string& shape,
                                          const std::string& dtype, const ResolvedDevice& device,
                                          const WinnerIndex::Stale& stale, uid_t client);
-  // The configs a revalidation measures (see k_revalidate_within); errors: the resolver's, the
-  // store's, not_found when the kernel admits none of them at the shape.
+  // The configs a revalidation measures at the resolved `target` (see k_revalidate_within);
+  // errors: the space's, the store's, not_found when the kernel admits none of them there.
   [[nodiscard]] Result<std::vector<nlohmann::json>> revalidation_configs(
       const CachedKernel& kernel, const std::string& shape, const std::string& dtype,
-      const ResolvedDevice& device, const WinnerIndex::Stale& stale);
+      const Target& target, const WinnerIndex::Stale& stale);
   // Plans `request` (its space enumerated inline, or off the loop when it is big: nullopt until
   // then) and submits it as the job of `key`, charged to `client`.
   [[nodiscard]] Result<std::optional<std::int64_t>> plan_and_submit(const std::string& key,
@@ -154,8 +154,9 @@ private:
     std::string kernel, shape, dtype, device, old_config;
     uid_t client = 0;
   };
-  // A revalidation job ended: the full search when the ranking moved (see above).
-  void revalidation_ended(std::int64_t job_id, JobState state, const Revalidation& r);
+  // A revalidation job ended done with `winner` stored: the full search when the ranking moved
+  // (see above).
+  void revalidation_ended(std::int64_t job_id, const WinnerRecord& winner, const Revalidation& r);
   // The identity of a fingerprint the index does not know yet: a local device's from the
   // registry, any other from the store (one read per fingerprint).
   void learn_identity(std::string_view fingerprint);
