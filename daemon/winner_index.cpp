@@ -324,13 +324,7 @@ LadderAnswer climb_ladder(const WinnerIndex& index, const CachedKernel& kernel,
     double best = std::numeric_limits<double>::infinity();
     std::vector<double> wanted;
     for (const auto& w : *group) {
-      if (w.shape == shape) {
-        if (w.source_hash == kernel.source_hash) {
-          answer.rung = Rung::exact;
-          answer.winner = &w;
-          answer.config = &w.config;
-          return answer;
-        }
+      if (w.shape == shape) {  // under another source: the exact scan above took the current one
         source_changed = true;
         continue;
       }
