@@ -86,9 +86,10 @@ json.dump(table, open(sys.argv[2], "w"))
 PY
 # Judged by the table alone, the key regresses unless the machine itself moved mid-run (the
 # speed canary's first and last readings differ by more than the minimum effect): then the time
-# may be the machine's, the key is ambiguous and the report says so. A loaded CI box moves now
-# and then, so an unsteady run is asked again, up to three times, and must name the canary.
-for attempt in 1 2 3; do
+# may be the machine's, the key is ambiguous and the report says so. A loaded CI box (ctest -j2 on
+# two cores) moves now and then, so an unsteady run is asked again, up to five times; if every
+# attempt moved, ambiguous naming the canary is the right verdict and is what is checked.
+for attempt in 1 2 3 4 5; do
   set +e
   "$bin/ktune" sweep "$work/sweep.toml" --baseline "$work/fast.json" --no-confirm --junit "$work/j2.xml" >"$work/out3.md" 2>"$work/err3.txt"
   code=$?
@@ -96,12 +97,29 @@ for attempt in 1 2 3; do
   [[ $code == 0 ]] && grep -q "the canary moved mid-measure" "$work/out3.md" || break
   echo "sweep test: attempt $attempt: the machine moved mid-run (canary), the key was ambiguous; again"
 done
-[[ $code == 1 ]] || fail "expected exit 1 against a 20% faster baseline, got $code: $(cat "$work/out3.md" "$work/err3.txt")"
-grep -q "M=64,N=32,K=32" "$work/out3.md" || fail "the summary does not name the regressed key: $(cat "$work/out3.md")"
-grep -q "<failure" "$work/j2.xml" || fail "JUnit has no failure for the regression"
-[[ "$(grep -c "<failure" "$work/j2.xml")" == 1 ]] || fail "expected exactly one JUnit failure"
+if [[ $code == 0 ]] && grep -q "the canary moved mid-measure" "$work/out3.md"; then
+  echo "sweep test: the machine moved in all $attempt attempts; checking the ambiguous verdict instead"
+  grep -q "M=64,N=32,K=32" "$work/out3.md" || fail "the summary does not name the ambiguous key: $(cat "$work/out3.md")"
+  ! grep -q "<failure" "$work/j2.xml" || fail "JUnit has a failure for an ambiguous key"
+else
+  [[ $code == 1 ]] || fail "expected exit 1 against a 20% faster baseline, got $code: $(cat "$work/out3.md" "$work/err3.txt")"
+  grep -q "M=64,N=32,K=32" "$work/out3.md" || fail "the summary does not name the regressed key: $(cat "$work/out3.md")"
+  grep -q "<failure" "$work/j2.xml" || fail "JUnit has no failure for the regression"
+  [[ "$(grep -c "<failure" "$work/j2.xml")" == 1 ]] || fail "expected exactly one JUnit failure"
+fi
+# `ktune compare --no-confirm` judges the two tables as they are: t1.json keeps the canary readings
+# of its own run, so a machine that moved during that run (a loaded CI box) would leave the key
+# ambiguous however often it is asked. The exit codes are checked on copies without the canary
+# (the canary's part is tests/tableio/test_compare.cpp's and step 3's).
+python3 - "$work" <<'PY'
+import json, sys
+for name in ("t1", "fast"):
+    table = json.load(open(f"{sys.argv[1]}/{name}.json"))
+    table.get("provenance", {}).pop("canary", None)
+    json.dump(table, open(f"{sys.argv[1]}/{name}-nocanary.json", "w"))
+PY
 set +e
-"$bin/ktune" compare --no-confirm "$work/t1.json" "$work/fast.json" >"$work/cmp.md"; code_regressed=$?
+"$bin/ktune" compare --no-confirm "$work/t1-nocanary.json" "$work/fast-nocanary.json" >"$work/cmp.md"; code_regressed=$?
 "$bin/ktune" compare "$work/t1.json" "$work/t1.json" >/dev/null; code_same=$?
 "$bin/ktune" compare "$work/t1.json" "$work/missing.json" 2>/dev/null; code_error=$?
 set -e
