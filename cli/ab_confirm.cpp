@@ -2,7 +2,7 @@
 
 #include "cli/daemon_calls.hpp"
 
-#include <cstdio>
+
 
 namespace ktune::cli {
 
@@ -30,13 +30,6 @@ std::string describe(const tableio::KeyComparison& k) {
   return k.key.kernel + " " + k.key.shape + " " + k.key.dtype;
 }
 
-// The key's kernel source changed since its baseline and tonight's winner is another config:
-// the winners' A/B then also measures how the two configs differ, which can hide a slower source.
-bool source_and_winner_changed(const tableio::KeyComparison& k) {
-  if (!k.winner_changed || !k.baseline || !k.current) return false;
-  return k.source_changed || k.current->source_hash != k.baseline->source_hash;
-}
-
 // The A/B of the baseline's build against the current source at the baseline's config.
 json same_config_request(const tableio::KeyComparison& k, double min_effect) {
   json request = confirm_request(k, min_effect);
@@ -44,13 +37,6 @@ json same_config_request(const tableio::KeyComparison& k, double min_effect) {
   for (const auto& [name, value] : k.baseline->config.items()) config[name] = value;
   request["candidate"] = {{"source_hash", k.current->source_hash}, {"config", config}};
   return request;
-}
-
-std::string fixed3(const std::optional<double>& value) {
-  if (!value) return "-";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", *value);
-  return buf;
 }
 
 } // namespace
@@ -104,23 +90,24 @@ Result<std::size_t> confirm_changed(Connection& conn, tableio::Comparison& compa
       tableio::apply_ab(k, ab_figures(*reply));
     }
     io.err << "  " << tableio::to_string(k.verdict) << ": " << k.ab->why << '\n';
-    if (k.ab->measured && k.verdict != tableio::Verdict::regressed && source_and_winner_changed(k)) {
-      io.err << "  the source changed and so did the winner: the current source at the baseline's "
-                "config, against the baseline's build\n";
-      auto same = call(conn, same_config_request(k, comparison.options.min_effect), k_confirm_timeout);
-      if (!same) {
-        if (same.error().code == ErrorCode::not_running || same.error().code == ErrorCode::io_error) return same.error();
-        io.err << "  not measured: " << same.error().code << ": " << same.error().message << '\n';
-        continue;
-      }
-      tableio::AbFigures at_config = ab_figures(*same);
-      io.err << "  " << tableio::to_string(at_config.verdict) << ": " << at_config.why << '\n';
-      if (at_config.verdict != tableio::Verdict::regressed) continue;
-      at_config.why = "at the baseline's config the current source: " + at_config.why +
-                      "; tonight's winner against the baseline's: A/B ratio " +
-                      fixed3(k.ab->ratio) + " (" + std::string(tableio::to_string(k.ab->verdict)) + ")";
-      tableio::apply_ab(k, std::move(at_config));
+    const auto check = tableio::winner_check(k);
+    if (check == tableio::WinnerCheck::same_source) {
+      tableio::settle_same_source(k);
+      io.err << "  same: the source is unchanged; tonight's tuning chose a slower config\n";
+      continue;
     }
+    if (check != tableio::WinnerCheck::at_baseline_config) continue;
+    io.err << "  the source changed and so did the winner: the current source at the baseline's "
+              "config, against the baseline's build\n";
+    auto same = call(conn, same_config_request(k, comparison.options.min_effect), k_confirm_timeout);
+    if (!same) {
+      if (same.error().code == ErrorCode::not_running || same.error().code == ErrorCode::io_error) return same.error();
+      io.err << "  not measured: " << same.error().code << ": " << same.error().message << '\n';
+      continue;
+    }
+    tableio::AbFigures at_config = ab_figures(*same);
+    io.err << "  " << tableio::to_string(at_config.verdict) << ": " << at_config.why << '\n';
+    tableio::apply_config_ab(k, std::move(at_config));
   }
   return tried;
 }

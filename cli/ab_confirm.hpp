@@ -27,11 +27,17 @@ inline constexpr std::chrono::milliseconds k_confirm_timeout{30 * 60 * 1000};
 [[nodiscard]] tableio::AbFigures ab_figures(const nlohmann::ordered_json& reply);
 
 // Confirms every key that looks changed, one after the other, saying so on io.err; returns how
-// many were measured or tried. A key whose kernel source changed and whose winner is another
-// config than the baseline's, and whose winners' A/B found no regression, is measured once more
-// at the baseline's config (the baseline's build against the current source): a slower source is
-// then regressed even where tonight's tuning found a config that hides it. A key whose request ktuned refuses (a device of another machine, a
-// kernel it does not have) is ambiguous with the reason. Errors: the connection broke.
+// many were measured or tried. Where tonight's winner is another config than the baseline's, the
+// winners' A/B measures the configs as much as the builds, so:
+// - the source unchanged and the winners' A/B regressed: at the baseline's config tonight's build
+//   is the baseline's, so the kernel is the same and tonight's tuning chose a slower config
+//   (verdict same, winner_slower);
+// - the source changed: the current source at the baseline's config is measured against the
+//   baseline's build too. A winners' A/B without a regression becomes regressed when that one is
+//   (a slower source hidden by a better config); a regressed one takes that one's verdict when it
+//   is not regressed (same or improved: winner_slower; ambiguous).
+// A key whose request ktuned refuses (a device of another machine, a kernel it does not have) is
+// ambiguous with the reason. Errors: the connection broke.
 [[nodiscard]] Result<std::size_t> confirm_changed(Connection& conn, tableio::Comparison& comparison,
                                                   Output& io);
 

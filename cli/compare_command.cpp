@@ -41,6 +41,8 @@ json ab_json(const std::optional<tableio::AbFigures>& ab) {
           {"current_ms", optional_number(ab->current_ms)},
           {"baseline_build", ab->baseline_build},
           {"current_build", ab->current_build},
+          {"winner_slower", ab->winner_slower},
+          {"winners_ratio", optional_number(ab->winners_ratio)},
           {"why", ab->why}};
 }
 

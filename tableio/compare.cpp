@@ -354,6 +354,52 @@ void apply_ab(KeyComparison& k, AbFigures ab) {
   k.ab = std::move(ab);
 }
 
+WinnerCheck winner_check(const KeyComparison& k) {
+  if (!k.ab || !k.ab->measured || !k.winner_changed || !k.baseline || !k.current) return WinnerCheck::none;
+  if (k.source_changed || k.current->source_hash != k.baseline->source_hash) {
+    return WinnerCheck::at_baseline_config;
+  }
+  return k.verdict == Verdict::regressed ? WinnerCheck::same_source : WinnerCheck::none;
+}
+
+namespace {
+
+std::string winners_text(const AbFigures& winners) {
+  return "tonight's winner against the baseline's: A/B ratio " +
+         (winners.ratio ? fixed(*winners.ratio, 3) : std::string("-")) + " (" +
+         std::string(to_string(winners.verdict)) + ")";
+}
+
+} // namespace
+
+void settle_same_source(KeyComparison& k) {
+  AbFigures ab = *k.ab;
+  ab.verdict = Verdict::same;
+  ab.why = "the source is unchanged, so at the baseline's config tonight's build is the "
+           "baseline's; " + winners_text(*k.ab) + ": the config tonight's tuning chose is slower, "
+           "not the kernel";
+  ab.winner_slower = true;
+  ab.winners_ratio = ab.ratio;
+  apply_ab(k, std::move(ab));
+}
+
+bool apply_config_ab(KeyComparison& k, AbFigures at_config) {
+  if (!at_config.measured) return false;
+  const bool hidden = k.verdict != Verdict::regressed;
+  if (hidden ? at_config.verdict != Verdict::regressed : at_config.verdict == Verdict::regressed) {
+    return false;
+  }
+  at_config.why = "at the baseline's config the current source: " + at_config.why + "; " +
+                  winners_text(*k.ab);
+  if (!hidden && at_config.verdict != Verdict::ambiguous) {
+    at_config.why += ": the config tonight's tuning chose is slower, not the source";
+    at_config.winner_slower = true;
+  }
+  at_config.winners_ratio = k.ab->ratio;
+  apply_ab(k, std::move(at_config));
+  return true;
+}
+
 void normalize(Comparison& comparison) {
   for (auto& k : comparison.keys) {
     k.normalized_ratio.reset();

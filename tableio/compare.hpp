@@ -85,6 +85,13 @@ struct AbFigures {
   std::string baseline_build, current_build;     // "current" or "archived" source
   std::string why;                       // what decided, or why it could not run
   bool measured = false;                 // false: the A/B could not run (why says why)
+  // Tonight's winner is another config than the baseline's and the A/B of the two winners found
+  // it slower, while at the baseline's config the current source is not (or is the same build):
+  // tonight's tuning chose a slower config; the kernel is not slower (cli/ab_confirm.hpp).
+  bool winner_slower = false;
+  // The A/B of the two winners' ratio when the verdict is not theirs: winner_slower, or a second
+  // A/B at the baseline's config decided (its figures are then the ones above).
+  std::optional<double> winners_ratio;
 };
 
 struct KeyComparison {
@@ -181,6 +188,27 @@ inline constexpr std::size_t k_min_history_runs = 3;
 
 // Makes `ab` the key's verdict (the figures of the rule that selected it stay for the report).
 void apply_ab(KeyComparison& key, AbFigures ab);
+
+// Where tonight's winner is another config than the baseline's, the A/B of the two winners
+// (key.ab) measures the configs as much as the builds; what then tells them apart:
+enum class WinnerCheck {
+  none,                // the winner is the baseline's, or the winners' A/B did not run
+  same_source,         // one source and the winners' A/B regressed: settle_same_source()
+  at_baseline_config,  // the source changed: an A/B at the baseline's config, apply_config_ab()
+};
+[[nodiscard]] WinnerCheck winner_check(const KeyComparison& key);
+
+// One source: at the baseline's config tonight's build is the baseline's, so what the winners'
+// A/B found slower is the config tonight's tuning chose (a busy machine, a near tie), not the
+// kernel: verdict same, winner_slower, the winners' figures kept.
+void settle_same_source(KeyComparison& key);
+
+// The source changed and `at_config` is the A/B of the baseline's build against the current
+// source at the baseline's config. A winners' A/B without a regression becomes regressed when
+// that one is (a slower source hidden by tonight's better config); a regressed one takes its
+// verdict when it is not regressed (same or improved: winner_slower; ambiguous). Returns whether
+// `at_config` decided (then it is key.ab, its why naming both A/Bs).
+bool apply_config_ab(KeyComparison& key, AbFigures at_config);
 
 // Sets each key's normalized_ratio from its device's factor in `comparison.machines`.
 void normalize(Comparison& comparison);

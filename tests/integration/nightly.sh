@@ -12,7 +12,11 @@
 #     measures), a canary reading and an A/B wait their turn: both are measured once it is free.
 #  5. a source made slower at the baseline's winning config, whose new winner (another config) is
 #     as fast as the baseline's winner, is reported regressed from an A/B at the baseline's config
-#     (the baseline's build against the current source), naming both A/Bs.
+#     (the baseline's build against the current source), naming both A/Bs;
+#  6. an unchanged source whose table names a slower config tonight (the winners' A/B regressed)
+#     is no regression: at the baseline's config tonight's build is the baseline's, so the report
+#     says the config tuning chose is slower (winner_slower), exit 0 (the other cases of a changed
+#     winner: tests/tableio/test_compare.cpp).
 #
 #   tests/integration/nightly.sh BIN_DIR
 set -euo pipefail
@@ -254,4 +258,36 @@ assert ab["why"].startswith("at the baseline's config the current source: A/B ra
 assert "tonight's winner against the baseline's: A/B ratio" in ab["why"], ab
 PY
 grep -q "the source changed and so did the winner" "$work/knob.err" || fail "no second A/B said: $(cat "$work/knob.err")"
-echo "nightly: an unchanged kernel under a hog is no regression, a 10% slower one regressed with its A/B figures, a slower source hidden by a new winner regressed at the baseline's config"
+# 6. knob_new's WORK 13 does 13 passes, WORK 10 ten: a table whose winner is WORK 13 against one
+# whose winner is WORK 10, of the same source, is tonight's tuning choosing a slower config.
+"$bin/ktune" sweep "$work/knob.toml" --out "$work/knob-table.json" >/dev/null 2>&1 \
+  || fail "the knob_sum table run exited $?"
+python3 - "$work/knob-table.json" "$work/knob-base.json" "$work/knob-cur.json" <<'PY'
+import json, sys
+table = json.load(open(sys.argv[1]))
+row = table["rows"][0]
+for key in ("stats", "samples_ms"):
+    row.pop(key, None)
+table.get("provenance", {}).pop("canary", None)
+row["config"] = {"WORK": 10}
+json.dump(table, open(sys.argv[2], "w"))
+row["config"] = {"WORK": 13}
+row["median_ms"] *= 1.3
+json.dump(table, open(sys.argv[3], "w"))
+PY
+set +e
+"$bin/ktune" --json compare "$work/knob-cur.json" "$work/knob-base.json" >"$work/choice.json" 2>"$work/choice.err"
+code=$?
+set -e
+[[ $code == 0 ]] || fail "a slower config of an unchanged source exited $code: $(cat "$work/choice.json" "$work/choice.err")"
+python3 - "$work/choice.json" <<'PY' || fail "the slower config: $(cat "$work/choice.json" "$work/choice.err")"
+import json, sys
+k = json.load(open(sys.argv[1]))["keys"][0]
+ab = k["ab"]
+assert k["verdict"] == "same" and ab["verdict"] == "same" and k["winner_changed"], k
+assert ab["winner_slower"] is True and ab["winners_ratio"] > 1.1 and ab["ratio"] > 1.1, ab
+assert ab["why"].startswith("the source is unchanged"), ab
+assert "the config tonight's tuning chose is slower, not the kernel" in ab["why"], ab
+PY
+grep -q "tonight's tuning chose a slower config" "$work/choice.err" || fail "not said: $(cat "$work/choice.err")"
+echo "nightly: an unchanged kernel under a hog is no regression, a 10% slower one regressed with its A/B figures, a slower source hidden by a new winner regressed at the baseline's config, a slower config chosen for an unchanged source is no regression"

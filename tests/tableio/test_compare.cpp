@@ -349,7 +349,7 @@ TEST_CASE("history rule: the current run against the spread of several earlier r
     CHECK(k.verdict == tableio::Verdict::regressed);
     REQUIRE(k.p_value);
     CHECK(*k.p_value < options.alpha);
-    CHECK(tableio::render_markdown({options, {k}}).find("REGRESSED") != std::string::npos);
+    CHECK(tableio::render_markdown({options, {k}, {}}).find("REGRESSED") != std::string::npos);
   }
   SECTION("above every run but within the minimum effect of their median is not") {
     std::vector<tableio::RunPoint> steady{run_at(1, 1.0), run_at(2, 1.01), run_at(3, 0.99),
@@ -534,5 +534,98 @@ TEST_CASE("the canary normalises ratios and, without A/Bs, distrusts a moved mac
     CHECK_FALSE(drifting.factor);
     CHECK(drifting.drifted(0.05));
     CHECK(drifting.text(0.05).find("the canary moved mid-measure") != std::string::npos);
+  }
+}
+
+TEST_CASE("a changed winner: the A/B at the baseline's config tells the kernel from tonight's choice",
+          "[tableio][history][ab]") {
+  using tableio::Verdict;
+  using tableio::WinnerCheck;
+  const auto figures = [](Verdict verdict, double ratio) {
+    tableio::AbFigures ab;
+    ab.verdict = verdict;
+    ab.measured = true;
+    ab.ratio = ratio;
+    ab.rounds = 10;
+    ab.why = "A/B ratio " + std::to_string(ratio);
+    return ab;
+  };
+  tableio::KeyComparison k;
+  k.baseline = make_row(k_small, k_config_a, 1.0, 1);
+  k.current = make_row(k_small, k_config_b, 1.13, 2);
+  k.winner_changed = true;
+  k.verdict = Verdict::regressed;
+  SECTION("no A/B, or the winner is the baseline's: nothing more") {
+    CHECK(tableio::winner_check(k) == WinnerCheck::none);
+    tableio::apply_ab(k, figures(Verdict::regressed, 1.13));
+    k.winner_changed = false;
+    CHECK(tableio::winner_check(k) == WinnerCheck::none);
+  }
+  SECTION("one source, the winners' A/B slower: the kernel is the same, the config chosen is slower") {
+    tableio::apply_ab(k, figures(Verdict::regressed, 1.13));
+    REQUIRE(tableio::winner_check(k) == WinnerCheck::same_source);
+    tableio::settle_same_source(k);
+    CHECK(k.verdict == Verdict::same);
+    REQUIRE(k.ab);
+    CHECK(k.ab->winner_slower);
+    CHECK(*k.ab->winners_ratio == Approx(1.13));
+    CHECK(*k.ab->ratio == Approx(1.13));  // the winners' figures stay
+    CHECK_THAT(k.ab->why, Catch::StartsWith("the source is unchanged") &&
+                              Catch::Contains("A/B ratio 1.130 (regressed)") &&
+                              Catch::Contains("the config tonight's tuning chose is slower, not the kernel"));
+    CHECK(tableio::winner_check(k) == WinnerCheck::none);
+  }
+  SECTION("one source, the winners' A/B not slower: its verdict stands") {
+    tableio::apply_ab(k, figures(Verdict::improved, 0.9));
+    CHECK(tableio::winner_check(k) == WinnerCheck::none);
+  }
+  SECTION("a changed source: an A/B at the baseline's config") {
+    k.current->source_hash = "another";
+    SECTION("the winners slower, the source as fast at the baseline's config: same, the config is slower") {
+      tableio::apply_ab(k, figures(Verdict::regressed, 1.13));
+      REQUIRE(tableio::winner_check(k) == WinnerCheck::at_baseline_config);
+      CHECK(tableio::apply_config_ab(k, figures(Verdict::same, 1.002)));
+      CHECK(k.verdict == Verdict::same);
+      CHECK(k.ab->winner_slower);
+      CHECK(*k.ab->ratio == Approx(1.002));
+      CHECK(*k.ab->winners_ratio == Approx(1.13));
+      CHECK_THAT(k.ab->why, Catch::StartsWith("at the baseline's config the current source: ") &&
+                                Catch::Contains("not the source"));
+    }
+    SECTION("the winners slower and so is the source at the baseline's config: regressed stays") {
+      tableio::apply_ab(k, figures(Verdict::regressed, 1.13));
+      CHECK_FALSE(tableio::apply_config_ab(k, figures(Verdict::regressed, 1.12)));
+      CHECK(k.verdict == Verdict::regressed);
+      CHECK(*k.ab->ratio == Approx(1.13));
+      CHECK_FALSE(k.ab->winner_slower);
+    }
+    SECTION("the winners slower, the baseline's config unclear: ambiguous, nothing claimed") {
+      tableio::apply_ab(k, figures(Verdict::regressed, 1.13));
+      CHECK(tableio::apply_config_ab(k, figures(Verdict::ambiguous, 1.04)));
+      CHECK(k.verdict == Verdict::ambiguous);
+      CHECK_FALSE(k.ab->winner_slower);
+      CHECK(*k.ab->winners_ratio == Approx(1.13));
+    }
+    SECTION("the winners the same, the source slower at the baseline's config: regressed (hidden)") {
+      tableio::apply_ab(k, figures(Verdict::same, 1.01));
+      REQUIRE(tableio::winner_check(k) == WinnerCheck::at_baseline_config);
+      CHECK(tableio::apply_config_ab(k, figures(Verdict::regressed, 1.10)));
+      CHECK(k.verdict == Verdict::regressed);
+      CHECK_FALSE(k.ab->winner_slower);
+      CHECK_THAT(k.ab->why, Catch::Contains("A/B ratio 1.010 (same)"));
+    }
+    SECTION("the winners the same and so the baseline's config: same stays") {
+      tableio::apply_ab(k, figures(Verdict::same, 1.01));
+      CHECK_FALSE(tableio::apply_config_ab(k, figures(Verdict::same, 0.99)));
+      CHECK(k.verdict == Verdict::same);
+      CHECK(*k.ab->ratio == Approx(1.01));
+    }
+    SECTION("an A/B at the baseline's config that could not run decides nothing") {
+      tableio::apply_ab(k, figures(Verdict::regressed, 1.13));
+      tableio::AbFigures gone;
+      gone.why = "the old artifact is gone";
+      CHECK_FALSE(tableio::apply_config_ab(k, gone));
+      CHECK(k.verdict == Verdict::regressed);
+    }
   }
 }
