@@ -204,10 +204,12 @@ enum class WinnerCheck {
 void settle_same_source(KeyComparison& key);
 
 // The source changed and `at_config` is the A/B of the baseline's build against the current
-// source at the baseline's config. A winners' A/B without a regression becomes regressed when
-// that one is (a slower source hidden by tonight's better config); a regressed one takes its
-// verdict when it is not regressed (same or improved: winner_slower; ambiguous). Returns whether
-// `at_config` decided (then it is key.ab, its why naming both A/Bs).
+// source at the baseline's config. It decides when it is ambiguous, when the winners' A/B found
+// no regression and it does (a slower source hidden by tonight's better config), and when the
+// winners' A/B was regressed and it is not (same or improved: winner_slower, tonight's tuning
+// chose a slower config); then it is key.ab, its why naming both A/Bs, and this returns true.
+// Otherwise (it agrees, or it could not run) the winners' verdict stands, its why saying what
+// the A/B at the baseline's config found.
 bool apply_config_ab(KeyComparison& key, AbFigures at_config);
 
 // Sets each key's normalized_ratio from its device's factor in `comparison.machines`.

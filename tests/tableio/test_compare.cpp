@@ -598,6 +598,7 @@ TEST_CASE("a changed winner: the A/B at the baseline's config tells the kernel f
       CHECK(k.verdict == Verdict::regressed);
       CHECK(*k.ab->ratio == Approx(1.13));
       CHECK_FALSE(k.ab->winner_slower);
+      CHECK_THAT(k.ab->why, Catch::EndsWith("; at the baseline's config the current source: regressed: A/B ratio 1.120000"));
     }
     SECTION("the winners slower, the baseline's config unclear: ambiguous, nothing claimed") {
       tableio::apply_ab(k, figures(Verdict::regressed, 1.13));
@@ -613,6 +614,14 @@ TEST_CASE("a changed winner: the A/B at the baseline's config tells the kernel f
       CHECK(k.verdict == Verdict::regressed);
       CHECK_FALSE(k.ab->winner_slower);
       CHECK_THAT(k.ab->why, Catch::Contains("A/B ratio 1.010 (same)"));
+    }
+    SECTION("the winners the same, the baseline's config unclear: ambiguous") {
+      tableio::apply_ab(k, figures(Verdict::same, 1.01));
+      CHECK(tableio::apply_config_ab(k, figures(Verdict::ambiguous, 1.07)));
+      CHECK(k.verdict == Verdict::ambiguous);
+      CHECK_FALSE(k.ab->winner_slower);
+      CHECK(*k.ab->ratio == Approx(1.07));
+      CHECK(*k.ab->winners_ratio == Approx(1.01));
     }
     SECTION("the winners the same and so the baseline's config: same stays") {
       tableio::apply_ab(k, figures(Verdict::same, 1.01));
