@@ -25,6 +25,13 @@ using nlohmann::json;
 // machine, and ten milliseconds of them cost an A/B of 20 rounds 0.4 s.
 constexpr double k_min_round_s = 0.01;
 
+// The rounds are measured in passes, each in a bench worker of its own (a CPU worker ends after
+// its A/B): two builds measured in one process share its layout (where its stack, heap and code
+// lie), which can favour one build by several percent for the whole process (seen: x1.17 for a
+// source x1.10 slower, in 1 of 34 processes); over two processes such a bias widens the interval
+// (an ambiguous verdict, more passes) instead of moving the ratio.
+constexpr int k_passes = 2;
+
 Error bad(const std::string& message) { return make_error(ErrorCode::bad_request, "confirm: " + message); }
 
 std::string short_hash(const std::string& hash) { return hash.substr(0, 12); }
@@ -271,7 +278,7 @@ void AbService::build(const std::shared_ptr<Run>& run) {
 
 void AbService::measure(const std::shared_ptr<Run>& run) {
   AbRequest ab;
-  ab.rounds = run->request.rounds;
+  ab.rounds = (run->request.rounds + 1) / 2;  // a pass: half the rounds (k_passes)
   BenchJob* jobs[2] = {&ab.a, &ab.b};
   for (int i = 0; i < 2; ++i) {
     const Side& side = run->sides[i];
@@ -310,10 +317,11 @@ void AbService::measure(const std::shared_ptr<Run>& run) {
                         (outcome->reason.empty() ? std::string() : ": " + outcome->reason);
       return finish(run);
     }
-    // An ambiguous verdict gets as many rounds more, once.
+    // Judged after every k_passes passes; an ambiguous verdict gets as many passes more, once.
+    if (run->passes % k_passes != 0) return measure(run);
     const auto judged = judge_ab(run->measured.a_medians(), run->measured.b_medians(),
                                  run->request.min_effect);
-    if (judged.verdict == AbVerdict::ambiguous && run->passes < 2) return measure(run);
+    if (judged.verdict == AbVerdict::ambiguous && run->passes < 2 * k_passes) return measure(run);
     finish(run);
   };
   submit_measurement(m_io, m_pool, run->device.name, std::move(work));

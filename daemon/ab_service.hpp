@@ -13,7 +13,9 @@
 // else the family as it was at that hash from the source archive (jobs/source_archive.hpp);
 // compiled through the compile pool, which finds the artifact in the compile cache by its key
 // (the same source, config and compiler) or builds it again. The A/B runs `rounds` rounds (at
-// least k_min_ab_rounds); an ambiguous verdict gets as many rounds more once, judged on all.
+// least k_min_ab_rounds) in two passes of half of them, each in a bench worker process of its
+// own (a CPU bench worker ends after its bench_ab); an ambiguous verdict gets as many rounds
+// more once, again in two passes, judged on all.
 // Each side's measurement in a round takes the daemon's [measure] settings with a round's share
 // of min_time_s (at least 10 ms), max_time_s and the precision (as a round of the finals does).
 //

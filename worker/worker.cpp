@@ -176,6 +176,9 @@ public:
 
   // True once a reply must be the worker's last (a CUDA context was lost).
   [[nodiscard]] bool must_exit() const { return m_must_exit; }
+  // True once the worker is done after its reply without a fault: a CPU A/B ends its process,
+  // so that the next pass of the A/B is measured in another one (jobs/ab_job.hpp).
+  [[nodiscard]] bool retiring() const { return m_retiring; }
 
   // The reply line for `line`, or nullopt for "exit".
   std::optional<std::string> handle(const std::string& line) {
@@ -465,7 +468,8 @@ private:
     });
     if (!outcome) return error_reply(id, outcome.error().code, outcome.error().message);
     outcome->unlocked = locked->unlocked;
-    return ok_reply(id, outcome->to_json(), m_must_exit ? Exiting::yes : Exiting::no);
+    m_retiring = !ab->a.launch && !ab->b.launch;
+    return ok_reply(id, outcome->to_json(), m_must_exit || m_retiring ? Exiting::yes : Exiting::no);
   }
 
   // {"cpu":{"name","fingerprint","details"},"cuda_backend":bool,"devices":[CUDA devices, same
@@ -492,6 +496,7 @@ private:
   int m_cuda_ordinal = -1;
 #endif
   bool m_must_exit = false;
+  bool m_retiring = false;
 };
 
 } // namespace
@@ -613,6 +618,7 @@ int run_worker(int fd, Role role, std::string measure_lock, std::string device_n
       if (!reply) return 0;
       if (!write_line(fd, std::move(*reply))) return 1;
       if (handler.must_exit()) return k_exit_context_lost;
+      if (handler.retiring()) return 0;
     }
     buffer.erase(0, start);
     if (!discarding && buffer.size() > k_max_line_bytes) {

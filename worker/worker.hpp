@@ -29,8 +29,10 @@
 //     {"id":<N>,"ok":true,"outcome":{BenchOutcome}}
 //     {"id":<N>,"ok":true,"outcome":{"devices":[{"name":"cuda:0","fingerprint":..,"details":{..}}]}}
 //     {"id":<N>,"ok":false,"error":{"code":"<code>","message":"..."}}
-//   a reply after which the worker exits carries "exiting":true next to "ok" (today: a CUDA
-//   bench reply whose outcome has "context_lost":true); the daemon must send nothing more.
+//   a reply after which the worker exits carries "exiting":true next to "ok" (a CUDA bench
+//   reply whose outcome has "context_lost":true, then exit status 3; a CPU bench_ab reply, then
+//   exit status 0: each pass of an A/B is measured in a process of its own); the daemon must send
+//   nothing more.
 //
 // compile_batch: the host (cpp) jobs go to HostCompiler::compile_batch and the CUDA jobs to
 // NvrtcCompiler::compile_batch, each of which compiles configs of one source together where it

@@ -504,8 +504,14 @@ TEST_CASE("A bench worker measures two candidates in interleaved rounds (bench_a
     // Not the fixed A B | B A order: some pairs start with B, some with A.
     CHECK(pairs_b_first > 0);
     CHECK(pairs_b_first < 8);
+    // A CPU A/B is its worker's last: the next pass is measured in another process.
+    CHECK(reply.value("exiting", false) == true);
+    CHECK(worker.closes_within(5000));
+    CHECK(worker.wait_exit() == 0);
     // The same seed, the same order.
-    const json again = worker.request({{"id", 3}, {"op", "bench_ab"}, {"job", request.to_json()}});
+    auto next = WorkerProcess::with_role("bench");
+    CHECK(next.read_json()["role"] == "bench");
+    const json again = next.request({{"id", 3}, {"op", "bench_ab"}, {"job", request.to_json()}});
     REQUIRE(again["ok"] == true);
     auto repeated = ktune::AbOutcome::from_json(again["outcome"]);
     REQUIRE(repeated.ok());
