@@ -9,7 +9,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <alloca.h>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -19,7 +18,6 @@
 #include <sstream>
 #include <string>
 #include <ctime>
-#include <utility>
 #include <vector>
 
 namespace ktune {
@@ -417,11 +415,7 @@ struct HostRunner::State {
     flush_sink = flush_sink + sum;
   }
 
-  std::size_t next_stack_shift = 0;  // for the next run() only
-
   BenchOutcome run(const BenchJob& job);
-  // run()'s measurement once the artifact is loaded (called below run()'s stack shift).
-  [[gnu::noinline]] BenchOutcome run_loaded(EntryFn entry, const BenchJob& job);
 
   // How a sample's caches are made cold: not at all, the buffers' own lines evicted, or the
   // flush buffer swept.
@@ -497,19 +491,12 @@ std::optional<BenchOutcome> HostRunner::State::sample(EntryFn entry, ArgSet& set
 }
 
 BenchOutcome HostRunner::State::run(const BenchJob& job) {
-  const std::size_t shift = std::exchange(next_stack_shift, 0);
   auto library = SharedLibrary::open(job.artifact_path);
   if (!library) return failure(CandidateStatus::runtime_error, library.error().message);
   auto address = library->symbol(job.entry);
   if (!address) return failure(CandidateStatus::runtime_error, address.error().message);
   const auto entry = reinterpret_cast<EntryFn>(address.value());
-  // Always some padding, so that the frames below lie exactly `shift` lower than with none.
-  void* pad = alloca(64 + shift);
-  asm volatile("" : : "r"(pad) : "memory");
-  return run_loaded(entry, job);
-}
 
-BenchOutcome HostRunner::State::run_loaded(EntryFn entry, const BenchJob& job) {
   auto prepared = args_for(job);
   if (!prepared) return failure(CandidateStatus::runtime_error, prepared.error().message);
   ArgSet& set = *prepared.value();
@@ -562,10 +549,6 @@ HostRunner::HostRunner(std::size_t flush_bytes) : m_state(std::make_unique<State
 }
 
 HostRunner::~HostRunner() = default;
-
-void HostRunner::shift_stack_next(std::size_t bytes) { m_state->next_stack_shift = bytes / 64 * 64; }
-
-std::size_t HostRunner::stack_shift_from(std::uint64_t draw) { return static_cast<std::size_t>(draw & 0x3F) * 64; }
 
 BenchOutcome HostRunner::run(const BenchJob& job) {
   try {

@@ -32,18 +32,10 @@
 // Sampler (bench/sampler.hpp) stops them: converged, noise settled, capped (the wall-time cap
 // counts flushes and restores, so a cheap kernel behind an expensive flush cannot run far past
 // it) or pruned (slower than BenchJob::prune_above_ms). At least one sample is always taken.
-// Stack depth (shift_stack_next): where the stack lies against the buffers (the page offset of
-// the main thread's stack differs from process to process) moves a few-microsecond kernel by
-// several percent, the same way for every run in one process, so two builds compared in one
-// worker would each carry a bias of their own. An A/B therefore runs each side's checked run and
-// samples a random depth lower in the stack, so that the bias becomes noise from round to round
-// that the paired rounds average out. (The code's own place cannot be moved so: a reloaded
-// artifact lands where it was.)
 // Not thread-safe: one runner per bench worker.
 #include "bench/runner.hpp"
 
 #include <cstddef>
-#include <cstdint>
 #include <map>
 #include <memory>
 
@@ -56,12 +48,6 @@ public:
   explicit HostRunner(std::size_t flush_bytes);
   ~HostRunner() override;
   [[nodiscard]] BenchOutcome run(const BenchJob& job) override;
-
-  // The next run() only: its checked run and samples `bytes` (rounded down to 64) deeper in the
-  // stack than otherwise.
-  void shift_stack_next(std::size_t bytes);
-  // A depth drawn from `draw` (a random number): 0 to 4032 bytes in steps of 64.
-  [[nodiscard]] static std::size_t stack_shift_from(std::uint64_t draw);
 
 private:
   struct State;

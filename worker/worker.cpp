@@ -30,7 +30,6 @@
 #include <memory>
 #include <optional>
 #include <sched.h>
-#include <random>
 #include <string>
 #include <sys/prctl.h>
 #include <sys/file.h>
@@ -455,13 +454,10 @@ private:
     }
     auto locked = lock_device();
     if (!locked) return error_reply(id, locked.error().code, locked.error().message);
-    // Every CPU run of the rounds at a stack depth of its own (bench/host_runner.hpp).
-    std::mt19937_64 depths(ab->seed ? *ab->seed + 1 : std::random_device{}());
-    auto outcome = run_ab_rounds(*ab, [this, &depths](const BenchJob& job) -> Result<BenchOutcome> {
+    auto outcome = run_ab_rounds(*ab, [this](const BenchJob& job) -> Result<BenchOutcome> {
       if (m_must_exit) {
         return make_error(ErrorCode::internal, "the CUDA context was lost in this A/B");
       }
-      if (m_runner && !job.launch) m_runner->shift_stack_next(HostRunner::stack_shift_from(depths()));
       auto measured = measure(job);
       if (!measured) return measured.error();
       return BenchOutcome::from_json(*measured);

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
-#include <set>
 #include <thread>
 
 #include <pthread.h>
@@ -102,17 +101,6 @@ extern "C" void spin(void** args) {
 }
 )";
 
-// Records where its stack lies (an A/B's runs are shifted: HostRunner::shift_stack_next).
-const std::string k_where_source = R"(
-static void* g_where = nullptr;
-extern "C" void* probe_where() { return g_where; }
-extern "C" void where(void** args) {
-  volatile char local = 1;
-  g_where = const_cast<char*>(&local);
-  static_cast<float*>(args[0])[0] = local;
-}
-)";
-
 // Builds test kernels with the system compiler into one directory per test process, each on
 // first use.
 class TestKernels {
@@ -138,7 +126,6 @@ public:
         {"triple_ref", {&k_triple_source, ""}},
         {"triple_wrong", {&k_triple_source, "-DWRONG"}},
         {"spin", {&k_spin_source, ""}},
-        {"where", {&k_where_source, ""}},
     };
     const auto& [source, flags] = k_recipes.at(name);
     const auto source_path = m_dir.write(name + ".cpp", *source);
@@ -620,37 +607,4 @@ TEST_CASE("HostRunner retakes preempted samples: a candidate sharing its core wi
     retaken = loaded.retaken;
   }
   CHECK(retaken > 0);
-}
-
-TEST_CASE("HostRunner runs a shifted run that much deeper in the stack, the next one as before",
-          "[bench][host_runner]") {
-  HostRunner runner;
-  const SharedLibrary library = open_library(kernel("where"));
-  BenchJob job;
-  job.kernel = "where";
-  job.entry = "where";
-  job.artifact_path = kernel("where");
-  job.shape = "N=1";
-  job.args = {BenchArg{"Z", "out", "f32", 1, "zero", 0, {}}};
-  job.settings = fast_settings();
-  const auto where = [&] {
-    REQUIRE(runner.run(job).status == CandidateStatus::ok);
-    return reinterpret_cast<std::uintptr_t>(probe_pointer(library, "probe_where"));
-  };
-  const std::uintptr_t plain = where();
-  CHECK(where() == plain);
-  runner.shift_stack_next(1024);
-  CHECK(plain - where() == 1024);
-  runner.shift_stack_next(100);  // rounded down to 64
-  CHECK(plain - where() == 64);
-  CHECK(where() == plain);  // one run only
-
-  std::set<std::size_t> depths;
-  for (std::uint64_t draw = 0; draw < 200; ++draw) {
-    const std::size_t depth = HostRunner::stack_shift_from(draw * 0x9E3779B97F4A7C15ULL);
-    CHECK(depth % 64 == 0);
-    CHECK(depth <= 4032);
-    depths.insert(depth);
-  }
-  CHECK(depths.size() > 32);
 }
