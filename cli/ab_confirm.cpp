@@ -2,8 +2,6 @@
 
 #include "cli/daemon_calls.hpp"
 
-
-
 namespace ktune::cli {
 
 namespace {

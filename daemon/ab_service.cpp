@@ -278,7 +278,7 @@ void AbService::build(const std::shared_ptr<Run>& run) {
 
 void AbService::measure(const std::shared_ptr<Run>& run) {
   AbRequest ab;
-  ab.rounds = (run->request.rounds + 1) / 2;  // a pass: half the rounds (k_passes)
+  ab.rounds = (run->request.rounds + k_passes - 1) / k_passes;  // a pass's share, rounded up
   BenchJob* jobs[2] = {&ab.a, &ab.b};
   for (int i = 0; i < 2; ++i) {
     const Side& side = run->sides[i];

@@ -385,19 +385,17 @@ void settle_same_source(KeyComparison& k) {
 
 bool apply_config_ab(KeyComparison& k, AbFigures at_config) {
   if (!at_config.measured) return false;
-  const std::string at = "at the baseline's config the current source: " +
-                         std::string(to_string(at_config.verdict)) + ": " + at_config.why;
+  const std::string at = "at the baseline's config the current source: ";
   const bool hidden = k.verdict != Verdict::regressed;
   const bool decides = at_config.verdict == Verdict::ambiguous ||
                        (hidden ? at_config.verdict == Verdict::regressed
                                : at_config.verdict != Verdict::regressed);
   if (!decides) {
     // It agrees: the winners' verdict stands, and says what the second A/B found.
-    k.ab->why += "; " + at;
+    k.ab->why += "; " + at + std::string(to_string(at_config.verdict)) + ": " + at_config.why;
     return false;
   }
-  at_config.why = "at the baseline's config the current source: " + at_config.why + "; " +
-                  winners_text(*k.ab);
+  at_config.why = at + at_config.why + "; " + winners_text(*k.ab);
   if (!hidden && at_config.verdict != Verdict::ambiguous) {
     at_config.why += ": the config tonight's tuning chose is slower, not the source";
     at_config.winner_slower = true;

@@ -176,7 +176,7 @@ public:
   // True once a reply must be the worker's last (a CUDA context was lost).
   [[nodiscard]] bool must_exit() const { return m_must_exit; }
   // True once the worker is done after its reply without a fault: a CPU A/B ends its process,
-  // so that the next pass of the A/B is measured in another one (jobs/ab_job.hpp).
+  // so that the next pass of the A/B is measured in another one (daemon/ab_service.hpp).
   [[nodiscard]] bool retiring() const { return m_retiring; }
 
   // The reply line for `line`, or nullopt for "exit".
