@@ -36,9 +36,9 @@ import tempfile
 import warnings
 from typing import Any, Optional, Sequence, Union
 
-from . import kt_space
-from .daemon import Daemon, Job
-from .errors import EmptySpace, KtuneError, NoDevice, NotSupported, SpecError
+from .. import kt_space
+from ..daemon import Daemon, Job
+from ..errors import EmptySpace, KtuneError, NoDevice, NotSupported, SpecError
 
 __all__ = ["tune_kernel", "default_kernel_dir", "ErrorConfig", "InvalidConfig",
            "CompilationFailedConfig", "RuntimeFailedConfig"]
