@@ -28,6 +28,7 @@ Standard library only.
 from __future__ import annotations
 
 import ast
+import inspect
 import itertools
 import math
 import re
@@ -257,6 +258,7 @@ def parse_restrictions(restrictions: Any, tune_params: dict[str, list[Any]]) -> 
         return []
     if callable(restrictions) and not isinstance(restrictions, (list, tuple)):
         fn = restrictions
+        check_signature(fn, "restrictions", [], dict_argument=True)
         return [Restriction(lambda c, fn=fn: bool(fn(dict(c))), names, _describe(fn))]
     if isinstance(restrictions, str):
         restrictions = [restrictions]
@@ -272,16 +274,46 @@ def parse_restrictions(restrictions: Any, tune_params: dict[str, list[Any]]) -> 
             if unknown:
                 raise NotSupported("not_supported",
                                    f"restrictions[{i}] names {unknown}, which are not tune_params")
+            check_signature(fn, f"restrictions[{i}]", list(used))
             out.append(Restriction(lambda c, fn=fn, used=tuple(used):
                                    bool(fn(**{u: c[u] for u in used})),
                                    [n for n in names if n in used], _describe(fn)))
         elif callable(r):
+            check_signature(r, f"restrictions[{i}]", names)
             out.append(Restriction(lambda c, fn=r: bool(fn(**c)), names, _describe(r)))
         else:
             raise NotSupported("not_supported",
                                f"restrictions[{i}]: {type(r).__name__} is not supported (expected "
                                "a string, a callable or a (callable, [param names]) tuple)")
     return out
+
+
+def check_signature(fn: Callable[..., Any], what: str, names: list[str],
+                    dict_argument: bool = False) -> None:
+    """TypeError naming `what` and the fix when `fn` cannot be called as Kernel Tuner calls a
+    restriction: with the config's dict (`dict_argument`), else with `names` as keywords."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin or C function: its call says
+    described = _describe(fn)
+    if dict_argument:
+        try:
+            signature.bind({})
+        except TypeError as e:
+            raise TypeError(f"{what}: {described}{signature} cannot be called with the config's "
+                            f"dict ({e}) (fix: a function of one argument, e.g. "
+                            "lambda p: p['block_size_x'] <= 256, or a list of restrictions)"
+                            ) from None
+        return
+    try:
+        signature.bind(**{n: 0 for n in names})
+    except TypeError as e:
+        example = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise TypeError(f"{what}: {described}{signature} cannot be called with the tunable "
+                        f"parameters {names} as keywords ({e}) (fix: name every parameter, "
+                        f"e.g. lambda {example}: ..., add **rest for the ones it does not use, "
+                        "or pass (function, [names]))") from None
 
 
 def max_threads_restriction(tune_params: dict[str, list[Any]],

@@ -756,6 +756,7 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
                 cache: Optional[str] = None, metrics: Optional[dict[str, Any]] = None,
                 simulation_mode: bool = False, observers: Any = None, objective: Any = None,
                 objective_higher_is_better: Any = None, *, seed: Optional[int] = None,
+                objectives: Optional[dict[str, bool]] = None, parallel: Any = None,
                 family: Optional[str] = None, kernel_dir: Optional[str] = None,
                 daemon: Optional[Daemon] = None, compile_check: Any = None,
                 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -764,6 +765,11 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     Kernel Tuner's arguments keep their meaning (docs/kernel-tuner.md lists the differences and
     what is refused with NotSupported). ktune's own, keyword-only:
       seed        the strategy's seed (random, annealing, genetic, bayes)
+      objectives  Kernel Tuner 1.4's several objectives, {name: higher_is_better} (time or
+                  metrics): env["pareto_front"] holds the results no other result beats in all
+      parallel    accepted, changes nothing: ktuned compiles and measures in its worker pool
+                  already ([workers] in ktuned.toml), and measures one config at a time per
+                  device so that timings do not disturb each other
       family      the family name (default: kernel_name); a family of that name in another
                   kernel directory is an error naming both
       kernel_dir  where the family is written (default: default_kernel_dir())
@@ -778,7 +784,8 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     """
     np = _numpy()
     _refuse(verify=verify, cmem_args=cmem_args, texmem_args=texmem_args, observers=observers,
-            simulation_mode=simulation_mode, objective=objective, kernel_name=kernel_name)
+            simulation_mode=simulation_mode, kernel_name=kernel_name)
+    ranking = _objectives(objective, objective_higher_is_better, objectives, metrics)
     if iterations < 1:
         raise ValueError("Iterations should be at least one!")
     source, source_name, extra_files = _read_source(kernel_source)
@@ -820,13 +827,20 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
             print(f"Using: {device_label}")
         if compile_check is None and lang == "CUDA" and os.environ.get("KTUNE_COMPILE_CHECK"):
             compile_check = os.environ["KTUNE_COMPILE_CHECK"].split(",")
+        passed = ""
         if compile_check is not None:
             check = d.compile_check(fam.name, compile_check, fam.shape, fam.dtype)
             if check.get("errors"):
                 first = next((r for r in check.get("rows", []) if r.get("status") != "ok"), {})
                 raise SpecError("spec_error", f"{check['errors']} of {check.get('compiled')} "
                                 f"compiles failed for {compile_check}: config "
-                                f"{first.get('config')}: {first.get('message')}", check)
+                                f"{_ordered(first.get('config') or {}, params)}: "
+                                f"{first.get('message')}", check)
+            arch = [compile_check] if isinstance(compile_check, str) else list(compile_check)
+            passed = (f"the compile check passed: {check.get('compiled')} compiles of the "
+                      f"admitted configs for {','.join(map(str, arch))}")
+            if not quiet:
+                print(passed[0].upper() + passed[1:])
         strategy_fields = _strategy(strategy, strategy_options)
         # Kernel Tuner measures every config of every call unless it has a cache file: without
         # `cache`, configs the store measured before are measured again.
@@ -837,7 +851,8 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
         def progress(p: Any) -> None:
             if verbose and p.last:
                 last = p.last
-                config = ", ".join(f"{k}={v}" for k, v in (last.get("config") or {}).items())
+                config = ", ".join(f"{k}={v}" for k, v in
+                                   _ordered(last.get("config") or {}, params).items())
                 shown = f"{last.get('median_ms'):.3f}ms" if last.get("status") == "ok" \
                     else last.get("status")
                 print(f"{config}, time={shown}")
@@ -847,7 +862,8 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
                          **strategy_fields)
         except NoDevice as e:
             raise NoDevice("no_device", f"{e.message} (the family {fam.name!r} is written to "
-                           f"{os.path.dirname(spec_path)} and loaded by ktuned)",
+                           f"{os.path.dirname(spec_path)} and loaded by ktuned"
+                           f"{'; ' + passed if passed else ''})",
                            {"family": fam.name, "shape": fam.shape,
                             "kernel_dir": directory}) from e
         assert isinstance(job, Job)
@@ -862,22 +878,28 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
 
     results = _results(job, params, _samples(stats.get("db"), job.id), metrics)
     env = _environment(job, fam, directory, device_label, device_name, compiler_options,
-                       iterations, problem_size, results)
+                       iterations, problem_size, results, ranking, params)
+    if not quiet and ranking.note:
+        print(ranking.note)
     if cache:
         _write_cache(cache, results, {
             "device_name": device_label, "kernel_name": kernel_name,
             "problem_size": problem_size if not isinstance(problem_size, tuple)
             else list(problem_size),
-            "tune_params_keys": list(params), "tune_params": params, "objective": "time"})
+            "tune_params_keys": list(params), "tune_params": params,
+            "objective": ranking.name})
     if not quiet and env.get("best_config"):
         best = env["best_config"]
         print("best performing configuration:")
-        print(", ".join(f"{k}={best[k]}" for k in params) + f", time={best['time']:.3f}ms")
+        shown = f", time={best['time']:.3f}ms"
+        if ranking.name != "time":
+            shown += f", {ranking.name}={best[ranking.name]}"
+        print(", ".join(f"{k}={best[k]}" for k in params) + shown)
     return results, env
 
 
 def _refuse(*, verify: Any, cmem_args: Any, texmem_args: Any, observers: Any,
-            simulation_mode: bool, objective: Any, kernel_name: Any) -> None:
+            simulation_mode: bool, kernel_name: Any) -> None:
     """NotSupported for Kernel Tuner's arguments ktune has no equivalent of."""
     for value, what in ((verify, "verify (write the expected outputs as answer) is"),
                         (cmem_args, "cmem_args (constant memory) is"),
@@ -888,8 +910,6 @@ def _refuse(*, verify: Any, cmem_args: Any, texmem_args: Any, observers: Any,
             raise _not_supported(f"{what} not supported{hint}")
     if simulation_mode:
         raise _not_supported("simulation_mode: replay a recorded space with `ktune replay`")
-    if objective not in (None, "time"):
-        raise _not_supported(f"objective {objective!r}: ktune tunes for time only")
     if not isinstance(kernel_name, str) or not kernel_name.isidentifier():
         raise _not_supported(f"kernel_name {kernel_name!r}: expected the function's name "
                              "(templated kernels are not supported)")
@@ -983,11 +1003,102 @@ def _device_label(d: Daemon, device_name: str) -> str:
     return device_name
 
 
+class _Ranking:
+    """How results are ranked: `name` (time or a metric) and its direction, and Kernel Tuner
+    1.4's several `objectives` ({name: higher_is_better}) when given; `note` says, after the
+    tune, how the ranking relates to ktune's (the winner lookups answer is the fastest)."""
+
+    def __init__(self, name: str, higher: bool, objectives: Optional[dict[str, bool]]) -> None:
+        self.name = name
+        self.higher = higher
+        self.objectives = objectives
+        self.note = ""
+
+    def valid(self, result: dict[str, Any], name: Optional[str] = None) -> bool:
+        value = result.get(name or self.name)
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            not isinstance(result.get("time"), ErrorConfig) and not math.isnan(value)
+
+    def best(self, results: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        ok = [r for r in results if self.valid(r)]
+        if not ok:
+            return None
+        return (max if self.higher else min)(ok, key=lambda r: r[self.name])
+
+    def pareto_front(self, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The results no other result is at least as good as in every objective and better
+        in one, in the results' order."""
+        assert self.objectives is not None
+        signs = {n: (-1.0 if h else 1.0) for n, h in self.objectives.items()}
+        ok = [r for r in results if all(self.valid(r, n) for n in signs)]
+        keys = [[signs[n] * float(r[n]) for n in signs] for r in ok]
+
+        def dominates(a: list[float], b: list[float]) -> bool:
+            return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+
+        return [r for i, r in enumerate(ok)
+                if not any(dominates(keys[j], keys[i]) for j in range(len(ok)) if j != i)]
+
+    def explain(self, results: list[dict[str, Any]], winner: Any) -> None:
+        if self.name == "time" and not self.higher:
+            return
+        ok = sorted((r for r in results if self.valid(r)), key=lambda r: r["time"])
+        values = [r[self.name] for r in ok]
+        same = all((a >= b) if self.higher else (a <= b) for a, b in zip(values, values[1:]))
+        if same:
+            self.note = (f"objective {self.name!r} ranks the configs as time does: best_config "
+                         "is the fastest, the config ktune's lookups answer")
+        else:
+            config = (winner or {}).get("config")
+            self.note = (f"objective {self.name!r} ranks the configs differently from time: "
+                         f"best_config is the best {self.name}; ktune's stored winner (what "
+                         f"lookups and exports answer) is the fastest, {config}")
+
+
+def _objectives(objective: Any, higher: Any, objectives: Any, metrics: Any) -> _Ranking:
+    """The ranking of tune_kernel's objective arguments; errors name the argument and the fix."""
+    names = ["time"] + (list(metrics) if isinstance(metrics, dict) else [])
+
+    def check(name: Any, what: str) -> str:
+        if not isinstance(name, str):
+            raise TypeError(f"{what}: expected the name of time or of a metrics entry, found "
+                            f"{type(name).__name__}")
+        if name not in names:
+            raise ValueError(f"{what} {name!r}: neither 'time' nor a key of metrics (fix: add "
+                             f"it to metrics=, e.g. metrics={{{name!r}: lambda p: ...}}; "
+                             f"known: {names})")
+        return name
+
+    multi = None
+    if objectives is not None:
+        if not isinstance(objectives, dict) or not objectives:
+            raise TypeError("objectives: expected a dict of name -> higher_is_better, e.g. "
+                            "{'time': False, 'GFLOP/s': True}")
+        multi = {check(n, "objectives"): bool(h) for n, h in objectives.items()}
+    if objective is None:
+        if multi:
+            first = next(iter(multi))
+            return _Ranking(first, multi[first], multi)
+        return _Ranking("time", bool(higher), None)
+    return _Ranking(check(objective, "objective"), bool(higher), multi)
+
+
+def _ordered(config: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """`config` with its parameters in tune_params order (ktuned answers them sorted)."""
+    out = {k: config[k] for k in params if k in config}
+    out.update({k: v for k, v in config.items() if k not in out})
+    return out
+
+
 def _environment(job: Job, fam: _Family, directory: str, device_label: str, device_name: str,
                  compiler_options: Any, iterations: int, problem_size: Any,
-                 results: list[dict[str, Any]]) -> dict[str, Any]:
-    ok = [r for r in results if not isinstance(r.get("time"), ErrorConfig)]
-    best = min(ok, key=lambda r: r["time"]) if ok else None
+                 results: list[dict[str, Any]], ranking: _Ranking,
+                 params: dict[str, Any]) -> dict[str, Any]:
+    winner = dict(job.winner) if isinstance(job.winner, dict) else job.winner
+    if isinstance(winner, dict) and isinstance(winner.get("config"), dict):
+        winner["config"] = _ordered(winner["config"], params)
+    best = ranking.best(results)
+    ranking.explain(results, winner)
     env: dict[str, Any] = {
         "device_name": device_label,
         "problem_size": problem_size if not isinstance(problem_size, tuple)
@@ -998,11 +1109,16 @@ def _environment(job: Job, fam: _Family, directory: str, device_label: str, devi
         "ktune": {"job": job.id, "state": job.state, "error": job.error,
                   "family": fam.name, "kernel_dir": directory,
                   "shape": fam.shape, "dtype": fam.dtype, "device": device_name,
-                  "strategy": job.strategy, "winner": job.winner,
+                  "strategy": job.strategy, "winner": winner,
                   "timing": job.raw.get("job", {}).get("timing")},
     }
     if best is not None:
         env["best_config"] = best
+    env["objective"] = ranking.name
+    env["objective_higher_is_better"] = ranking.higher
+    if ranking.objectives is not None:
+        env["objectives"] = dict(ranking.objectives)
+        env["pareto_front"] = ranking.pareto_front(results)
     for key in ("framework", "strategy", "compile", "verification", "benchmark"):
         env[f"total_{key}_time"] = sum(float(r.get(f"{key}_time") or 0.0) for r in results)
     timing = env["ktune"]["timing"] or {}
