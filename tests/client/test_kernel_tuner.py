@@ -18,7 +18,7 @@ import numpy
 
 import ktune_client
 from ktune_client import kt_space
-from ktune_client.kernel_tuner import RuntimeFailedConfig, tune_kernel
+from ktune_client.kernel_tuner import KernelRunError, RuntimeFailedConfig, run_kernel, tune_kernel
 
 sys.path.insert(0, os.path.dirname(__file__))
 import kt_reference_space  # noqa: E402
@@ -226,6 +226,125 @@ class KernelTunerDropInTest(unittest.TestCase):
                 self.assertEqual(ktune_admitted(check["rows"], list(params)), sorted(expected))
 
 
+class KernelTunerSurfaceTest(unittest.TestCase):
+    """run_kernel, the helper modules and the objectives, through scripts written as Kernel
+    Tuner's users write them (tests/client/kt_scripts)."""
+
+    def test_run_kernel_returns_the_outputs_and_a_crash_is_an_error_not_a_dead_python(self):
+        home = Home(self)
+        done = home.script("run_kernel_c.py")
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        with open(os.path.join(home.work, "run_kernel.json")) as f:
+            out = json.load(f)
+        self.assertLess(out["max_error"], 1e-6)
+        self.assertEqual(out["types"][:3], ["ndarray"] * 3)
+
+        a = numpy.arange(64, dtype=numpy.float32)
+        source = ("void poke(float* a, int n) {\n"
+                  "  if (CRASH) *(volatile int*)0 = 1;\n"
+                  "  for (int i = 0; i < n; i++) a[i] += 1;\n}\n")
+        fine = run_kernel("poke", source, 64, [a, numpy.int32(64)], {"CRASH": 0}, lang="C")
+        numpy.testing.assert_array_equal(fine[0], a + 1)
+        with self.assertRaises(KernelRunError) as crashed:
+            run_kernel("poke", source, 64, [a, numpy.int32(64)], {"CRASH": 1}, lang="C")
+        self.assertEqual(crashed.exception.code, "crash")
+        self.assertIn("SIGSEGV", crashed.exception.message)
+        with self.assertRaises(KernelRunError) as broken:
+            run_kernel("poke", source + "syntax error", 64, [a, numpy.int32(64)], {"CRASH": 0},
+                       lang="C")
+        self.assertEqual(broken.exception.code, "compile_error")
+        with self.assertRaises(TypeError) as listed:
+            run_kernel("poke", source, 64, [a, numpy.int32(64)], {"CRASH": [0, 1]}, lang="C")
+        self.assertIn("params['CRASH']", str(listed.exception))
+        with home.daemon() as d:                    # ktuned is not involved, and lives on
+            self.assertIn("db", d.stats())
+
+    def test_run_kernel_on_cuda_compiles_then_says_no_device(self):
+        home = Home(self)
+        with home.daemon() as d:
+            if not cuda_backend(d):
+                self.skipTest("ktune is built without the CUDA backend")
+            gpu = any(dev.name.startswith("cuda:") for dev in d.devices())
+        run = home.script("run_kernel_cuda.py", {"KTUNE_COMPILE_CHECK": "sm_90"})
+        self.assertIn("the compile check for sm_90 passed", run.stdout + run.stderr)
+        if not gpu:
+            self.assertNotEqual(run.returncode, 0)
+            self.assertIn("NoDevice", run.stderr)
+
+    def test_metrics_as_objectives_and_a_pareto_front(self):
+        home = Home(self)
+        done = home.script("objectives_c.py", {"PYTHONUNBUFFERED": "1"})
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        with open(os.path.join(home.work, "objectives.json")) as f:
+            out = json.load(f)
+        results, env = out["results"], out["env"]
+        ok = [r for r in results if r["ktune_status"] == "ok"]
+        self.assertEqual(len(ok), 4, results)
+        best = env["best_config"]
+        self.assertEqual(best["GFLOP/s"], max(r["GFLOP/s"] for r in ok))
+        self.assertEqual(env["objective"], "GFLOP/s")
+        self.assertTrue(env["objective_higher_is_better"])
+        self.assertIn("objective 'GFLOP/s' ranks the configs", done.stdout)
+        if "as time does" in done.stdout:     # then the winner is the fastest, as ktune's
+            fastest = min(ok, key=lambda r: r["time"])
+            self.assertEqual((best["unroll"], best["repeat"]),
+                             (fastest["unroll"], fastest["repeat"]))
+
+        multi, menv = out["multi"], out["multi_env"]
+        front = menv["pareto_front"]
+        self.assertEqual(menv["objectives"], {"time": False, "energy_proxy": False})
+        self.assertGreaterEqual(len(front), 1)
+        valid = [r for r in multi if r["ktune_status"] == "ok"]
+        for r in valid:                      # every result off the front is dominated by one on it
+            on_front = any(r["unroll"] == f["unroll"] and r["repeat"] == f["repeat"]
+                           for f in front)
+            dominated = any(f["time"] <= r["time"] and f["energy_proxy"] <= r["energy_proxy"]
+                            and (f["time"] < r["time"] or f["energy_proxy"] < r["energy_proxy"])
+                            for f in valid)
+            self.assertEqual(on_front, not dominated, r)
+
+    def test_helper_modules_util_file_utils_integration_kernelbuilder(self):
+        home = Home(self)
+        done = home.script("helpers_c.py")
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        with open(os.path.join(home.work, "helpers.json")) as f:
+            out = json.load(f)
+        best = out["best"]
+        self.assertEqual(out["result_keys"][:2], ["pad", "block"])     # tune_params order
+        self.assertTrue(out["line"].startswith(f"pad={best['pad']}, block={best['block']}, "
+                                               "time="), out["line"])
+        self.assertTrue(out["line"].endswith("ms"))
+        verbose = [line for line in done.stdout.splitlines() if "time=" in line]
+        self.assertTrue(verbose and all(line.startswith("pad=") for line in verbose),
+                        done.stdout)
+        self.assertTrue(out["python_kernel_ok"])
+        self.assertEqual(out["kernel_params"], {"pad": best["pad"], "block": best["block"]})
+
+        with open(os.path.join(home.work, "scale_T4.json")) as f:
+            t4 = json.load(f)
+        self.assertEqual(t4["schema_version"], "1.0.0")
+        self.assertEqual(len(t4["results"]), 6)
+        self.assertEqual(list(t4["results"][0]["configuration"]), ["pad", "block"])
+        self.assertTrue(all(r["invalidity"] == "correct" for r in t4["results"]))
+        with open(os.path.join(home.work, "scale_metadata.json")) as f:
+            self.assertIn("hardware", json.load(f)["metadata"])
+        with open(os.path.join(home.work, "scale_results.json")) as f:
+            stored = json.load(f)
+        self.assertEqual(stored["tune_params_keys"], ["pad", "block"])
+        self.assertIn({"pad": best["pad"], "block": best["block"]},
+                      [{"pad": d["pad"], "block": d["block"]} for d in stored["data"]])
+        for header in ("scale_targets.h", "scale_store.h"):
+            with open(os.path.join(home.work, header)) as f:
+                text = f.read()
+            self.assertIn("#ifndef kernel_tuner", text)
+            self.assertIn("#define block ", text)
+            self.assertIn("#if defined(TARGET_", text)
+        # ktune's T4 file is one ktune imports
+        imported = home.ktune("--json", "import", os.path.join(home.work, "scale_T4.json"),
+                              "--kernel", "scale_t4", "--shape", "X=40000")
+        self.assertEqual(imported.returncode, 0, imported.stdout + imported.stderr)
+
+
 class RestrictionTranslationTest(unittest.TestCase):
     """Each Kernel Tuner restriction kind gives a ktune constraint that admits what Kernel Tuner
     admits; ktuned itself decides (a family per case, its compile-free `tune` reply's total)."""
@@ -295,7 +414,6 @@ class RefusedTest(unittest.TestCase):
             (dict(cmem_args={"d": a}), "fix: pass the data as an argument"),
             (dict(observers=[object()]), "ktune measures time only"),
             (dict(simulation_mode=True), "ktune replay"),
-            (dict(objective="GFLOP/s"), "ktune tunes for time only"),
             (dict(kernel_name="k<float>"), "templated kernels are not supported"),
             (dict(lang="OpenCL"), "ktune runs C (the host compiler) and CUDA (nvrtc)"),
             (dict(tune_params={"block_size_x": [16.5]}), "tunable parameters are integers"),
@@ -309,6 +427,20 @@ class RefusedTest(unittest.TestCase):
                 with self.assertRaises(ktune_client.NotSupported) as refused:
                     tune_kernel(**dict(base, **change))
                 self.assertIn(message, refused.exception.message)
+        # Errors that name the argument and the fix.
+        with self.assertRaises(ValueError) as objective:
+            tune_kernel(**dict(base, objective="GFLOP/s"))
+        self.assertIn("objective 'GFLOP/s': neither 'time' nor a key of metrics (fix: add it "
+                      "to metrics=", str(objective.exception))
+        with self.assertRaises(TypeError) as signature:
+            tune_kernel(**dict(base, restrictions=[lambda bx: bx < 32]))
+        self.assertIn("restrictions[0]: ", str(signature.exception))
+        self.assertIn("(fix: name every parameter, e.g. lambda block_size_x: ...",
+                      str(signature.exception))
+        with self.assertRaises(TypeError) as whole:
+            tune_kernel(**dict(base, restrictions=lambda a, b: True))
+        self.assertIn("restrictions: ", str(whole.exception))
+        self.assertIn("cannot be called with the config's dict", str(whole.exception))
         with self.assertRaises(TypeError) as plain_int:
             tune_kernel(**dict(base, arguments=[a, 16]))
         self.assertIn("numpy.int32(16)", str(plain_int.exception))
