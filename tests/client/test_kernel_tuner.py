@@ -303,6 +303,30 @@ class KernelTunerSurfaceTest(unittest.TestCase):
                             for f in valid)
             self.assertEqual(on_front, not dominated, r)
 
+    def test_float_bool_and_string_parameters_tune_with_their_values(self):
+        home = Home(self)
+        done = home.script("param_values_c.py")
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        with open(os.path.join(home.work, "param_values.json")) as f:
+            out = json.load(f)
+        results, env = out["results"], out["env"]
+        configs = sorted((r["ALPHA"], r["use_add"], r["acc_t"]) for r in results)
+        expected = sorted((a, u, t) for a in (0.5, 2.0) for u in (True, False)
+                          for t in ("float", "double") if a > 1 or u)
+        self.assertEqual(configs, expected)
+        self.assertTrue(all(r["ktune_status"] == "ok" for r in results), results)
+        self.assertIn("ALPHA=0.5, use_add=True, acc_t=float, time=", done.stdout)
+        winner = env["ktune"]["winner"]
+        self.assertEqual(list(winner["values"]), ["ALPHA", "use_add", "acc_t"])
+        best = env["best_config"]
+        # ktune stores the index of each value; lookups answer it, the client maps it back
+        query = home.ktune("--json", "query", "axpy", "--shape", env["ktune"]["shape"])
+        self.assertEqual(query.returncode, 0, query.stderr)
+        stored = json.loads(query.stdout)["config"]
+        self.assertEqual(stored, winner["config"])
+        self.assertIn(winner["values"]["acc_t"], ("float", "double"))
+        self.assertIsInstance(best["ALPHA"], float)
+
     def test_helper_modules_util_file_utils_integration_kernelbuilder(self):
         home = Home(self)
         done = home.script("helpers_c.py")
@@ -416,7 +440,9 @@ class RefusedTest(unittest.TestCase):
             (dict(simulation_mode=True), "ktune replay"),
             (dict(kernel_name="k<float>"), "templated kernels are not supported"),
             (dict(lang="OpenCL"), "ktune runs C (the host compiler) and CUDA (nvrtc)"),
-            (dict(tune_params={"block_size_x": [16.5]}), "tunable parameters are integers"),
+            (dict(tune_params={"block_size_x": [16.5]}), "takes integers only"),
+            (dict(tune_params={"block_size_x": [16], "v": [None]}),
+             "expected an integer, a float, a bool or a string"),
             (dict(arguments=[a.astype(numpy.uint8), n]), "numpy dtype uint8 is not supported"),
             (dict(kernel_source=lambda params: source), "code generator function"),
             (dict(grid_div_x=["block_size_x / 3 * 3"], tune_params={"block_size_x": [16, 32]}),

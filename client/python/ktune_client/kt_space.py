@@ -417,19 +417,27 @@ def diagram(names: Sequence[str], domains: Sequence[Sequence[int]], admitted: se
     return node(0, frozenset(admitted))
 
 
-def restriction_constraint(restriction: Restriction, tune_params: dict[str, list[Any]]) -> str:
+def restriction_constraint(restriction: Restriction, tune_params: dict[str, list[Any]],
+                           coded: Optional[Sequence[str]] = None) -> str:
     """The ktune constraint that admits what `restriction` admits: its translation when that is
-    exact, else the diagram of what it admits on the product of its params."""
-    translated = translated_constraint(restriction, tune_params)
-    if translated is not None:
-        return translated
+    exact, else the diagram of what it admits on the product of its params. Params in `coded`
+    (non-integer values) are written as their value's index in tune_params, as ktune tunes
+    them; a restriction over one is always decided here, on the values."""
+    coded = set(coded or ())
     names = restriction.params or list(tune_params)
+    if not coded.intersection(names):
+        translated = translated_constraint(restriction, tune_params)
+        if translated is not None:
+            return translated
     admitted = set()
-    for values in _product(tune_params, names):
+    positions = [range(len(tune_params[n])) for n in names]
+    for index in itertools.product(*positions):
+        values = tuple(tune_params[n][i] for n, i in zip(names, index))
         config = dict(zip(names, values))
         if restriction.params != list(tune_params):
             for other in tune_params:
                 config.setdefault(other, tune_params[other][0])
         if restriction.admits(config):
-            admitted.add(values)
-    return diagram(names, [tune_params[n] for n in names], admitted)
+            admitted.add(tuple(i if n in coded else v for n, i, v in zip(names, index, values)))
+    return diagram(names, [list(range(len(tune_params[n]))) if n in coded else tune_params[n]
+                           for n in names], admitted)

@@ -264,7 +264,9 @@ def _run_cuda(np: Any, kernel_name: str, source: str, source_name: str, extra_fi
               defines: Optional[dict], quiet: bool, compile_check: Any, family: Optional[str],
               kernel_dir: Optional[str], daemon: Optional[Daemon]) -> list[Any]:
     """A one-config CUDA family through ktuned: compile check, then the run (NoDevice here)."""
-    tune_params = _tune._tune_params({k: [v] for k, v in config.items()})
+    real = _tune._tune_params({k: [v] for k, v in config.items()})
+    coded = _tune._coded(real)
+    tune_params = _tune._indexed(real, coded)
     dims, entries = _tune._shape_dims(np, problem_size, args, tune_params)
     name = family or f"{kernel_name}_run_kernel"
     fam = _tune._build_family(name=name, kernel_name=kernel_name, source=source,
@@ -274,7 +276,7 @@ def _run_cuda(np: Any, kernel_name: str, source: str, source_name: str, extra_fi
                               default={k: v[0] for k, v in tune_params.items()},
                               grid_div=grid_div, block_size_names=bs_names,
                               smem_args=smem_args, compiler_options=compiler_options,
-                              defines=defines)
+                              defines=defines, coded=coded)
     directory = os.path.abspath(kernel_dir or _tune.default_kernel_dir())
     spec_path = _tune._write_family(np, fam, directory)
     if compile_check is None:

@@ -254,15 +254,55 @@ def _tune_params(tune_params: Any) -> dict[str, list[int]]:
             raise ValueError(f"Tune parameter {name} with value {values} has a forbidden name!")
         if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
             raise ValueError(f"tune_params[{name!r}]: expected a list of values")
-        ints = []
+        kept: list[Any] = []
         for v in values:
-            if isinstance(v, bool) or not hasattr(v, "__index__"):
-                raise _not_supported(f"tune_params[{name!r}]: value {v!r}: ktune's tunable "
-                                     "parameters are integers (they become -D{name}=<value>)")
-            ints.append(int(v.__index__()))
-        if not ints:
+            if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+                v = v.item()  # a numpy scalar
+            if not isinstance(v, bool) and hasattr(v, "__index__"):
+                kept.append(int(v.__index__()))
+            elif isinstance(v, (bool, float, str)):
+                kept.append(v)
+            else:
+                raise _not_supported(f"tune_params[{name!r}]: value {v!r}: expected an integer, "
+                                     "a float, a bool or a string (Kernel Tuner writes it as "
+                                     f"#define {name} <value>)")
+        if not kept:
             raise ValueError(f"tune_params[{name!r}]: no values")
-        out[name] = ints
+        out[name] = kept
+    return out
+
+
+def _coded(params: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """The params with a value that is not an integer (a float, a bool, a string): ktune tunes
+    each as the index of its value, and the source defines the value (_coded_prelude)."""
+    return {n: vs for n, vs in params.items()
+            if any(isinstance(v, bool) or not isinstance(v, int) for v in vs)}
+
+
+def _indexed(params: dict[str, list[Any]], coded: dict[str, list[Any]]) -> dict[str, list[int]]:
+    """The params as ktune tunes them: a coded one as the indices of its values."""
+    return {n: (list(range(len(vs))) if n in coded else vs) for n, vs in params.items()}
+
+
+def _coded_prelude(coded: dict[str, list[Any]]) -> list[str]:
+    """For each coded param: the value of the index ktune passes as -DNAME=<index>, written as
+    Kernel Tuner writes it (#define NAME str(value))."""
+    lines = []
+    for name, values in coded.items():
+        for i, v in enumerate(values):
+            lines += [f"#{'if' if i == 0 else 'elif'} {name} == {i}", f"#undef {name}",
+                      f"#define {name} {v}"]
+        lines.append("#endif")
+    return lines
+
+
+def _decoded(config: dict[str, Any], coded: dict[str, list[Any]]) -> dict[str, Any]:
+    """A config as ktune stores it with each coded param's index replaced by its value."""
+    out = dict(config)
+    for name, values in coded.items():
+        index = out.get(name)
+        if isinstance(index, int) and 0 <= index < len(values):
+            out[name] = values[index]
     return out
 
 
@@ -541,8 +581,8 @@ def _build_family(*, name: str, kernel_name: str, source: str, source_name: str,
                   entries: list[Union[str, int]], args: list[_Arg], answer_given: bool,
                   atol: float, tune_params: dict[str, list[int]], constraints: list[str],
                   default: dict[str, int], grid_div: list[Any], block_size_names: list[str],
-                  smem_args: Any, compiler_options: list[str], defines: Optional[dict]
-                  ) -> _Family:
+                  smem_args: Any, compiler_options: list[str], defines: Optional[dict],
+                  coded: Optional[dict[str, list[Any]]] = None) -> _Family:
     """The family tune_kernel writes (docs/kernel-tuner.md, What a call does). Raises
     NotSupported for what cannot be written, before anything is."""
     cuda = lang == "CUDA"
@@ -555,7 +595,13 @@ def _build_family(*, name: str, kernel_name: str, source: str, source_name: str,
     fam.extra_files = extra_files
     launch = _Launch(entries, dims, grid_div, block_size_names, tune_params, smem_args)
     flags = _flags(compiler_options, launch, block_size_names, tune_params, source, cuda)
-    prelude = "".join(line + "\n" for line in _prelude(source, launch, dims, defines))
+    coded = coded or {}
+    for name in coded:
+        if name in block_size_names[:3] or any(name in str(d) for d in grid_div if d):
+            raise _not_supported(f"tune_params[{name!r}]: a launch parameter (block size, grid "
+                                 "divisor) takes integers only")
+    prelude = "".join(line + "\n" for line in _coded_prelude(coded) +
+                      _prelude(source, launch, dims, defines))
     located = f'#line 1 "{source_name}"\n'
     if cuda:
         wrapped = 'extern "C" {\n' if 'extern "C"' not in source else ""
@@ -575,7 +621,11 @@ def _build_family(*, name: str, kernel_name: str, source: str, source_name: str,
              f"source = {_toml(fam.source_name)}", f"entry = {_toml(entry)}",
              f"shape = {_toml([d[0] for d in dims])}", f"flags = {_toml(flags)}", "",
              "[params]"]
-    lines += [f"{p} = {_toml(v)}" for p, v in tune_params.items()]
+    for p, v in tune_params.items():
+        if p in coded:
+            lines.append(f"# {p}: the index of its value in {_toml(coded[p])} (the source "
+                         "defines the value)")
+        lines.append(f"{p} = {_toml(v)}")
     lines += ["", "[space]", f"constraints = {_toml(constraints)}", ""]
     if cuda:
         lines += ["[launch]", f"grid = {_toml(launch.grid())}", f"block = {_toml(launch.block)}",
@@ -684,10 +734,10 @@ def _process_metrics(params: dict[str, Any], metrics: dict[str, Any]) -> dict[st
 
 
 def _results(job: Job, tune_params: dict[str, list[int]], samples: dict[int, Any],
-             metrics: Optional[dict]) -> list[dict[str, Any]]:
+             metrics: Optional[dict], coded: dict[str, list[Any]]) -> list[dict[str, Any]]:
     out = []
     for row in sorted(job.results, key=lambda r: r.get("config_index", 0)):
-        config = row.get("config") or {}
+        config = _decoded(row.get("config") or {}, coded)
         entry: dict[str, Any] = {name: config.get(name) for name in tune_params}
         status = row.get("status", "")
         times, created = samples.get(row.get("id", -1), ([], 0))
@@ -804,7 +854,9 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     _check_answer(np, answer, args)
     dims, entries = _shape_dims(np, problem_size, args, params)
 
-    constraints, default = _space(restrictions, params)
+    coded = _coded(params)
+    constraints, default = _space(restrictions, params, coded)
+    real_params, params = params, _indexed(params, coded)
 
     fam = _build_family(name=family or kernel_name, kernel_name=kernel_name, source=source,
                         source_name=source_name, extra_files=extra_files, lang=lang, dims=dims,
@@ -813,7 +865,8 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
                         atol=atol, tune_params=params, constraints=constraints,
                         default=default, grid_div=[grid_div_x, grid_div_y, grid_div_z],
                         block_size_names=bs_names, smem_args=smem_args,
-                        compiler_options=list(compiler_options or []), defines=defines)
+                        compiler_options=list(compiler_options or []), defines=defines,
+                        coded=coded)
     directory = os.path.abspath(kernel_dir or default_kernel_dir())
     spec_path = _write_family(np, fam, directory)
 
@@ -834,7 +887,7 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
                 first = next((r for r in check.get("rows", []) if r.get("status") != "ok"), {})
                 raise SpecError("spec_error", f"{check['errors']} of {check.get('compiled')} "
                                 f"compiles failed for {compile_check}: config "
-                                f"{_ordered(first.get('config') or {}, params)}: "
+                                f"{_decoded(_ordered(first.get('config') or {}, params), coded)}: "
                                 f"{first.get('message')}", check)
             arch = [compile_check] if isinstance(compile_check, str) else list(compile_check)
             passed = (f"the compile check passed: {check.get('compiled')} compiles of the "
@@ -851,8 +904,8 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
         def progress(p: Any) -> None:
             if verbose and p.last:
                 last = p.last
-                config = ", ".join(f"{k}={v}" for k, v in
-                                   _ordered(last.get("config") or {}, params).items())
+                config = ", ".join(f"{k}={v}" for k, v in _decoded(
+                    _ordered(last.get("config") or {}, params), coded).items())
                 shown = f"{last.get('median_ms'):.3f}ms" if last.get("status") == "ok" \
                     else last.get("status")
                 print(f"{config}, time={shown}")
@@ -876,9 +929,9 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
         if own:
             d.close()
 
-    results = _results(job, params, _samples(stats.get("db"), job.id), metrics)
+    results = _results(job, params, _samples(stats.get("db"), job.id), metrics, coded)
     env = _environment(job, fam, directory, device_label, device_name, compiler_options,
-                       iterations, problem_size, results, ranking, params)
+                       iterations, problem_size, results, ranking, params, coded)
     if not quiet and ranking.note:
         print(ranking.note)
     if cache:
@@ -886,7 +939,7 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
             "device_name": device_label, "kernel_name": kernel_name,
             "problem_size": problem_size if not isinstance(problem_size, tuple)
             else list(problem_size),
-            "tune_params_keys": list(params), "tune_params": params,
+            "tune_params_keys": list(params), "tune_params": real_params,
             "objective": ranking.name})
     if not quiet and env.get("best_config"):
         best = env["best_config"]
@@ -930,13 +983,15 @@ def _language(lang: Optional[str], source: str, compiler: Optional[str]) -> str:
     return lang
 
 
-def _space(restrictions: Any, params: dict[str, list[int]]) -> tuple[list[str], dict[str, int]]:
+def _space(restrictions: Any, params: dict[str, list[Any]], coded: dict[str, list[Any]]
+           ) -> tuple[list[str], dict[str, int]]:
     """The family's constraints (each restriction as one, then Kernel Tuner's threads per block
-    limit) and its [default]: the first admitted config. EmptySpace when none is admitted."""
+    limit) and its [default]: the first admitted config, coded params as indices. EmptySpace
+    when none is admitted."""
     import itertools  # noqa: PLC0415
 
     parsed = kt_space.parse_restrictions(restrictions, params)
-    constraints = [kt_space.restriction_constraint(r, params) for r in parsed]
+    constraints = [kt_space.restriction_constraint(r, params, list(coded)) for r in parsed]
     limit = kt_space.max_threads_restriction(params)
     if limit:
         constraints.append(limit)
@@ -946,7 +1001,8 @@ def _space(restrictions: Any, params: dict[str, list[int]]) -> tuple[list[str], 
     for values in itertools.product(*params.values()):
         config = dict(zip(names, values))
         if all(r.admits(config) for r in parsed):
-            return constraints, config
+            return constraints, {n: (coded[n].index(v) if n in coded else v)
+                                 for n, v in config.items()}
     raise EmptySpace("empty_space", "the restrictions admit no config of tune_params "
                      "(Kernel Tuner's search space would be empty)")
 
@@ -1093,10 +1149,11 @@ def _ordered(config: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
 def _environment(job: Job, fam: _Family, directory: str, device_label: str, device_name: str,
                  compiler_options: Any, iterations: int, problem_size: Any,
                  results: list[dict[str, Any]], ranking: _Ranking,
-                 params: dict[str, Any]) -> dict[str, Any]:
+                 params: dict[str, Any], coded: dict[str, list[Any]]) -> dict[str, Any]:
     winner = dict(job.winner) if isinstance(job.winner, dict) else job.winner
     if isinstance(winner, dict) and isinstance(winner.get("config"), dict):
         winner["config"] = _ordered(winner["config"], params)
+        winner["values"] = _decoded(winner["config"], coded)
     best = ranking.best(results)
     ranking.explain(results, winner)
     env: dict[str, Any] = {
