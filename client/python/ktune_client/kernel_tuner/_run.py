@@ -154,7 +154,7 @@ def run_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argument
     Raises KernelRunError (compile_error, crash, timeout, runtime_error) when the kernel does not
     run to its end, NoDevice for CUDA without a usable GPU (after the compile check passed).
     """
-    np = _tune._numpy()
+    np = _tune._numpy("run_kernel")
     for value, what in ((cmem_args, "cmem_args (constant memory) is"),
                         (texmem_args, "texmem_args (texture memory) is")):
         if value is not None:

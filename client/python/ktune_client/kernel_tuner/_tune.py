@@ -98,11 +98,11 @@ extern "C" void ktune_kt_entry(void** args) {{
 """
 
 
-def _numpy() -> Any:
+def _numpy(entry: str = "tune_kernel") -> Any:
     try:
         import numpy  # noqa: PLC0415 (optional: the package imports without it)
     except ImportError as e:
-        raise ImportError("ktune_client.kernel_tuner.tune_kernel needs numpy for the kernel's "
+        raise ImportError(f"ktune_client.kernel_tuner.{entry} needs numpy for the kernel's "
                           "arguments, and it is not installed (Debian: apt install python3-numpy; "
                           "pip: pip install numpy)") from e
     return numpy
