@@ -596,9 +596,9 @@ def _build_family(*, name: str, kernel_name: str, source: str, source_name: str,
     launch = _Launch(entries, dims, grid_div, block_size_names, tune_params, smem_args)
     flags = _flags(compiler_options, launch, block_size_names, tune_params, source, cuda)
     coded = coded or {}
-    for name in coded:
-        if name in block_size_names[:3] or any(name in str(d) for d in grid_div if d):
-            raise _not_supported(f"tune_params[{name!r}]: a launch parameter (block size, grid "
+    for param in coded:
+        if param in block_size_names[:3] or any(param in str(d) for d in grid_div if d):
+            raise _not_supported(f"tune_params[{param!r}]: a launch parameter (block size, grid "
                                  "divisor) takes integers only")
     prelude = "".join(line + "\n" for line in _coded_prelude(coded) +
                       _prelude(source, launch, dims, defines))
