@@ -2,6 +2,7 @@
 
 #include "bench/sampler.hpp"
 
+#include "bench/cpu_placement.hpp"
 #include "bench/host_buffers.hpp"
 #include "bench/host_device.hpp"
 #include "bench/shared_library.hpp"
@@ -12,6 +13,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <optional>
@@ -43,6 +45,31 @@ double thread_cpu_ms() {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
+
+// CPU time of the whole process, ms: a threaded candidate's threads together.
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// The CPU time that brackets one run, as the Sampler reads it against the wall time. A
+// single-threaded candidate: its thread's. A threaded one: the whole process's, capped at the wall
+// time -- its threads together use at least one CPU all along unless they were off the CPU, and
+// a candidate whose threads wait on each other is not taken for preempted. A sample where a
+// second thread was preempted while the first ran is not seen: the check is weaker for threads.
+class RunClock {
+public:
+  explicit RunClock(bool threaded) : m_threaded(threaded) {}
+  [[nodiscard]] double now_ms() const { return m_threaded ? process_cpu_ms() : thread_cpu_ms(); }
+  [[nodiscard]] double used_ms(double from_ms, double wall_ms) const {
+    const double used = now_ms() - from_ms;
+    return m_threaded ? std::min(used, wall_ms) : used;
+  }
+
+private:
+  bool m_threaded;
+};
 
 std::optional<ArgKind> parse_arg_kind(std::string_view text) {
   if (text == "in") return ArgKind::in;
@@ -415,7 +442,7 @@ struct HostRunner::State {
     flush_sink = flush_sink + sum;
   }
 
-  BenchOutcome run(const BenchJob& job);
+  BenchOutcome run(const BenchJob& job, int threads);
 
   // How a sample's caches are made cold: not at all, the buffers' own lines evicted, or the
   // flush buffer swept.
@@ -424,21 +451,23 @@ struct HostRunner::State {
   // changed an input or gave outputs other than `expected`.
   std::optional<BenchOutcome> checked_run(EntryFn entry, ArgSet& set,
                                           const std::vector<SealedCopy>* expected,
-                                          const BenchJob& job, double& cpu_ms);
+                                          const BenchJob& job, const RunClock& clock, double& cpu_ms);
   // Samples until `sampler` stops, checking guards and inputs every k_integrity_interval and
   // at the end: a failure when they changed.
   std::optional<BenchOutcome> sample(EntryFn entry, ArgSet& set, const BenchJob& job,
-                                     Sampler& sampler, CacheCooling cooling);
+                                     const RunClock& clock, Sampler& sampler, CacheCooling cooling);
   std::optional<BenchOutcome> integrity_failure(ArgSet& set);
 };
 
 std::optional<BenchOutcome> HostRunner::State::checked_run(EntryFn entry, ArgSet& set,
                                                            const std::vector<SealedCopy>* expected,
-                                                           const BenchJob& job, double& cpu_ms) {
+                                                           const BenchJob& job, const RunClock& clock,
+                                                           double& cpu_ms) {
   set.reset_for_check();
-  const double c0 = thread_cpu_ms();
+  const double c0 = clock.now_ms();
+  const auto t0 = Clock::now();
   entry(set.pointers.data());
-  cpu_ms = thread_cpu_ms() - c0;
+  cpu_ms = clock.used_ms(c0, elapsed_ms(t0, Clock::now()));
   if (const ArgSlot* slot = set.smashed_guard()) {
     set.reset_for_check();  // leave clean guards for the next candidate
     return failure(CandidateStatus::mismatch, guard_reason(*slot));
@@ -466,7 +495,8 @@ std::optional<BenchOutcome> HostRunner::State::integrity_failure(ArgSet& set) {
 }
 
 std::optional<BenchOutcome> HostRunner::State::sample(EntryFn entry, ArgSet& set, const BenchJob& job,
-                                                      Sampler& sampler, CacheCooling cooling) {
+                                                      const RunClock& clock, Sampler& sampler,
+                                                      CacheCooling cooling) {
   auto next_check = Clock::now() + k_integrity_interval;
   while (true) {
     if (const auto now = Clock::now(); now >= next_check) {
@@ -478,21 +508,27 @@ std::optional<BenchOutcome> HostRunner::State::sample(EntryFn entry, ArgSet& set
     if (job.inplace) set.restore_inplace();  // before making the caches cold: the copy warms them
     if (cooling == CacheCooling::evict) set.evict_buffers();
     if (cooling == CacheCooling::sweep) sweep_cache();
-    // The thread's CPU time brackets the wall time, so the timed interval is what it was before;
-    // a wall time well above it means the thread was off the CPU (Sampler: retaken).
-    const double c0 = thread_cpu_ms();
+    // The CPU time brackets the wall time, so the timed interval is what it was before; a wall
+    // time well above it means the candidate was off the CPU (Sampler: retaken).
+    const double c0 = clock.now_ms();
     const auto t0 = Clock::now();
     entry(set.pointers.data());
     const auto t1 = Clock::now();
-    const double c1 = thread_cpu_ms();
-    if (sampler.add(elapsed_ms(t0, t1), t1, c1 - c0) != SampleStop::more) break;
+    const double wall_ms = elapsed_ms(t0, t1);
+    if (sampler.add(wall_ms, t1, clock.used_ms(c0, wall_ms)) != SampleStop::more) break;
   }
   return integrity_failure(set);
 }
 
-BenchOutcome HostRunner::State::run(const BenchJob& job) {
+BenchOutcome HostRunner::State::run(const BenchJob& job, int threads) {
   auto library = SharedLibrary::open(job.artifact_path);
   if (!library) return failure(CandidateStatus::runtime_error, library.error().message);
+  // An OpenMP candidate's team is as large as its threads (libgomp read OMP_NUM_THREADS when it
+  // was loaded, perhaps for an earlier candidate: its ICV is set here for this one).
+  if (auto set_threads = library->symbol("omp_set_num_threads")) {
+    reinterpret_cast<void (*)(int)>(set_threads.value())(threads);
+  }
+  const RunClock clock(threads > 1);
   auto address = library->symbol(job.entry);
   if (!address) return failure(CandidateStatus::runtime_error, address.error().message);
   const auto entry = reinterpret_cast<EntryFn>(address.value());
@@ -528,7 +564,7 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
   // The checked run is the first launch, which is never a sample; its CPU time screens the
   // candidate (Sampler::screen) and starts the warm-up.
   double check_cpu_ms = 0;
-  if (auto failed = checked_run(entry, set, expected, job, check_cpu_ms)) return std::move(*failed);
+  if (auto failed = checked_run(entry, set, expected, job, clock, check_cpu_ms)) return std::move(*failed);
 
   Sampler sampler(settings, job.prune_above_ms, Clock::now(), job.race_above_ms);
   sampler.screen(check_cpu_ms);  // warm-up until stable, and the prune screen
@@ -537,7 +573,7 @@ BenchOutcome HostRunner::State::run(const BenchJob& job) {
   // often, when a check takes long) and once sampling ends (a hash of every input: well under a
   // millisecond per megabyte), before the caches are made cold, so a candidate that changes
   // them only on later runs is blamed too, and the next candidate starts from pristine inputs.
-  if (auto failed = sample(entry, set, job, sampler, cooling)) return std::move(*failed);
+  if (auto failed = sample(entry, set, job, clock, sampler, cooling)) return std::move(*failed);
   return sampled_outcome(sampler, job);
 }
 
@@ -551,14 +587,25 @@ HostRunner::HostRunner(std::size_t flush_bytes) : m_state(std::make_unique<State
 HostRunner::~HostRunner() = default;
 
 BenchOutcome HostRunner::run(const BenchJob& job) {
+  auto placement = CpuPlacement::apply(job.cpus);
+  if (!placement) return failure(CandidateStatus::runtime_error, placement.error().message);
+  const std::vector<int> cpus = current_cpus();
+  const int threads = job.threads > 0 ? job.threads : std::max<int>(1, static_cast<int>(cpus.size()));
+  // For an OpenMP runtime loaded for the first time by this candidate.
+  ::setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  BenchOutcome outcome;
   try {
-    return m_state->run(job);
+    outcome = m_state->run(job, threads);
   } catch (const std::bad_alloc&) {
     m_state->args.reset();
     m_state->args_key.clear();
-    return failure(CandidateStatus::runtime_error,
-                   "out of host memory preparing " + job.kernel + " at " + job.shape);
+    outcome = failure(CandidateStatus::runtime_error,
+                      "out of host memory preparing " + job.kernel + " at " + job.shape);
   }
+  outcome.conditions["cpus"] = cpus;
+  outcome.conditions["threads"] = threads;
+  if (job.oversubscribed) outcome.conditions["oversubscribed"] = true;
+  return outcome;
 }
 
 } // namespace ktune

@@ -1,10 +1,11 @@
-"""Shared pieces of benchmarks/faults and benchmarks/killloop: a ktuned started for the run
-(KTUNE_HOME in a temporary directory, readiness over --ready-fd) and an NDJSON client."""
+"""Shared pieces of the harnesses in benchmarks/: a ktuned started for the run (KTUNE_HOME in a
+temporary directory, readiness over --ready-fd), an NDJSON client and a CPU hog."""
 import json
 import os
 import socket
 import sqlite3
 import subprocess
+import sys
 import time
 
 
@@ -84,6 +85,26 @@ class Client:
 
     def close(self):
         self.sock.close()
+
+
+class Hog:
+    """A process spinning on `cpu` from `delay_s` after start() until stop()."""
+
+    def __init__(self, cpu, delay_s):
+        self.cpu, self.delay_s, self.proc = cpu, delay_s, None
+
+    def start(self):
+        code = ("import os, time\n"
+                "os.sched_setaffinity(0, {%d})\n"
+                "time.sleep(%f)\n"
+                "while True: pass\n" % (self.cpu, self.delay_s))
+        self.proc = subprocess.Popen([sys.executable, "-c", code])
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
 
 
 def read_only(db_path):

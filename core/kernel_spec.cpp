@@ -234,7 +234,7 @@ void read_kernel(const SpecReader& r, const toml::table& root, KernelSpec& spec)
   const toml::table& kernel = r.table(root, "kernel", "[kernel]");
   r.only_keys(kernel, "[kernel]",
               {"name", "language", "source", "entry", "signature", "shape", "dtypes", "flags",
-               "flags_remove", "inplace"});
+               "flags_remove", "inplace", "threads"});
 
   spec.name = r.required_string(kernel, "name", "[kernel].name");
   if (!is_kernel_name(spec.name)) {
@@ -304,6 +304,13 @@ void read_kernel(const SpecReader& r, const toml::table& root, KernelSpec& spec)
   if (const toml::node* inplace = kernel.get("inplace")) {
     if (!inplace->is_boolean()) r.fail("[kernel].inplace", "expected a boolean, found " + type_name(*inplace));
     spec.inplace = inplace->as_boolean()->get();
+  }
+  if (const toml::node* threads = kernel.get("threads")) {
+    spec.threads = r.expression_text(*threads, "[kernel].threads");
+    if (spec.language != Language::cpp) {
+      r.fail_at(*threads, "[kernel].threads", "is for cpp families (a CUDA kernel's threads are its "
+                                              "launch geometry; fix: leave it out)");
+    }
   }
 }
 
@@ -896,6 +903,7 @@ Result<KernelSpec> parse_kernel_spec(std::string_view toml_text, std::string_vie
     read_launch(reader, checker, root, spec);
     read_args(reader, checker, root, spec);
     read_metrics(reader, checker, root, spec);
+    if (!spec.threads.empty() && spec.threads != k_all_threads) checker.check(spec.threads, "[kernel].threads");
     read_check(reader, root, spec);
     for (std::size_t i = 0; i < spec.args.size(); ++i) {
       if (!spec.args[i].expected.empty() && spec.check.reference != ReferenceKind::files) {

@@ -17,6 +17,9 @@ enum class Language { cpp, cuda };
 
 // The metric variable holding the size in bytes of one element of the job's dtype.
 inline constexpr std::string_view k_elem_bytes = "elem_bytes";
+// [kernel].threads = "all": a candidate runs on every CPU the daemon may use.
+inline constexpr std::string_view k_all_threads = "all";
+
 enum class ArgKind { in, out, inout, scalar };
 
 [[nodiscard]] std::string_view to_string(Language language);
@@ -90,6 +93,10 @@ struct KernelSpec {
   std::int64_t buffer_offset = 0;
   std::vector<std::string> flags;   // extra compiler flags ([kernel] flags = [...])
   std::vector<std::string> flags_remove; // fixed compiler flags to drop ([kernel] flags_remove)
+  // [kernel].threads (cpp only): how many cores a candidate runs on: an expression over the
+  // params and shape dims ("nthreads", "4"), "all" (every CPU the daemon may use), or empty (one:
+  // the candidate is single-threaded and pinned to the bench CPU). docs/kernel-spec.md § Threads.
+  std::string threads;
 
   [[nodiscard]] const ParamSpec* find_param(std::string_view name) const;
 };

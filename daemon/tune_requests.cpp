@@ -454,6 +454,9 @@ void TuneRun::start_bench(Compiled candidate) {
       bench_job->race_above_ms = (1.0 + rules.race_margin) * m_best->stats.median_ms;
     }
   }
+  // The last finalist of a round retires its worker: every round after the first is measured in
+  // a fresh process, so no one process's code and buffer placement names the winner.
+  if (again && m_final_queue.empty()) bench_job->retire = true;
   m_benchmarking = true;
   submit(m_lane, "bench", bench_job->to_json(),
          bench_deadline(m_settings, plan.record.options.bench_timeout_s),

@@ -46,6 +46,12 @@ public:
     return m_process->paused_time();
   }
   [[nodiscard]] pid_t pid() const { return m_process->pid(); }
+  bool guard_with(const std::shared_ptr<StopGuard>& guard) override {
+    if (m_guard && m_guard->alive()) return true;
+    if (!guard || !guard->hold(m_process->pid())) return false;
+    m_guard = guard;
+    return true;
+  }
 
 private:
   std::shared_ptr<WorkerProcess> m_process;
@@ -91,7 +97,11 @@ WorkerPool::WorkerPool(asio::io_context& io, ChildWatch& children, std::string w
   add_lane("cpu");
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
-  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2) return;
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) m_lane_cpus.push_back(cpu);
+  }
+  if (CPU_COUNT(&allowed) < 2) return;
   // The last allowed CPU that no other ktuned on this machine has claimed; the last one when all
   // are (then the measurement lock keeps the instances from measuring at once).
   for (int cpu = CPU_SETSIZE - 1; cpu >= 0; --cpu) {
@@ -127,6 +137,8 @@ WorkerPool::WorkerPool(asio::io_context& io, ChildWatch& children, std::string w
   }
   CPU_CLR(*m_bench_cpu, &allowed);
   m_compile_cpus = allowed;
+  std::erase(m_lane_cpus, *m_bench_cpu);
+  m_lane_cpus.insert(m_lane_cpus.begin(), *m_bench_cpu);
   KTUNE_LOG(debug) << "cpu bench worker runs on cpu " << *m_bench_cpu
                    << "; compile workers on the other " << CPU_COUNT(&allowed);
 }
@@ -211,20 +223,12 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
     env.push_back("CUDA_VISIBLE_DEVICES=" + visible_device(slot.lane));
     extra_args.insert(extra_args.end(), {"--device-name", slot.lane});
   }
-  if (slot.borrowed && !m_stop_guard && !m_stop_guard_failed) {
-    auto started = StopGuard::start(m_worker_path, *m_children);
-    if (started) {
-      m_stop_guard = std::move(*started);
-    } else {
-      m_stop_guard_failed = true;
-      KTUNE_LOG(warn) << started.error().message
-                      << "; the compile lent the bench CPU is not stopped while it measures";
-    }
-  }
+  if (slot.borrowed) (void)stop_guard();
   auto worker = WorkerProcess::spawn(
       m_io, *m_children, m_worker_path, slot.role, extra_args,
-      [this, borrowed = slot.borrowed, on_exit = std::move(on_exit)](WorkerProcess& process) {
-        if (borrowed && m_stop_guard) m_stop_guard->release(process.pid());
+      [this, compile = slot.role == WorkerRole::compile,
+       on_exit = std::move(on_exit)](WorkerProcess& process) {
+        if (compile && m_stop_guard) m_stop_guard->release(process.pid());
         on_exit();
       },
       m_worker_idle, env);
@@ -252,6 +256,82 @@ Result<std::shared_ptr<WorkerEndpoint>> WorkerPool::spawn_process(const WorkerSl
   }
   return std::shared_ptr<WorkerEndpoint>(
       std::make_shared<ProcessEndpoint>(std::move(*worker), std::move(guard)));
+}
+
+std::shared_ptr<StopGuard> WorkerPool::stop_guard() {
+  if (m_stop_guard || m_stop_guard_failed || m_children == nullptr) return m_stop_guard;
+  auto started = StopGuard::start(m_worker_path, *m_children);
+  if (started) {
+    m_stop_guard = std::move(*started);
+  } else {
+    m_stop_guard_failed = true;
+    KTUNE_LOG(warn) << started.error().message
+                    << "; compiles are not stopped while the cpu lane measures";
+  }
+  return m_stop_guard;
+}
+
+namespace {
+
+// The threads a cpu-lane request's candidate runs (1 when it says nothing; 0 = every CPU); of a
+// bench_ab, its larger side's.
+int requested_threads(const Work& work) {
+  auto threads_of = [](const nlohmann::json& job) {
+    const auto it = job.find("threads");
+    return it != job.end() && it->is_number_integer() ? it->get<int>() : 1;
+  };
+  if (work.op == "bench") return threads_of(work.job);
+  if (work.op != "bench_ab" || !work.job.contains("a") || !work.job.contains("b")) return 1;
+  const int a = threads_of(work.job["a"]);
+  const int b = threads_of(work.job["b"]);
+  return a == 0 || b == 0 ? 0 : std::max(a, b);
+}
+
+} // namespace
+
+bool WorkerPool::place_threads(Work& work) {
+  const int threads = requested_threads(work);
+  if (threads == 1 || m_lane_cpus.empty()) return false;
+  const std::size_t wanted = threads == 0 ? m_lane_cpus.size() : static_cast<std::size_t>(threads);
+  const std::size_t given = std::min(wanted, m_lane_cpus.size());
+  const std::vector<int> cpus(m_lane_cpus.begin(), m_lane_cpus.begin() + static_cast<std::ptrdiff_t>(given));
+  auto place = [&](nlohmann::json& job) {
+    job["cpus"] = cpus;
+    if (wanted > given) job["oversubscribed"] = true;
+  };
+  if (work.op == "bench_ab") {
+    place(work.job["a"]);
+    place(work.job["b"]);
+  } else {
+    place(work.job);
+  }
+  hold_compiles();
+  return true;
+}
+
+void WorkerPool::hold_compiles() {
+  m_compiles_held = true;
+  const auto guard = stop_guard();
+  for (const auto& worker : m_workers) {
+    if (worker->role != WorkerRole::compile || !worker->busy) continue;
+    if (!worker->endpoint->guard_with(guard)) {
+      if (!m_hold_warned) {
+        KTUNE_LOG(warn) << "a compile could not be stopped while a threaded candidate measures; "
+                           "it shares the candidate's CPUs";
+        m_hold_warned = true;
+      }
+      continue;
+    }
+    worker->endpoint->pause();
+  }
+}
+
+void WorkerPool::release_compiles() {
+  m_compiles_held = false;
+  for (const auto& worker : m_workers) {
+    // The borrowed compile goes on only once the cpu lane is idle (send's reply).
+    if (worker->role == WorkerRole::compile && !worker->borrowed) worker->endpoint->resume();
+  }
 }
 
 void WorkerPool::fail_later(Work work, Error error) {
@@ -313,6 +393,7 @@ std::optional<std::size_t> WorkerPool::pick(const Queue& queue) const {
 
 void WorkerPool::pump(const std::string& lane) {
   if (m_shutting_down) return;
+  if (lane.empty() && m_compiles_held) return;  // a threaded candidate measures; compiles wait
   auto it = m_queues.find(lane);
   if (it == m_queues.end()) return;
   Queue& queue = it->second;
@@ -378,6 +459,7 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
   const auto sent = std::chrono::steady_clock::now();
   const SlotKey key{lane, worker.slot};
   slot_event(key, sent, true, work.op, work.device);
+  const bool threaded = lane == "cpu" && place_threads(work);
   auto handler = std::move(work.on_reply);
   std::weak_ptr<Worker> weak;
   for (const auto& w : m_workers) {
@@ -388,8 +470,9 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
   worker.endpoint->set_owner(work.owner > 0 ? "job " + std::to_string(work.owner) : std::string());
   worker.endpoint->request(
       work.op, std::move(work.job),
-      [this, weak, endpoint = worker.endpoint, lane, sent, key,
+      [this, weak, endpoint = worker.endpoint, lane, sent, key, threaded,
        handler = std::move(handler)](Result<nlohmann::json> reply) {
+        if (threaded) release_compiles();
         Delivery delivery;
         const auto now = std::chrono::steady_clock::now();
         delivery.request_ms = std::chrono::duration<double, std::milli>(now - sent).count();
@@ -403,6 +486,8 @@ void WorkerPool::send(const std::string& lane, Worker& worker, Work work) {
         pump(lane);
         if (lane == "cpu" && may_borrow()) {  // an idle cpu lane lends its CPU to compiles
           pause_borrowed(false);
+          pump("");
+        } else if (threaded) {
           pump("");
         }
       },

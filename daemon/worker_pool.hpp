@@ -26,6 +26,13 @@
 // no stopped process behind. The borrowed worker runs at nice 19 besides. So a tune whose
 // measurements outpace its compiles, or a CUDA tune, compiles on every core, a measurement never
 // waits for a compile, and it does not share its CPU with one.
+//
+// Threaded candidates (BenchJob::threads, docs/kernel-spec.md § Threads): a cpu-lane request whose
+// candidate runs more than one thread is given that many CPUs of the lane, the bench CPU first
+// (the request's "cpus"; "oversubscribed" when it asks for more than the daemon may use: it gets
+// them all). While it is in flight no compile runs: compiles in progress are stopped as the
+// borrowed one is (through the stop guard; a compile the guard cannot hold goes on, logged) and
+// queued ones wait; all continue when its reply comes.
 #include "core/result.hpp"
 #include "core/unique_fd.hpp"
 #include "daemon/stop_guard.hpp"
@@ -68,6 +75,9 @@ public:
   virtual void resume() = 0;
   // How long the request in flight, or the last one, has been paused.
   [[nodiscard]] virtual std::chrono::milliseconds paused_time() const = 0;
+  // Lets `guard` take this worker's group, so that pause() may stop it (a compile held while a
+  // threaded candidate measures); false when it could not. Endpoints of tests: true.
+  virtual bool guard_with(const std::shared_ptr<StopGuard>& /*guard*/) { return true; }
 };
 
 // Where a worker serves: the compile pool (lane "") or a device's bench lane.
@@ -269,6 +279,13 @@ private:
   [[nodiscard]] bool may_borrow() const;
   // Stops the borrowed worker's compile (the cpu lane has a request) or lets it go on.
   void pause_borrowed(bool pause);
+  // The stop guard, started on first use; null when it cannot be (logged once).
+  [[nodiscard]] std::shared_ptr<StopGuard> stop_guard();
+  // A threaded cpu-lane request: its CPUs written into `work.job` (for a bench_ab, into both
+  // sides), and every compile stopped until release_compiles(). Nothing for a single thread.
+  [[nodiscard]] bool place_threads(Work& work);
+  void hold_compiles();
+  void release_compiles();
 
   std::size_t m_compile_limit;
   std::chrono::milliseconds m_worker_idle{0};
@@ -280,6 +297,9 @@ private:
   std::string m_claim_problem;             // why a claim file could not serve, if one could not
   std::map<std::string, Unlocked> m_unlocked; // lane -> measurements without their lock
   std::optional<cpu_set_t> m_compile_cpus; // every allowed CPU but the bench worker's
+  std::vector<int> m_lane_cpus;            // the CPUs the daemon may use, the bench CPU first
+  bool m_compiles_held = false;            // a threaded candidate measures: no compile runs
+  bool m_hold_warned = false;
   std::shared_ptr<StopGuard> m_stop_guard; // started with the first borrowed worker
   bool m_stop_guard_failed = false;        // it could not be: borrowed compiles are not stopped
   std::map<std::string, Queue> m_queues;   // "" = compile pool, else a device's lane

@@ -262,6 +262,10 @@ nlohmann::json BenchJob::to_json() const {
   if (launch) out["launch"] = launch->to_json();
   if (reference_launch) out["reference_launch"] = reference_launch->to_json();
   if (launch) out["cuda_device"] = cuda_device;
+  if (threads != 1) out["threads"] = threads;
+  if (!cpus.empty()) out["cpus"] = cpus;
+  if (oversubscribed) out["oversubscribed"] = true;
+  if (retire) out["retire"] = true;
   return out;
 }
 
@@ -296,6 +300,19 @@ Result<BenchJob> BenchJob::from_json(const nlohmann::json& j) {
   if (auto r = read_bool(j, "inplace", what, job.inplace); !r) return r.error();
   if (auto r = read_int64(j, "buffer_alignment", what, job.buffer_alignment); !r) return r.error();
   if (auto r = read_int64(j, "buffer_offset", what, job.buffer_offset); !r) return r.error();
+  if (auto r = read_int(j, "threads", what, job.threads); !r) return r.error();
+  if (job.threads < 0) return field_error(what, "threads", "a thread count >= 0 (0: every CPU)", j.at("threads"));
+  if (const auto cpus = j.find("cpus"); cpus != j.end()) {
+    if (!cpus->is_array()) return field_error(what, "cpus", "an array of CPU indices", *cpus);
+    for (const auto& cpu : *cpus) {
+      if (!cpu.is_number_integer() || cpu.get<std::int64_t>() < 0 || cpu.get<std::int64_t>() >= 1024) {
+        return field_error(what, "cpus", "an array of CPU indices", *cpus);
+      }
+      job.cpus.push_back(cpu.get<int>());
+    }
+  }
+  if (auto r = read_bool(j, "oversubscribed", what, job.oversubscribed); !r) return r.error();
+  if (auto r = read_bool(j, "retire", what, job.retire); !r) return r.error();
   if (job.buffer_alignment < 1 || job.buffer_offset < 0 || job.buffer_offset >= job.buffer_alignment) {
     return field_error(what, "buffer_offset", "an offset in [0, buffer_alignment)", j.value("buffer_offset", json(0)));
   }
@@ -563,6 +580,18 @@ Result<void> add_metrics_and_launch(BenchJob& job, const KernelSpec& spec, const
     auto bytes = eval.metric(spec.bytes, "[metrics].bytes");
     if (!bytes) return bytes.error();
     job.bytes = bytes.value();
+  }
+  if (!spec.threads.empty() && spec.threads != k_all_threads) {
+    auto threads = eval.integer(spec.threads, "[kernel].threads");
+    if (!threads) return threads.error();
+    if (threads.value() < 1 || threads.value() > 4096) {
+      return make_error(ErrorCode::bad_shape, eval.where() + ": [kernel].threads '" + spec.threads +
+                                                  "' is " + std::to_string(threads.value()) +
+                                                  ": expected 1 to 4096");
+    }
+    job.threads = static_cast<int>(threads.value());
+  } else if (spec.threads == k_all_threads) {
+    job.threads = 0;
   }
   if (spec.language == Language::cuda) {
     auto launch = make_cuda_launch(spec, shape, config);

@@ -110,6 +110,17 @@ struct BenchJob {
   std::optional<CudaLaunch> launch;
   std::optional<CudaLaunch> reference_launch;
   int cuda_device = 0;         // CUDA candidates: the device ordinal (JSON "cuda_device")
+  // CPU candidates: the threads the candidate runs ([kernel].threads evaluated at its config;
+  // 0 = "all", every CPU of the lane; JSON "threads", default 1), and the CPUs the lane gives it
+  // (the daemon's WorkerPool fills them in when it sends the job: the bench CPU first; JSON
+  // "cpus", empty = where the worker is pinned). `oversubscribed`: the candidate asked for more
+  // threads than the lane has CPUs (it is measured on all of them). docs/kernel-spec.md § Threads.
+  int threads = 1;
+  std::vector<int> cpus;
+  bool oversubscribed = false;
+  // CPU candidates: the bench worker exits after its reply (JSON "retire"), so the next request
+  // is measured in a fresh process: each round of a tune's finals ends so (daemon/tune_run.hpp).
+  bool retire = false;
 
   [[nodiscard]] nlohmann::json to_json() const;
   // Errors: "bad_request" naming the field ("args[1].dtype"). Required: kernel, entry,

@@ -433,8 +433,10 @@ private:
     auto outcome = measure(*job);
     if (!outcome) return error_reply(id, outcome.error().code, outcome.error().message);
     if (!locked->unlocked.empty()) (*outcome)["unlocked"] = locked->unlocked;
-    // After a lost context this reply is the worker's last, and says so.
-    return ok_reply(id, *outcome, m_must_exit ? Exiting::yes : Exiting::no);
+    // A retiring CPU job (a round of the finals) ends this process: the next is measured in a
+    // fresh one. After a lost context this reply is the worker's last too, and says so.
+    if (job->retire && !job->launch) m_retiring = true;
+    return ok_reply(id, *outcome, m_must_exit || m_retiring ? Exiting::yes : Exiting::no);
   }
 
   // bench_ab (jobs/ab_job.hpp): the rounds under one hold of the device's measurement lock.
