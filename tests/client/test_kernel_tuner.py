@@ -132,6 +132,14 @@ class KernelTunerDropInTest(unittest.TestCase):
             rerun = d.job(d.jobs(1)[0].id)
             self.assertEqual(len(rerun.results), 6)
             self.assertFalse(any("reused" in r["reason"] for r in rerun.results), rerun.results)
+            # nthreads is the configs' thread count ([kernel] threads): each ran on that many
+            # CPUs (or all the machine has) and says so.
+            cpus = len(os.sched_getaffinity(0))
+            for r in rerun.results:
+                conditions = r.get("conditions", {})
+                self.assertEqual(conditions.get("threads"), r["config"]["nthreads"], r)
+                self.assertEqual(len(conditions.get("cpus", [])),
+                                 min(r["config"]["nthreads"], cpus), r)
 
     def test_a_cache_file_is_written_in_kernel_tuners_format_and_reuses_the_stores_rows(self):
         home = Home(self)

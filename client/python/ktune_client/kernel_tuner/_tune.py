@@ -508,6 +508,19 @@ def _prelude(source: str, launch: _Launch, dims: list[tuple[str, int]],
     return prelude
 
 
+def _threads_param(block_size_names: list[str], tune_params: dict[str, list[int]],
+                   coded: dict[str, list[Any]]) -> Optional[str]:
+    """The parameter that says how many threads a C config runs (docs/kernel-spec.md § Threads):
+    the first name given in block_size_names (not Kernel Tuner's default block_size_x/y/z) that is
+    an integer tunable -- Kernel Tuner's OpenMP tests name it there -- else a tunable called
+    `nthreads`; None: the configs are single-threaded."""
+    given = [n for n in block_size_names[:3] if n not in kt_space.DEFAULT_BLOCK_SIZE_NAMES]
+    for name in given + ["nthreads"]:
+        if name in tune_params and name not in coded:
+            return name
+    return None
+
+
 def _flags(compiler_options: list[str], launch: _Launch, block_size_names: list[str],
            tune_params: dict[str, Any], source: str, cuda: bool) -> list[str]:
     """compiler_options plus Kernel Tuner's macros ktune does not define: block sizes that are
@@ -619,8 +632,11 @@ def _build_family(*, name: str, kernel_name: str, source: str, source_name: str,
              f"# tune_kernel({kernel_name!r}, ...); it is written again by the next call.",
              "[kernel]", f"name = {_toml(name)}", f"language = {_toml(fam.language)}",
              f"source = {_toml(fam.source_name)}", f"entry = {_toml(entry)}",
-             f"shape = {_toml([d[0] for d in dims])}", f"flags = {_toml(flags)}", "",
-             "[params]"]
+             f"shape = {_toml([d[0] for d in dims])}", f"flags = {_toml(flags)}"]
+    threads = None if cuda else _threads_param(block_size_names, tune_params, coded)
+    if threads is not None:
+        lines.append(f"threads = {_toml(threads)}")
+    lines += ["", "[params]"]
     for p, v in tune_params.items():
         if p in coded:
             lines.append(f"# {p}: the index of its value in {_toml(coded[p])} (the source "
