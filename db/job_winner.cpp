@@ -1,5 +1,9 @@
 #include "db/job_winner.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
 namespace ktune {
 
 bool better_result(const ResultRecord& candidate, const ResultRecord& best) {
@@ -21,11 +25,24 @@ const ResultRecord* fastest_result(const std::vector<ResultRecord>& results) {
   return nullptr;
 }
 
+bool oversubscribed(const ResultRecord& r) {
+  if (r.conditions.find("oversubscribed") == std::string::npos) return false;
+  const auto conditions = nlohmann::json::parse(r.conditions, nullptr, false);
+  return conditions.is_object() && conditions.value("oversubscribed", false) == true;
+}
+
 const ResultRecord* pick_winner(const std::vector<ResultRecord>& results,
                                 const std::string& incumbent_config) {
+  // An oversubscribed tie (more threads than CPUs) gives way to one that is not.
+  const bool fitting_tie = std::any_of(results.begin(), results.end(), [](const ResultRecord& r) {
+    return r.status == CandidateStatus::ok && r.tied && !oversubscribed(r);
+  });
+  const auto in_group = [fitting_tie](const ResultRecord& r) {
+    return r.status == CandidateStatus::ok && r.tied && !(fitting_tie && oversubscribed(r));
+  };
   const ResultRecord* fastest = nullptr;
   for (const auto& r : results) {
-    if (r.status != CandidateStatus::ok || !r.tied) continue;
+    if (!in_group(r)) continue;
     if (!incumbent_config.empty() && r.config == incumbent_config) return &r;
     if (fastest == nullptr || better_result(r, *fastest)) fastest = &r;
   }
@@ -34,7 +51,7 @@ const ResultRecord* pick_winner(const std::vector<ResultRecord>& results,
   // so that two runs do not name different configs by a coin toss.
   const ResultRecord* tie = fastest;
   for (const auto& r : results) {
-    if (r.status != CandidateStatus::ok || !r.tied) continue;
+    if (!in_group(r)) continue;
     if (r.stats.median_ms <= fastest->stats.median_ms * (1.0 + k_same_median) &&
         r.config_index < tie->config_index) {
       tie = &r;

@@ -24,7 +24,11 @@ inline constexpr double k_same_median = 0.01;
 // it. Without ties: the best `ok` result. nullptr when there is none. Keeping the incumbent
 // makes a re-run that learns nothing new (its ties reused, or a group that still holds the old
 // winner) name the same config; the index among equal medians makes two fresh runs name the
-// same one (two SGEMM configs measured 6.973 and 6.983 ms: whichever came first won).
+// same one (two SGEMM configs measured 6.973 and 6.983 ms: whichever came first won). A tie
+// measured oversubscribed (more threads than the lane's CPUs: conditions.oversubscribed) wins
+// only when every tie is: at equal speed the config that fits the machine is the one to deploy.
+// Whether `r` ran more threads than it had CPUs (its conditions say "oversubscribed").
+[[nodiscard]] bool oversubscribed(const ResultRecord& r);
 [[nodiscard]] const ResultRecord* pick_winner(const std::vector<ResultRecord>& results,
                                               const std::string& incumbent_config = {});
 

@@ -1003,6 +1003,29 @@ TEST_CASE("pick_winner: the incumbent among ties, else the fastest, the lower in
   CHECK(pick_winner(rows)->config_index == 5);
 }
 
+TEST_CASE("pick_winner: an oversubscribed tie gives way to one that fits the machine", "[db]") {
+  const auto row = [](std::int64_t index, double median_ms, bool over) {
+    ResultRecord r;
+    r.config_index = index;
+    r.config = "{\"NTHREADS\":" + std::to_string(index) + "}";
+    r.status = CandidateStatus::ok;
+    r.stats.median_ms = median_ms;
+    r.tied = true;
+    r.conditions = over ? R"({"cpus":[1,0],"oversubscribed":true,"threads":4})"
+                        : R"({"cpus":[1,0],"threads":2})";
+    return r;
+  };
+  std::vector<ResultRecord> rows{row(2, 32.8, false), row(4, 31.1, true)};
+  CHECK(oversubscribed(rows[1]));
+  CHECK_FALSE(oversubscribed(rows[0]));
+  CHECK(pick_winner(rows)->config_index == 2);
+  // Not even as the incumbent.
+  CHECK(pick_winner(rows, rows[1].config)->config_index == 2);
+  // Out of the group, it is not considered at all; every tie oversubscribed: the usual rule.
+  rows[0].tied = false;
+  CHECK(pick_winner(rows)->config_index == 4);
+}
+
 TEST_CASE("canary readings are stored per device and read back by time", "[db][canary]") {
   test::TempDir dir;
   const std::string path = (dir.path() / "ktune.db").string();
