@@ -1,4 +1,5 @@
-// Threaded CPU candidates end to end ([kernel] threads, docs/kernel-spec.md § Threads): the real
+// Threaded CPU candidates end to end ([kernel] threads, docs/kernel-spec.md § Threads), and the
+// finals' rounds in fresh bench worker processes (docs/decisions/measurement.md): the real
 // ktuned, workers and compiler. A candidate of NTHREADS threads runs on that many CPUs of the cpu
 // lane (the probe family aborts otherwise), every result records the CPUs it ran on, a candidate
 // asking for more CPUs than the daemon may use is measured on all of them and marked
@@ -108,5 +109,42 @@ TEST_CASE("threaded kernels tune to a winner with their threads recorded", "[thr
       CHECK(r.at("conditions").at("threads") == threads);
     }
     CHECK(job.at("winner").is_object());
+  }
+}
+
+TEST_CASE("every round of the finals after the first runs in a fresh bench worker", "[finals]") {
+  TempDir home;
+  auto daemon = start(home, "min_samples = 3\nmax_samples = 10\nmin_time_s = 0\nmax_time_s = 0.02\n"
+                            "warmup_ms = 1\nfinal_margin = 10\nfinal_rounds = 4\ntie_margin = 0.5\n");
+  auto c = Connection::connect(daemon->socket());
+  REQUIRE(c.ok());
+  auto restarts = [&] {
+    auto top = c->request({{"op", "top"}}, {}, 30s);
+    REQUIRE(top.ok());
+    for (const auto& lane : top->at("result").at("lanes")) {
+      if (lane.at("device") == "cpu") return lane.at("restarts").get<int>();
+    }
+    return -1;
+  };
+  const int before = restarts();
+  // Two configs, both finalists (final_margin 10), four rounds.
+  auto tuned = c->request({{"op", "tune"}, {"kernel", "thread_fma"}, {"shape", "N=4096"},
+                           {"device", "cpu"}, {"configs", json::array({{{"NTHREADS", 1}}, {{"NTHREADS", 2}}})},
+                           {"wait", true}},
+                          {}, 600s);
+  REQUIRE(tuned.ok());
+  INFO(tuned->dump());
+  REQUIRE(tuned->value("ok", false));
+  // Rounds 1-4 each end with a retiring worker: the search's worker measured round 1, three
+  // fresh ones rounds 2-4, and a fourth was retired after round 4 (its replacement starts with
+  // the next request). Every retirement is one replacement started afterwards, bar the last.
+  const int after = restarts();
+  CHECK(after - before >= 3);
+  auto job = c->request({{"op", "job"}, {"job", tuned->at("result").at("job").at("id")}}, {}, 30s);
+  REQUIRE(job.ok());
+  for (const auto& r : job->at("result").at("results")) {
+    INFO(r.dump());
+    CHECK(r.at("status") == "ok");
+    CHECK(r.at("remeasured") == true);  // both were in every round
   }
 }
