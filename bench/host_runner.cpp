@@ -39,17 +39,11 @@ double elapsed_ms(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
-// CPU time of the calling thread (user and system), ms.
-double thread_cpu_ms() {
+// CPU time of `clock` (CLOCK_THREAD_CPUTIME_ID: the calling thread; CLOCK_PROCESS_CPUTIME_ID: every
+// thread of the process, a threaded candidate's together), user and system, ms.
+double cpu_ms(clockid_t clock) {
   timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
-// CPU time of the whole process, ms: a threaded candidate's threads together.
-double process_cpu_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  clock_gettime(clock, &ts);
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 
@@ -61,7 +55,9 @@ double process_cpu_ms() {
 class RunClock {
 public:
   explicit RunClock(bool threaded) : m_threaded(threaded) {}
-  [[nodiscard]] double now_ms() const { return m_threaded ? process_cpu_ms() : thread_cpu_ms(); }
+  [[nodiscard]] double now_ms() const {
+    return cpu_ms(m_threaded ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID);
+  }
   [[nodiscard]] double used_ms(double from_ms, double wall_ms) const {
     const double used = now_ms() - from_ms;
     return m_threaded ? std::min(used, wall_ms) : used;

@@ -107,6 +107,14 @@ class Hog:
             self.proc = None
 
 
+def bench_cpu(client):
+    """The CPU the cpu lane's bench worker is pinned to (`stats`), else the last one."""
+    for lane in client.request({"op": "stats"}).get("lanes", []):
+        if lane.get("device") == "cpu" and lane.get("bench_cpu") is not None:
+            return lane["bench_cpu"]
+    return os.cpu_count() - 1
+
+
 def read_only(db_path):
     return sqlite3.connect("file:" + db_path + "?mode=ro", uri=True)
 
